@@ -1,0 +1,47 @@
+// Error hierarchy of sdxl-batch: exceptions inside, exit codes at the edge.
+// Each error carries the exit code the CLI returns for it (DESIGN.md):
+// 0 all done, 1 fatal (model or environment), 2 bad arguments or batch file,
+// 3 finished with failed tasks, 4 another run holds the lock.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace sdxl {
+
+enum class ExitCode : int { kOk = 0, kFatal = 1, kUsage = 2, kTasksFailed = 3, kLocked = 4 };
+
+class Error : public std::runtime_error {
+ public:
+  Error(ExitCode code, const std::string& what) : std::runtime_error(what), code_(code) {}
+  ExitCode code() const noexcept { return code_; }
+
+ private:
+  ExitCode code_;
+};
+
+// A model directory or module that cannot be loaded or used (names the file).
+class ModelError : public Error {
+ public:
+  explicit ModelError(const std::string& what) : Error(ExitCode::kFatal, what) {}
+};
+
+// Bad command-line value or batch file content (names the flag / JSON pointer).
+class UsageError : public Error {
+ public:
+  explicit UsageError(const std::string& what) : Error(ExitCode::kUsage, what) {}
+};
+
+// Something one task asked for that cannot be done; fails that task alone.
+class TaskError : public Error {
+ public:
+  explicit TaskError(const std::string& what) : Error(ExitCode::kTasksFailed, what) {}
+};
+
+// I/O failure writing outputs (disk full, permissions): fatal for the run.
+class IoError : public Error {
+ public:
+  explicit IoError(const std::string& what) : Error(ExitCode::kFatal, what) {}
+};
+
+}  // namespace sdxl

@@ -1,0 +1,58 @@
+// Generator: the resident SDXL model on one device and the text -> sample ->
+// decode path for one image. Loading throws ModelError naming the file; a
+// generate() failure throws TaskError (or UsageError for sizes outside the
+// model's limits). Not thread-safe: one caller at a time. The header is
+// torch-free (pImpl) so the CLI does not compile torch headers.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sdxl/generation_params.h"
+#include "sdxl/model_config.h"
+
+namespace sdxl {
+
+struct RuntimeOptions {
+  std::string device = "cpu";  // cpu | cuda | cuda:N
+  std::string dtype;           // "" = model.json's dtype; fp32 | fp16 | bf16
+  int threads = 0;             // CPU intra-op threads, 0 = torch default
+};
+
+struct StageSeconds {
+  double text = 0, sample = 0, decode = 0;
+};
+
+struct GeneratedImage {
+  int width = 0, height = 0;
+  std::vector<std::uint8_t> rgb;           // height * width * 3
+  std::vector<std::int64_t> latent_shape;  // final latents [1, 4, h, w]
+  std::vector<float> latents;              // before VAE scaling, float32
+  StageSeconds seconds;
+};
+
+class Generator {
+ public:
+  Generator(const std::filesystem::path& model_dir, const RuntimeOptions& opts);
+  ~Generator();
+  Generator(const Generator&) = delete;
+  Generator& operator=(const Generator&) = delete;
+
+  GeneratedImage generate(const GenerationParams& params);
+
+  const ModelConfig& model() const;
+  std::string device_name() const;
+  double load_seconds() const;
+  // Peak device memory since load (CUDA allocator stats), or the process's
+  // peak resident memory on CPU.
+  std::uint64_t peak_memory_bytes() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sdxl

@@ -1,0 +1,87 @@
+// The model directory contract (DESIGN.md): model.json describes the exported
+// TorchScript modules, tokenizers, dims, dtype, scheduler defaults and limits.
+// load_model_config() reads and validates it; every error is a ModelError that
+// names the file and the JSON pointer of the bad field. torch-free.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace sdxl {
+
+struct SchedulerConfig {
+  int num_train_timesteps = 1000;
+  double beta_start = 0.00085;
+  double beta_end = 0.012;
+  std::string beta_schedule = "scaled_linear";  // scaled_linear | linear
+  std::string timestep_spacing = "leading";     // leading | trailing | linspace
+  int steps_offset = 1;
+  std::string prediction_type = "epsilon";
+};
+
+struct TextEncoderConfig {
+  std::string file;
+  std::string tokenizer;  // folder name inside the model dir
+  std::string pad_token;
+  int hidden_dim = 0;
+  int pooled_dim = 0;  // 0 when the pooled output is not used
+};
+
+struct ModelLimits {
+  int batch_max = 8;
+  int width_min = 64, width_max = 4096;
+  int height_min = 64, height_max = 4096;
+  int size_multiple = 8;
+  int context_chunks_max = 1;
+};
+
+struct GenerationDefaults {
+  int width = 1024, height = 1024, steps = 28;
+  double cfg = 7.0;
+};
+
+struct ModelConfig {
+  std::filesystem::path dir;
+  int format_version = 0;
+  std::string name;
+  std::string source;
+  std::string architecture;
+  std::string dtype;          // fp32 | fp16 | bf16
+  std::string vae_dtype;      // dtype the VAE modules were exported in
+  std::string export_device;  // cpu | cuda
+  std::string torch_version;
+  double vae_scaling_factor = 0.13025;
+  int vae_downsample = 8;
+  int latent_channels = 4;
+  std::vector<TextEncoderConfig> text_encoders;  // exactly two for SDXL
+  std::string unet_file;
+  int unet_context_dim = 0;
+  int unet_pooled_dim = 0;
+  int unet_time_ids_dim = 6;
+  std::string vae_decoder_file;
+  std::string vae_encoder_file;  // optional ("" when absent)
+  SchedulerConfig scheduler;
+  GenerationDefaults defaults;
+  ModelLimits limits;
+  std::map<std::string, std::uint64_t> file_bytes;  // relative path -> size
+
+  std::filesystem::path path_of(const std::string& rel) const { return dir / rel; }
+};
+
+inline constexpr int kModelFormatVersion = 1;
+
+// Reads DIR/model.json, validates fields and that every listed file exists
+// with the recorded size. Throws ModelError.
+ModelConfig load_model_config(const std::filesystem::path& dir);
+
+// Parses model.json text (for tests); `origin` names the file in messages.
+ModelConfig parse_model_config(const std::string& json_text, const std::filesystem::path& dir,
+                               const std::string& origin, bool check_files);
+
+// Throws UsageError naming the value if width/height/batch break the limits.
+void check_generation_size(const ModelConfig& cfg, int width, int height, int batch);
+
+}  // namespace sdxl

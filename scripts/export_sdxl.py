@@ -1,0 +1,717 @@
+#!/usr/bin/env python3
+"""Export SDXL as TorchScript modules into a model directory that sdxl-batch loads.
+
+Sources (exactly one):
+  --tiny          random tiny SDXL-shaped weights (CI; seconds on CPU)
+  --random-full   the real SDXL base architecture with random weights (2.57 B UNet)
+  --from DIR      a diffusers-format SDXL directory (real weights, local files only)
+
+Output (see /work/shared/DESIGN.md, "The model directory"):
+  model.json, text_encoder.ts, text_encoder_2.ts, unet.ts, vae_decoder.ts,
+  vae_encoder.ts, tokenizer/, tokenizer_2/
+
+Module contracts (all traced on --device, weights in the model dtype; the
+parameter names inside each .ts equal the diffusers / transformers state-dict
+keys of that component, so LoRA keys map without a prefix):
+  text_encoder.ts    ids int64 [B,77] -> (penultimate hidden [B,77,H1], pooled [B,H1])
+  text_encoder_2.ts  ids int64 [B,77] -> (penultimate hidden [B,77,H2], text_embeds [B,P])
+  unet.ts            (latent [B,4,h,w], timestep f32 [B], context [B,77k,H1+H2],
+                      text_embeds [B,P], time_ids [B,6]) -> noise prediction [B,4,h,w]
+                     (floating inputs are cast to the model dtype inside, the
+                      timestep to float32; output is in the model dtype)
+  vae_decoder.ts     latent / scaling_factor [B,4,h,w] -> image [B,3,8h,8w] in [-1,1]
+  vae_encoder.ts     image [B,3,H,W] in [-1,1] -> latent mean [B,4,H/8,W/8] (unscaled)
+
+The UNet is traced at a latent size that is NOT a multiple of 2**num_upsamplers,
+so the graph carries diffusers' forward_upsample_size path: every up-sampler
+interpolates to the (dynamic) size of its skip connection. For latent sizes that
+are multiples of 4 this is bit-identical to scale_factor=2, and it also makes
+every multiple of 8 px work (limits.size_multiple = 8). --check verifies it.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from clip_vocab import write_clip_tokenizer  # noqa: E402
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+SDXL_SCHEDULER = dict(
+    num_train_timesteps=1000,
+    beta_start=0.00085,
+    beta_end=0.012,
+    beta_schedule="scaled_linear",
+    trained_betas=None,
+    prediction_type="epsilon",
+    interpolation_type="linear",
+    use_karras_sigmas=False,
+    timestep_spacing="leading",
+    steps_offset=1,
+)
+
+# --- SDXL base 1.0 configs, written out (nothing is downloaded) --------------
+FULL_UNET = dict(
+    sample_size=128,
+    in_channels=4,
+    out_channels=4,
+    center_input_sample=False,
+    flip_sin_to_cos=True,
+    freq_shift=0,
+    down_block_types=("DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"),
+    mid_block_type="UNetMidBlock2DCrossAttn",
+    up_block_types=("CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"),
+    only_cross_attention=False,
+    block_out_channels=(320, 640, 1280),
+    layers_per_block=2,
+    downsample_padding=1,
+    mid_block_scale_factor=1,
+    act_fn="silu",
+    norm_num_groups=32,
+    norm_eps=1e-5,
+    cross_attention_dim=2048,
+    transformer_layers_per_block=(1, 2, 10),
+    attention_head_dim=(5, 10, 20),
+    dual_cross_attention=False,
+    use_linear_projection=True,
+    upcast_attention=False,
+    resnet_time_scale_shift="default",
+    addition_embed_type="text_time",
+    addition_time_embed_dim=256,
+    projection_class_embeddings_input_dim=2816,
+    time_embedding_type="positional",
+    conv_in_kernel=3,
+    conv_out_kernel=3,
+)
+FULL_VAE = dict(
+    in_channels=3,
+    out_channels=3,
+    down_block_types=("DownEncoderBlock2D",) * 4,
+    up_block_types=("UpDecoderBlock2D",) * 4,
+    block_out_channels=(128, 256, 512, 512),
+    layers_per_block=2,
+    act_fn="silu",
+    latent_channels=4,
+    norm_num_groups=32,
+    sample_size=1024,
+    scaling_factor=0.13025,
+    force_upcast=True,
+)
+FULL_TE1 = dict(  # CLIP ViT-L/14 text tower
+    vocab_size=49408, hidden_size=768, intermediate_size=3072, projection_dim=768,
+    num_hidden_layers=12, num_attention_heads=12, max_position_embeddings=77,
+    hidden_act="quick_gelu", layer_norm_eps=1e-5,
+    bos_token_id=49406, eos_token_id=49407, pad_token_id=49407,
+)
+FULL_TE2 = dict(  # OpenCLIP ViT-bigG/14 text tower
+    vocab_size=49408, hidden_size=1280, intermediate_size=5120, projection_dim=1280,
+    num_hidden_layers=32, num_attention_heads=20, max_position_embeddings=77,
+    hidden_act="gelu", layer_norm_eps=1e-5,
+    bos_token_id=49406, eos_token_id=49407, pad_token_id=0,  # pad "!" = id 0
+)
+
+# --- tiny: same structure, small widths ---------------------------------------
+TINY_TE1 = dict(FULL_TE1, hidden_size=32, intermediate_size=64, projection_dim=32,
+                num_hidden_layers=3, num_attention_heads=4)
+TINY_TE2 = dict(FULL_TE2, hidden_size=32, intermediate_size=64, projection_dim=32,
+                num_hidden_layers=3, num_attention_heads=4)
+TINY_TIME_DIM = 8
+TINY_UNET = dict(
+    FULL_UNET,
+    sample_size=32,
+    block_out_channels=(32, 64, 64),
+    layers_per_block=2,
+    norm_num_groups=16,
+    transformer_layers_per_block=(1, 1, 2),
+    attention_head_dim=(2, 4, 4),
+    cross_attention_dim=TINY_TE1["hidden_size"] + TINY_TE2["hidden_size"],
+    addition_time_embed_dim=TINY_TIME_DIM,
+    projection_class_embeddings_input_dim=6 * TINY_TIME_DIM + TINY_TE2["projection_dim"],
+)
+TINY_VAE = dict(FULL_VAE, block_out_channels=(8, 16, 16, 16), layers_per_block=1,
+                norm_num_groups=4, sample_size=256)
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+@contextlib.contextmanager
+def build_context(device: str, dtype: torch.dtype):
+    """Construct modules directly on `device` in `dtype` (no fp32 CPU copy first)."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            yield
+    finally:
+        torch.set_default_dtype(old)
+
+
+def build_random_pipeline(kind: str, device: str, dtype: torch.dtype, seed: int, tok_dir: Path):
+    from diffusers import AutoencoderKL, EulerDiscreteScheduler, StableDiffusionXLPipeline, UNet2DConditionModel
+    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection, CLIPTokenizer
+
+    te1_cfg, te2_cfg, unet_cfg, vae_cfg = (
+        (TINY_TE1, TINY_TE2, TINY_UNET, TINY_VAE) if kind == "tiny" else (FULL_TE1, FULL_TE2, FULL_UNET, FULL_VAE)
+    )
+    torch.manual_seed(seed)
+    if device == "cuda":
+        torch.cuda.manual_seed_all(seed)
+    t0 = time.time()
+    with build_context(device, dtype):
+        te1 = CLIPTextModel(CLIPTextConfig(**te1_cfg))
+        te2 = CLIPTextModelWithProjection(CLIPTextConfig(**te2_cfg))
+        unet = UNet2DConditionModel(**unet_cfg)
+        vae = AutoencoderKL(**vae_cfg)
+    mods = dict(text_encoder=te1, text_encoder_2=te2, unet=unet, vae=vae)
+    for name, m in mods.items():
+        if any(p.dtype != dtype or p.device.type != device for p in m.parameters()):
+            m.to(device=device, dtype=dtype)
+        m.eval().requires_grad_(False)
+        log(f"  built {name}: {count_params(m) / 1e6:,.3f} M params ({time.time() - t0:.1f}s)")
+    write_clip_tokenizer(tok_dir / "tokenizer", "<|endoftext|>")
+    write_clip_tokenizer(tok_dir / "tokenizer_2", "!")
+    tok1 = CLIPTokenizer.from_pretrained(str(tok_dir / "tokenizer"))
+    tok2 = CLIPTokenizer.from_pretrained(str(tok_dir / "tokenizer_2"))
+    sched = EulerDiscreteScheduler(**SDXL_SCHEDULER)
+    pipe = StableDiffusionXLPipeline(
+        vae=vae, text_encoder=te1, text_encoder_2=te2, tokenizer=tok1, tokenizer_2=tok2, unet=unet,
+        scheduler=sched, force_zeros_for_empty_prompt=True, add_watermarker=False,
+    )
+    return pipe
+
+
+def count_params(m: nn.Module) -> int:
+    return sum(p.numel() for p in m.parameters())
+
+
+# --- wrappers ------------------------------------------------------------------
+class _SharedChildren(nn.Module):
+    """Registers the children of `inner` as its own (so the traced module's
+    parameter names equal inner's state-dict keys) and calls inner's methods."""
+
+    def __init__(self, inner: nn.Module, children: tuple[str, ...] | None = None):
+        super().__init__()
+        assert not list(inner.named_parameters(recurse=False)), "direct params not supported"
+        assert not list(inner.named_buffers(recurse=False)), "direct buffers not supported"
+        for n, m in inner.named_children():
+            if children is None or n in children:
+                self.add_module(n, m)
+        object.__setattr__(self, "_inner", inner)  # not a registered submodule
+
+
+class UNetTS(_SharedChildren):
+    def __init__(self, unet, dtype):
+        super().__init__(unet)
+        self._dtype = dtype
+
+    def forward(self, latent, timestep, context, text_embeds, time_ids):
+        dt = self._dtype
+        return self._inner(
+            latent.to(dt),
+            timestep.to(torch.float32),
+            encoder_hidden_states=context.to(dt),
+            added_cond_kwargs={"text_embeds": text_embeds.to(dt), "time_ids": time_ids.to(dt)},
+            return_dict=False,
+        )[0]
+
+
+class VaeDecoderTS(_SharedChildren):
+    def __init__(self, vae, dtype):
+        super().__init__(vae, ("post_quant_conv", "decoder"))
+        self._dtype = dtype
+
+    def forward(self, z):
+        return self._inner.decode(z.to(self._dtype), return_dict=False)[0]
+
+
+class VaeEncoderTS(_SharedChildren):
+    def __init__(self, vae, dtype):
+        super().__init__(vae, ("encoder", "quant_conv"))
+        self._dtype = dtype
+
+    def forward(self, image):
+        return self._inner.encode(image.to(self._dtype)).latent_dist.mean
+
+
+class TextEncoderTS(nn.Module):
+    """CLIPTextModel (transformers 5: embeddings/encoder/final_layer_norm at top level).
+    Registered as `text_model` so names are the classic 'text_model.encoder.layers.N...'."""
+
+    def __init__(self, te):
+        super().__init__()
+        self.text_model = te
+
+    def forward(self, ids):
+        out = self.text_model(ids, output_hidden_states=True, return_dict=True)
+        return out.hidden_states[-2], out.pooler_output
+
+
+class TextEncoder2TS(nn.Module):
+    """CLIPTextModelWithProjection: names 'text_model.encoder...' and 'text_projection.weight'."""
+
+    def __init__(self, te2):
+        super().__init__()
+        self.text_model = te2.text_model
+        self.text_projection = te2.text_projection
+
+    def forward(self, ids):
+        out = self.text_model(ids, output_hidden_states=True, return_dict=True)
+        return out.hidden_states[-2], self.text_projection(out.pooler_output)
+
+
+class TextEncoder2Eager(nn.Module):
+    """The reference path for encoder 2, exactly as the pipeline calls it."""
+
+    def __init__(self, te2):
+        super().__init__()
+        self.te2 = te2
+
+    def forward(self, ids):
+        out = self.te2(ids, output_hidden_states=True)
+        return out.hidden_states[-2], out[0]
+
+
+class TextEncoderEager(nn.Module):
+    def __init__(self, te):
+        super().__init__()
+        self.te = te
+
+    def forward(self, ids):
+        out = self.te(ids, output_hidden_states=True)
+        return out.hidden_states[-2], out[1]
+
+
+# --- example inputs -------------------------------------------------------------
+def make_ids(batch: int, pad_id: int, gen: torch.Generator, device) -> torch.Tensor:
+    ids = torch.full((batch, 77), pad_id, dtype=torch.int64)
+    for b in range(batch):
+        n = int(torch.randint(0, 76, (1,), generator=gen))
+        ids[b, 0] = 49406
+        if n:
+            ids[b, 1 : 1 + n] = torch.randint(1, 49406, (n,), generator=gen)
+        ids[b, 1 + n] = 49407
+    return ids.to(device)
+
+
+def unet_inputs(batch, width, height, k, ctx_dim, pooled_dim, dtype, device, gen):
+    h, w = height // 8, width // 8
+    lat = torch.randn(batch, 4, h, w, generator=gen).to(device, dtype)
+    t = (torch.rand(batch, generator=gen) * 999).to(device, torch.float32)
+    ctx = torch.randn(batch, 77 * k, ctx_dim, generator=gen).to(device, dtype)
+    emb = torch.randn(batch, pooled_dim, generator=gen).to(device, dtype)
+    tid = torch.tensor([[height, width, 0, 0, height, width]] * batch, dtype=torch.float32).to(device, dtype)
+    return (lat, t, ctx, emb, tid)
+
+
+# --- tracing -----------------------------------------------------------------------
+def trace_module(mod: nn.Module, inputs: tuple, path: Path):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", category=torch.jit.TracerWarning)
+        with torch.no_grad():
+            ts = torch.jit.trace(mod, inputs, check_trace=False, strict=False)
+    msgs = sorted({f"{Path(w.filename).name}:{w.lineno}: {str(w.message).splitlines()[0][:90]}"
+                   for w in caught if issubclass(w.category, torch.jit.TracerWarning)})
+    torch.jit.save(ts, str(path))
+    return msgs
+
+
+def check_names(ts_path: Path, ref: nn.Module, device: str, label: str, prefix: str = "") -> None:
+    """The traced module must carry every parameter (none baked as constants) under the same names."""
+    ts = torch.jit.load(str(ts_path), map_location=device)
+    got = {n: p for n, p in ts.named_parameters()}
+    want = {prefix + n: p for n, p in ref.named_parameters()}
+    if set(got) != set(want):
+        missing = sorted(set(want) - set(got))[:5]
+        extra = sorted(set(got) - set(want))[:5]
+        raise SystemExit(f"{label}: parameter names differ from the eager module (missing {missing}, extra {extra})")
+
+
+# --- checks ------------------------------------------------------------------------------
+class Checker:
+    def __init__(self, dtype: torch.dtype, device: str):
+        self.dtype = dtype
+        self.device = device
+        self.rtol = 1e-4 if dtype == torch.float32 else 2e-2
+        self.results: list[dict] = []
+
+    def _cmp(self, a, b):
+        a = a.float()
+        b = b.float()
+        if a.shape != b.shape:
+            return math.inf, float(b.abs().max()), False
+        finite = bool(torch.isfinite(a).all()) == bool(torch.isfinite(b).all())
+        d = float((a - b).abs().max()) if finite else math.inf
+        scale = float(b.abs().max())
+        return d, scale, finite and d <= self.rtol * max(1.0, scale)
+
+    def run(self, module: str, key: dict, ts, eager, inputs: tuple):
+        with torch.no_grad():
+            t0 = time.perf_counter()
+            out_t = ts(*inputs)
+            t1 = time.perf_counter()
+            out_e = eager(*inputs)
+            t2 = time.perf_counter()
+        if not isinstance(out_t, (tuple, list)):
+            out_t, out_e = (out_t,), (out_e,)
+        worst, ok, scale = 0.0, True, 0.0
+        err = None
+        try:
+            for a, b in zip(out_t, out_e):
+                d, s, good = self._cmp(a, b)
+                worst, scale, ok = max(worst, d), max(scale, s), ok and good
+        except Exception as e:  # noqa: BLE001
+            ok, err = False, str(e)[:200]
+        r = dict(module=module, **key, max_abs_diff=worst, ref_abs_max=scale, ok=ok,
+                 ts_s=round(t1 - t0, 3), eager_s=round(t2 - t1, 3))
+        if err:
+            r["error"] = err
+        self.results.append(r)
+        return out_t
+
+    def run_safe(self, module, key, ts, eager, inputs):
+        try:
+            return self.run(module, key, ts, eager, inputs)
+        except Exception as e:  # noqa: BLE001  (a traced graph that cannot run a shape)
+            self.results.append(dict(module=module, **key, max_abs_diff=math.inf, ok=False, error=str(e).split("\n")[0][:200]))
+            return None
+
+
+def run_checks(level: str, tiny: bool, out: Path, pipe, dtype, vae_dtype, device, dims) -> tuple[Checker, Checker]:
+    t0 = time.time()
+    gen = torch.Generator().manual_seed(1234)
+    chk = Checker(dtype, device)
+    vchk = Checker(vae_dtype, device)
+    h1, h2, pdim = dims["h1"], dims["h2"], dims["pooled"]
+    load = lambda f: torch.jit.load(str(out / f), map_location=device)  # noqa: E731
+
+    # text encoders: trace vs eager, and each row at batch 4 == the same ids at batch 1
+    te_batches = [1, 2, 3, 4] if level == "quick" else list(range(1, 17))
+    for fname, eager, pad in (
+        ("text_encoder.ts", TextEncoderEager(pipe.text_encoder), 49407),
+        ("text_encoder_2.ts", TextEncoder2Eager(pipe.text_encoder_2), 0),
+    ):
+        ts = load(fname)
+        for b in te_batches:
+            chk.run_safe(fname, dict(batch=b), ts, eager, (make_ids(b, pad, gen, device),))
+        ids4 = make_ids(4, pad, gen, device)
+        with torch.no_grad():
+            full = ts(ids4)
+            worst = 0.0
+            for i in range(4):
+                one = ts(ids4[i : i + 1])
+                for a, b in zip(one, full):
+                    worst = max(worst, float((a.float() - b[i : i + 1].float()).abs().max()))
+        chk.results.append(dict(module=fname, batch_consistency="1 vs 4", max_abs_diff=worst,
+                                ok=worst <= chk.rtol * 10))
+
+    # UNet and VAE shapes
+    odd = [(264, 200), (520, 776), (1000, 1032), (1032, 520)]  # multiples of 8 px, not of 32
+    if level == "quick":
+        if tiny:
+            unet_cases = [(1, 256, 256, 1), (2, 512, 384, 2), (3, 264, 200, 1), (2, 520, 776, 2), (1, 1024, 264, 1)]
+            vae_cases = [(1, 256, 256), (2, 264, 200), (1, 512, 384)]
+        else:
+            unet_cases = [(1, 1024, 1024, 1), (2, 832, 1216, 2), (3, 520, 776, 1), (2, 1000, 1032, 2)]
+            vae_cases = [(1, 1024, 1024), (2, 520, 776)]
+    else:
+        # tiny runs on CPU (CI): sweep one dimension with the other small; the batch sweep at
+        # the smallest size. The real sizes are checked on the device the model runs on.
+        fixed = 256 if tiny else 1024
+        sweep = list(range(512, 1536 + 1, 64))
+        unet_cases = [(b, fixed, fixed, 1) for b in list(range(1, 9)) + [16]]
+        unet_cases += [(2, fixed, fixed, k) for k in (1, 2, 3, 4)]
+        unet_cases += [(1, w, fixed, 1) for w in sweep] + [(1, fixed, h, 1) for h in sweep]
+        unet_cases += [(2, w, h, 2) for (w, h) in odd] + [(1, 1536, 1536, 1), (1, 256, 256, 1)]
+        vae_cases = [(b, fixed, fixed) for b in range(1, 9)]
+        vae_cases += [(1, w, fixed) for w in sweep] + [(1, fixed, h) for h in sweep]
+        vae_cases += [(1, w, h) for (w, h) in odd] + [(1, 256, 256)] + ([] if tiny else [(1, 1536, 1536)])
+
+    log(f"  checked text encoders ({time.time() - t0:.1f}s)")
+    ts = load("unet.ts")
+    eager = UNetTS(pipe.unet, dtype)  # the same wrapper, run eagerly
+    for (b, w, h, k) in unet_cases:
+        inp = unet_inputs(b, w, h, k, h1 + h2, pdim, dtype, device, gen)
+        chk.run_safe("unet.ts", dict(batch=b, width=w, height=h, chunks=k), ts, eager, inp)
+    del ts
+    log(f"  checked unet: {len(unet_cases)} shapes ({time.time() - t0:.1f}s)")
+
+    vae = pipe.vae
+    dec_ts, dec_e = load("vae_decoder.ts"), VaeDecoderTS(vae, vae_dtype)
+    enc_ts, enc_e = load("vae_encoder.ts"), VaeEncoderTS(vae, vae_dtype)
+    for (b, w, h) in vae_cases:
+        z = torch.randn(b, 4, h // 8, w // 8, generator=gen).to(device, vae_dtype)
+        vchk.run_safe("vae_decoder.ts", dict(batch=b, width=w, height=h), dec_ts, dec_e, (z,))
+        img = (torch.rand(b, 3, h, w, generator=gen) * 2 - 1).to(device, vae_dtype)
+        vchk.run_safe("vae_encoder.ts", dict(batch=b, width=w, height=h), enc_ts, enc_e, (img,))
+    log(f"  checked vae decoder + encoder: {len(vae_cases)} shapes each ({time.time() - t0:.1f}s)")
+    return chk, vchk
+
+
+def settle_limits(limits: dict, results: list[dict]) -> list[str]:
+    """Narrow limits where a shape failed; return notes."""
+    notes = []
+    bad = [r for r in results if not r["ok"]]
+    if not bad:
+        return notes
+    for r in bad:
+        if r["module"].startswith("text_encoder"):
+            raise SystemExit(f"text encoder check failed: {r}")
+    sized = [r for r in bad if "width" in r]
+    if any(r["width"] % 32 or r["height"] % 32 for r in sized) and not any(
+        r["width"] % 32 == 0 and r["height"] % 32 == 0 for r in sized
+    ):
+        limits["size_multiple"] = 32 if not any(r["width"] % 64 == 0 and r["height"] % 64 == 0 for r in sized) else 64
+        notes.append(f"sizes not multiple of 32 px failed -> size_multiple {limits['size_multiple']}")
+        sized = [r for r in sized if r["width"] % 32 == 0 and r["height"] % 32 == 0]
+    for r in sized:
+        if r.get("batch", 1) > 1 and r["width"] == r["height"]:
+            limits["batch_max"] = min(limits["batch_max"], max(1, (r["batch"] - 1) // (2 if r["module"] == "unet.ts" else 1)))
+            notes.append(f"{r['module']} failed at batch {r['batch']} -> batch_max {limits['batch_max']}")
+        else:
+            for dim in ("width", "height"):
+                if r[dim] > 1024:
+                    limits[f"{dim}_max"] = min(limits[f"{dim}_max"], r[dim] - limits["size_multiple"])
+                elif r[dim] < 1024:
+                    limits[f"{dim}_min"] = max(limits[f"{dim}_min"], r[dim] + limits["size_multiple"])
+            notes.append(f"{r['module']} failed at {r['width']}x{r['height']}: {r.get('error', 'diff too large')}")
+    return notes
+
+
+def summarize_checks(results: list[dict]) -> dict:
+    per = {}
+    for r in results:
+        m = r["module"] + (" (batch consistency)" if "batch_consistency" in r else "")
+        s = per.setdefault(m, dict(cases=0, failed=0, max_abs_diff=0.0))
+        s["cases"] += 1
+        s["failed"] += 0 if r["ok"] else 1
+        s["max_abs_diff"] = max(s["max_abs_diff"], r["max_abs_diff"])
+    return per
+
+
+# --- main -------------------------------------------------------------------------------
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--tiny", action="store_true")
+    src.add_argument("--random-full", action="store_true")
+    src.add_argument("--from", dest="from_dir", metavar="DIR")
+    ap.add_argument("--dtype", choices=sorted(DTYPES))
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--save-diffusers", metavar="DIR")
+    ap.add_argument("--check", choices=["none", "quick", "full"], default="quick")
+    ap.add_argument("--force", action="store_true")
+    ap.add_argument("--json-report", metavar="FILE", help="write every check result here")
+    a = ap.parse_args()
+
+    t_start = time.time()
+    kind = "tiny" if a.tiny else "random-full" if a.random_full else "from"
+    dtype_name = a.dtype or ("fp32" if kind == "tiny" else "fp16")
+    dtype = DTYPES[dtype_name]
+    device = a.device
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: CUDA is not available")
+    out = Path(a.out).resolve()
+    if out.exists() and not a.force:
+        raise SystemExit(f"{out} exists (use --force to overwrite)")
+    if a.save_diffusers and Path(a.save_diffusers).exists() and not a.force:
+        raise SystemExit(f"{a.save_diffusers} exists (use --force to overwrite)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        rc = export(a, kind, dtype_name, dtype, device, out, tmp, t_start)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return rc
+
+
+def export(a, kind, dtype_name, dtype, device, out: Path, tmp: Path, t_start: float) -> int:
+    torch.set_grad_enabled(False)
+    log(f"export {kind}: dtype {dtype_name}, device {device}, torch {torch.__version__} -> {out}")
+    if kind == "from":
+        from diffusers import StableDiffusionXLPipeline
+
+        src_dir = Path(a.from_dir).resolve()
+        pipe = StableDiffusionXLPipeline.from_pretrained(str(src_dir), dtype=dtype, local_files_only=True)
+        pipe.to(device)
+        for m in (pipe.text_encoder, pipe.text_encoder_2, pipe.unet, pipe.vae):
+            m.eval().requires_grad_(False)
+        for sub, tok in (("tokenizer", pipe.tokenizer), ("tokenizer_2", pipe.tokenizer_2)):
+            write_clip_tokenizer(tmp / sub, tok.pad_token)
+            for f in ("vocab.json", "merges.txt"):
+                if (src_dir / sub / f).is_file():
+                    shutil.copyfile(src_dir / sub / f, tmp / sub / f)
+                else:
+                    log(f"  warning: {src_dir / sub / f} missing; using open-clip's {f}")
+        name, source, seed = src_dir.name, f"from:{src_dir}", None
+    else:
+        pipe = build_random_pipeline(kind, device, dtype, a.seed, tmp)
+        name, source, seed = f"sdxl-{kind}", kind, a.seed
+    t_built = time.time()
+
+    te1, te2, unet, vae = pipe.text_encoder, pipe.text_encoder_2, pipe.unet, pipe.vae
+    h1, h2 = te1.config.hidden_size, te2.config.hidden_size
+    pdim = te2.config.projection_dim
+    assert unet.config.cross_attention_dim == h1 + h2, (unet.config.cross_attention_dim, h1, h2)
+    ctx_dim = h1 + h2
+    pad1, pad2 = pipe.tokenizer.pad_token, pipe.tokenizer_2.pad_token
+    pad2_id = pipe.tokenizer_2.convert_tokens_to_ids(pad2)
+    pad1_id = pipe.tokenizer.convert_tokens_to_ids(pad1)
+    vae_dtype = torch.float32 if (dtype == torch.float16 and vae.config.force_upcast) else dtype
+    vae_dtype_name = {v: k for k, v in DTYPES.items()}[vae_dtype]
+    scaling = float(vae.config.scaling_factor)
+    vae_down = 2 ** (len(vae.config.block_out_channels) - 1)
+    n_up = len(unet.config.block_out_channels) - 1  # num_upsamplers
+    if a.save_diffusers:
+        sd = Path(a.save_diffusers).resolve()
+        if sd.exists():
+            shutil.rmtree(sd)
+        pipe.save_pretrained(str(sd), safe_serialization=True)
+        log(f"  saved diffusers pipeline -> {sd}")
+
+    gen = torch.Generator().manual_seed(99)
+    timings = {}
+    warns = {}
+    # text encoders
+    t0 = time.time()
+    ids = make_ids(2, pad1_id, gen, device)
+    warns["text_encoder.ts"] = trace_module(TextEncoderTS(te1), (ids,), tmp / "text_encoder.ts")
+    check_names(tmp / "text_encoder.ts", te1, device, "text_encoder", "text_model.")
+    ids = make_ids(2, pad2_id, gen, device)
+    warns["text_encoder_2.ts"] = trace_module(TextEncoder2TS(te2), (ids,), tmp / "text_encoder_2.ts")
+    check_names(tmp / "text_encoder_2.ts", te2, device, "text_encoder_2")
+    timings["trace_text"] = time.time() - t0
+
+    # UNet: trace at a latent size that is not a multiple of 2**n_up (forward_upsample_size path)
+    t0 = time.time()
+    lat_w, lat_h = 4 * 3 + 1, 4 * 2 + 3  # 13 x 11 latent = 104 x 88 px
+    assert lat_w % (2**n_up) and lat_h % (2**n_up)
+    inp = unet_inputs(2, lat_w * 8, lat_h * 8, 1, ctx_dim, pdim, dtype, device, gen)
+    warns["unet.ts"] = trace_module(UNetTS(unet, dtype), inp, tmp / "unet.ts")
+    check_names(tmp / "unet.ts", unet, device, "unet")
+    timings["trace_unet"] = time.time() - t0
+
+    # VAE (upcast to fp32 for fp16 + force_upcast, as the pipeline does)
+    t0 = time.time()
+    vae_orig_dtype = vae.dtype
+    if vae_dtype != vae_orig_dtype:
+        vae.to(vae_dtype)
+    z = torch.randn(1, 4, lat_h, lat_w, generator=gen).to(device, vae_dtype)
+    warns["vae_decoder.ts"] = trace_module(VaeDecoderTS(vae, vae_dtype), (z,), tmp / "vae_decoder.ts")
+    img = (torch.rand(1, 3, lat_h * vae_down, lat_w * vae_down, generator=gen) * 2 - 1).to(device, vae_dtype)
+    warns["vae_encoder.ts"] = trace_module(VaeEncoderTS(vae, vae_dtype), (img,), tmp / "vae_encoder.ts")
+    check_names(tmp / "vae_decoder.ts", VaeDecoderTS(vae, vae_dtype), device, "vae_decoder")
+    check_names(tmp / "vae_encoder.ts", VaeEncoderTS(vae, vae_dtype), device, "vae_encoder")
+    timings["trace_vae"] = time.time() - t0
+
+    for f, msgs in warns.items():
+        if msgs:
+            log(f"  {f}: {len(msgs)} distinct tracer warning(s): " + " | ".join(m.split(": Converting")[0] for m in msgs))
+
+    # limits
+    tiny = kind == "tiny"
+    limits = {
+        "batch_max": 8,
+        "width_min": 256 if tiny else 512, "width_max": 1536,
+        "height_min": 256 if tiny else 512, "height_max": 1536,
+        "size_multiple": 8,
+        "context_chunks_max": 4,
+    }
+    check_summary = None
+    notes: list[str] = []
+    if a.check != "none":
+        t0 = time.time()
+        chk, vchk = run_checks(a.check, tiny, tmp, pipe, dtype, vae_dtype, device, dict(h1=h1, h2=h2, pooled=pdim))
+        results = chk.results + vchk.results
+        timings[f"check_{a.check}"] = time.time() - t0
+        check_summary = summarize_checks(results)
+        for m, s in check_summary.items():
+            log(f"  check {a.check:5s} {m:40s} cases {s['cases']:3d}  failed {s['failed']:2d}  max|diff| {s['max_abs_diff']:.3g}")
+        notes = settle_limits(limits, results)
+        for n in notes:
+            log(f"  LIMIT NARROWED: {n}")
+        if a.json_report:
+            Path(a.json_report).write_text(json.dumps(dict(results=results, summary=check_summary, notes=notes), indent=1))
+    if vae_dtype != vae_orig_dtype:
+        vae.to(vae_orig_dtype)
+
+    # tokenizers (random sources wrote them already)
+    sc = pipe.scheduler.config
+    files = {}
+    for p in sorted(tmp.rglob("*")):
+        if p.is_file():
+            files[p.relative_to(tmp).as_posix()] = {"bytes": p.stat().st_size}
+    meta = {
+        "format_version": 1,
+        "name": name,
+        "source": source,
+        "architecture": "sdxl-base",
+        "dtype": dtype_name,
+        "vae_dtype": vae_dtype_name,
+        "export_device": device,
+        "torch_version": torch.__version__,
+        "seed": seed,
+        "vae_scaling_factor": scaling,
+        "vae_downsample": vae_down,
+        "latent_channels": int(unet.config.in_channels),
+        "text_encoders": [
+            {"file": "text_encoder.ts", "tokenizer": "tokenizer", "pad_token": pad1, "hidden_dim": h1},
+            {"file": "text_encoder_2.ts", "tokenizer": "tokenizer_2", "pad_token": pad2, "hidden_dim": h2,
+             "pooled_dim": pdim},
+        ],
+        "unet": {"file": "unet.ts", "in_channels": int(unet.config.in_channels), "context_dim": ctx_dim,
+                 "pooled_dim": pdim, "time_ids_dim": 6, "parameters": count_params(unet)},
+        "vae_decoder": {"file": "vae_decoder.ts"},
+        "vae_encoder": {"file": "vae_encoder.ts"},
+        "scheduler": {k: sc[k] for k in ("num_train_timesteps", "beta_start", "beta_end", "beta_schedule",
+                                          "timestep_spacing", "steps_offset", "prediction_type")},
+        "defaults": ({"width": 256, "height": 256, "steps": 8, "cfg": 5.0} if tiny
+                     else {"width": 1024, "height": 1024, "steps": 28, "cfg": 7.0}),
+        "limits": limits,
+        "files": files,
+    }
+    if check_summary is not None:
+        meta["check"] = {"level": a.check, "modules": check_summary, "notes": notes}
+    (tmp / "model.json").write_text(json.dumps(meta, indent=1) + "\n")
+
+    # atomic replace
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        out.rename(old)
+        tmp.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        tmp.rename(out)
+
+    total = time.time() - t_start
+    log("summary:")
+    log(f"  params: text_encoder {count_params(te1) / 1e6:,.3f} M, text_encoder_2 {count_params(te2) / 1e6:,.3f} M, "
+        f"unet {count_params(unet) / 1e6:,.3f} M, vae {count_params(vae) / 1e6:,.3f} M")
+    for f, info in files.items():
+        log(f"  {f:28s} {info['bytes'] / 2**20:10.2f} MiB")
+    log(f"  build {t_built - t_start:.1f}s, " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items())
+        + f", total {total:.1f}s")
+    log(f"  wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""diffusers reference image for parity tests (see DESIGN.md, "Correctness reference").
+
+Runs StableDiffusionXLPipeline once, with the noise drawn on the CPU
+(torch.Generator("cpu").manual_seed(seed)), and saves
+  --out-png      the pipeline's normal PIL output (exactly what output_type="pil" returns)
+  --out-latents  the final latents before the VAE (what output_type="latent" would return), float32 .npy
+The latents are captured with callback_on_step_end at the last step, inside the
+same run, so both files come from one denoising loop.
+
+An empty (or absent) --negative is passed as negative_prompt=None, so the
+pipeline's force_zeros_for_empty_prompt gives zero negative embeddings.
+(diffusers encodes negative_prompt="" as text; only None is zeroed.)
+
+    python scripts/reference_sdxl.py --diffusers DIR --prompt "a cat" --seed 42 \
+        --steps 8 --cfg 5 --width 256 --height 256 --out-png ref.png --out-latents ref.npy
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--diffusers", required=True, help="a diffusers SDXL directory (export_sdxl.py --save-diffusers)")
+    ap.add_argument("--prompt", required=True)
+    ap.add_argument("--negative", default="")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--steps", type=int, default=28)
+    ap.add_argument("--cfg", type=float, default=7.0)
+    ap.add_argument("--width", type=int, default=1024)
+    ap.add_argument("--height", type=int, default=1024)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
+    ap.add_argument("--out-png", required=True)
+    ap.add_argument("--out-latents")
+    ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
+    a = ap.parse_args()
+
+    from diffusers import StableDiffusionXLPipeline
+
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    t0 = time.time()
+    pipe = StableDiffusionXLPipeline.from_pretrained(
+        a.diffusers, dtype=DTYPES[a.dtype], local_files_only=True, add_watermarker=False
+    )
+    pipe.to(a.device)
+    pipe.set_progress_bar_config(disable=True)
+    t_load = time.time() - t0
+
+    captured: dict[str, torch.Tensor] = {}
+
+    def on_step_end(p, i, t, kwargs):
+        if i == p.num_timesteps - 1:
+            captured["latents"] = kwargs["latents"].detach().clone()
+        return kwargs
+
+    t0 = time.time()
+    with torch.inference_mode():
+        out = pipe(
+            prompt=a.prompt,
+            negative_prompt=a.negative if a.negative else None,
+            num_inference_steps=a.steps,
+            guidance_scale=a.cfg,
+            width=a.width,
+            height=a.height,
+            generator=torch.Generator("cpu").manual_seed(a.seed),
+            output_type="pil",
+            callback_on_step_end=on_step_end,
+            callback_on_step_end_tensor_inputs=["latents"],
+        )
+    t_run = time.time() - t0
+    if "latents" not in captured:
+        print("error: the last step's latents were not captured", file=sys.stderr)
+        return 1
+    img = out.images[0]
+    Path(a.out_png).parent.mkdir(parents=True, exist_ok=True)
+    img.save(a.out_png)
+    lat = captured["latents"].float().cpu().numpy().astype(np.float32)
+    if a.out_latents:
+        Path(a.out_latents).parent.mkdir(parents=True, exist_ok=True)
+        np.save(a.out_latents, lat)
+    print(json.dumps({
+        "png": a.out_png, "latents": a.out_latents, "latents_shape": list(lat.shape),
+        "latents_abs_max": float(np.abs(lat).max()), "image_size": list(img.size),
+        "load_s": round(t_load, 2), "run_s": round(t_run, 2),
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

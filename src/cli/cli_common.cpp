@@ -1,0 +1,40 @@
+#include "cli/cli_common.h"
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+
+namespace sdxl::cli {
+
+void add_model_options(CLI::App& cmd, ModelOptions& o, bool model_required) {
+  auto* m = cmd.add_option("--model", o.model_dir, "Model directory written by scripts/export_sdxl.py");
+  if (model_required) m->required();
+  cmd.add_option("--device", o.runtime.device, "cpu, cuda or cuda:N")->default_val("cpu");
+  cmd.add_option("--dtype", o.runtime.dtype, "Compute dtype (default: the model's)")
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
+  cmd.add_option("--threads", o.runtime.threads, "CPU threads for torch (0 = torch's default)")
+      ->check(CLI::Range(0, 1024));
+}
+
+void add_log_options(CLI::App& app, std::string& level) {
+  app.add_option("--log-level", level, "trace, debug, info, warn, error, off")
+      ->default_val("info")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+}
+
+void apply_log_level(const std::string& level) {
+  // Logs go to stderr so stdout stays for machine-readable output.
+  auto logger = spdlog::stderr_color_mt("sdxl");
+  spdlog::set_default_logger(logger);
+  spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v");
+  spdlog::set_level(spdlog::level::from_str(level));
+}
+
+std::string format_bytes(std::uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
+}  // namespace sdxl::cli

@@ -1,0 +1,77 @@
+// `sdxl-batch generate`: one prompt -> one PNG.
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "cli/cli_common.h"
+#include "cli/commands.h"
+#include "sdxl/atomic_file.h"
+#include "sdxl/error.h"
+#include "sdxl/npy.h"
+#include "sdxl/png_writer.h"
+
+namespace sdxl::cli {
+
+struct GenerateArgs {
+  ModelOptions model;
+  std::string prompt, negative, out, save_latents, timings_json;
+  std::int64_t seed = -1;
+  int steps = 0, width = 0, height = 0;
+  double cfg = -1;
+};
+
+CLI::App* add_generate(CLI::App& app, std::shared_ptr<GenerateArgs>& args) {
+  args = std::make_shared<GenerateArgs>();
+  auto* cmd = app.add_subcommand("generate", "Generate one image from a prompt");
+  add_model_options(*cmd, args->model, /*model_required=*/true);
+  cmd->add_option("--prompt,-p", args->prompt, "Prompt text")->required();
+  cmd->add_option("--negative,-n", args->negative, "Negative prompt (empty: SDXL's zero negative conditioning)");
+  cmd->add_option("--seed", args->seed, "Noise seed; -1 draws a random one (recorded in the PNG)")
+      ->check(CLI::Range(std::int64_t{-1}, std::int64_t{1} << 53));
+  cmd->add_option("--steps", args->steps, "Sampling steps (default: the model's)")->check(CLI::Range(1, 1000));
+  cmd->add_option("--cfg", args->cfg, "Classifier-free guidance scale (default: the model's)")->check(CLI::Range(0.0, 100.0));
+  cmd->add_option("--width", args->width, "Width in pixels (default: the model's)")->check(CLI::Range(8, 16384));
+  cmd->add_option("--height", args->height, "Height in pixels (default: the model's)")->check(CLI::Range(8, 16384));
+  cmd->add_option("--out,-o", args->out, "Output PNG (default: sdxl-<seed>.png)");
+  cmd->add_option("--save-latents", args->save_latents, "Also write the final latents as float32 .npy (parity checks)");
+  cmd->add_option("--timings-json", args->timings_json, "Write stage timings and peak memory as JSON to this file");
+  return cmd;
+}
+
+int run_generate(const GenerateArgs& a) {
+  using Clock = std::chrono::steady_clock;
+  Generator gen(a.model.model_dir, a.model.runtime);
+  const ModelConfig& mc = gen.model();
+  GenerationParams p;
+  p.prompt = a.prompt;
+  p.negative_prompt = a.negative;
+  p.seed = a.seed < 0 ? random_seed() : a.seed;
+  p.steps = a.steps > 0 ? a.steps : mc.defaults.steps;
+  p.cfg = a.cfg >= 0 ? a.cfg : mc.defaults.cfg;
+  p.width = a.width > 0 ? a.width : mc.defaults.width;
+  p.height = a.height > 0 ? a.height : mc.defaults.height;
+  const std::string out = a.out.empty() ? "sdxl-" + std::to_string(p.seed) + ".png" : a.out;
+
+  const auto t0 = Clock::now();
+  GeneratedImage img = gen.generate(p);
+  const auto t1 = Clock::now();
+  write_png(out, img.width, img.height, 3, img.rgb.data(), {{"parameters", a1111_parameters(p, mc.name)}});
+  const double write_s = std::chrono::duration<double>(Clock::now() - t1).count();
+  const double total_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (!a.save_latents.empty()) write_npy_f32(a.save_latents, img.latent_shape, img.latents);
+
+  spdlog::info("wrote {} ({}x{}, seed {}, {} steps) in {:.2f} s: text {:.3f} s, sample {:.3f} s, decode {:.3f} s, write {:.3f} s; peak memory {}",
+               out, p.width, p.height, p.seed, p.steps, total_s, img.seconds.text, img.seconds.sample,
+               img.seconds.decode, write_s, format_bytes(gen.peak_memory_bytes()));
+  if (!a.timings_json.empty()) {
+    nlohmann::json j = {{"device", gen.device_name()}, {"model", mc.name}, {"width", p.width}, {"height", p.height},
+                        {"steps", p.steps}, {"load_s", gen.load_seconds()}, {"text_s", img.seconds.text},
+                        {"sample_s", img.seconds.sample}, {"decode_s", img.seconds.decode}, {"write_s", write_s},
+                        {"total_s", total_s}, {"peak_bytes", gen.peak_memory_bytes()}};
+    write_file_atomic(a.timings_json, j.dump(2) + "\n");
+  }
+  return 0;
+}
+
+}  // namespace sdxl::cli

@@ -1,0 +1,23 @@
+// The subcommands. Each add_* registers its flags on the app and returns the
+// subcommand; each run_* does the work and returns the process exit code.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+
+namespace sdxl::cli {
+
+struct GenerateArgs;
+struct RunArgs;
+struct TokensArgs;
+
+CLI::App* add_generate(CLI::App& app, std::shared_ptr<GenerateArgs>& args);
+int run_generate(const GenerateArgs& args);
+
+CLI::App* add_run(CLI::App& app, std::shared_ptr<RunArgs>& args);
+int run_run(const RunArgs& args);
+
+CLI::App* add_tokens(CLI::App& app, std::shared_ptr<TokensArgs>& args);
+int run_tokens(const TokensArgs& args);
+
+}  // namespace sdxl::cli

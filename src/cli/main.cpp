@@ -1,0 +1,53 @@
+// sdxl-batch: parse the command line, call the core, map errors to exit codes.
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "cli/cli_common.h"
+#include "cli/commands.h"
+#include "sdxl/error.h"
+#include "sdxl/generation_params.h"
+
+int main(int argc, char** argv) {
+  using sdxl::ExitCode;
+  CLI::App app{"sdxl-batch: turn a JSON batch of scenes into SDXL images on NVIDIA GPUs (or the CPU)", "sdxl-batch"};
+  app.set_version_flag("--version", std::string(sdxl::kProgramName) + " " + sdxl::kProgramVersion);
+  app.require_subcommand(1);
+  std::string log_level;
+  sdxl::cli::add_log_options(app, log_level);
+
+  std::shared_ptr<sdxl::cli::GenerateArgs> gen;
+  std::shared_ptr<sdxl::cli::RunArgs> run;
+  std::shared_ptr<sdxl::cli::TokensArgs> tokens;
+  CLI::App* gen_cmd = sdxl::cli::add_generate(app, gen);
+  CLI::App* run_cmd = sdxl::cli::add_run(app, run);
+  CLI::App* tok_cmd = sdxl::cli::add_tokens(app, tokens);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);  // prints the message naming the flag or value
+    return static_cast<int>(ExitCode::kUsage);
+  }
+
+  sdxl::cli::apply_log_level(log_level);
+  try {
+    if (*gen_cmd) return sdxl::cli::run_generate(*gen);
+    if (*run_cmd) return sdxl::cli::run_run(*run);
+    if (*tok_cmd) return sdxl::cli::run_tokens(*tokens);
+  } catch (const sdxl::Error& e) {
+    spdlog::error("{}", e.what());
+    return static_cast<int>(e.code());
+  } catch (const std::exception& e) {
+    spdlog::error("unexpected error: {}", e.what());
+    return static_cast<int>(ExitCode::kFatal);
+  }
+  return static_cast<int>(ExitCode::kUsage);
+}

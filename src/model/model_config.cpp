@@ -1,0 +1,220 @@
+#include "sdxl/model_config.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "sdxl/error.h"
+
+namespace sdxl {
+namespace {
+
+using nlohmann::json;
+
+// Reads fields of one JSON object and names the file + pointer in every error.
+class Reader {
+ public:
+  Reader(const json& j, std::string origin, std::string pointer)
+      : j_(j), origin_(std::move(origin)), pointer_(std::move(pointer)) {
+    if (!j_.is_object()) fail(pointer_.empty() ? "/" : pointer_, "must be a JSON object");
+  }
+
+  [[noreturn]] void fail(const std::string& pointer, const std::string& msg) const {
+    throw ModelError(origin_ + ": " + pointer + " " + msg +
+                     " (re-export the model with scripts/export_sdxl.py)");
+  }
+  std::string at(const std::string& key) const { return pointer_ + "/" + key; }
+  bool has(const std::string& key) const { return j_.contains(key) && !j_.at(key).is_null(); }
+
+  const json& raw(const std::string& key) const {
+    if (!has(key)) fail(at(key), "is missing");
+    return j_.at(key);
+  }
+  std::string str(const std::string& key) const {
+    const json& v = raw(key);
+    if (!v.is_string()) fail(at(key), "must be a string");
+    return v.get<std::string>();
+  }
+  std::string str_or(const std::string& key, const std::string& dflt) const { return has(key) ? str(key) : dflt; }
+  int integer(const std::string& key, int lo, int hi) const {
+    const json& v = raw(key);
+    if (!v.is_number_integer()) fail(at(key), "must be an integer");
+    auto x = v.get<long long>();
+    if (x < lo || x > hi) fail(at(key), "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + std::to_string(x));
+    return static_cast<int>(x);
+  }
+  int integer_or(const std::string& key, int lo, int hi, int dflt) const { return has(key) ? integer(key, lo, hi) : dflt; }
+  double number(const std::string& key, double lo, double hi) const {
+    const json& v = raw(key);
+    if (!v.is_number()) fail(at(key), "must be a number");
+    double x = v.get<double>();
+    if (!(x >= lo && x <= hi)) fail(at(key), "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return x;
+  }
+  std::string one_of(const std::string& key, std::initializer_list<const char*> allowed) const {
+    std::string v = str(key);
+    std::string list;
+    for (const char* a : allowed) {
+      if (v == a) return v;
+      list += std::string(list.empty() ? "" : ", ") + a;
+    }
+    fail(at(key), "is '" + v + "', expected one of: " + list);
+  }
+  Reader child(const std::string& key) const { return Reader(raw(key), origin_, at(key)); }
+
+ private:
+  const json& j_;
+  std::string origin_;
+  std::string pointer_;
+};
+
+}  // namespace
+
+ModelConfig parse_model_config(const std::string& json_text, const std::filesystem::path& dir,
+                               const std::string& origin, bool check_files) {
+  json j;
+  try {
+    j = json::parse(json_text);
+  } catch (const json::parse_error& e) {
+    throw ModelError(origin + ": not valid JSON: " + e.what());
+  }
+  Reader r(j, origin, "");
+  ModelConfig c;
+  c.dir = dir;
+  c.format_version = r.integer("format_version", 1, 1000);
+  if (c.format_version != kModelFormatVersion)
+    r.fail("/format_version", "is " + std::to_string(c.format_version) + ", this sdxl-batch reads version " +
+                                  std::to_string(kModelFormatVersion));
+  c.name = r.str("name");
+  c.source = r.str_or("source", "");
+  c.architecture = r.one_of("architecture", {"sdxl-base"});
+  c.dtype = r.one_of("dtype", {"fp32", "fp16", "bf16"});
+  c.vae_dtype = r.has("vae_dtype") ? r.one_of("vae_dtype", {"fp32", "fp16", "bf16"}) : c.dtype;
+  c.export_device = r.one_of("export_device", {"cpu", "cuda"});
+  c.torch_version = r.str_or("torch_version", "");
+  c.vae_scaling_factor = r.number("vae_scaling_factor", 1e-6, 1e6);
+  c.vae_downsample = r.integer("vae_downsample", 1, 64);
+  c.latent_channels = r.integer("latent_channels", 1, 64);
+
+  const json& tes = r.raw("text_encoders");
+  if (!tes.is_array() || tes.size() != 2) r.fail("/text_encoders", "must be an array of the two SDXL text encoders");
+  for (size_t i = 0; i < tes.size(); ++i) {
+    Reader t(tes[i], origin, "/text_encoders/" + std::to_string(i));
+    TextEncoderConfig te;
+    te.file = t.str("file");
+    te.tokenizer = t.str("tokenizer");
+    te.pad_token = t.str("pad_token");
+    te.hidden_dim = t.integer("hidden_dim", 1, 1 << 16);
+    te.pooled_dim = t.integer_or("pooled_dim", 0, 1 << 16, 0);
+    c.text_encoders.push_back(te);
+  }
+  if (c.text_encoders[1].pooled_dim <= 0) r.fail("/text_encoders/1/pooled_dim", "is missing (SDXL pools encoder 2)");
+
+  Reader u = r.child("unet");
+  c.unet_file = u.str("file");
+  c.unet_context_dim = u.integer("context_dim", 1, 1 << 16);
+  c.unet_pooled_dim = u.integer("pooled_dim", 1, 1 << 16);
+  c.unet_time_ids_dim = u.integer_or("time_ids_dim", 1, 64, 6);
+  if (c.unet_context_dim != c.text_encoders[0].hidden_dim + c.text_encoders[1].hidden_dim)
+    r.fail("/unet/context_dim", "must equal the sum of the text encoders' hidden_dim");
+  if (c.unet_pooled_dim != c.text_encoders[1].pooled_dim)
+    r.fail("/unet/pooled_dim", "must equal /text_encoders/1/pooled_dim");
+  c.vae_decoder_file = r.child("vae_decoder").str("file");
+  if (r.has("vae_encoder")) c.vae_encoder_file = r.child("vae_encoder").str("file");
+
+  Reader s = r.child("scheduler");
+  c.scheduler.num_train_timesteps = s.integer("num_train_timesteps", 1, 100000);
+  c.scheduler.beta_start = s.number("beta_start", 0.0, 1.0);
+  c.scheduler.beta_end = s.number("beta_end", 0.0, 1.0);
+  c.scheduler.beta_schedule = s.one_of("beta_schedule", {"scaled_linear", "linear"});
+  c.scheduler.timestep_spacing = s.one_of("timestep_spacing", {"leading", "trailing", "linspace"});
+  c.scheduler.steps_offset = s.integer_or("steps_offset", 0, 1000, 0);
+  c.scheduler.prediction_type = s.one_of("prediction_type", {"epsilon"});
+
+  if (r.has("defaults")) {
+    Reader d = r.child("defaults");
+    c.defaults.width = d.integer_or("width", 8, 16384, c.defaults.width);
+    c.defaults.height = d.integer_or("height", 8, 16384, c.defaults.height);
+    c.defaults.steps = d.integer_or("steps", 1, 1000, c.defaults.steps);
+    if (d.has("cfg")) c.defaults.cfg = d.number("cfg", 0.0, 100.0);
+  }
+  if (r.has("limits")) {
+    Reader l = r.child("limits");
+    ModelLimits& m = c.limits;
+    m.batch_max = l.integer_or("batch_max", 1, 4096, m.batch_max);
+    m.width_min = l.integer_or("width_min", 8, 65536, m.width_min);
+    m.width_max = l.integer_or("width_max", 8, 65536, m.width_max);
+    m.height_min = l.integer_or("height_min", 8, 65536, m.height_min);
+    m.height_max = l.integer_or("height_max", 8, 65536, m.height_max);
+    m.size_multiple = l.integer_or("size_multiple", 1, 4096, m.size_multiple);
+    m.context_chunks_max = l.integer_or("context_chunks_max", 1, 64, m.context_chunks_max);
+    if (m.width_min > m.width_max) l.fail("/limits/width_min", "is larger than width_max");
+    if (m.height_min > m.height_max) l.fail("/limits/height_min", "is larger than height_max");
+  }
+
+  if (r.has("files")) {
+    const json& files = r.raw("files");
+    if (!files.is_object()) r.fail("/files", "must be an object of file -> {bytes}");
+    for (const auto& [name, info] : files.items()) {
+      Reader f(info, origin, "/files/" + name);
+      const json& b = f.raw("bytes");
+      if (!b.is_number_unsigned() && !b.is_number_integer()) f.fail(f.at("bytes"), "must be an integer");
+      c.file_bytes[name] = b.get<std::uint64_t>();
+    }
+  }
+
+  if (check_files) {
+    auto need = [&](const std::string& rel, const std::string& pointer) {
+      const auto p = dir / rel;
+      std::error_code ec;
+      if (!std::filesystem::is_regular_file(p, ec))
+        throw ModelError(origin + ": " + pointer + " names '" + p.string() + "', which does not exist");
+      auto it = c.file_bytes.find(rel);
+      if (it != c.file_bytes.end()) {
+        auto size = std::filesystem::file_size(p, ec);
+        if (!ec && size != it->second)
+          throw ModelError("'" + p.string() + "' has " + std::to_string(size) + " bytes, model.json records " +
+                           std::to_string(it->second) + ": the file is truncated or from another export");
+      }
+    };
+    need(c.text_encoders[0].file, "/text_encoders/0/file");
+    need(c.text_encoders[1].file, "/text_encoders/1/file");
+    need(c.unet_file, "/unet/file");
+    need(c.vae_decoder_file, "/vae_decoder/file");
+    for (int i = 0; i < 2; ++i) {
+      for (const char* f : {"vocab.json", "merges.txt"})
+        need(c.text_encoders[i].tokenizer + "/" + f, "/text_encoders/" + std::to_string(i) + "/tokenizer");
+    }
+  }
+  return c;
+}
+
+ModelConfig load_model_config(const std::filesystem::path& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec))
+    throw ModelError("model directory '" + dir.string() + "' does not exist (make one with scripts/export_sdxl.py)");
+  const auto path = dir / "model.json";
+  std::ifstream in(path);
+  if (!in)
+    throw ModelError("'" + path.string() + "' not found: '" + dir.string() +
+                     "' is not an sdxl-batch model directory (make one with scripts/export_sdxl.py)");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_model_config(ss.str(), dir, path.string(), /*check_files=*/true);
+}
+
+void check_generation_size(const ModelConfig& cfg, int width, int height, int batch) {
+  const ModelLimits& l = cfg.limits;
+  auto check = [&](const char* what, int v, int lo, int hi) {
+    if (v < lo || v > hi || v % l.size_multiple != 0)
+      throw UsageError(std::string(what) + " " + std::to_string(v) + " is outside what model '" + cfg.name +
+                       "' supports: " + std::to_string(lo) + ".." + std::to_string(hi) + " in multiples of " +
+                       std::to_string(l.size_multiple) + " (model.json /limits)");
+  };
+  check("width", width, l.width_min, l.width_max);
+  check("height", height, l.height_min, l.height_max);
+  if (batch < 1 || batch > l.batch_max)
+    throw UsageError("batch " + std::to_string(batch) + " exceeds the model's batch_max " + std::to_string(l.batch_max));
+}
+
+}  // namespace sdxl

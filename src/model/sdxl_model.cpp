@@ -1,0 +1,68 @@
+#include "model/sdxl_model.h"
+
+#include <spdlog/spdlog.h>
+
+#include "runtime/device.h"
+#include "sdxl/error.h"
+
+namespace sdxl {
+namespace {
+
+torch::jit::Module load_module(const ModelConfig& cfg, const std::string& rel, const torch::Device& device,
+                               torch::Dtype dtype, bool cast) {
+  const auto path = cfg.path_of(rel);
+  torch::jit::Module m;
+  try {
+    m = torch::jit::load(path.string(), device);
+  } catch (const c10::Error& e) {
+    throw ModelError("cannot load TorchScript module '" + path.string() + "': " + e.what_without_backtrace() +
+                     " (was it exported with scripts/export_sdxl.py and torch " + cfg.torch_version + "?)");
+  }
+  m.eval();
+  if (cast) m.to(dtype);
+  return m;
+}
+
+}  // namespace
+
+std::unique_ptr<SdxlModel> SdxlModel::load(const ModelConfig& config, const torch::Device& device,
+                                           const std::string& dtype_override) {
+  auto m = std::make_unique<SdxlModel>();
+  m->config = config;
+  m->device = device;
+  const torch::Dtype exported = parse_dtype(config.dtype);
+  m->dtype = dtype_override.empty() ? exported : parse_dtype(dtype_override);
+  const bool cast = m->dtype != exported;
+  m->vae_dtype = parse_dtype(config.vae_dtype);
+  // fp16 VAE decode overflows on SDXL; an fp16 request keeps the exported (upcast) VAE.
+  const bool cast_vae = cast && m->dtype != torch::kFloat16;
+  if (cast_vae) m->vae_dtype = m->dtype;
+  if (device.is_cuda() && config.export_device == "cpu")
+    spdlog::warn("model '{}' was exported on the CPU; traced modules may hold CPU constants. "
+                 "If generation fails, re-export with scripts/export_sdxl.py --device cuda",
+                 config.name);
+  if (device.is_cpu() && m->dtype == torch::kFloat16)
+    spdlog::warn("fp16 on the CPU is slow and not all operators support it; use --dtype fp32 there");
+
+  m->tokenizer = std::make_unique<ClipTokenizer>(
+      ClipTokenizer::from_dir(config.path_of(config.text_encoders[0].tokenizer), config.text_encoders[0].pad_token));
+  m->tokenizer_2 = std::make_unique<ClipTokenizer>(
+      ClipTokenizer::from_dir(config.path_of(config.text_encoders[1].tokenizer), config.text_encoders[1].pad_token));
+  m->text_encoder = load_module(config, config.text_encoders[0].file, device, m->dtype, cast);
+  m->text_encoder_2 = load_module(config, config.text_encoders[1].file, device, m->dtype, cast);
+  m->unet = load_module(config, config.unet_file, device, m->dtype, cast);
+  m->vae_decoder = load_module(config, config.vae_decoder_file, device, m->vae_dtype, cast_vae);
+  return m;
+}
+
+c10::IValue run_module(torch::jit::Module& module, const char* name, std::vector<c10::IValue> inputs) {
+  try {
+    return module.forward(std::move(inputs));
+  } catch (const c10::Error& e) {
+    throw TaskError(std::string(name) + " failed: " + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    throw TaskError(std::string(name) + " failed: " + e.what());
+  }
+}
+
+}  // namespace sdxl

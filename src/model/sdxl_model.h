@@ -1,0 +1,37 @@
+// SdxlModel: the resident SDXL bundle on one device — two text encoders with
+// their tokenizers, the UNet and the VAE decoder as TorchScript modules, loaded
+// once and kept for the whole run. Loading throws ModelError naming the file.
+// Calls into the modules are not thread-safe; one pipeline owns a bundle.
+#pragma once
+
+#include <torch/script.h>
+
+#include <memory>
+
+#include "sdxl/clip_tokenizer.h"
+#include "sdxl/model_config.h"
+
+namespace sdxl {
+
+struct SdxlModel {
+  ModelConfig config;
+  torch::Device device{torch::kCPU};
+  torch::Dtype dtype = torch::kFloat32;      // text encoders + UNet
+  torch::Dtype vae_dtype = torch::kFloat32;  // VAE (fp32 when the export upcasts it)
+  torch::jit::Module text_encoder;
+  torch::jit::Module text_encoder_2;
+  torch::jit::Module unet;
+  torch::jit::Module vae_decoder;
+  std::unique_ptr<ClipTokenizer> tokenizer;
+  std::unique_ptr<ClipTokenizer> tokenizer_2;
+
+  // dtype_override: "" keeps model.json's dtype, else the modules are cast.
+  static std::unique_ptr<SdxlModel> load(const ModelConfig& config, const torch::Device& device,
+                                         const std::string& dtype_override);
+};
+
+// Runs module.forward(inputs); a failure becomes a TaskError that names the
+// module and keeps the original message (an out-of-memory shows in it).
+c10::IValue run_module(torch::jit::Module& module, const char* name, std::vector<c10::IValue> inputs);
+
+}  // namespace sdxl

@@ -1,0 +1,65 @@
+#include "runtime/device.h"
+
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <sys/resource.h>
+#include <torch/cuda.h>
+
+#include "sdxl/error.h"
+
+namespace sdxl {
+
+torch::Device parse_device(const std::string& name) {
+  if (name == "cpu") return torch::Device(torch::kCPU);
+  if (name.rfind("cuda", 0) == 0) {
+    int index = 0;
+    if (name.size() > 4) {
+      if (name[4] != ':' || name.size() == 5 || name.find_first_not_of("0123456789", 5) != std::string::npos)
+        throw UsageError("--device '" + name + "': expected cpu, cuda or cuda:N");
+      index = std::stoi(name.substr(5));
+    }
+    if (!torch::cuda::is_available())
+      throw Error(ExitCode::kFatal, "--device " + name + ": CUDA is not available on this machine (no GPU or driver); use --device cpu");
+    const auto count = static_cast<int>(torch::cuda::device_count());
+    if (index >= count)
+      throw UsageError("--device " + name + ": only " + std::to_string(count) + " CUDA device(s) present");
+    return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+  }
+  throw UsageError("--device '" + name + "': expected cpu, cuda or cuda:N");
+}
+
+torch::Dtype parse_dtype(const std::string& name) {
+  if (name == "fp32") return torch::kFloat32;
+  if (name == "fp16") return torch::kFloat16;
+  if (name == "bf16") return torch::kBFloat16;
+  throw UsageError("--dtype '" + name + "': expected fp32, fp16 or bf16");
+}
+
+std::string dtype_name(torch::Dtype dtype) {
+  switch (dtype) {
+    case torch::kFloat32: return "fp32";
+    case torch::kFloat16: return "fp16";
+    case torch::kBFloat16: return "bf16";
+    default: return std::string(c10::toString(dtype));
+  }
+}
+
+void device_synchronize(const torch::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
+std::uint64_t device_peak_bytes(const torch::Device& device) {
+  if (device.is_cuda()) {
+    using c10::CachingAllocator::StatType;
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    return static_cast<std::uint64_t>(stats.allocated_bytes[static_cast<size_t>(StatType::AGGREGATE)].peak);
+  }
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<std::uint64_t>(ru.ru_maxrss) * 1024u;
+}
+
+void device_reset_peak(const torch::Device& device) {
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+}
+
+}  // namespace sdxl

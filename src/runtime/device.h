@@ -1,0 +1,24 @@
+// Device selection: "cpu", "cuda", "cuda:N" -> torch::Device, with clear errors
+// when CUDA is absent or the index is out of range; dtype names <-> torch dtypes.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <string>
+
+namespace sdxl {
+
+// Throws UsageError for a malformed name, Error(kFatal) when CUDA is not usable.
+torch::Device parse_device(const std::string& name);
+// "fp32" | "fp16" | "bf16" -> dtype; throws UsageError naming the value.
+torch::Dtype parse_dtype(const std::string& name);
+std::string dtype_name(torch::Dtype dtype);
+// Blocks until queued work on the device is done (no-op on CPU): stage timings.
+void device_synchronize(const torch::Device& device);
+// Peak bytes allocated by the CUDA caching allocator since the last reset, or
+// the process's peak resident set size on CPU.
+std::uint64_t device_peak_bytes(const torch::Device& device);
+void device_reset_peak(const torch::Device& device);
+
+}  // namespace sdxl

@@ -1,0 +1,109 @@
+#include "sdxl/generator.h"
+
+#include <spdlog/spdlog.h>
+#include <ATen/Parallel.h>
+#include <torch/script.h>
+
+#include <chrono>
+
+#include "image/vae_decode.h"
+#include "model/sdxl_model.h"
+#include "runtime/device.h"
+#include "sampling/euler.h"
+#include "sampling/noise.h"
+#include "sdxl/error.h"
+#include "sdxl/schedule.h"
+#include "text/conditioning.h"
+
+namespace sdxl {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+}  // namespace
+
+struct Generator::Impl {
+  std::unique_ptr<SdxlModel> model;
+  double load_s = 0;
+};
+
+Generator::Generator(const std::filesystem::path& model_dir, const RuntimeOptions& opts) : impl_(std::make_unique<Impl>()) {
+  const auto t0 = Clock::now();
+  const ModelConfig cfg = load_model_config(model_dir);
+  const torch::Device device = parse_device(opts.device);
+  if (opts.threads > 0) at::set_num_threads(opts.threads);
+  impl_->model = SdxlModel::load(cfg, device, opts.dtype);
+  device_synchronize(device);
+  impl_->load_s = seconds_since(t0);
+  spdlog::info("loaded model '{}' ({}, {}) on {} in {:.2f} s", cfg.name, cfg.source, dtype_name(impl_->model->dtype),
+               device.str(), impl_->load_s);
+}
+
+Generator::~Generator() = default;
+
+const ModelConfig& Generator::model() const { return impl_->model->config; }
+std::string Generator::device_name() const { return impl_->model->device.str(); }
+double Generator::load_seconds() const { return impl_->load_s; }
+std::uint64_t Generator::peak_memory_bytes() const { return device_peak_bytes(impl_->model->device); }
+
+GeneratedImage Generator::generate(const GenerationParams& p) {
+  SdxlModel& m = *impl_->model;
+  const ModelConfig& cfg = m.config;
+  check_generation_size(cfg, p.width, p.height, 1);
+  if (p.sampler != "Euler") throw UsageError("sampler '" + p.sampler + "' is not available yet; valid: Euler");
+  const Schedule sched = euler_discrete_schedule(cfg.scheduler, p.steps);
+  c10::InferenceMode inference;
+  GeneratedImage out;
+  out.width = p.width;
+  out.height = p.height;
+
+  // Stage 1: text conditioning, CFG batch order [negative, positive].
+  auto t0 = Clock::now();
+  const bool cfg_on = p.cfg > 1.0;
+  PromptEmbeds pos = encode_prompt(m, p.prompt);
+  torch::Tensor context = pos.context, pooled = pos.pooled;
+  torch::Tensor time_ids = sdxl_time_ids(p.width, p.height, m.dtype, m.device);
+  if (cfg_on) {
+    PromptEmbeds neg = p.negative_prompt.empty() ? zero_embeds(pos) : encode_prompt(m, p.negative_prompt);
+    context = torch::cat({neg.context, pos.context});
+    pooled = torch::cat({neg.pooled, pos.pooled});
+    time_ids = torch::cat({time_ids, time_ids});
+  }
+  device_synchronize(m.device);
+  out.seconds.text = seconds_since(t0);
+
+  // Stage 2: sampling.
+  t0 = Clock::now();
+  const int64_t h = p.height / cfg.vae_downsample, w = p.width / cfg.vae_downsample;
+  torch::Tensor latents = initial_noise(p.seed, cfg.latent_channels, h, w, m.dtype).to(m.device);
+  latents = latents * sched.init_noise_sigma;
+  const int64_t batch = cfg_on ? 2 : 1;
+  for (size_t i = 0; i < sched.timesteps.size(); ++i) {
+    const double sigma = sched.sigmas[i];
+    torch::Tensor x = cfg_on ? torch::cat({latents, latents}) : latents;
+    x = euler_scale_model_input(x, sigma);
+    torch::Tensor t = torch::full({batch}, sched.timesteps[i], torch::TensorOptions().dtype(torch::kFloat32).device(m.device));
+    torch::Tensor eps = run_module(m.unet, "unet", {x, t, context, pooled, time_ids}).toTensor();
+    if (cfg_on) {
+      auto chunks = eps.chunk(2);
+      eps = chunks[0] + p.cfg * (chunks[1] - chunks[0]);
+    }
+    latents = euler_step(eps, latents, sigma, sched.sigmas[i + 1]);
+  }
+  device_synchronize(m.device);
+  out.seconds.sample = seconds_since(t0);
+
+  // Stage 3: decode.
+  t0 = Clock::now();
+  torch::Tensor lat_cpu = latents.to(torch::kCPU).to(torch::kFloat32).contiguous();
+  out.latent_shape.assign(lat_cpu.sizes().begin(), lat_cpu.sizes().end());
+  out.latents.assign(lat_cpu.data_ptr<float>(), lat_cpu.data_ptr<float>() + lat_cpu.numel());
+  out.rgb = vae_decode_rgb8(m, latents);
+  device_synchronize(m.device);
+  out.seconds.decode = seconds_since(t0);
+  return out;
+}
+
+}  // namespace sdxl

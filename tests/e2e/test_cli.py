@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""End-to-end tests of the real sdxl-batch binary on the tiny model (ctest label e2e).
+
+    test_cli.py --binary BUILD/sdxl-batch --model TINY_MODEL_DIR --work DIR --source REPO
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import unittest
+from pathlib import Path
+
+from PIL import Image
+
+ARGS: argparse.Namespace
+
+
+def sdxl(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([ARGS.binary, *args], capture_output=True, text=True, timeout=timeout)
+
+
+class ExampleBatch(unittest.TestCase):
+    """`run` on configs/example-batch.json makes every PNG with correct metadata."""
+
+    def test_example_batch(self):
+        out = Path(ARGS.work) / "example"
+        shutil.rmtree(out, ignore_errors=True)
+        batch_path = Path(ARGS.source) / "configs" / "example-batch.json"
+        r = sdxl("run", str(batch_path), "--model", ARGS.model, "--out", str(out))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        batch = json.loads(batch_path.read_text())
+        model = json.loads((Path(ARGS.model) / "model.json").read_text())
+        expected = 0
+        for task in batch["tasks"]:
+            for i in range(task.get("count", 1)):
+                expected += 1
+                seed = task["seed"] + i
+                png = out / f"{task['id']}-{i}-{seed}.png"
+                self.assertTrue(png.is_file(), f"missing {png}")
+                with Image.open(png) as im:
+                    self.assertEqual(im.size, (model["defaults"]["width"], model["defaults"]["height"]))
+                    params = im.info["parameters"]
+                lines = params.split("\n")
+                self.assertEqual(lines[0], task["prompt"])
+                negative = task.get("negative", batch["defaults"]["negative"])
+                self.assertEqual(lines[1], f"Negative prompt: {negative}")
+                settings = dict(kv.split(": ", 1) for kv in lines[2].split(", "))
+                self.assertEqual(settings["Steps"], str(model["defaults"]["steps"]))
+                self.assertEqual(settings["Sampler"], "Euler")
+                self.assertEqual(settings["Schedule type"], "Automatic")
+                self.assertEqual(float(settings["CFG scale"]), task.get("cfg", model["defaults"]["cfg"]))
+                self.assertEqual(settings["Seed"], str(seed))
+                self.assertEqual(settings["Size"], f"{model['defaults']['width']}x{model['defaults']['height']}")
+                self.assertEqual(settings["Model"], model["name"])
+                self.assertTrue(settings["Version"].startswith("sdxl-batch "))
+        report = json.loads((out / "report.json").read_text())
+        self.assertEqual(report["images_done"], expected)
+        self.assertEqual(report["images_failed"], 0)
+        leftovers = [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
+        self.assertEqual(leftovers, [], "temporary files left behind")
+
+
+class Generate(unittest.TestCase):
+    def test_same_seed_same_pixels_and_chinese_prompt_metadata(self):
+        work = Path(ARGS.work)
+        work.mkdir(parents=True, exist_ok=True)
+        prompt = "一只戴红围巾的猫, comic style"
+        files = []
+        for name in ("a.png", "b.png"):
+            r = sdxl("generate", "--model", ARGS.model, "--prompt", prompt, "--seed", "77", "--steps", "3",
+                     "--width", "128", "--height", "192", "--out", str(work / name))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            files.append(work / name)
+        with Image.open(files[0]) as a, Image.open(files[1]) as b:
+            self.assertEqual(a.size, (128, 192))
+            self.assertEqual(a.tobytes(), b.tobytes())
+            self.assertTrue(a.info["parameters"].startswith(prompt + "\nSteps: 3,"))
+
+    def test_random_seed_is_recorded(self):
+        out = Path(ARGS.work) / "random.png"
+        r = sdxl("generate", "--model", ARGS.model, "--prompt", "x", "--steps", "2", "--out", str(out))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with Image.open(out) as im:
+            self.assertRegex(im.info["parameters"], r"Seed: \d+,")
+
+
+class BadInput(unittest.TestCase):
+    """Bad flags/values exit 2 naming them; a bad model exits 1 naming the file."""
+
+    def assert_fails(self, r, code, *needles):
+        self.assertEqual(r.returncode, code, f"stdout={r.stdout}\nstderr={r.stderr}")
+        text = r.stdout + r.stderr
+        for n in needles:
+            self.assertIn(n, text)
+
+    def test_usage_errors(self):
+        self.assert_fails(sdxl("generate", "--model", ARGS.model, "--prompt", "x", "--bogus"), 2, "--bogus")
+        self.assert_fails(sdxl("generate", "--model", ARGS.model, "--prompt", "x", "--steps", "many"), 2, "--steps")
+        self.assert_fails(sdxl("generate", "--model", ARGS.model, "--prompt", "x", "--steps", "0"), 2, "--steps")
+        self.assert_fails(sdxl("generate", "--model", ARGS.model), 2, "--prompt")
+        self.assert_fails(sdxl("generate", "--prompt", "x"), 2, "--model")
+        self.assert_fails(sdxl("generate", "--model", ARGS.model, "--prompt", "x", "--device", "tpu"), 2, "tpu")
+        self.assert_fails(sdxl("generate", "--model", ARGS.model, "--prompt", "x", "--width", "100"), 2, "width 100")
+        self.assert_fails(sdxl(), 2)
+        self.assert_fails(sdxl("frobnicate"), 2, "frobnicate")
+
+    def test_bad_batch_file_lists_every_problem(self):
+        bad = Path(ARGS.work) / "bad-batch.json"
+        bad.parent.mkdir(parents=True, exist_ok=True)
+        bad.write_text(json.dumps({"version": 1, "tasks": [
+            {"id": "a", "prompt": "x", "steps": 9999},
+            {"id": "a", "prompt": "y", "colour": "red"}]}))
+        r = sdxl("run", str(bad), "--model", ARGS.model, "--out", str(Path(ARGS.work) / "bad-out"))
+        self.assert_fails(r, 2, "/tasks/0/steps", "/tasks/1/id", "/tasks/1/colour")
+
+    def test_model_errors_name_the_file(self):
+        self.assert_fails(sdxl("generate", "--model", "/nonexistent/m", "--prompt", "x"), 1, "/nonexistent/m")
+        broken = Path(ARGS.work) / "broken-model"
+        shutil.rmtree(broken, ignore_errors=True)
+        shutil.copytree(ARGS.model, broken)
+        (broken / "model.json").write_text('{"format_version": 1, "name": ')
+        self.assert_fails(sdxl("generate", "--model", str(broken), "--prompt", "x"), 1, str(broken / "model.json"))
+        shutil.copy(Path(ARGS.model) / "model.json", broken / "model.json")
+        with open(broken / "unet.ts", "r+b") as f:
+            f.truncate(1000)
+        self.assert_fails(sdxl("generate", "--model", str(broken), "--prompt", "x"), 1, str(broken / "unet.ts"))
+
+    def test_help(self):
+        r = sdxl("--help")
+        self.assertEqual(r.returncode, 0)
+        for sub in ("generate", "run", "tokens"):
+            self.assertIn(sub, r.stdout)
+        r = sdxl("generate", "--help")
+        self.assertEqual(r.returncode, 0)
+        for flag in ("--prompt", "--negative", "--seed", "--steps", "--cfg", "--width", "--height", "--out",
+                     "--device", "--dtype", "--model"):
+            self.assertIn(flag, r.stdout)
+
+
+class Tokens(unittest.TestCase):
+    def test_tokens_json(self):
+        r = sdxl("tokens", "--model", ARGS.model, "--json", "a cat!!")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = json.loads(r.stdout)
+        self.assertEqual(len(out), 2)
+        self.assertEqual(out[0]["padded_ids"][0], 49406)
+        self.assertEqual(len(out[1]["padded_ids"]), 77)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--binary", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--source", required=True)
+    ARGS, rest = ap.parse_known_args()
+    Path(ARGS.work).mkdir(parents=True, exist_ok=True)
+    unittest.main(argv=[sys.argv[0], "-v", *rest])

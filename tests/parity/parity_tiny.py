@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Parity (ctest label parity): sdxl-batch vs diffusers' StableDiffusionXLPipeline
+on the same tiny-model weights, prompt, seed, steps, CFG and size, on the CPU.
+
+For each case it runs `sdxl-batch generate --save-latents` and
+scripts/reference_sdxl.py, then reports the max abs difference of the final
+latents and the PSNR of the images. Fails when any PSNR < --min-psnr (40 dB).
+
+    parity_tiny.py --binary B --model TINY --diffusers TINY_DIFFUSERS --work DIR --source REPO
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+CASES = [
+    # name, prompt, negative, seed, steps, cfg, width, height
+    ("negative", "comic panel, a lighthouse keeper in a storm, bold ink lines", "blurry, lowres", 42, 8, 5.0, 256, 256),
+    ("empty-negative", "a red fox reading a newspaper on a train", "", 7, 10, 7.0, 256, 256),
+    ("non-square", "城市夜景, neon signs, rain", "ugly", 1234, 6, 4.5, 320, 192),
+    ("no-cfg", "a teapot", "", 3, 5, 1.0, 192, 256),
+    ("long-prompt", ", ".join(["a very detailed description of a fantasy castle"] * 12), "", 99, 4, 6.0, 256, 256),
+]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--binary", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--diffusers", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--source", required=True)
+    ap.add_argument("--min-psnr", type=float, default=40.0)
+    a = ap.parse_args()
+    sys.path.insert(0, str(Path(a.source) / "scripts"))
+    from compare_images import load_rgb, psnr  # noqa: E402
+
+    work = Path(a.work)
+    work.mkdir(parents=True, exist_ok=True)
+    rows, failed = [], False
+    for name, prompt, negative, seed, steps, cfg, w, h in CASES:
+        ours_png, ours_lat = work / f"{name}-sdxl.png", work / f"{name}-sdxl.npy"
+        ref_png, ref_lat = work / f"{name}-ref.png", work / f"{name}-ref.npy"
+        common = ["--prompt", prompt, "--negative", negative, "--seed", str(seed), "--steps", str(steps),
+                  "--cfg", str(cfg), "--width", str(w), "--height", str(h)]
+        r = subprocess.run([a.binary, "generate", "--model", a.model, *common, "--out", str(ours_png),
+                            "--save-latents", str(ours_lat)], capture_output=True, text=True)
+        if r.returncode != 0:
+            print(f"{name}: sdxl-batch failed ({r.returncode}):\n{r.stderr}")
+            return 1
+        r = subprocess.run([sys.executable, str(Path(a.source) / "scripts" / "reference_sdxl.py"), "--diffusers",
+                            a.diffusers, *common, "--out-png", str(ref_png), "--out-latents", str(ref_lat)],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            print(f"{name}: reference failed ({r.returncode}):\n{r.stderr}")
+            return 1
+        la, lb = np.load(ours_lat), np.load(ref_lat)
+        if la.shape != lb.shape:
+            print(f"{name}: latent shapes differ {la.shape} vs {lb.shape}")
+            return 1
+        ia, ib = load_rgb(str(ours_png)), load_rgb(str(ref_png))
+        p = psnr(ia, ib)
+        row = {"case": name, "size": f"{w}x{h}", "steps": steps, "cfg": cfg,
+               "latent_max_abs": float(np.abs(la - lb).max()), "latent_absmax_ref": float(np.abs(lb).max()),
+               "pixel_max_abs": int(np.abs(ia.astype(int) - ib.astype(int)).max()), "psnr_db": p}
+        rows.append(row)
+        failed |= not (p >= a.min_psnr)
+    print(f"{'case':16} {'size':8} {'steps':>5} {'cfg':>4} {'latent max|d|':>14} {'pixel max|d|':>12} {'PSNR dB':>8}")
+    for r_ in rows:
+        print(f"{r_['case']:16} {r_['size']:8} {r_['steps']:>5} {r_['cfg']:>4} {r_['latent_max_abs']:>14.3e} "
+              f"{r_['pixel_max_abs']:>12} {r_['psnr_db']:>8.2f}")
+    (work / "parity.json").write_text(json.dumps(rows, indent=1))
+    if failed:
+        print(f"FAIL: a case is below {a.min_psnr} dB")
+        return 1
+    print(f"all {len(rows)} cases >= {a.min_psnr} dB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

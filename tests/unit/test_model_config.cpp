@@ -1,0 +1,113 @@
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "sdxl/error.h"
+#include "sdxl/model_config.h"
+
+namespace {
+
+nlohmann::json valid() {
+  return nlohmann::json::parse(R"({
+    "format_version": 1, "name": "t", "source": "tiny", "architecture": "sdxl-base",
+    "dtype": "fp32", "vae_dtype": "fp32", "export_device": "cpu",
+    "vae_scaling_factor": 0.13025, "vae_downsample": 8, "latent_channels": 4,
+    "text_encoders": [
+      {"file": "text_encoder.ts", "tokenizer": "tokenizer", "pad_token": "<|endoftext|>", "hidden_dim": 32},
+      {"file": "text_encoder_2.ts", "tokenizer": "tokenizer_2", "pad_token": "!", "hidden_dim": 32, "pooled_dim": 32}],
+    "unet": {"file": "unet.ts", "in_channels": 4, "context_dim": 64, "pooled_dim": 32, "time_ids_dim": 6},
+    "vae_decoder": {"file": "vae_decoder.ts"},
+    "scheduler": {"num_train_timesteps": 1000, "beta_start": 0.00085, "beta_end": 0.012,
+                  "beta_schedule": "scaled_linear", "timestep_spacing": "leading", "steps_offset": 1,
+                  "prediction_type": "epsilon"},
+    "defaults": {"width": 256, "height": 256, "steps": 8, "cfg": 5.0},
+    "limits": {"batch_max": 8, "width_min": 64, "width_max": 1536, "height_min": 64, "height_max": 1536,
+               "size_multiple": 8, "context_chunks_max": 4}
+  })");
+}
+
+std::string error_of(const nlohmann::json& j) {
+  try {
+    sdxl::parse_model_config(j.dump(), "/m", "/m/model.json", false);
+  } catch (const sdxl::ModelError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(ModelConfig, ParsesAValidFile) {
+  auto c = sdxl::parse_model_config(valid().dump(), "/m", "/m/model.json", false);
+  EXPECT_EQ(c.name, "t");
+  EXPECT_EQ(c.text_encoders.at(1).pad_token, "!");
+  EXPECT_EQ(c.unet_context_dim, 64);
+  EXPECT_EQ(c.scheduler.timestep_spacing, "leading");
+  EXPECT_EQ(c.limits.width_max, 1536);
+  EXPECT_EQ(c.defaults.steps, 8);
+}
+
+TEST(ModelConfig, ErrorsNameFileAndPointer) {
+  auto j = valid();
+  j.erase("unet");
+  EXPECT_NE(error_of(j).find("/m/model.json: /unet is missing"), std::string::npos) << error_of(j);
+
+  j = valid();
+  j["dtype"] = "fp8";
+  EXPECT_NE(error_of(j).find("/dtype is 'fp8', expected one of: fp32, fp16, bf16"), std::string::npos) << error_of(j);
+
+  j = valid();
+  j["format_version"] = 2;
+  EXPECT_NE(error_of(j).find("/format_version"), std::string::npos);
+
+  j = valid();
+  j["unet"]["context_dim"] = 100;
+  EXPECT_NE(error_of(j).find("/unet/context_dim must equal"), std::string::npos);
+
+  j = valid();
+  j["text_encoders"][1].erase("pooled_dim");
+  EXPECT_NE(error_of(j).find("/text_encoders/1/pooled_dim"), std::string::npos);
+
+  j = valid();
+  j["scheduler"]["steps_offset"] = "one";
+  EXPECT_NE(error_of(j).find("/scheduler/steps_offset must be an integer"), std::string::npos);
+
+  j = valid();
+  j["limits"]["width_min"] = 2048;
+  EXPECT_NE(error_of(j).find("width_min is larger"), std::string::npos);
+
+  EXPECT_NE(error_of(nlohmann::json::array()).find("must be a JSON object"), std::string::npos);
+}
+
+TEST(ModelConfig, BrokenJsonIsReported) {
+  try {
+    sdxl::parse_model_config("{\"format_version\": 1,", "/m", "/m/model.json", false);
+    FAIL();
+  } catch (const sdxl::ModelError& e) {
+    EXPECT_NE(std::string(e.what()).find("/m/model.json: not valid JSON"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ModelConfig, MissingDirectoryAndFilesAreNamed) {
+  try {
+    sdxl::load_model_config("/nonexistent/model-dir");
+    FAIL();
+  } catch (const sdxl::ModelError& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/model-dir"), std::string::npos);
+  }
+  // check_files: the first missing module is named.
+  try {
+    sdxl::parse_model_config(valid().dump(), "/nonexistent", "/nonexistent/model.json", true);
+    FAIL();
+  } catch (const sdxl::ModelError& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/text_encoder.ts"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ModelConfig, SizeLimits) {
+  auto c = sdxl::parse_model_config(valid().dump(), "/m", "/m/model.json", false);
+  EXPECT_NO_THROW(sdxl::check_generation_size(c, 256, 512, 1));
+  EXPECT_THROW(sdxl::check_generation_size(c, 260, 512, 1), sdxl::UsageError);
+  EXPECT_THROW(sdxl::check_generation_size(c, 2048, 512, 1), sdxl::UsageError);
+  EXPECT_THROW(sdxl::check_generation_size(c, 256, 256, 9), sdxl::UsageError);
+}
