@@ -44,7 +44,11 @@ def main() -> int:
     res: dict = {"a": a.a, "b": a.b, "min_psnr": a.min_psnr}
     ok = True
     msgs = []
-    ia, ib = load_rgb(a.a), load_rgb(a.b)
+    try:
+        ia, ib = load_rgb(a.a), load_rgb(a.b)
+    except OSError as e:
+        print(f"error: cannot read image: {e}", file=sys.stderr)
+        return 2
     res["size_a"], res["size_b"] = [ia.shape[1], ia.shape[0]], [ib.shape[1], ib.shape[0]]
     if ia.shape != ib.shape:
         ok = False
@@ -60,8 +64,12 @@ def main() -> int:
             msgs.append(f"PSNR {p:.2f} dB < {a.min_psnr:g} dB")
 
     if a.latents_a:
-        la = np.load(a.latents_a).astype(np.float64)
-        lb = np.load(a.latents_b).astype(np.float64)
+        try:
+            la = np.load(a.latents_a).astype(np.float64)
+            lb = np.load(a.latents_b).astype(np.float64)
+        except (OSError, ValueError) as e:
+            print(f"error: cannot read latents: {e}", file=sys.stderr)
+            return 2
         if la.shape != lb.shape:
             ok = False
             res["latents_max_abs_diff"] = None

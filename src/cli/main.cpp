@@ -24,6 +24,12 @@ int main(int argc, char** argv) {
   CLI::App* run_cmd = sdxl::cli::add_run(app, run);
   CLI::App* tok_cmd = sdxl::cli::add_tokens(app, tokens);
 
+  // CLI11 reports an unknown first word only as "A subcommand is required".
+  const std::string first = argc > 1 ? argv[1] : "";
+  if (!first.empty() && first[0] != '-' && first != "generate" && first != "run" && first != "tokens") {
+    std::cerr << "unknown command '" << argv[1] << "'; commands: generate, run, tokens (see --help)\n";
+    return static_cast<int>(ExitCode::kUsage);
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

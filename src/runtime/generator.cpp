@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 #include <ATen/Parallel.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
 
 #include <chrono>
@@ -33,6 +34,11 @@ Generator::Generator(const std::filesystem::path& model_dir, const RuntimeOption
   const auto t0 = Clock::now();
   const ModelConfig cfg = load_model_config(model_dir);
   const torch::Device device = parse_device(opts.device);
+  // TorchScript's profiling executor re-optimises a graph after its first calls
+  // (fusing pointwise ops), which changes fp16 results from about the 4th call
+  // on: the same seed would give another image depending on its place in the
+  // run. Keep the graphs as traced so every image is reproducible.
+  torch::jit::setGraphExecutorOptimize(false);
   if (opts.threads > 0) at::set_num_threads(opts.threads);
   impl_->model = SdxlModel::load(cfg, device, opts.dtype);
   device_synchronize(device);

@@ -22,8 +22,8 @@ CASES = [
     # name, prompt, negative, seed, steps, cfg, width, height
     ("negative", "comic panel, a lighthouse keeper in a storm, bold ink lines", "blurry, lowres", 42, 8, 5.0, 256, 256),
     ("empty-negative", "a red fox reading a newspaper on a train", "", 7, 10, 7.0, 256, 256),
-    ("non-square", "城市夜景, neon signs, rain", "ugly", 1234, 6, 4.5, 320, 192),
-    ("no-cfg", "a teapot", "", 3, 5, 1.0, 192, 256),
+    ("non-square", "城市夜景, neon signs, rain", "ugly", 1234, 6, 4.5, 384, 264),
+    ("no-cfg", "a teapot", "", 3, 5, 1.0, 256, 320),
     ("long-prompt", ", ".join(["a very detailed description of a fantasy castle"] * 12), "", 99, 4, 6.0, 256, 256),
 ]
 
@@ -49,12 +49,12 @@ def main() -> int:
         common = ["--prompt", prompt, "--negative", negative, "--seed", str(seed), "--steps", str(steps),
                   "--cfg", str(cfg), "--width", str(w), "--height", str(h)]
         r = subprocess.run([a.binary, "generate", "--model", a.model, *common, "--out", str(ours_png),
-                            "--save-latents", str(ours_lat)], capture_output=True, text=True)
+                            "--save-latents", str(ours_lat), "--threads", "1"], capture_output=True, text=True)
         if r.returncode != 0:
             print(f"{name}: sdxl-batch failed ({r.returncode}):\n{r.stderr}")
             return 1
         r = subprocess.run([sys.executable, str(Path(a.source) / "scripts" / "reference_sdxl.py"), "--diffusers",
-                            a.diffusers, *common, "--out-png", str(ref_png), "--out-latents", str(ref_lat)],
+                            a.diffusers, *common, "--out-png", str(ref_png), "--out-latents", str(ref_lat), "--threads", "1"],
                            capture_output=True, text=True)
         if r.returncode != 0:
             print(f"{name}: reference failed ({r.returncode}):\n{r.stderr}")

@@ -31,7 +31,7 @@ TEST(EulerSchedule, MatchesDiffusers) {
   cfg.steps_offset = gc.at("steps_offset").get<int>();
   cfg.num_train_timesteps = gc.at("num_train_timesteps").get<int>();
   int checked = 0;
-  for (const auto& c : g.at("cases")) {
+  for (const auto& c : g.at("schedules")) {
     const int steps = c.at("steps").get<int>();
     const auto s = sdxl::euler_discrete_schedule(cfg, steps);
     const auto ts = c.at("timesteps").get<std::vector<double>>();
