@@ -35,7 +35,7 @@ def main() -> int:
     from diffusers import StableDiffusionXLPipeline
 
     t0 = time.perf_counter()
-    pipe = StableDiffusionXLPipeline.from_pretrained(a.diffusers, torch_dtype=DTYPES[a.dtype], local_files_only=True)
+    pipe = StableDiffusionXLPipeline.from_pretrained(a.diffusers, dtype=DTYPES[a.dtype], local_files_only=True)
     pipe = pipe.to("cuda")
     pipe.set_progress_bar_config(disable=True)
     load_s = time.perf_counter() - t0

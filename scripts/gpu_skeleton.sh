@@ -9,7 +9,8 @@
 #      (the first is the cold one; report.json has the per-stage split);
 #   3. diffusers on the same weights and settings (eager, batch 1, after warm-up);
 #   4. PSNR of sdxl-batch's seed-1 image against diffusers' seed-1 image.
-# Results go to $OUT (default bench/tmp): build.log, export.log, run/, diffusers.json, summary.txt.
+# Results go to $OUT (default bench/tmp), eight files: summary.txt, build.log, export.log,
+# run.log, report.json (sdxl-batch), diffusers.json, sdxl-seed1.png, diffusers-seed1.png.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/bench/tmp}
@@ -20,14 +21,14 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/summary.txt"
 
 ( cmake --preset gpu -DCMAKE_CXX_COMPILER_LAUNCHER= && cmake --build --preset gpu -j "$(nproc)" ) > "$OUT/build.log" 2>&1 &
 build_pid=$!
 t0=$(date +%s)
 if [ ! -f "$WORK/full/model.json" ]; then
   python3 scripts/export_sdxl.py --random-full --dtype fp16 --device cuda --out "$WORK/full" \
-    --save-diffusers "$WORK/full-diffusers" --check quick --force --json-report "$OUT/export-checks.json" > "$OUT/export.log" 2>&1
+    --save-diffusers "$WORK/full-diffusers" --check quick --force --json-report "$WORK/export-checks.json" > "$OUT/export.log" 2>&1
 fi
 echo "export: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/summary.txt"
 wait $build_pid || { tail -30 "$OUT/build.log"; exit 1; }
@@ -40,15 +41,17 @@ cat > "$WORK/batch.json" <<'JSON'
   {"id": "cold", "prompt": "comic panel, a lighthouse keeper in a storm, bold ink lines", "seed": 0},
   {"id": "warm", "prompt": "comic panel, a lighthouse keeper in a storm, bold ink lines", "seed": 1, "count": 2}]}
 JSON
-rm -rf "$OUT/run"
-build/gpu/sdxl-batch run "$WORK/batch.json" --model "$WORK/full" --device cuda --out "$OUT/run" 2>&1 | tee "$OUT/run.log"
+rm -rf "$WORK/run"
+build/gpu/sdxl-batch run "$WORK/batch.json" --model "$WORK/full" --device cuda --out "$WORK/run" 2>&1 | tee "$OUT/run.log"
+cp "$WORK/run/report.json" "$OUT/report.json"
+cp "$WORK/run/warm-0-1.png" "$OUT/sdxl-seed1.png"
 python3 scripts/bench_diffusers_sdxl.py --diffusers "$WORK/full-diffusers" --out "$OUT/diffusers.json" \
   --png "$OUT/diffusers-seed1.png" --seed 1 --images 2 2>&1 | tail -3
-python3 scripts/compare_images.py "$OUT/run/warm-0-1.png" "$OUT/diffusers-seed1.png" --min-psnr 0 | tee -a "$OUT/summary.txt"
+python3 scripts/compare_images.py "$OUT/sdxl-seed1.png" "$OUT/diffusers-seed1.png" --min-psnr 0 | tee -a "$OUT/summary.txt"
 python3 - "$OUT" <<'PY' | tee -a "$OUT/summary.txt"
 import json, sys
 out = sys.argv[1]
-r = json.load(open(f"{out}/run/report.json")); d = json.load(open(f"{out}/diffusers.json"))
+r = json.load(open(f"{out}/report.json")); d = json.load(open(f"{out}/diffusers.json"))
 for im in r["images"]:
     print(f"sdxl-batch {im['task']}-{im['index']}: total {im['total_s']:.3f} s = text {im['text_s']:.3f} + sample {im['sample_s']:.3f} + decode {im['decode_s']:.3f} + write {im['write_s']:.3f}")
 warm = min(im["total_s"] for im in r["images"] if im["task"] == "warm")
