@@ -1,4 +1,10 @@
 # libtorch comes from the PyPI torch wheel: ask that Python where its CMake config is.
+if(SDXL_PYTHON AND NOT EXISTS "${SDXL_PYTHON}")
+  # A bare name such as "python3" (the gpu preset): look it up on PATH.
+  get_filename_component(_sdxl_py_name "${SDXL_PYTHON}" NAME)
+  find_program(_sdxl_py_found NAMES ${_sdxl_py_name} REQUIRED)
+  set(SDXL_PYTHON ${_sdxl_py_found})
+endif()
 if(NOT SDXL_PYTHON)
   if(EXISTS ${CMAKE_SOURCE_DIR}/.venv/bin/python)
     set(SDXL_PYTHON ${CMAKE_SOURCE_DIR}/.venv/bin/python)
