@@ -45,6 +45,12 @@ rm -rf "$WORK/run"
 build/gpu/sdxl-batch run "$WORK/batch.json" --model "$WORK/full" --device cuda --out "$WORK/run" 2>&1 | tee "$OUT/run.log"
 cp "$WORK/run/report.json" "$OUT/report.json"
 cp "$WORK/run/warm-0-1.png" "$OUT/sdxl-seed1.png"
+# Variants: TorchScript fusion and cuDNN autotuning (speed vs reproducibility).
+for v in "--jit-optimize" "--cudnn-benchmark" "--jit-optimize --cudnn-benchmark"; do
+  rm -rf "$WORK/run-v"
+  build/gpu/sdxl-batch --log-level warn run "$WORK/batch.json" --model "$WORK/full" --device cuda --out "$WORK/run-v" $v
+  python3 -c "import json,sys; r=json.load(open(sys.argv[1])); w=[i for i in r['images'] if i['task']=='warm']; print(sys.argv[2], 'warm s/image', round(min(i['total_s'] for i in w),3), 'sample', round(min(i['sample_s'] for i in w),3))" "$WORK/run-v/report.json" "$v" | tee -a "$OUT/summary.txt"
+done
 python3 scripts/bench_diffusers_sdxl.py --diffusers "$WORK/full-diffusers" --out "$OUT/diffusers.json" \
   --png "$OUT/diffusers-seed1.png" --seed 1 --images 2 2>&1 | tail -3
 python3 scripts/compare_images.py "$OUT/sdxl-seed1.png" "$OUT/diffusers-seed1.png" --min-psnr 0 | tee -a "$OUT/summary.txt"

@@ -20,6 +20,11 @@ struct RuntimeOptions {
   std::string device = "cpu";  // cpu | cuda | cuda:N
   std::string dtype;           // "" = model.json's dtype; fp32 | fp16 | bf16
   int threads = 0;             // CPU intra-op threads, 0 = torch default
+  // TorchScript graph optimisation (fusion after profiling runs). Off by default:
+  // it changes fp16 results after the first calls, so an image would depend on
+  // its place in the run.
+  bool jit_optimize = false;
+  bool cudnn_benchmark = false;  // let cuDNN time convolution algorithms per shape
 };
 
 struct StageSeconds {

@@ -15,6 +15,9 @@ void add_model_options(CLI::App& cmd, ModelOptions& o, bool model_required) {
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   cmd.add_option("--threads", o.runtime.threads, "CPU threads for torch (0 = torch's default)")
       ->check(CLI::Range(0, 1024));
+  cmd.add_flag("--jit-optimize", o.runtime.jit_optimize,
+               "Let TorchScript fuse ops after its first calls (fp16 results then depend on the call count)");
+  cmd.add_flag("--cudnn-benchmark", o.runtime.cudnn_benchmark, "Let cuDNN pick convolution algorithms by timing them");
 }
 
 void add_log_options(CLI::App& app, std::string& level) {

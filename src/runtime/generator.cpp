@@ -1,6 +1,7 @@
 #include "sdxl/generator.h"
 
 #include <spdlog/spdlog.h>
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
@@ -37,8 +38,9 @@ Generator::Generator(const std::filesystem::path& model_dir, const RuntimeOption
   // TorchScript's profiling executor re-optimises a graph after its first calls
   // (fusing pointwise ops), which changes fp16 results from about the 4th call
   // on: the same seed would give another image depending on its place in the
-  // run. Keep the graphs as traced so every image is reproducible.
-  torch::jit::setGraphExecutorOptimize(false);
+  // run. By default the graphs run as traced so every image is reproducible.
+  torch::jit::setGraphExecutorOptimize(opts.jit_optimize);
+  at::globalContext().setBenchmarkCuDNN(opts.cudnn_benchmark);
   if (opts.threads > 0) at::set_num_threads(opts.threads);
   impl_->model = SdxlModel::load(cfg, device, opts.dtype);
   device_synchronize(device);
