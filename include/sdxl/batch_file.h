@@ -5,10 +5,13 @@
 #pragma once
 
 #include <filesystem>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sdxl/generation_params.h"
+#include "sdxl/model_config.h"
 
 namespace sdxl {
 
@@ -19,18 +22,33 @@ struct BatchTask {
   int count = 1;            // images; image i uses seed + i
 };
 
+inline constexpr const char* kDefaultNameTemplate = "{id}-{index}-{seed}.png";
+
 struct BatchFile {
   std::filesystem::path path;
   int version = 1;
   std::string model;       // optional model dir, relative to the batch file
   std::string output_dir;  // optional, relative to the batch file
+  std::string name_template = kDefaultNameTemplate;  // output.template
   std::vector<BatchTask> tasks;
 };
 
 struct BatchProblem {
   std::string pointer;  // JSON pointer, e.g. /tasks/2/steps
   std::string message;
+  int line = 0;         // 1-based line of the value in the file, 0 if unknown
 };
+
+// The model's generation defaults as the fallback of a batch file.
+GenerationParams defaults_of(const ModelConfig& mc);
+
+// Line (1-based) of every value of a JSON text by its JSON pointer ("" = root).
+// Best effort on malformed text: what was scanned before the error is kept.
+std::map<std::string, int> json_pointer_lines(const std::string& text);
+
+// Every problem of a batch file (schema, then the model's size limits when
+// `model` is given), with lines. Empty when the file is valid.
+std::vector<BatchProblem> validate_batch_file(const std::filesystem::path& path, const ModelConfig* model);
 
 // Parses and validates; `fallback` supplies defaults not set in the file
 // (the model's defaults). Throws UsageError with every problem listed.
@@ -38,8 +56,21 @@ BatchFile parse_batch_file(const std::filesystem::path& path, const GenerationPa
 BatchFile parse_batch_text(const std::string& text, const std::filesystem::path& origin,
                            const GenerationParams& fallback, std::vector<BatchProblem>* problems);
 
-// Output file name of image `index` of a task: "<id>-<index>-<seed>.png" with
-// characters outside [A-Za-z0-9._-] in the id replaced by '_'.
-std::string output_file_name(const BatchTask& task, int index, std::int64_t seed);
+// Checks a file-name template: placeholders {id} {index} {seed} {date} {steps}
+// {cfg} {width} {height}, ends in .png, relative, no "..". "" when fine, else why.
+std::string check_name_template(const std::string& tmpl);
+
+// Output file name (relative to the output folder) of image `index` of a task.
+// Characters outside [A-Za-z0-9._-] in the id become '_'; `date` is YYYY-MM-DD.
+std::string output_file_name(const BatchTask& task, int index, std::int64_t seed,
+                             const std::string& tmpl = kDefaultNameTemplate, const std::string& date = "");
+
+// --shard K/N: "K/N" with 0 <= K < N. Throws UsageError naming the value.
+std::pair<int, int> parse_shard(const std::string& text);
+// Whether task number `position` belongs to shard K of N (round robin by position).
+inline bool in_shard(size_t position, int k, int n) { return static_cast<int>(position % static_cast<size_t>(n)) == k; }
+
+// "90", "90s", "30m", "6h", "1h30m" -> seconds. Throws UsageError naming the value.
+double parse_duration_s(const std::string& text);
 
 }  // namespace sdxl

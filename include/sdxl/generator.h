@@ -54,6 +54,8 @@ class Generator {
   // Peak device memory since load (CUDA allocator stats), or the process's
   // peak resident memory on CPU.
   std::uint64_t peak_memory_bytes() const;
+  // Device memory allocated now (CUDA), or the process's resident memory on CPU.
+  std::uint64_t memory_in_use_bytes() const;
 
  private:
   struct Impl;

@@ -1,5 +1,6 @@
 #include "sdxl/batch_file.h"
 
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -99,7 +100,7 @@ BatchFile parse_batch_text(const std::string& text, const std::filesystem::path&
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers that overflow
     problems.push_back({"", std::string("not valid JSON: ") + e.what()});
     if (problems_out) *problems_out = problems;
     return bf;
@@ -115,8 +116,15 @@ BatchFile parse_batch_text(const std::string& text, const std::filesystem::path&
     if (j.contains("output")) {
       if (!j["output"].is_object()) ck.add("/output", "must be an object like {\"dir\": \"out\"}");
       else {
-        ck.check_keys(j["output"], "/output", {"dir"});
+        ck.check_keys(j["output"], "/output", {"dir", "template"});
         ck.get_string(j["output"], "/output", "dir", bf.output_dir);
+        if (ck.get_string(j["output"], "/output", "template", bf.name_template)) {
+          const std::string why = check_name_template(bf.name_template);
+          if (!why.empty()) {
+            ck.add("/output/template", why);
+            bf.name_template = kDefaultNameTemplate;
+          }
+        }
       }
     }
     GenerationParams defaults = fallback;
@@ -167,29 +175,287 @@ BatchFile parse_batch_text(const std::string& text, const std::filesystem::path&
   return bf;
 }
 
-BatchFile parse_batch_file(const std::filesystem::path& path, const GenerationParams& fallback) {
+namespace {
+
+// Minimal JSON walker that only tracks where each value starts.
+class LineScanner {
+ public:
+  explicit LineScanner(const std::string& t) : t_(t) {}
+  std::map<std::string, int> run() {
+    try {
+      value("");
+    } catch (const std::exception&) {
+      // malformed: keep what was found
+    }
+    return lines_;
+  }
+
+ private:
+  void ws() {
+    while (i_ < t_.size() && (t_[i_] == ' ' || t_[i_] == '\t' || t_[i_] == '\n' || t_[i_] == '\r')) {
+      if (t_[i_] == '\n') ++line_;
+      ++i_;
+    }
+  }
+  char peek() {
+    ws();
+    if (i_ >= t_.size()) throw std::runtime_error("eof");
+    return t_[i_];
+  }
+  std::string string_token() {
+    std::string out;
+    ++i_;  // opening quote
+    while (i_ < t_.size() && t_[i_] != '"') {
+      if (t_[i_] == '\\' && i_ + 1 < t_.size()) ++i_;
+      if (t_[i_] == '\n') ++line_;
+      out.push_back(t_[i_++]);
+    }
+    ++i_;
+    return out;
+  }
+  static std::string escape(const std::string& key) {
+    std::string out;
+    for (char c : key) {
+      if (c == '~') out += "~0";
+      else if (c == '/') out += "~1";
+      else out.push_back(c);
+    }
+    return out;
+  }
+  void value(const std::string& ptr) {
+    const char c = peek();
+    lines_[ptr] = line_;
+    if (c == '{') {
+      ++i_;
+      if (peek() == '}') { ++i_; return; }
+      while (true) {
+        if (peek() != '"') throw std::runtime_error("key");
+        const std::string key = string_token();
+        if (peek() != ':') throw std::runtime_error(":");
+        ++i_;
+        value(ptr + "/" + escape(key));
+        const char d = peek();
+        ++i_;
+        if (d == '}') return;
+        if (d != ',') throw std::runtime_error(",");
+      }
+    } else if (c == '[') {
+      ++i_;
+      if (peek() == ']') { ++i_; return; }
+      for (int n = 0;; ++n) {
+        value(ptr + "/" + std::to_string(n));
+        const char d = peek();
+        ++i_;
+        if (d == ']') return;
+        if (d != ',') throw std::runtime_error(",");
+      }
+    } else if (c == '"') {
+      string_token();
+    } else {
+      while (i_ < t_.size() && std::string(",}] \t\r\n").find(t_[i_]) == std::string::npos) ++i_;
+    }
+  }
+
+  const std::string& t_;
+  size_t i_ = 0;
+  int line_ = 1;
+  std::map<std::string, int> lines_;
+};
+
+// Line of a pointer, or of its nearest ancestor that exists (a missing key).
+int line_of(const std::map<std::string, int>& lines, std::string ptr) {
+  while (true) {
+    auto it = lines.find(ptr);
+    if (it != lines.end()) return it->second;
+    if (ptr.empty()) return 0;
+    ptr = ptr.substr(0, ptr.rfind('/'));
+  }
+}
+
+std::string read_text(const std::filesystem::path& path) {
   std::ifstream in(path);
   if (!in) throw UsageError("cannot read batch file '" + path.string() + "'");
   std::stringstream ss;
   ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string describe(const std::filesystem::path& path, const std::vector<BatchProblem>& problems) {
+  std::string msg = "batch file '" + path.string() + "' has " + std::to_string(problems.size()) + " problem(s):";
+  for (const auto& p : problems) {
+    msg += "\n  " + (p.pointer.empty() ? std::string("/") : p.pointer);
+    if (p.line > 0) msg += " (line " + std::to_string(p.line) + ")";
+    msg += ": " + p.message;
+  }
+  return msg;
+}
+
+}  // namespace
+
+std::map<std::string, int> json_pointer_lines(const std::string& text) { return LineScanner(text).run(); }
+
+GenerationParams defaults_of(const ModelConfig& mc) {
+  GenerationParams p;
+  p.steps = mc.defaults.steps;
+  p.cfg = mc.defaults.cfg;
+  p.width = mc.defaults.width;
+  p.height = mc.defaults.height;
+  return p;
+}
+
+std::vector<BatchProblem> validate_batch_file(const std::filesystem::path& path, const ModelConfig* model) {
+  const std::string text = read_text(path);
   std::vector<BatchProblem> problems;
-  BatchFile bf = parse_batch_text(ss.str(), path, fallback, &problems);
+  const BatchFile bf =
+      parse_batch_text(text, path, model ? defaults_of(*model) : GenerationParams{}, &problems);
+  if (model && problems.empty()) {
+    for (size_t i = 0; i < bf.tasks.size(); ++i) {
+      try {
+        check_generation_size(*model, bf.tasks[i].params.width, bf.tasks[i].params.height, 1);
+      } catch (const UsageError& e) {
+        problems.push_back({"/tasks/" + std::to_string(i), e.what(), 0});
+      }
+    }
+  }
+  const auto lines = json_pointer_lines(text);
+  for (auto& p : problems) p.line = line_of(lines, p.pointer);
+  return problems;
+}
+
+BatchFile parse_batch_file(const std::filesystem::path& path, const GenerationParams& fallback) {
+  const std::string text = read_text(path);
+  std::vector<BatchProblem> problems;
+  BatchFile bf = parse_batch_text(text, path, fallback, &problems);
   if (!problems.empty()) {
-    std::string msg = "batch file '" + path.string() + "' has " + std::to_string(problems.size()) + " problem(s):";
-    for (const auto& p : problems) msg += "\n  " + (p.pointer.empty() ? std::string("/") : p.pointer) + ": " + p.message;
-    throw UsageError(msg);
+    const auto lines = json_pointer_lines(text);
+    for (auto& p : problems) p.line = line_of(lines, p.pointer);
+    throw UsageError(describe(path, problems));
   }
   return bf;
 }
 
-std::string output_file_name(const BatchTask& task, int index, std::int64_t seed) {
+namespace {
+
+const char* const kPlaceholders[] = {"id", "index", "seed", "date", "steps", "cfg", "width", "height"};
+
+std::string safe_id(const std::string& raw) {
   std::string id;
-  for (char c : task.id) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
+  for (char c : raw) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+                    c == '_' || c == '.';
     id.push_back(ok ? c : '_');
   }
   if (id.empty() || id[0] == '.') id.insert(0, "_");
-  return id + "-" + std::to_string(index) + "-" + std::to_string(seed) + ".png";
+  return id;
+}
+
+std::string format_cfg(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+}  // namespace
+
+std::string check_name_template(const std::string& tmpl) {
+  if (tmpl.empty()) return "is empty";
+  if (tmpl[0] == '/') return "must be relative to the output folder (no leading '/')";
+  if (tmpl.size() < 5 || tmpl.compare(tmpl.size() - 4, 4, ".png") != 0) return "must end in .png";
+  for (size_t i = 0; i < tmpl.size(); ++i) {
+    if (tmpl[i] == '{') {
+      const size_t end = tmpl.find('}', i);
+      if (end == std::string::npos) return "has an unclosed '{'";
+      const std::string name = tmpl.substr(i + 1, end - i - 1);
+      bool known = false;
+      for (const char* p : kPlaceholders) known |= name == p;
+      if (!known) return "has unknown placeholder {" + name + "} (known: {id} {index} {seed} {date} {steps} {cfg} {width} {height})";
+      i = end;
+    }
+  }
+  // Any path component ".." could leave the output folder.
+  size_t start = 0;
+  while (start <= tmpl.size()) {
+    const size_t slash = tmpl.find('/', start);
+    const std::string part = tmpl.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
+    if (part == "..") return "must not contain '..' (it could leave the output folder)";
+    if (part.empty() && slash != std::string::npos) return "has an empty path component ('//')";
+    if (slash == std::string::npos) break;
+    start = slash + 1;
+  }
+  if (tmpl.find("{index}") == std::string::npos && tmpl.find("{seed}") == std::string::npos)
+    return "must contain {index} or {seed} so the images of one task get different names";
+  return "";
+}
+
+std::string output_file_name(const BatchTask& task, int index, std::int64_t seed, const std::string& tmpl,
+                             const std::string& date) {
+  std::string out;
+  for (size_t i = 0; i < tmpl.size(); ++i) {
+    if (tmpl[i] != '{') {
+      out.push_back(tmpl[i]);
+      continue;
+    }
+    const size_t end = tmpl.find('}', i);
+    if (end == std::string::npos) {  // unclosed: literal (check_name_template rejects it)
+      out += tmpl.substr(i);
+      break;
+    }
+    const std::string name = tmpl.substr(i + 1, end - i - 1);
+    if (name == "id") out += safe_id(task.id);
+    else if (name == "index") out += std::to_string(index);
+    else if (name == "seed") out += std::to_string(seed);
+    else if (name == "date") out += date;
+    else if (name == "steps") out += std::to_string(task.params.steps);
+    else if (name == "cfg") out += format_cfg(task.params.cfg);
+    else if (name == "width") out += std::to_string(task.params.width);
+    else if (name == "height") out += std::to_string(task.params.height);
+    i = end;
+  }
+  return out;
+}
+
+std::pair<int, int> parse_shard(const std::string& text) {
+  const size_t slash = text.find('/');
+  try {
+    if (slash != std::string::npos) {
+      size_t a = 0, b = 0;
+      const int k = std::stoi(text.substr(0, slash), &a);
+      const int n = std::stoi(text.substr(slash + 1), &b);
+      if (a == slash && b == text.size() - slash - 1 && n >= 1 && k >= 0 && k < n) return {k, n};
+    }
+  } catch (const std::exception&) {
+  }
+  throw UsageError("--shard '" + text + "': expected K/N with 0 <= K < N, e.g. 0/4 (K is the 0-based shard index)");
+}
+
+double parse_duration_s(const std::string& text) {
+  double total = 0;
+  size_t i = 0;
+  bool any = false;
+  while (i < text.size()) {
+    size_t used = 0;
+    double v = 0;
+    try {
+      v = std::stod(text.substr(i), &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || v < 0) throw UsageError("duration '" + text + "': expected e.g. 90, 90s, 30m, 6h or 1h30m");
+    i += used;
+    double unit = 1;
+    if (i < text.size()) {
+      const char u = text[i];
+      if (u == 's') unit = 1;
+      else if (u == 'm') unit = 60;
+      else if (u == 'h') unit = 3600;
+      else throw UsageError("duration '" + text + "': unknown unit '" + std::string(1, u) + "' (use s, m or h)");
+      ++i;
+    }
+    total += v * unit;
+    any = true;
+  }
+  if (!any) throw UsageError("duration is empty: expected e.g. 90, 90s, 30m, 6h or 1h30m");
+  return total;
 }
 
 }  // namespace sdxl

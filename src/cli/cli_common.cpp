@@ -1,5 +1,6 @@
 #include "cli/cli_common.h"
 
+#include <spdlog/sinks/rotating_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -20,15 +21,20 @@ void add_model_options(CLI::App& cmd, ModelOptions& o, bool model_required) {
   cmd.add_flag("--cudnn-benchmark", o.runtime.cudnn_benchmark, "Let cuDNN pick convolution algorithms by timing them");
 }
 
-void add_log_options(CLI::App& app, std::string& level) {
+void add_log_options(CLI::App& app, std::string& level, std::string& file) {
   app.add_option("--log-level", level, "trace, debug, info, warn, error, off")
       ->default_val("info")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+  app.add_option("--log-file", file, "Also log to this file (rotated at 10 MiB, 5 files kept)");
 }
 
-void apply_log_level(const std::string& level) {
+void setup_logging(const std::string& level, const std::string& file) {
   // Logs go to stderr so stdout stays for machine-readable output.
-  auto logger = spdlog::stderr_color_mt("sdxl");
+  std::vector<spdlog::sink_ptr> sinks{std::make_shared<spdlog::sinks::stderr_color_sink_mt>()};
+  if (!file.empty())
+    sinks.push_back(std::make_shared<spdlog::sinks::rotating_file_sink_mt>(file, 10u << 20, 5));
+  auto logger = std::make_shared<spdlog::logger>("sdxl", sinks.begin(), sinks.end());
+  logger->flush_on(spdlog::level::info);
   spdlog::set_default_logger(logger);
   spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v");
   spdlog::set_level(spdlog::level::from_str(level));

@@ -17,9 +17,10 @@ struct ModelOptions {
 // Adds --model, --device, --dtype, --threads to a subcommand.
 void add_model_options(CLI::App& cmd, ModelOptions& o, bool model_required);
 
-// --log-level on the top-level app; call apply_log_level() after parsing.
-void add_log_options(CLI::App& app, std::string& level);
-void apply_log_level(const std::string& level);
+// --log-level and --log-file on the top-level app; call setup_logging() after parsing.
+void add_log_options(CLI::App& app, std::string& level, std::string& file);
+// Logs go to stderr and, with a file, also to that file (rotated at 10 MiB, 5 kept).
+void setup_logging(const std::string& level, const std::string& file);
 
 std::string format_bytes(std::uint64_t bytes);
 

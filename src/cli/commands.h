@@ -10,6 +10,7 @@ namespace sdxl::cli {
 struct GenerateArgs;
 struct RunArgs;
 struct TokensArgs;
+struct ValidateArgs;
 
 CLI::App* add_generate(CLI::App& app, std::shared_ptr<GenerateArgs>& args);
 int run_generate(const GenerateArgs& args);
@@ -19,5 +20,8 @@ int run_run(const RunArgs& args);
 
 CLI::App* add_tokens(CLI::App& app, std::shared_ptr<TokensArgs>& args);
 int run_tokens(const TokensArgs& args);
+
+CLI::App* add_validate(CLI::App& app, std::shared_ptr<ValidateArgs>& args);
+int run_validate(const ValidateArgs& args);
 
 }  // namespace sdxl::cli

@@ -14,20 +14,23 @@ int main(int argc, char** argv) {
   CLI::App app{"sdxl-batch: turn a JSON batch of scenes into SDXL images on NVIDIA GPUs (or the CPU)", "sdxl-batch"};
   app.set_version_flag("--version", std::string(sdxl::kProgramName) + " " + sdxl::kProgramVersion);
   app.require_subcommand(1);
-  std::string log_level;
-  sdxl::cli::add_log_options(app, log_level);
+  std::string log_level, log_file;
+  sdxl::cli::add_log_options(app, log_level, log_file);
 
   std::shared_ptr<sdxl::cli::GenerateArgs> gen;
   std::shared_ptr<sdxl::cli::RunArgs> run;
   std::shared_ptr<sdxl::cli::TokensArgs> tokens;
+  std::shared_ptr<sdxl::cli::ValidateArgs> validate;
   CLI::App* gen_cmd = sdxl::cli::add_generate(app, gen);
   CLI::App* run_cmd = sdxl::cli::add_run(app, run);
   CLI::App* tok_cmd = sdxl::cli::add_tokens(app, tokens);
+  CLI::App* val_cmd = sdxl::cli::add_validate(app, validate);
 
   // CLI11 reports an unknown first word only as "A subcommand is required".
   const std::string first = argc > 1 ? argv[1] : "";
-  if (!first.empty() && first[0] != '-' && first != "generate" && first != "run" && first != "tokens") {
-    std::cerr << "unknown command '" << argv[1] << "'; commands: generate, run, tokens (see --help)\n";
+  if (!first.empty() && first[0] != '-' && first != "generate" && first != "run" && first != "tokens" &&
+      first != "validate") {
+    std::cerr << "unknown command '" << argv[1] << "'; commands: generate, run, validate, tokens (see --help)\n";
     return static_cast<int>(ExitCode::kUsage);
   }
   try {
@@ -43,11 +46,17 @@ int main(int argc, char** argv) {
     return static_cast<int>(ExitCode::kUsage);
   }
 
-  sdxl::cli::apply_log_level(log_level);
+  try {
+    sdxl::cli::setup_logging(log_level, log_file);
+  } catch (const std::exception& e) {
+    std::cerr << "--log-file " << log_file << ": " << e.what() << "\n";
+    return static_cast<int>(ExitCode::kUsage);
+  }
   try {
     if (*gen_cmd) return sdxl::cli::run_generate(*gen);
     if (*run_cmd) return sdxl::cli::run_run(*run);
     if (*tok_cmd) return sdxl::cli::run_tokens(*tokens);
+    if (*val_cmd) return sdxl::cli::run_validate(*validate);
   } catch (const sdxl::Error& e) {
     spdlog::error("{}", e.what());
     return static_cast<int>(e.code());

@@ -33,6 +33,7 @@ std::uint32_t get_u32(const std::uint8_t* p) {
 
 std::vector<std::uint8_t> make_chunk(const char type[4], const std::string& body) {
   std::vector<std::uint8_t> c;
+  c.reserve(12 + body.size());
   put_u32(c, static_cast<std::uint32_t>(body.size()));
   c.insert(c.end(), type, type + 4);
   c.insert(c.end(), body.begin(), body.end());

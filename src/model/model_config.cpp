@@ -75,7 +75,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::filesyst
   json j;
   try {
     j = json::parse(json_text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers that overflow
     throw ModelError(origin + ": not valid JSON: " + e.what());
   }
   Reader r(j, origin, "");

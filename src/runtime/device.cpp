@@ -2,6 +2,9 @@
 
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdio>
 #include <torch/cuda.h>
 
 #include "sdxl/error.h"
@@ -56,6 +59,20 @@ std::uint64_t device_peak_bytes(const torch::Device& device) {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   return static_cast<std::uint64_t>(ru.ru_maxrss) * 1024u;
+}
+
+std::uint64_t device_memory_in_use(const torch::Device& device) {
+  if (device.is_cuda()) {
+    using c10::CachingAllocator::StatType;
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    return static_cast<std::uint64_t>(stats.allocated_bytes[static_cast<size_t>(StatType::AGGREGATE)].current);
+  }
+  long pages = 0, resident = 0;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return static_cast<std::uint64_t>(resident) * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
 }
 
 void device_reset_peak(const torch::Device& device) {

@@ -20,5 +20,7 @@ void device_synchronize(const torch::Device& device);
 // the process's peak resident set size on CPU.
 std::uint64_t device_peak_bytes(const torch::Device& device);
 void device_reset_peak(const torch::Device& device);
+// Bytes allocated now by the CUDA caching allocator, or the process's resident set on CPU.
+std::uint64_t device_memory_in_use(const torch::Device& device);
 
 }  // namespace sdxl

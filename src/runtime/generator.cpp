@@ -55,6 +55,7 @@ const ModelConfig& Generator::model() const { return impl_->model->config; }
 std::string Generator::device_name() const { return impl_->model->device.str(); }
 double Generator::load_seconds() const { return impl_->load_s; }
 std::uint64_t Generator::peak_memory_bytes() const { return device_peak_bytes(impl_->model->device); }
+std::uint64_t Generator::memory_in_use_bytes() const { return device_memory_in_use(impl_->model->device); }
 
 GeneratedImage Generator::generate(const GenerationParams& p) {
   SdxlModel& m = *impl_->model;

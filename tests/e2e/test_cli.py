@@ -143,6 +143,38 @@ class BadInput(unittest.TestCase):
             self.assertIn(flag, r.stdout)
 
 
+class Configs(unittest.TestCase):
+    def test_every_example_config_validates(self):
+        configs = sorted(p for p in (Path(ARGS.source) / "configs").glob("*.json") if not p.name.endswith(".schema.json"))
+        self.assertGreaterEqual(len(configs), 2)
+        for cfg in configs:
+            r = sdxl("validate", str(cfg), "--model", ARGS.model)
+            self.assertEqual(r.returncode, 0, f"{cfg}: {r.stdout}{r.stderr}")
+
+    def test_json_schema_accepts_examples_and_rejects_bad_files(self):
+        import jsonschema
+        schema = json.loads((Path(ARGS.source) / "configs" / "batch.schema.json").read_text())
+        validator = jsonschema.Draft202012Validator(schema)
+        for cfg in (Path(ARGS.source) / "configs").glob("*.json"):
+            if not cfg.name.endswith(".schema.json"):
+                self.assertEqual(list(validator.iter_errors(json.loads(cfg.read_text()))), [], cfg)
+        bad = {"version": 1, "output": {"template": "../x-{index}.png"},
+               "tasks": [{"id": "a", "prompt": "x", "steps": 900, "colour": 1, "width": 100}]}
+        self.assertEqual(len(list(validator.iter_errors(bad))), 4)
+
+    def test_nightly_config_runs(self):
+        out = Path(ARGS.work) / "nightly"
+        shutil.rmtree(out, ignore_errors=True)
+        r = sdxl("run", str(Path(ARGS.source) / "configs" / "nightly-story.json"), "--model", ARGS.model, "--out", str(out))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        report = json.loads((out / "report.json").read_text())
+        self.assertEqual(report["images_done"], 5)
+        self.assertTrue((out / "report.html").is_file())
+        dated = [p for p in out.iterdir() if p.is_dir()]
+        self.assertEqual(len(dated), 1, "the {date}/ template makes one dated folder")
+        self.assertEqual(len(list(dated[0].glob("*.png"))), 5)
+
+
 class Tokens(unittest.TestCase):
     def test_tokens_json(self):
         r = sdxl("tokens", "--model", ARGS.model, "--json", "a cat!!")

@@ -94,3 +94,50 @@ TEST(GenerationParams, A1111Format) {
   EXPECT_NE(sdxl::a1111_parameters(p, "a,b").find("CFG scale: 7.5"), std::string::npos);
   EXPECT_NE(sdxl::a1111_parameters(p, "a,b").find("Model: \"a,b\""), std::string::npos);
 }
+
+TEST(BatchFile, NameTemplates) {
+  EXPECT_EQ(sdxl::check_name_template(sdxl::kDefaultNameTemplate), "");
+  EXPECT_EQ(sdxl::check_name_template("{date}/{id}-{index}.png"), "");
+  EXPECT_NE(sdxl::check_name_template("/abs/{index}.png"), "");
+  EXPECT_NE(sdxl::check_name_template("../{index}.png"), "");
+  EXPECT_NE(sdxl::check_name_template("a/../../{index}.png"), "");
+  EXPECT_NE(sdxl::check_name_template("{id}.png"), "");  // images of one task would collide
+  EXPECT_NE(sdxl::check_name_template("{index}.jpg"), "");
+  EXPECT_NE(sdxl::check_name_template("{bogus}-{index}.png"), "");
+  sdxl::BatchTask t;
+  t.id = "s 1";
+  t.params.width = 832;
+  t.params.height = 1216;
+  t.params.cfg = 6.5;
+  EXPECT_EQ(sdxl::output_file_name(t, 3, 99, "{date}/{id}_{index}_{seed}_{width}x{height}_{cfg}.png", "2026-11-29"),
+            "2026-11-29/s_1_3_99_832x1216_6.5.png");
+  // Found by the fuzzer: an unclosed brace used to loop forever.
+  EXPECT_EQ(sdxl::output_file_name(t, 1, 2, "{index}-{seedm.png"), "1-{seedm.png");
+  auto p = problems_of(R"({"version": 1, "output": {"template": "../x-{index}.png"}, "tasks": [{"id": "a", "prompt": "x"}]})");
+  EXPECT_TRUE(has(p, "/output/template"));
+}
+
+TEST(BatchFile, ShardsAndDurations) {
+  EXPECT_EQ(sdxl::parse_shard("0/4"), (std::pair<int, int>{0, 4}));
+  EXPECT_EQ(sdxl::parse_shard("3/4"), (std::pair<int, int>{3, 4}));
+  EXPECT_THROW(sdxl::parse_shard("4/4"), sdxl::UsageError);
+  EXPECT_THROW(sdxl::parse_shard("1/0"), sdxl::UsageError);
+  EXPECT_THROW(sdxl::parse_shard("x/2"), sdxl::UsageError);
+  EXPECT_THROW(sdxl::parse_shard("1-2"), sdxl::UsageError);
+  EXPECT_DOUBLE_EQ(sdxl::parse_duration_s("90"), 90);
+  EXPECT_DOUBLE_EQ(sdxl::parse_duration_s("30m"), 1800);
+  EXPECT_DOUBLE_EQ(sdxl::parse_duration_s("1h30m"), 5400);
+  EXPECT_DOUBLE_EQ(sdxl::parse_duration_s("2.5s"), 2.5);
+  EXPECT_THROW(sdxl::parse_duration_s("6d"), sdxl::UsageError);
+  EXPECT_THROW(sdxl::parse_duration_s(""), sdxl::UsageError);
+}
+
+TEST(BatchFile, PointerLines) {
+  const std::string text = "{\n  \"version\": 1,\n  \"tasks\": [\n    {\"id\": \"a\",\n     \"steps\": 500}\n  ]\n}\n";
+  auto lines = sdxl::json_pointer_lines(text);
+  EXPECT_EQ(lines[""], 1);
+  EXPECT_EQ(lines["/version"], 2);
+  EXPECT_EQ(lines["/tasks"], 3);
+  EXPECT_EQ(lines["/tasks/0"], 4);
+  EXPECT_EQ(lines["/tasks/0/steps"], 5);
+}

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets of the torch-free core with clang (address +
+# undefined-behaviour sanitizers) and runs each for SECONDS (default 300).
+#   scripts/fuzz.sh [SECONDS] [TARGET...]     targets: batch_file clip_tokenizer
+# Needs: clang, libclang-rt-dev (Debian), .venv (to make the tokenizer files).
+# Exit non-zero on any crash, leak, sanitizer report or timeout; the input that
+# broke it is left in build/fuzz/<target>/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:-300}
+shift || true
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(batch_file clip_tokenizer)
+CXX=${CXX_FUZZ:-clang++}
+command -v "$CXX" >/dev/null || { echo "fuzz: $CXX not found (apt-get install clang libclang-rt-dev)" >&2; exit 1; }
+out=build/fuzz
+mkdir -p "$out"
+flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude -Isrc)
+declare -A srcs=(
+  [batch_file]="src/batch/batch_file.cpp src/batch/generation_params.cpp src/model/model_config.cpp"
+  [clip_tokenizer]="src/text/clip_tokenizer.cpp src/text/unicode_data.cpp"
+)
+if [ ! -f "$out/tokenizer/vocab.json" ]; then
+  .venv/bin/python scripts/clip_vocab.py "$out/tokenizer" --pad-token '!' >/dev/null
+fi
+export SDXL_FUZZ_TOKENIZER_DIR=$PWD/$out/tokenizer
+for t in "${targets[@]}"; do
+  bin="$out/fuzz_$t"
+  echo "fuzz: building $t"
+  # shellcheck disable=SC2086
+  $CXX "${flags[@]}" tests/fuzz/fuzz_$t.cpp ${srcs[$t]} -o "$bin"
+  mkdir -p "$out/$t/corpus"
+  seed_dir=$out/$t/seeds
+  mkdir -p "$seed_dir"
+  cp configs/*.json "$seed_dir/" 2>/dev/null || true
+  printf 'a photo of (a cat:1.2), [dog], 一只猫 <|endoftext|> !!' > "$seed_dir/prompt.txt"
+  echo "fuzz: running $t for ${secs}s"
+  (cd "$out/$t" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    "../fuzz_$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=4096 -print_final_stats=1 corpus seeds 2>&1 | tail -15)
+done
+echo "fuzz: all targets ran clean"

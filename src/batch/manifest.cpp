@@ -1,0 +1,110 @@
+#include "sdxl/manifest.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "sdxl/error.h"
+
+namespace sdxl {
+namespace {
+
+nlohmann::json to_json(const ManifestEntry& e) {
+  const GenerationParams& p = e.params;
+  return {{"task", e.task}, {"index", e.index}, {"seed", e.seed}, {"file", e.file}, {"sha256", e.sha256},
+          {"seconds", e.seconds}, {"model", e.model}, {"finished", e.finished},
+          {"params", {{"prompt", p.prompt}, {"negative", p.negative_prompt}, {"steps", p.steps}, {"cfg", p.cfg},
+                      {"width", p.width}, {"height", p.height}, {"sampler", p.sampler}, {"schedule", p.schedule}}}};
+}
+
+ManifestEntry from_json(const nlohmann::json& j) {
+  ManifestEntry e;
+  e.task = j.at("task").get<std::string>();
+  e.index = j.at("index").get<int>();
+  e.seed = j.at("seed").get<std::int64_t>();
+  e.file = j.at("file").get<std::string>();
+  e.sha256 = j.at("sha256").get<std::string>();
+  e.seconds = j.value("seconds", 0.0);
+  e.model = j.value("model", "");
+  e.finished = j.value("finished", "");
+  if (j.contains("params")) {
+    const auto& p = j["params"];
+    e.params.prompt = p.value("prompt", "");
+    e.params.negative_prompt = p.value("negative", "");
+    e.params.steps = p.value("steps", 0);
+    e.params.cfg = p.value("cfg", 0.0);
+    e.params.width = p.value("width", 0);
+    e.params.height = p.value("height", 0);
+    e.params.sampler = p.value("sampler", "");
+    e.params.schedule = p.value("schedule", "");
+  }
+  e.params.seed = e.seed;
+  return e;
+}
+
+}  // namespace
+
+std::string utc_now_iso8601() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+Manifest::Manifest(std::filesystem::path path) : path_(std::move(path)) {
+  std::ifstream in(path_);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    try {
+      ManifestEntry e = from_json(nlohmann::json::parse(line));
+      latest_[{e.task, e.index}] = std::move(e);
+    } catch (const std::exception&) {
+      ++torn_lines_;  // a crash mid-append leaves at most the last line torn
+    }
+  }
+}
+
+std::optional<ManifestEntry> Manifest::find(const std::string& task, int index) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = latest_.find({task, index});
+  if (it == latest_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<std::int64_t> Manifest::task_base_seed(const std::string& task) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = latest_.lower_bound({task, 0}); it != latest_.end() && it->first.first == task; ++it)
+    return it->second.seed - it->second.index;
+  return std::nullopt;
+}
+
+size_t Manifest::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return latest_.size();
+}
+
+void Manifest::append(const ManifestEntry& e) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string line = to_json(e).dump() + "\n";
+  const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) throw IoError("cannot open manifest '" + path_.string() + "': " + std::strerror(errno));
+  // One write() per line: O_APPEND keeps lines whole when shards share the file.
+  const ssize_t n = ::write(fd, line.data(), line.size());
+  const int write_errno = errno;
+  const int sync_rc = ::fsync(fd);
+  ::close(fd);
+  if (n != static_cast<ssize_t>(line.size()))
+    throw IoError("cannot append to manifest '" + path_.string() + "': " + std::strerror(write_errno));
+  if (sync_rc != 0) throw IoError("cannot fsync manifest '" + path_.string() + "'");
+  latest_[{e.task, e.index}] = e;
+}
+
+}  // namespace sdxl
