@@ -71,7 +71,7 @@ class CrashSafety(unittest.TestCase):
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
         out = work / "out"
-        items = write_batch(work / "batch.json")
+        items = write_batch(work / "batch.json", tasks=8, count=2, steps=3)
         rng = random.Random(1234)
         kills = 0
         for _ in range(ARGS.kills):
@@ -163,7 +163,7 @@ if __name__ == "__main__":
     ap.add_argument("--binary", required=True)
     ap.add_argument("--model", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--kills", type=int, default=8)
+    ap.add_argument("--kills", type=int, default=12)
     ARGS, rest = ap.parse_known_args()
     Path(ARGS.work).mkdir(parents=True, exist_ok=True)
     unittest.main(argv=[sys.argv[0], "-v", *rest])
