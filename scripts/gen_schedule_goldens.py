@@ -11,23 +11,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
 
 import diffusers
 import torch
 from diffusers import EulerDiscreteScheduler
 
-SDXL_SCHEDULER = dict(
-    num_train_timesteps=1000,
-    beta_start=0.00085,
-    beta_end=0.012,
-    beta_schedule="scaled_linear",
-    trained_betas=None,
-    prediction_type="epsilon",
-    interpolation_type="linear",
-    use_karras_sigmas=False,
-    timestep_spacing="leading",
-    steps_offset=1,
-)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from export_sdxl import SDXL_SCHEDULER  # noqa: E402  (one source of SDXL's scheduler config)
+
+
 STEPS = [1, 2, 5, 8, 20, 25, 28, 30, 50, 100]
 
 
