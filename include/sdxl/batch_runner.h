@@ -17,6 +17,8 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "sdxl/batch_file.h"
 #include "sdxl/error.h"
@@ -35,6 +37,8 @@ struct RunOptions {
   std::function<double()> load_seconds;                 // idem
   std::function<std::uint64_t()> memory_bytes;          // in use now, for the report (optional)
   std::function<std::uint64_t()> peak_memory_bytes;     // optional
+  // Tasks left out by --skip-invalid: reported as failed with these errors.
+  std::vector<std::pair<std::string, std::string>> invalid_tasks;  // task id (or pointer), error
 };
 
 struct RunResult {

@@ -308,7 +308,7 @@ std::vector<BatchProblem> validate_batch_file(const std::filesystem::path& path,
   std::vector<BatchProblem> problems;
   const BatchFile bf =
       parse_batch_text(text, path, model ? defaults_of(*model) : GenerationParams{}, &problems);
-  if (model && problems.empty()) {
+  if (model) {
     for (size_t i = 0; i < bf.tasks.size(); ++i) {
       try {
         check_generation_size(*model, bf.tasks[i].params.width, bf.tasks[i].params.height, 1);

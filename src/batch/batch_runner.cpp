@@ -113,6 +113,11 @@ RunResult run_batch(const BatchFile& batch, const RunOptions& o, const GenerateF
   RunResult res;
   nlohmann::json images = nlohmann::json::array(), failures = nlohmann::json::array(),
                  skipped = nlohmann::json::array();
+  for (const auto& [id, error] : o.invalid_tasks) {
+    ++res.total;
+    ++res.failed;
+    failures.push_back({{"task", id}, {"index", 0}, {"seed", 0}, {"error", "invalid task: " + error}});
+  }
   std::vector<WorkItem> work;
   for (size_t pos = 0; pos < batch.tasks.size(); ++pos) {
     if (!in_shard(pos, o.shard_index, o.shard_count)) continue;

@@ -7,7 +7,11 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
 
 #include "cli/cli_common.h"
 #include "cli/commands.h"
@@ -21,7 +25,7 @@ namespace sdxl::cli {
 struct RunArgs {
   ModelOptions model;
   std::string batch_file, out_dir, lock_file, max_runtime, shard;
-  bool force = false;
+  bool force = false, skip_invalid = false;
 };
 
 CLI::App* add_run(CLI::App& app, std::shared_ptr<RunArgs>& args) {
@@ -31,6 +35,8 @@ CLI::App* add_run(CLI::App& app, std::shared_ptr<RunArgs>& args) {
   add_model_options(*cmd, args->model, /*model_required=*/false);
   cmd->add_option("--out,-o", args->out_dir, "Output folder (default: the batch's output.dir, else ./out)");
   cmd->add_flag("--force", args->force, "Generate every image again, even those the manifest shows as done");
+  cmd->add_flag("--skip-invalid", args->skip_invalid,
+                "Run the valid tasks of a batch file that has invalid ones (those are reported as failed)");
   cmd->add_option("--max-runtime", args->max_runtime, "Stop taking new images after this long (e.g. 90m, 6h)");
   cmd->add_option("--shard", args->shard, "Take share K of N of the tasks (K/N, 0 <= K < N), e.g. a job array index");
   cmd->add_option("--lock", args->lock_file, "Lock file (default: .sdxl-batch.lock in the output folder)");
@@ -56,27 +62,79 @@ std::filesystem::path relative_to_batch(const std::filesystem::path& batch, cons
   return q.is_absolute() ? q : batch.parent_path() / q;
 }
 
+std::string read_text_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw UsageError("cannot read batch file '" + path.string() + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// --skip-invalid: problems under /tasks/N drop task N (reported as failed);
+// any other problem (the file's structure) still refuses the whole file.
+BatchFile load_valid_tasks(const std::filesystem::path& path, const ModelConfig& mc,
+                           std::vector<std::pair<std::string, std::string>>& invalid) {
+  const std::vector<BatchProblem> problems = validate_batch_file(path, &mc);
+  std::map<size_t, std::string> bad;  // task position -> errors
+  std::vector<BatchProblem> fatal;
+  for (const auto& p : problems) {
+    size_t pos = 0;
+    if (std::sscanf(p.pointer.c_str(), "/tasks/%zu", &pos) == 1) {
+      bad[pos] += (bad[pos].empty() ? "" : "; ") + p.pointer + ": " + p.message;
+    } else {
+      fatal.push_back(p);
+    }
+  }
+  if (!fatal.empty()) {
+    std::string msg = path.string() + " cannot run even with --skip-invalid:";
+    for (const auto& p : fatal) msg += "\n  " + (p.pointer.empty() ? std::string("/") : p.pointer) + " (line " +
+                                       std::to_string(p.line) + "): " + p.message;
+    throw UsageError(msg);
+  }
+  std::vector<BatchProblem> ignored;
+  BatchFile bf = parse_batch_text(read_text_file(path), path, defaults_of(mc), &ignored);
+  std::vector<BatchTask> kept;
+  for (size_t i = 0; i < bf.tasks.size(); ++i) {
+    auto it = bad.find(i);
+    if (it == bad.end()) {
+      kept.push_back(bf.tasks[i]);
+      continue;
+    }
+    const std::string id = bf.tasks[i].id.empty() ? "/tasks/" + std::to_string(i) : bf.tasks[i].id;
+    spdlog::warn("skipping invalid task {}: {}", id, it->second);
+    invalid.emplace_back(id, it->second);
+  }
+  bf.tasks = std::move(kept);
+  return bf;
+}
+
 }  // namespace
 
 int run_run(const RunArgs& a) {
   const std::filesystem::path batch_path(a.batch_file);
   const auto shard = a.shard.empty() ? std::pair<int, int>{0, 1} : parse_shard(a.shard);
   const double max_runtime_s = a.max_runtime.empty() ? 0.0 : parse_duration_s(a.max_runtime);
-  // First pass finds the model; the second applies the model's defaults.
-  const BatchFile probe = parse_batch_file(batch_path, GenerationParams{});
+  // First pass only finds the model (problems are reported by the second pass,
+  // which applies the model's defaults and limits).
+  std::vector<BatchProblem> probe_problems;
+  const BatchFile probe = parse_batch_text(read_text_file(batch_path), batch_path, GenerationParams{}, &probe_problems);
   std::filesystem::path model_dir;
   if (!a.model.model_dir.empty()) model_dir = a.model.model_dir;
   else if (!probe.model.empty()) model_dir = relative_to_batch(batch_path, probe.model);
   else throw UsageError("no model: pass --model DIR or set \"model\" in " + batch_path.string());
   const ModelConfig mc = load_model_config(model_dir);
-  const BatchFile batch = parse_batch_file(batch_path, defaults_of(mc));
-  for (size_t i = 0; i < batch.tasks.size(); ++i) {
-    try {
-      check_generation_size(mc, batch.tasks[i].params.width, batch.tasks[i].params.height, 1);
-    } catch (const UsageError& e) {
-      throw UsageError(batch_path.string() + ": /tasks/" + std::to_string(i) + ": " + e.what());
+  std::vector<std::pair<std::string, std::string>> invalid;
+  const BatchFile batch = a.skip_invalid ? load_valid_tasks(batch_path, mc, invalid) : [&] {
+    BatchFile bf = parse_batch_file(batch_path, defaults_of(mc));
+    for (size_t i = 0; i < bf.tasks.size(); ++i) {
+      try {
+        check_generation_size(mc, bf.tasks[i].params.width, bf.tasks[i].params.height, 1);
+      } catch (const UsageError& e) {
+        throw UsageError(batch_path.string() + ": /tasks/" + std::to_string(i) + ": " + e.what());
+      }
     }
-  }
+    return bf;
+  }();
   const std::filesystem::path out_dir = !a.out_dir.empty()          ? std::filesystem::path(a.out_dir)
                                         : !batch.output_dir.empty() ? relative_to_batch(batch_path, batch.output_dir)
                                                                     : std::filesystem::path("out");
@@ -104,6 +162,7 @@ int run_run(const RunArgs& a) {
   o.shard_index = shard.first;
   o.shard_count = shard.second;
   o.stop = &g_stop;
+  o.invalid_tasks = invalid;
   o.model_name = mc.name;
   o.device_name = [&] { return generator().device_name(); };
   o.load_seconds = [&] { return generator().load_seconds(); };

@@ -141,6 +141,26 @@ class Unattended(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn("--shard", r.stderr)
 
+    def test_skip_invalid_runs_the_valid_tasks(self):
+        work = Path(ARGS.work) / "skip-invalid"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        batch = work / "batch.json"
+        batch.write_text(json.dumps({"version": 1, "defaults": {"steps": 2}, "tasks": [
+            {"id": "good", "prompt": "x", "seed": 1},
+            {"id": "bad-steps", "prompt": "y", "seed": 2, "steps": 999},
+            {"id": "bad-size", "prompt": "z", "seed": 3, "width": 4096}]}))
+        r = subprocess.run(run_cmd(str(batch), "--out", str(work / "refused")), capture_output=True, text=True, env=ENV)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertFalse((work / "refused" / "manifest.jsonl").exists(), "nothing runs without --skip-invalid")
+        r = subprocess.run(run_cmd(str(batch), "--out", str(work / "out"), "--skip-invalid"), capture_output=True,
+                           text=True, env=ENV, timeout=600)
+        self.assertEqual(r.returncode, 3, r.stderr)
+        report = json.loads((work / "out" / "report.json").read_text())
+        self.assertEqual(report["images_done"], 1)
+        self.assertEqual(sorted(f["task"] for f in report["failures"]), ["bad-size", "bad-steps"])
+        self.assertIn("/tasks/1/steps", json.dumps(report["failures"]))
+
     def test_validate(self):
         work = Path(ARGS.work) / "validate"
         work.mkdir(parents=True, exist_ok=True)
