@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of the torch-free core with clang (address +
 # undefined-behaviour sanitizers) and runs each for SECONDS (default 300).
-#   scripts/fuzz.sh [SECONDS] [TARGET...]     targets: batch_file clip_tokenizer
+#   scripts/fuzz.sh [SECONDS] [TARGET...]     targets: batch_file clip_tokenizer prompt_parser
 # Needs: clang, libclang-rt-dev (Debian), .venv (to make the tokenizer files).
 # Exit non-zero on any crash, leak, sanitizer report or timeout; the input that
 # broke it is left in build/fuzz/<target>/.
@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-300}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(batch_file clip_tokenizer)
+[ ${#targets[@]} -gt 0 ] || targets=(batch_file clip_tokenizer prompt_parser)
 CXX=${CXX_FUZZ:-clang++}
 command -v "$CXX" >/dev/null || { echo "fuzz: $CXX not found (apt-get install clang libclang-rt-dev)" >&2; exit 1; }
 out=build/fuzz
@@ -19,6 +19,7 @@ flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recov
 declare -A srcs=(
   [batch_file]="src/batch/batch_file.cpp src/batch/generation_params.cpp src/model/model_config.cpp"
   [clip_tokenizer]="src/text/clip_tokenizer.cpp src/text/unicode_data.cpp"
+  [prompt_parser]="src/text/prompt_parser.cpp src/text/prompt_chunks.cpp src/text/clip_tokenizer.cpp src/text/unicode_data.cpp"
 )
 if [ ! -f "$out/tokenizer/vocab.json" ]; then
   .venv/bin/python scripts/clip_vocab.py "$out/tokenizer" --pad-token '!' >/dev/null

@@ -29,6 +29,57 @@ import torch
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
+def a1111_embeds(pipe, prompt: str, negative: str, cfg_on: bool) -> dict:
+    """The reference of sdxl-batch's conditioning: A1111's chunks and weights
+    (scripts/prompt_reference.py), each encoder's penultimate hidden states
+    multiplied by the weights and rescaled to the chunk's mean before weighting,
+    chunks concatenated; pooled output of encoder 2's first chunk; zeros for an
+    empty negative prompt."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from prompt_reference import Chunker, pad_chunks
+
+    chunkers = (Chunker(pipe.tokenizer), Chunker(pipe.tokenizer_2))
+
+    def chunks_of(text: str) -> list:
+        lists = [ch.tokenize_line(text)[0] for ch in chunkers]
+        k = max(len(c) for c in lists)
+        return [pad_chunks(ch, c, k) for ch, c in zip(chunkers, lists)]
+
+    def encode(encoder, chunk_list):
+        zs, pooled = [], None
+        device = pipe.device
+        for ids, mult in chunk_list:
+            out = encoder(torch.tensor([ids], device=device), output_hidden_states=True)
+            z = out.hidden_states[-2]
+            if pooled is None:
+                pooled = out[0]
+            m = torch.tensor(mult, device=device).reshape(1, -1, 1).to(z.dtype)
+            original_mean = z.mean()
+            z = z * m
+            z = z * (original_mean / z.mean())
+            zs.append(z)
+        return torch.cat(zs, dim=1), pooled
+
+    pos = chunks_of(prompt)
+    k = len(pos[0])
+    neg = chunks_of(negative) if (cfg_on and negative) else None
+    if neg is not None:
+        k = max(k, len(neg[0]))
+        neg = [pad_chunks(ch, c, k) for ch, c in zip(chunkers, neg)]
+    pos = [pad_chunks(ch, c, k) for ch, c in zip(chunkers, pos)]
+    z1, _ = encode(pipe.text_encoder, pos[0])
+    z2, pooled = encode(pipe.text_encoder_2, pos[1])
+    kwargs = {"prompt_embeds": torch.cat([z1, z2], dim=-1), "pooled_prompt_embeds": pooled}
+    if neg is not None:
+        n1, _ = encode(pipe.text_encoder, neg[0])
+        n2, npooled = encode(pipe.text_encoder_2, neg[1])
+        kwargs.update(negative_prompt_embeds=torch.cat([n1, n2], dim=-1), negative_pooled_prompt_embeds=npooled)
+    else:
+        kwargs.update(negative_prompt_embeds=torch.zeros_like(kwargs["prompt_embeds"]),
+                      negative_pooled_prompt_embeds=torch.zeros_like(pooled))
+    return kwargs
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--diffusers", required=True, help="a diffusers SDXL directory (export_sdxl.py --save-diffusers)")
@@ -44,6 +95,9 @@ def main() -> int:
     ap.add_argument("--out-png", required=True)
     ap.add_argument("--out-latents")
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
+    ap.add_argument("--prompt-rules", choices=["a1111", "diffusers"], default="a1111",
+                    help="a1111 (what sdxl-batch does): emphasis, BREAK and 75-token chunks via prompt_reference.py, "
+                         "fed to the pipeline as embeddings; diffusers: the pipeline's own encode_prompt (truncates at 77)")
     a = ap.parse_args()
 
     from diffusers import StableDiffusionXLPipeline
@@ -65,11 +119,15 @@ def main() -> int:
             captured["latents"] = kwargs["latents"].detach().clone()
         return kwargs
 
+    prompt_kwargs = {"prompt": a.prompt, "negative_prompt": a.negative if a.negative else None}
+    if a.prompt_rules == "a1111":
+        with torch.inference_mode():
+            prompt_kwargs = a1111_embeds(pipe, a.prompt, a.negative, a.cfg > 1.0)
+
     t0 = time.time()
     with torch.inference_mode():
         out = pipe(
-            prompt=a.prompt,
-            negative_prompt=a.negative if a.negative else None,
+            **prompt_kwargs,
             num_inference_steps=a.steps,
             guidance_scale=a.cfg,
             width=a.width,

@@ -1,11 +1,15 @@
-// `sdxl-batch tokens`: show how both SDXL tokenizers split a prompt, so a user
-// can check token counts (77 per chunk) before a night's run.
+// `sdxl-batch tokens`: how both SDXL tokenizers read a prompt under A1111's
+// rules — token count, 75-token chunks, ids and emphasis weights, syntax
+// warnings — so a user can check a prompt before a night's run.
+#include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "cli/commands.h"
 #include "sdxl/clip_tokenizer.h"
 #include "sdxl/model_config.h"
+#include "sdxl/prompt_chunks.h"
 
 namespace sdxl::cli {
 
@@ -16,38 +20,64 @@ struct TokensArgs {
 
 CLI::App* add_tokens(CLI::App& app, std::shared_ptr<TokensArgs>& args) {
   args = std::make_shared<TokensArgs>();
-  auto* cmd = app.add_subcommand("tokens", "Print the token ids both text encoders get for a prompt");
+  auto* cmd = app.add_subcommand("tokens", "Show the tokens, 75-token chunks and weights both text encoders get");
   cmd->add_option("--model", args->model_dir, "Model directory")->required();
   cmd->add_flag("--json", args->json, "Machine-readable output");
-  cmd->add_option("text", args->text, "Prompt text")->required();
+  cmd->add_option("text", args->text, "Prompt text (A1111 syntax: (x:1.2), [x], BREAK, long prompts)")->required();
   return cmd;
 }
 
 int run_tokens(const TokensArgs& a) {
   const ModelConfig mc = load_model_config(a.model_dir);
-  nlohmann::json out = nlohmann::json::array();
+  nlohmann::json out = {{"prompt", a.text}, {"encoders", nlohmann::json::array()}};
+  std::vector<PromptWarning> warnings;
   for (size_t i = 0; i < mc.text_encoders.size(); ++i) {
     const auto& te = mc.text_encoders[i];
     const ClipTokenizer tok = ClipTokenizer::from_dir(mc.path_of(te.tokenizer), te.pad_token);
-    const std::vector<int32_t> ids = tok.encode(a.text);
-    nlohmann::json toks = nlohmann::json::array();
-    for (int32_t id : ids) toks.push_back(tok.token_text(id));
-    const int kept = std::min<int>(static_cast<int>(ids.size()), ClipTokenizer::kMaxLength - 2);
-    out.push_back({{"encoder", te.file}, {"tokenizer", te.tokenizer}, {"count", ids.size()},
-                   {"truncated", ids.size() > static_cast<size_t>(kept)}, {"ids", ids}, {"tokens", toks},
-                   {"padded_ids", tok.encode_padded(a.text)}});
+    const TokenizedPrompt tp = tokenize_prompt_counted(tok, a.text, i == 0 ? &warnings : nullptr);
+    nlohmann::json chunks = nlohmann::json::array();
+    for (size_t c = 0; c < tp.chunks.size(); ++c) {
+      const PromptChunk& ch = tp.chunks[c];
+      nlohmann::json tokens = nlohmann::json::array();
+      for (size_t k = 1; k <= tp.tokens_used[c]; ++k)  // skip bos; padding after the used tokens
+        tokens.push_back({{"id", ch.ids[k]}, {"text", tok.token_text(static_cast<int32_t>(ch.ids[k]))},
+                          {"weight", ch.multipliers[k]}});
+      chunks.push_back({{"tokens_used", tp.tokens_used[c]}, {"tokens", tokens}, {"ids", ch.ids}});
+    }
+    out["encoders"].push_back({{"encoder", te.file}, {"tokenizer", te.tokenizer}, {"token_count", tp.token_count},
+                               {"chunk_count", tp.chunks.size()}, {"chunks", chunks}});
   }
+  nlohmann::json warn = nlohmann::json::array();
+  for (const auto& w : warnings) warn.push_back({{"position", w.position}, {"message", w.message}});
+  out["warnings"] = warn;
+  out["context_chunks_max"] = mc.limits.context_chunks_max;
   if (a.json) {
     std::cout << out.dump(2) << "\n";
     return 0;
   }
-  for (const auto& e : out) {
-    std::cout << e["tokenizer"].get<std::string>() << ": " << e["count"].get<size_t>() << " tokens"
-              << (e["truncated"].get<bool>() ? " (over 75: the rest is cut off)" : "") << "\n  ";
-    for (size_t k = 0; k < e["ids"].size(); ++k)
-      std::cout << e["ids"][k].get<int>() << ":" << e["tokens"][k].get<std::string>() << " ";
-    std::cout << "\n";
+  for (const auto& e : out["encoders"]) {
+    std::cout << e["tokenizer"].get<std::string>() << ": " << e["token_count"].get<size_t>() << " tokens in "
+              << e["chunk_count"].get<size_t>() << " chunk(s) of 75\n";
+    int c = 0;
+    for (const auto& ch : e["chunks"]) {
+      std::cout << "  chunk " << c++ << " (" << ch["tokens_used"].get<size_t>() << " tokens): ";
+      for (const auto& t : ch["tokens"]) {
+        std::cout << t["text"].get<std::string>();
+        const double w = t["weight"].get<double>();
+        if (w != 1.0) {
+          std::ostringstream ws;
+          ws << std::setprecision(3) << w;
+          std::cout << "(" << ws.str() << ")";
+        }
+        std::cout << " ";
+      }
+      std::cout << "\n";
+    }
   }
+  for (const auto& w : out["warnings"])
+    std::cout << "warning: character " << w["position"].get<size_t>() << ": " << w["message"].get<std::string>() << "\n";
+  if (out["encoders"][0]["chunk_count"].get<int>() > mc.limits.context_chunks_max)
+    std::cout << "warning: more chunks than the model's limit of " << mc.limits.context_chunks_max << "\n";
   return 0;
 }
 

@@ -68,14 +68,33 @@ GeneratedImage Generator::generate(const GenerationParams& p) {
   out.width = p.width;
   out.height = p.height;
 
-  // Stage 1: text conditioning, CFG batch order [negative, positive].
+  // Stage 1: text conditioning (A1111 prompt rules), CFG batch order [negative, positive].
   auto t0 = Clock::now();
   const bool cfg_on = p.cfg > 1.0;
-  PromptEmbeds pos = encode_prompt(m, p.prompt);
+  SdxlPromptTokens pos_tokens = tokenize_sdxl_prompt(m, p.prompt);
+  for (const auto& w : pos_tokens.warnings) spdlog::warn("prompt, character {}: {}", w.position, w.message);
+  SdxlPromptTokens neg_tokens;
+  const bool neg_text = cfg_on && !p.negative_prompt.empty();
+  size_t chunk_count = pos_tokens.chunk_count();
+  if (neg_text) {
+    neg_tokens = tokenize_sdxl_prompt(m, p.negative_prompt);
+    for (const auto& w : neg_tokens.warnings) spdlog::warn("negative prompt, character {}: {}", w.position, w.message);
+    chunk_count = std::max(chunk_count, neg_tokens.chunk_count());
+  }
+  if (chunk_count > static_cast<size_t>(cfg.limits.context_chunks_max))
+    throw UsageError("the prompt needs " + std::to_string(chunk_count) + " chunks of 75 tokens; model '" + cfg.name +
+                     "' was checked for at most " + std::to_string(cfg.limits.context_chunks_max) +
+                     " (model.json /limits/context_chunks_max): shorten the prompt (see `sdxl-batch tokens`)");
+  pad_sdxl_prompt(m, pos_tokens, chunk_count);
+  const PromptEmbeds pos = encode_prompt_tokens(m, pos_tokens);
   torch::Tensor context = pos.context, pooled = pos.pooled;
   torch::Tensor time_ids = sdxl_time_ids(p.width, p.height, m.dtype, m.device);
   if (cfg_on) {
-    PromptEmbeds neg = p.negative_prompt.empty() ? zero_embeds(pos) : encode_prompt(m, p.negative_prompt);
+    PromptEmbeds neg = zero_embeds(pos);
+    if (neg_text) {
+      pad_sdxl_prompt(m, neg_tokens, chunk_count);
+      neg = encode_prompt_tokens(m, neg_tokens);
+    }
     context = torch::cat({neg.context, pos.context});
     pooled = torch::cat({neg.pooled, pos.pooled});
     time_ids = torch::cat({time_ids, time_ids});
@@ -96,8 +115,8 @@ GeneratedImage Generator::generate(const GenerationParams& p) {
     torch::Tensor t = torch::full({batch}, sched.timesteps[i], torch::TensorOptions().dtype(torch::kFloat32).device(m.device));
     torch::Tensor eps = run_module(m.unet, "unet", {x, t, context, pooled, time_ids}).toTensor();
     if (cfg_on) {
-      auto chunks = eps.chunk(2);
-      eps = chunks[0] + p.cfg * (chunks[1] - chunks[0]);
+      auto halves = eps.chunk(2);  // [uncond, cond]
+      eps = halves[0] + p.cfg * (halves[1] - halves[0]);
     }
     latents = euler_step(eps, latents, sigma, sched.sigmas[i + 1]);
   }

@@ -5,30 +5,56 @@
 namespace sdxl {
 namespace {
 
-torch::Tensor ids_tensor(const ClipTokenizer& tok, const std::string& text, const torch::Device& device) {
-  std::vector<int64_t> ids = tok.encode_padded(text);
-  return torch::tensor(ids, torch::kInt64).reshape({1, static_cast<int64_t>(ids.size())}).to(device);
-}
-
-std::pair<torch::Tensor, torch::Tensor> encoder_outputs(const c10::IValue& out, const char* name) {
+// Runs one encoder on every chunk (one call, batch = chunks) and applies the
+// emphasis multipliers with A1111's mean restoration, per chunk.
+torch::Tensor encode_weighted(torch::jit::Module& encoder, const char* name, const std::vector<PromptChunk>& chunks,
+                              const torch::Device& device, torch::Tensor* pooled_first) {
+  const auto k = static_cast<int64_t>(chunks.size());
+  std::vector<int64_t> ids;
+  std::vector<float> mult;
+  bool weighted = false;
+  for (const PromptChunk& c : chunks) {
+    ids.insert(ids.end(), c.ids.begin(), c.ids.end());
+    mult.insert(mult.end(), c.multipliers.begin(), c.multipliers.end());
+    for (float m : c.multipliers) weighted |= m != 1.0f;
+  }
+  const int64_t n = ClipTokenizer::kMaxLength;
+  const c10::IValue out = run_module(encoder, name, {torch::tensor(ids, torch::kInt64).reshape({k, n}).to(device)});
   if (!out.isTuple() || out.toTupleRef().elements().size() < 2)
     throw TaskError(std::string(name) + " returned no (hidden, pooled) tuple: re-export the model");
-  const auto& el = out.toTupleRef().elements();
-  return {el[0].toTensor(), el[1].toTensor()};
+  torch::Tensor z = out.toTupleRef().elements()[0].toTensor();  // [k, 77, H]
+  if (pooled_first) *pooled_first = out.toTupleRef().elements()[1].toTensor().slice(0, 0, 1);
+  if (weighted) {
+    const torch::Tensor m = torch::tensor(mult).reshape({k, n, 1}).to(device, z.scalar_type());
+    const torch::Tensor original_mean = z.mean({1, 2}, /*keepdim=*/true);
+    z = z * m;
+    z = z * (original_mean / z.mean({1, 2}, /*keepdim=*/true));
+  }
+  return z.reshape({1, k * n, z.size(2)});  // chunks one after another along the sequence
 }
 
 }  // namespace
 
-PromptEmbeds encode_prompt(SdxlModel& model, const std::string& text) {
-  auto [h1, p1] = encoder_outputs(
-      run_module(model.text_encoder, "text_encoder", {ids_tensor(*model.tokenizer, text, model.device)}), "text_encoder");
-  auto [h2, p2] = encoder_outputs(
-      run_module(model.text_encoder_2, "text_encoder_2", {ids_tensor(*model.tokenizer_2, text, model.device)}),
-      "text_encoder_2");
-  (void)p1;  // SDXL pools encoder 2 only
+SdxlPromptTokens tokenize_sdxl_prompt(const SdxlModel& model, const std::string& text) {
+  SdxlPromptTokens t;
+  t.te1 = tokenize_prompt(*model.tokenizer, text, &t.warnings);
+  t.te2 = tokenize_prompt(*model.tokenizer_2, text, nullptr);  // same syntax: warn once
+  // Tokenizer 2 treats its pad token "!" as special, so counts can differ.
+  pad_sdxl_prompt(model, t, std::max(t.te1.size(), t.te2.size()));
+  return t;
+}
+
+void pad_sdxl_prompt(const SdxlModel& model, SdxlPromptTokens& tokens, size_t count) {
+  pad_chunks(*model.tokenizer, tokens.te1, count);
+  pad_chunks(*model.tokenizer_2, tokens.te2, count);
+}
+
+PromptEmbeds encode_prompt_tokens(SdxlModel& model, const SdxlPromptTokens& tokens) {
   PromptEmbeds e;
+  const torch::Tensor h1 = encode_weighted(model.text_encoder, "text_encoder", tokens.te1, model.device, nullptr);
+  const torch::Tensor h2 = encode_weighted(model.text_encoder_2, "text_encoder_2", tokens.te2, model.device, &e.pooled);
   e.context = torch::cat({h1, h2}, -1).to(model.dtype);
-  e.pooled = p2.to(model.dtype);
+  e.pooled = e.pooled.to(model.dtype);
   return e;
 }
 

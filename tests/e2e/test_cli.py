@@ -177,12 +177,24 @@ class Configs(unittest.TestCase):
 
 class Tokens(unittest.TestCase):
     def test_tokens_json(self):
-        r = sdxl("tokens", "--model", ARGS.model, "--json", "a cat!!")
+        long_prompt = ", ".join(["a knight in shining armour"] * 30)
+        r = sdxl("tokens", "--model", ARGS.model, "--json", f"(a cat:1.5)!! [dog] BREAK {long_prompt} (oops")
         self.assertEqual(r.returncode, 0, r.stderr)
         out = json.loads(r.stdout)
-        self.assertEqual(len(out), 2)
-        self.assertEqual(out[0]["padded_ids"][0], 49406)
-        self.assertEqual(len(out[1]["padded_ids"]), 77)
+        self.assertEqual(len(out["encoders"]), 2)
+        enc = out["encoders"][0]
+        self.assertGreaterEqual(enc["chunk_count"], 3)
+        first = enc["chunks"][0]
+        self.assertEqual(first["ids"][0], 49406)
+        self.assertEqual(len(first["ids"]), 77)
+        self.assertEqual(first["tokens"][0]["text"], "a</w>")
+        self.assertAlmostEqual(first["tokens"][0]["weight"], 1.5, places=5)
+        self.assertTrue(any(abs(t["weight"] - 1 / 1.1) < 1e-5 for t in first["tokens"]))
+        self.assertTrue(out["warnings"], "the unclosed '(' gives a warning")
+        r = sdxl("tokens", "--model", ARGS.model, "a (cat:1.2) BREAK dog")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("cat</w>(1.2)", r.stdout)
+        self.assertIn("2 chunk(s)", r.stdout)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,12 @@ CASES = [
     ("empty-negative", "a red fox reading a newspaper on a train", "", 7, 10, 7.0, 256, 256),
     ("non-square", "城市夜景, neon signs, rain", "ugly", 1234, 6, 4.5, 384, 264),
     ("no-cfg", "a teapot", "", 3, 5, 1.0, 256, 320),
-    ("long-prompt", ", ".join(["a very detailed description of a fantasy castle"] * 12), "", 99, 4, 6.0, 256, 256),
+    ("long-prompt-3-chunks", ", ".join(["a very detailed description of a fantasy castle"] * 20), "", 99, 4, 6.0, 256, 256),
+    ("emphasis", "(masterpiece:1.3), a ((knight)) in [[fog]], \\(literal\\) (unclosed", "(blurry:1.4), lowres", 5, 5, 6.0,
+     256, 256),
+    ("break-and-long-negative", "a red door BREAK a blue sky, clouds", ", ".join(["ugly, deformed hands"] * 30), 11, 4,
+     5.0, 256, 256),
+    ("chinese-weighted", "(一只猫:1.2), 在月光下, [水墨画]", "", 21, 4, 5.0, 256, 256),
 ]
 
 
