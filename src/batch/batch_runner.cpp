@@ -44,17 +44,18 @@ bool same_settings(const GenerationParams& a, const GenerationParams& b) {
          a.schedule == b.schedule;
 }
 
-// The image path must stay inside the output folder, also through links.
+// The image path must stay inside the output folder, also through links; the
+// check comes before any folder is created so nothing is made outside it.
 fs::path checked_output_path(const fs::path& out_dir_canonical, const std::string& rel) {
   const fs::path p = out_dir_canonical / rel;
   std::error_code ec;
-  fs::create_directories(p.parent_path(), ec);
-  if (ec) throw IoError("cannot create folder '" + p.parent_path().string() + "': " + ec.message());
   const fs::path parent = fs::weakly_canonical(p.parent_path(), ec);
   const std::string base = out_dir_canonical.string();
   const std::string got = parent.string();
   if (ec || got.compare(0, base.size(), base) != 0 || (got.size() > base.size() && got[base.size()] != '/'))
     throw UsageError("output file '" + rel + "' would leave the output folder '" + base + "' (through a link?)");
+  fs::create_directories(p.parent_path(), ec);
+  if (ec) throw IoError("cannot create folder '" + p.parent_path().string() + "': " + ec.message());
   return p;
 }
 

@@ -228,7 +228,7 @@ TEST_F(Fixture, TemplatesWithFoldersAndLinksThatEscape) {
   // A link inside the output folder that points outside it is refused.
   fs::create_directories(dir / "elsewhere");
   fs::create_directory_symlink(dir / "elsewhere", dir / "out" / "escape");
-  auto bf2 = batch(R"({"version": 1, "output": {"template": "escape/{index}.png"},
+  auto bf2 = batch(R"({"version": 1, "output": {"template": "escape/sub/{index}.png"},
                        "tasks": [{"id": "b", "prompt": "y", "seed": 1}]})");
   auto r = run(bf2);
   EXPECT_EQ(r.failed, 1);
