@@ -5,6 +5,8 @@
 // need them skip when the variable is unset.
 #include <gtest/gtest.h>
 
+#include "stock_fixtures.h"
+
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
@@ -27,37 +29,21 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::optional<fs::path> fixtures_dir() {
-  const char* dir = std::getenv("SDXL_FIXTURES_DIR");
-  if (dir == nullptr || *dir == '\0') return std::nullopt;
-  return fs::path(dir);
-}
+using fixtures::escaped;
+using fixtures::fixtures_dir;
 
-// Printable form of a test string for failure messages.
-std::string escaped(const std::string& s) {
-  return nlohmann::json(s).dump(-1, ' ', /*ensure_ascii=*/true);
-}
-
+// The stock tokenizers (loaded once per binary, stock_fixtures.h) and this file's goldens.
 struct Stock {
-  std::unique_ptr<ClipTokenizer> tokenizer;
-  std::unique_ptr<ClipTokenizer> tokenizer_2;
+  const ClipTokenizer* tokenizer;
+  const ClipTokenizer* tokenizer_2;
   nlohmann::json golden;
 };
 
-// Loaded once for the whole binary (49k-entry vocabularies).
 const Stock* stock() {
   static const std::unique_ptr<Stock> loaded = []() -> std::unique_ptr<Stock> {
-    const auto dir = fixtures_dir();
-    if (!dir) return nullptr;
-    auto s = std::make_unique<Stock>();
-    s->tokenizer = std::make_unique<ClipTokenizer>(
-        ClipTokenizer::from_dir(*dir / "tiny-model" / "tokenizer", "<|endoftext|>"));
-    s->tokenizer_2 = std::make_unique<ClipTokenizer>(ClipTokenizer::from_dir(*dir / "tiny-model" / "tokenizer_2", "!"));
-    const fs::path golden_path = *dir / "goldens" / "tokenizer.json";
-    std::ifstream in(golden_path);
-    if (!in) throw std::runtime_error("cannot open " + golden_path.string());
-    s->golden = nlohmann::json::parse(in);
-    return s;
+    const fixtures::StockTokenizers* t = fixtures::stock_tokenizers();
+    if (t == nullptr) return nullptr;
+    return std::make_unique<Stock>(Stock{&t->tokenizer, &t->tokenizer_2, fixtures::load_golden("tokenizer.json")});
   }();
   return loaded.get();
 }
@@ -92,7 +78,7 @@ TEST(ClipTokenizerGolden, Tokenizer2MatchesTransformers) {
 
 TEST(ClipTokenizerGolden, SpecialTokenIds) {
   REQUIRE_STOCK();
-  for (const auto& [name, tok] : {std::pair{"tokenizer", st->tokenizer.get()}, {"tokenizer_2", st->tokenizer_2.get()}}) {
+  for (const auto& [name, tok] : {std::pair{"tokenizer", st->tokenizer}, {"tokenizer_2", st->tokenizer_2}}) {
     const auto& meta = st->golden.at("tokenizers").at(name);
     EXPECT_EQ(tok->bos_id(), meta.at("bos_id").get<int32_t>()) << name;
     EXPECT_EQ(tok->eos_id(), meta.at("eos_id").get<int32_t>()) << name;

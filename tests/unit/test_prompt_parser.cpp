@@ -5,6 +5,8 @@
 // when the variable is unset.
 #include <gtest/gtest.h>
 
+#include "stock_fixtures.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -28,39 +30,27 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::optional<fs::path> fixtures_dir() {
-  const char* dir = std::getenv("SDXL_FIXTURES_DIR");
-  if (dir == nullptr || *dir == '\0') return std::nullopt;
-  return fs::path(dir);
-}
+using fixtures::escaped;
+using fixtures::fixtures_dir;
 
-std::string escaped(const std::string& s) { return nlohmann::json(s).dump(-1, ' ', /*ensure_ascii=*/true); }
-
+// The stock tokenizers (loaded once per binary, stock_fixtures.h) and this file's goldens.
 struct Stock {
-  std::unique_ptr<ClipTokenizer> tokenizer;
-  std::unique_ptr<ClipTokenizer> tokenizer_2;
+  const ClipTokenizer* tokenizer;
+  const ClipTokenizer* tokenizer_2;
   nlohmann::json golden;
 };
 
 const Stock* stock() {
   static const std::unique_ptr<Stock> loaded = []() -> std::unique_ptr<Stock> {
-    const auto dir = fixtures_dir();
-    if (!dir) return nullptr;
-    auto s = std::make_unique<Stock>();
-    s->tokenizer =
-        std::make_unique<ClipTokenizer>(ClipTokenizer::from_dir(*dir / "tiny-model" / "tokenizer", "<|endoftext|>"));
-    s->tokenizer_2 = std::make_unique<ClipTokenizer>(ClipTokenizer::from_dir(*dir / "tiny-model" / "tokenizer_2", "!"));
-    const fs::path golden_path = *dir / "goldens" / "prompts.json";
-    std::ifstream in(golden_path);
-    if (!in) throw std::runtime_error("cannot open " + golden_path.string());
-    s->golden = nlohmann::json::parse(in);
-    return s;
+    const fixtures::StockTokenizers* t = fixtures::stock_tokenizers();
+    if (t == nullptr) return nullptr;
+    return std::make_unique<Stock>(Stock{&t->tokenizer, &t->tokenizer_2, fixtures::load_golden("prompts.json")});
   }();
   return loaded.get();
 }
 
-#define REQUIRE_STOCK()                                                                    \
-  const Stock* st = stock();                                                               \
+#define REQUIRE_STOCK()                                                                     \
+  const Stock* st = stock();                                                                \
   if (st == nullptr) GTEST_SKIP() << "SDXL_FIXTURES_DIR is not set (no stock tokenizers)"; \
   static_assert(true)
 
@@ -284,7 +274,7 @@ TEST(PromptParser, EmptyAndOddBytesNeverThrow) {
 
 TEST(PromptChunks, ShortPromptEqualsPaddedEncoding) {
   REQUIRE_STOCK();
-  for (const ClipTokenizer* tok : {st->tokenizer.get(), st->tokenizer_2.get()}) {
+  for (const ClipTokenizer* tok : {st->tokenizer, st->tokenizer_2}) {
     for (const std::string prompt : {"", "a photo of a cat", "masterpiece, best quality, 8k"}) {
       const auto chunks = tokenize_prompt(*tok, prompt, nullptr);
       ASSERT_EQ(chunks.size(), 1u);
@@ -360,7 +350,7 @@ TEST(PromptChunks, BreakEndsTheChunk) {
 
 TEST(PromptChunks, PadChunks) {
   REQUIRE_STOCK();
-  for (const ClipTokenizer* tok : {st->tokenizer.get(), st->tokenizer_2.get()}) {
+  for (const ClipTokenizer* tok : {st->tokenizer, st->tokenizer_2}) {
     auto chunks = tokenize_prompt(*tok, "a cat", nullptr);
     const auto first = chunks[0].ids;
     pad_chunks(*tok, chunks, 3);

@@ -1,0 +1,35 @@
+// Shared by the golden tests: the stock SDXL tokenizers of the tiny model and
+// the golden files that the project's scripts write under $SDXL_FIXTURES_DIR
+// (ctest sets it). Everything is loaded once per test binary.
+#pragma once
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "sdxl/clip_tokenizer.h"
+
+namespace sdxl::fixtures {
+
+std::optional<std::filesystem::path> fixtures_dir();
+
+struct StockTokenizers {
+  ClipTokenizer tokenizer;    // pad "<|endoftext|>"
+  ClipTokenizer tokenizer_2;  // pad "!"
+};
+
+// nullptr when SDXL_FIXTURES_DIR is not set.
+const StockTokenizers* stock_tokenizers();
+
+// $SDXL_FIXTURES_DIR/goldens/<name>; throws naming the path when missing.
+nlohmann::json load_golden(const std::string& name);
+
+// Printable form of a test string for failure messages.
+std::string escaped(const std::string& s);
+
+}  // namespace sdxl::fixtures
+
+#define REQUIRE_STOCK_TOKENIZERS()                                                                 \
+  if (::sdxl::fixtures::stock_tokenizers() == nullptr)                                              \
+  GTEST_SKIP() << "SDXL_FIXTURES_DIR is not set (no stock tokenizers)"
