@@ -56,7 +56,7 @@ BatchFile parse_batch_file(const std::filesystem::path& path, const GenerationPa
 BatchFile parse_batch_text(const std::string& text, const std::filesystem::path& origin,
                            const GenerationParams& fallback, std::vector<BatchProblem>* problems);
 
-// Checks a file-name template: placeholders {id} {index} {seed} {date} {steps}
+// Checks a file-name template: fields {id} {index} {seed} {date} {steps}
 // {cfg} {width} {height}, ends in .png, relative, no "..". "" when fine, else why.
 std::string check_name_template(const std::string& tmpl);
 

@@ -336,7 +336,7 @@ BatchFile parse_batch_file(const std::filesystem::path& path, const GenerationPa
 
 namespace {
 
-const char* const kPlaceholders[] = {"id", "index", "seed", "date", "steps", "cfg", "width", "height"};
+const char* const kTemplateFields[] = {"id", "index", "seed", "date", "steps", "cfg", "width", "height"};
 
 std::string safe_id(const std::string& raw) {
   std::string id;
@@ -367,8 +367,8 @@ std::string check_name_template(const std::string& tmpl) {
       if (end == std::string::npos) return "has an unclosed '{'";
       const std::string name = tmpl.substr(i + 1, end - i - 1);
       bool known = false;
-      for (const char* p : kPlaceholders) known |= name == p;
-      if (!known) return "has unknown placeholder {" + name + "} (known: {id} {index} {seed} {date} {steps} {cfg} {width} {height})";
+      for (const char* p : kTemplateFields) known |= name == p;
+      if (!known) return "has unknown field {" + name + "} (known: {id} {index} {seed} {date} {steps} {cfg} {width} {height})";
       i = end;
     }
   }

@@ -2,7 +2,9 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 
 namespace sdxl::fixtures {
@@ -31,6 +33,17 @@ nlohmann::json load_golden(const std::string& name) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error("cannot open " + path.string());
   return nlohmann::json::parse(in);
+}
+
+const Stock* stock(const std::string& golden_name) {
+  static std::map<std::string, std::unique_ptr<Stock>> loaded;
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  const StockTokenizers* t = stock_tokenizers();
+  if (t == nullptr) return nullptr;
+  auto& slot = loaded[golden_name];
+  if (!slot) slot = std::make_unique<Stock>(Stock{&t->tokenizer, &t->tokenizer_2, load_golden(golden_name)});
+  return slot.get();
 }
 
 std::string escaped(const std::string& s) { return nlohmann::json(s).dump(-1, ' ', /*ensure_ascii=*/true); }

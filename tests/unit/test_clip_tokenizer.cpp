@@ -30,28 +30,7 @@ namespace {
 namespace fs = std::filesystem;
 
 using fixtures::escaped;
-using fixtures::fixtures_dir;
 
-// The stock tokenizers (loaded once per binary, stock_fixtures.h) and this file's goldens.
-struct Stock {
-  const ClipTokenizer* tokenizer;
-  const ClipTokenizer* tokenizer_2;
-  nlohmann::json golden;
-};
-
-const Stock* stock() {
-  static const std::unique_ptr<Stock> loaded = []() -> std::unique_ptr<Stock> {
-    const fixtures::StockTokenizers* t = fixtures::stock_tokenizers();
-    if (t == nullptr) return nullptr;
-    return std::make_unique<Stock>(Stock{&t->tokenizer, &t->tokenizer_2, fixtures::load_golden("tokenizer.json")});
-  }();
-  return loaded.get();
-}
-
-#define REQUIRE_STOCK()                                                                     \
-  const Stock* st = stock();                                                                \
-  if (st == nullptr) GTEST_SKIP() << "SDXL_FIXTURES_DIR is not set (no stock tokenizers)"; \
-  static_assert(true)
 
 void check_goldens(const ClipTokenizer& tok, const nlohmann::json& golden, const std::string& name) {
   size_t checked = 0;
@@ -67,17 +46,17 @@ void check_goldens(const ClipTokenizer& tok, const nlohmann::json& golden, const
 }
 
 TEST(ClipTokenizerGolden, Tokenizer1MatchesTransformers) {
-  REQUIRE_STOCK();
+  REQUIRE_STOCK("tokenizer.json");
   check_goldens(*st->tokenizer, st->golden, "tokenizer");
 }
 
 TEST(ClipTokenizerGolden, Tokenizer2MatchesTransformers) {
-  REQUIRE_STOCK();
+  REQUIRE_STOCK("tokenizer.json");
   check_goldens(*st->tokenizer_2, st->golden, "tokenizer_2");
 }
 
 TEST(ClipTokenizerGolden, SpecialTokenIds) {
-  REQUIRE_STOCK();
+  REQUIRE_STOCK("tokenizer.json");
   for (const auto& [name, tok] : {std::pair{"tokenizer", st->tokenizer}, {"tokenizer_2", st->tokenizer_2}}) {
     const auto& meta = st->golden.at("tokenizers").at(name);
     EXPECT_EQ(tok->bos_id(), meta.at("bos_id").get<int32_t>()) << name;
@@ -98,7 +77,7 @@ TEST(ClipTokenizerGolden, SpecialTokenIds) {
 }
 
 TEST(ClipTokenizerGolden, PadIdsDifferBetweenTokenizers) {
-  REQUIRE_STOCK();
+  REQUIRE_STOCK("tokenizer.json");
   EXPECT_NE(st->tokenizer->pad_id(), st->tokenizer_2->pad_id());
   const auto p1 = st->tokenizer->encode_padded("a cat");
   const auto p2 = st->tokenizer_2->encode_padded("a cat");
@@ -113,7 +92,7 @@ TEST(ClipTokenizerGolden, PadIdsDifferBetweenTokenizers) {
 }
 
 TEST(ClipTokenizerGolden, TruncatesToSeventySevenIds) {
-  REQUIRE_STOCK();
+  REQUIRE_STOCK("tokenizer.json");
   const ClipTokenizer& tok = *st->tokenizer;
   std::string long_text;
   for (int i = 0; i < 120; ++i) long_text += "word ";
@@ -134,7 +113,7 @@ TEST(ClipTokenizerGolden, TruncatesToSeventySevenIds) {
 }
 
 TEST(ClipTokenizerGolden, ConcurrentUseGivesSameIds) {
-  REQUIRE_STOCK();
+  REQUIRE_STOCK("tokenizer.json");
   const ClipTokenizer& tok = *st->tokenizer_2;
   std::vector<std::string> texts;
   for (const auto& c : st->golden.at("cases")) texts.push_back(c.at("text").get<std::string>());
@@ -155,7 +134,7 @@ TEST(ClipTokenizerGolden, ConcurrentUseGivesSameIds) {
 }
 
 TEST(ClipTokenizerGolden, InvalidUtf8BecomesReplacementCharacter) {
-  REQUIRE_STOCK();
+  REQUIRE_STOCK("tokenizer.json");
   const ClipTokenizer& tok = *st->tokenizer;
   EXPECT_EQ(tok.encode("a\xff" "b"), tok.encode("a\xEF\xBF\xBD" "b"));
   EXPECT_EQ(tok.encode("\xE6\x97"), tok.encode("\xEF\xBF\xBD"));  // truncated 3-byte sequence

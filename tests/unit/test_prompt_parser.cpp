@@ -31,28 +31,7 @@ namespace {
 namespace fs = std::filesystem;
 
 using fixtures::escaped;
-using fixtures::fixtures_dir;
 
-// The stock tokenizers (loaded once per binary, stock_fixtures.h) and this file's goldens.
-struct Stock {
-  const ClipTokenizer* tokenizer;
-  const ClipTokenizer* tokenizer_2;
-  nlohmann::json golden;
-};
-
-const Stock* stock() {
-  static const std::unique_ptr<Stock> loaded = []() -> std::unique_ptr<Stock> {
-    const fixtures::StockTokenizers* t = fixtures::stock_tokenizers();
-    if (t == nullptr) return nullptr;
-    return std::make_unique<Stock>(Stock{&t->tokenizer, &t->tokenizer_2, fixtures::load_golden("prompts.json")});
-  }();
-  return loaded.get();
-}
-
-#define REQUIRE_STOCK()                                                                     \
-  const Stock* st = stock();                                                                \
-  if (st == nullptr) GTEST_SKIP() << "SDXL_FIXTURES_DIR is not set (no stock tokenizers)"; \
-  static_assert(true)
 
 using Pairs = std::vector<std::pair<std::string, double>>;
 
@@ -71,7 +50,7 @@ std::string repeat_words(size_t n, const std::string& word) {
 // ---------------------------------------------------------------- goldens
 
 TEST(PromptGolden, ParserMatchesReference) {
-  REQUIRE_STOCK();
+  REQUIRE_STOCK("prompts.json");
   size_t checked = 0;
   for (const auto& c : st->golden.at("cases")) {
     const std::string prompt = c.at("prompt").get<std::string>();
@@ -119,12 +98,12 @@ void check_chunks(const ClipTokenizer& tok, const nlohmann::json& golden, const 
 }
 
 TEST(PromptGolden, Tokenizer1ChunksMatchReference) {
-  REQUIRE_STOCK();
+  REQUIRE_STOCK("prompts.json");
   check_chunks(*st->tokenizer, st->golden, "tokenizer");
 }
 
 TEST(PromptGolden, Tokenizer2ChunksMatchReference) {
-  REQUIRE_STOCK();
+  REQUIRE_STOCK("prompts.json");
   check_chunks(*st->tokenizer_2, st->golden, "tokenizer_2");
 }
 
@@ -273,7 +252,7 @@ TEST(PromptParser, EmptyAndOddBytesNeverThrow) {
 // ---------------------------------------------------------------- chunks, by hand
 
 TEST(PromptChunks, ShortPromptEqualsPaddedEncoding) {
-  REQUIRE_STOCK();
+  REQUIRE_STOCK("prompts.json");
   for (const ClipTokenizer* tok : {st->tokenizer, st->tokenizer_2}) {
     for (const std::string prompt : {"", "a photo of a cat", "masterpiece, best quality, 8k"}) {
       const auto chunks = tokenize_prompt(*tok, prompt, nullptr);
@@ -285,7 +264,7 @@ TEST(PromptChunks, ShortPromptEqualsPaddedEncoding) {
 }
 
 TEST(PromptChunks, LayoutBosTokensEosPad) {
-  REQUIRE_STOCK();
+  REQUIRE_STOCK("prompts.json");
   const ClipTokenizer& tok = *st->tokenizer_2;
   const auto chunks = tokenize_prompt(tok, "(cat:1.5) dog", nullptr);
   ASSERT_EQ(chunks.size(), 1u);
@@ -304,7 +283,7 @@ TEST(PromptChunks, LayoutBosTokensEosPad) {
 }
 
 TEST(PromptChunks, ChunkCountOfLongPrompts) {
-  REQUIRE_STOCK();
+  REQUIRE_STOCK("prompts.json");
   const ClipTokenizer& tok = *st->tokenizer;
   ASSERT_EQ(tok.encode(repeat_words(10, "cat")).size(), 10u);  // one token per word
   for (const auto& [words, k] :
@@ -323,7 +302,7 @@ TEST(PromptChunks, ChunkCountOfLongPrompts) {
 }
 
 TEST(PromptChunks, CommaBacktrackWithinTwentyTokens) {
-  REQUIRE_STOCK();
+  REQUIRE_STOCK("prompts.json");
   const ClipTokenizer& tok = *st->tokenizer;
   // Comma at chunk index 55: 75 - 55 <= 20, the 19 words after it move on.
   auto got = tokenize_prompt_counted(tok, repeat_words(55, "cat") + ", " + repeat_words(40, "dog"), nullptr);
@@ -335,7 +314,7 @@ TEST(PromptChunks, CommaBacktrackWithinTwentyTokens) {
 }
 
 TEST(PromptChunks, BreakEndsTheChunk) {
-  REQUIRE_STOCK();
+  REQUIRE_STOCK("prompts.json");
   const ClipTokenizer& tok = *st->tokenizer;
   auto got = tokenize_prompt_counted(tok, "cat BREAK dog", nullptr);
   EXPECT_EQ(got.tokens_used, (std::vector<size_t>{1, 1}));
@@ -349,7 +328,7 @@ TEST(PromptChunks, BreakEndsTheChunk) {
 }
 
 TEST(PromptChunks, PadChunks) {
-  REQUIRE_STOCK();
+  REQUIRE_STOCK("prompts.json");
   for (const ClipTokenizer* tok : {st->tokenizer, st->tokenizer_2}) {
     auto chunks = tokenize_prompt(*tok, "a cat", nullptr);
     const auto first = chunks[0].ids;
