@@ -4,6 +4,7 @@
 // This is the walking-skeleton subset; issue 7 extends the schema. torch-free.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -20,6 +21,9 @@ struct BatchTask {
   GenerationParams params;  // seed is the first image's seed
   bool seed_random = false; // seed was -1: drawn at run time
   int count = 1;            // images; image i uses seed + i
+  std::string priority = "mid";  // high | mid | low
+  std::string deadline;          // "" or RFC 3339 time ("2026-12-01T06:00:00Z") or local "HH:MM"
+  double timeout_s = 0;          // per image; 0: the run's --timeout
 };
 
 inline constexpr const char* kDefaultNameTemplate = "{id}-{index}-{seed}.png";
@@ -72,5 +76,14 @@ inline bool in_shard(size_t position, int k, int n) { return static_cast<int>(po
 
 // "90", "90s", "30m", "6h", "1h30m" -> seconds. Throws UsageError naming the value.
 double parse_duration_s(const std::string& text);
+
+// "24GiB", "12G", "800MiB", "1.5GB", "65536" (bytes) -> bytes; G/GB and
+// GiB are both 2^30 (as nvidia-smi counts). Throws UsageError naming the value.
+std::uint64_t parse_size_bytes(const std::string& text);
+
+// A task deadline as Unix time: RFC 3339 ("2026-12-01T06:00:00Z", "...+01:00")
+// or a local wall-clock time "HH:MM" (the next such time after `now_unix`).
+// Throws UsageError naming the value.
+double parse_deadline_unix(const std::string& text, double now_unix);
 
 }  // namespace sdxl

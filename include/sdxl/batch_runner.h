@@ -1,15 +1,23 @@
-// run_batch: every image of a (validated) batch, one after another, into an
-// output folder that survives crashes and reruns:
-//  - each PNG is written atomically, then its manifest line is appended+fsynced;
+// run_batch: every image of a (validated) batch into an output folder that
+// survives crashes and reruns, in the order of a priority queue, with
+// compatible images batched into one UNet call as far as the memory budget
+// allows:
+//  - each PNG is encoded and written atomically on writer threads (the GPU
+//    goes on with the next batch meanwhile), then its manifest line is
+//    appended+fsynced;
 //  - a rerun skips images whose manifest line matches the task's settings and
 //    whose file still has the recorded sha256 (random seeds are taken from the
 //    manifest), unless `force`;
-//  - `stop` (SIGINT/SIGTERM) and `max_runtime_s` stop taking new images; the
-//    image in flight is finished and the report is written;
-//  - a failing image (TaskError/UsageError) is recorded and the batch goes on;
-//    an IoError (disk full, permissions) stops the run after writing the report.
-// Writes report.json (report-shard-K-of-N.json with shards). torch-free: the
-// caller passes the generator as a function. Not thread-safe.
+//  - `stop` (SIGINT/SIGTERM) and `max_runtime_s` stop taking new batches; the
+//    batch in flight is finished, its files written and the report too;
+//  - an out-of-memory frees cached blocks and retries the batch in halves
+//    (down to one image, then the task's retries apply); a task past its
+//    timeout is cancelled between steps; other task errors are retried
+//    `retries` times with exponential backoff, then recorded, and the batch
+//    goes on; an IoError (disk full, permissions) stops the run after writing
+//    the report.
+// Writes report.json (report-shard-K-of-N.json with shards) and report.html.
+// torch-free: the caller passes the generator as functions. Not thread-safe.
 #pragma once
 
 #include <atomic>
@@ -23,8 +31,28 @@
 #include "sdxl/batch_file.h"
 #include "sdxl/error.h"
 #include "sdxl/generator.h"
+#include "sdxl/task_queue.h"
+#include "sdxl/work_estimator.h"
 
 namespace sdxl {
+
+// Optional views of the device, for admission and the report. A missing
+// `memory` means no accounting (every batch is admitted at the queue's size).
+struct DeviceHooks {
+  std::function<MemorySnapshot()> memory;
+  std::function<void()> reset_peak;
+  std::function<void()> release_cached;
+};
+
+struct ProgressInfo {
+  int total = 0, done = 0, skipped = 0, failed = 0;
+  double elapsed_s = 0;
+  double images_per_minute = 0;
+  double eta_s = -1;               // < 0: unknown
+  std::uint64_t memory_bytes = 0;  // in use now
+  std::string last_file;
+  std::string extra;               // e.g. the LoRA cache hit rate
+};
 
 struct RunOptions {
   std::filesystem::path out_dir;
@@ -35,14 +63,25 @@ struct RunOptions {
   std::string model_name;
   std::function<std::string()> device_name;            // called after the first image
   std::function<double()> load_seconds;                 // idem
-  std::function<std::uint64_t()> memory_bytes;          // in use now, for the report (optional)
-  std::function<std::uint64_t()> peak_memory_bytes;     // optional
   // Tasks left out by --skip-invalid: reported as failed with these errors.
   std::vector<std::pair<std::string, std::string>> invalid_tasks;  // task id (or pointer), error
+
+  QueuePolicy queue;             // priorities, aging, batch size cap
+  double safety = 1.2;           // admission: estimated peak × safety must fit in what is free
+  int retries = 0;               // extra attempts of a failed image (not for bad settings or timeouts)
+  double retry_backoff_s = 2.0;  // first wait; doubles per attempt
+  double timeout_s = 0;          // per image when the task sets none; 0: no timeout
+  int release_every = 0;         // free cached device blocks every N images (0: only after an OOM)
+  int writer_threads = 2;        // PNG encode + write
+  DeviceHooks device;
+  WorkEstimator* estimator = nullptr;  // measured memory/time, refined during the run
+  std::function<void(const ProgressInfo&)> on_progress;  // after each image
+  std::function<std::string()> status_extra;             // appended to progress (LoRA hit rate)
 };
 
 struct RunResult {
   int total = 0, done = 0, skipped = 0, failed = 0, not_started = 0;
+  int batches = 0, oom_recoveries = 0, retries = 0, deadlines_missed = 0;
   std::string stop_reason;  // "" when every image was attempted
   std::filesystem::path report_path;
   ExitCode exit_code() const {
@@ -50,11 +89,34 @@ struct RunResult {
   }
 };
 
-using GenerateFn = std::function<GeneratedImage(const GenerationParams&)>;
+// Generates compatible images together; returns one image per params entry, in order.
+using GenerateBatchFn = std::function<std::vector<GeneratedImage>(const std::vector<GenerationParams>&, const StepHook&)>;
 
-RunResult run_batch(const BatchFile& batch, const RunOptions& opts, const GenerateFn& generate);
+RunResult run_batch(const BatchFile& batch, const RunOptions& opts, const GenerateBatchFn& generate);
+
+// --dry-run: the plan without a model: what is left to make (resume applied),
+// in queue order, grouped into batches with the estimated memory and time.
+struct PlannedBatch {
+  std::string group;
+  std::vector<std::string> images;  // "task#index"
+  int width = 0, height = 0, steps = 0;
+  std::string priority;
+  std::int64_t est_peak_bytes = -1;  // -1: not measured yet (runs alone first)
+  double est_seconds = -1;           // -1: unknown
+  bool time_measured = false;
+};
+struct BatchPlan {
+  int total = 0, skipped = 0, to_make = 0;
+  std::vector<PlannedBatch> batches;
+  double est_seconds = -1;  // -1: unknown for at least one batch
+  std::uint64_t free_bytes = 0;
+};
+BatchPlan plan_batch(const BatchFile& batch, const RunOptions& opts, std::uint64_t free_bytes);
 
 // "report.json", or "report-shard-K-of-N.json" when sharded.
 std::string report_file_name(int shard_index, int shard_count);
+
+// The key of images that may share a UNet call (size, steps, sampler, schedule).
+std::string batch_group_key(const GenerationParams& p);
 
 }  // namespace sdxl

@@ -38,6 +38,23 @@ class TaskError : public Error {
   explicit TaskError(const std::string& what) : Error(ExitCode::kTasksFailed, what) {}
 };
 
+// The device ran out of memory during a task (recognised from the message a
+// TorchScript module throws). The runner frees cached blocks and retries smaller.
+class OutOfMemoryError : public TaskError {
+ public:
+  explicit OutOfMemoryError(const std::string& what) : TaskError(what) {}
+};
+
+// A task ran past its timeout (checked between sampling steps).
+class TimeoutError : public TaskError {
+ public:
+  explicit TimeoutError(const std::string& what) : TaskError(what) {}
+};
+
+// Whether an error message is an out-of-memory of CUDA, cuBLAS/cuDNN or the
+// CPU allocator (TorchScript turns them all into a generic error).
+bool is_out_of_memory_message(const std::string& message);
+
 // I/O failure writing outputs (disk full, permissions): fatal for the run.
 class IoError : public Error {
  public:

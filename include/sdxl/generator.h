@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,6 +32,19 @@ struct StageSeconds {
   double text = 0, sample = 0, decode = 0;
 };
 
+// Device memory as the CUDA caching allocator sees it (bytes). On CPU,
+// allocated = resident set, peak_allocated = peak resident set, the rest 0.
+struct MemorySnapshot {
+  std::uint64_t allocated = 0, reserved = 0;            // now
+  std::uint64_t peak_allocated = 0, peak_reserved = 0;  // since the last reset_peak()
+  std::uint64_t limit = 0;                              // budget (--vram-limit or the card), 0 on CPU
+  std::uint64_t total = 0;                              // the card's memory, 0 on CPU
+};
+
+// Called between sampling steps (step counts from 1). It may throw (a
+// TimeoutError cancels the batch; its memory is freed as the stack unwinds).
+using StepHook = std::function<void(int step, int total)>;
+
 struct GeneratedImage {
   int width = 0, height = 0;
   std::vector<std::uint8_t> rgb;           // height * width * 3
@@ -47,6 +61,10 @@ class Generator {
   Generator& operator=(const Generator&) = delete;
 
   GeneratedImage generate(const GenerationParams& params);
+  // Compatible images (same size, steps, sampler, schedule) in one UNet call
+  // per step; each image's noise comes from its own seed, so an image is the
+  // same whatever batch it is in. A CUDA out-of-memory throws OutOfMemoryError.
+  std::vector<GeneratedImage> generate_batch(const std::vector<GenerationParams>& params, const StepHook& hook = {});
 
   const ModelConfig& model() const;
   std::string device_name() const;
@@ -56,6 +74,13 @@ class Generator {
   std::uint64_t peak_memory_bytes() const;
   // Device memory allocated now (CUDA), or the process's resident memory on CPU.
   std::uint64_t memory_in_use_bytes() const;
+  MemorySnapshot memory() const;
+  void reset_peak_memory();
+  // Returns cached, unused blocks of the caching allocator to the driver.
+  void release_cached_memory();
+  // Caps what the caching allocator may hold (--vram-limit): a per-process
+  // memory fraction of the card. Throws UsageError when larger than the card.
+  void set_memory_limit(std::uint64_t bytes);
 
  private:
   struct Impl;

@@ -81,6 +81,10 @@ ModelConfig load_model_config(const std::filesystem::path& dir);
 ModelConfig parse_model_config(const std::string& json_text, const std::filesystem::path& dir,
                                const std::string& origin, bool check_files);
 
+// Bytes of the TorchScript files (*.ts) listed in model.json: what the resident
+// weights take on the device when loaded in the exported dtype.
+std::uint64_t module_file_bytes(const ModelConfig& cfg);
+
 // Throws UsageError naming the value if width/height/batch break the limits.
 void check_generation_size(const ModelConfig& cfg, int width, int height, int batch);
 

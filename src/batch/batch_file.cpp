@@ -1,12 +1,15 @@
 #include "sdxl/batch_file.h"
 
+#include <cctype>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
 #include "sdxl/error.h"
+#include "sdxl/task_queue.h"
 
 namespace sdxl {
 namespace {
@@ -87,6 +90,25 @@ struct Checker {
     }
     get_number(obj, pointer, "cfg", 0.0, 100.0, p.cfg);
   }
+
+  // "timeout": seconds (a number) or a duration string ("90s", "5m").
+  void read_timeout(const json& obj, const std::string& pointer, double& out) {
+    if (!obj.contains("timeout")) return;
+    const json& v = obj["timeout"];
+    if (v.is_number()) {
+      const double x = v.get<double>();
+      if (!(x > 0 && x <= 7 * 86400.0)) add(pointer + "/timeout", "must be > 0 and at most 7 days (in seconds)");
+      else out = x;
+    } else if (v.is_string()) {
+      try {
+        out = parse_duration_s(v.get<std::string>());
+      } catch (const UsageError& e) {
+        add(pointer + "/timeout", e.what());
+      }
+    } else {
+      add(pointer + "/timeout", "must be seconds (a number) or a duration like \"90s\" or \"5m\"");
+    }
+  }
 };
 
 }  // namespace
@@ -128,11 +150,19 @@ BatchFile parse_batch_text(const std::string& text, const std::filesystem::path&
       }
     }
     GenerationParams defaults = fallback;
+    std::string default_priority = "mid";
+    double default_timeout_s = 0;
     if (j.contains("defaults")) {
       if (!j["defaults"].is_object()) ck.add("/defaults", "must be an object");
       else {
-        ck.check_keys(j["defaults"], "/defaults", {"negative", "steps", "cfg", "width", "height"});
-        ck.read_settings(j["defaults"], "/defaults", defaults);
+        const json& d = j["defaults"];
+        ck.check_keys(d, "/defaults", {"negative", "steps", "cfg", "width", "height", "priority", "timeout"});
+        ck.read_settings(d, "/defaults", defaults);
+        if (ck.get_string(d, "/defaults", "priority", default_priority) && !parse_priority(default_priority)) {
+          ck.add("/defaults/priority", "'" + default_priority + "' is not a priority (high, mid, low)");
+          default_priority = "mid";
+        }
+        ck.read_timeout(d, "/defaults", default_timeout_s);
       }
     }
     if (!j.contains("tasks") || !j["tasks"].is_array() || j["tasks"].empty()) {
@@ -146,7 +176,8 @@ BatchFile parse_batch_text(const std::string& text, const std::filesystem::path&
           ck.add(ptr, "must be an object with at least \"id\" and \"prompt\"");
           continue;
         }
-        ck.check_keys(t, ptr, {"id", "prompt", "negative", "seed", "count", "steps", "cfg", "width", "height"});
+        ck.check_keys(t, ptr, {"id", "prompt", "negative", "seed", "count", "steps", "cfg", "width", "height", "priority",
+                               "deadline", "timeout"});
         BatchTask task;
         task.params = defaults;
         task.params.prompt.clear();
@@ -167,6 +198,21 @@ BatchFile parse_batch_text(const std::string& text, const std::filesystem::path&
           task.seed_random = true;
         }
         if (ck.get_int(t, ptr, "count", 1, kMaxCount, v)) task.count = static_cast<int>(v);
+        task.priority = default_priority;
+        if (ck.get_string(t, ptr, "priority", task.priority) && !parse_priority(task.priority)) {
+          ck.add(ptr + "/priority", "'" + task.priority + "' is not a priority (high, mid, low)");
+          task.priority = "mid";
+        }
+        if (ck.get_string(t, ptr, "deadline", task.deadline)) {
+          try {
+            parse_deadline_unix(task.deadline, 0);
+          } catch (const UsageError& e) {
+            ck.add(ptr + "/deadline", e.what());
+            task.deadline.clear();
+          }
+        }
+        task.timeout_s = default_timeout_s;
+        ck.read_timeout(t, ptr, task.timeout_s);
         bf.tasks.push_back(task);
       }
     }
@@ -456,6 +502,94 @@ double parse_duration_s(const std::string& text) {
   }
   if (!any) throw UsageError("duration is empty: expected e.g. 90, 90s, 30m, 6h or 1h30m");
   return total;
+}
+
+}  // namespace sdxl
+
+namespace sdxl {
+
+double parse_deadline_unix(const std::string& text, double now_unix) {
+  const std::string hint = "deadline '" + text +
+                           "': expected an RFC 3339 time like 2026-12-01T06:00:00Z (or with an offset such as "
+                           "+01:00) or a local time of day HH:MM";
+  int hh = 0, mm = 0;
+  char tail = 0;
+  if (text.size() == 5 && std::sscanf(text.c_str(), "%2d:%2d%c", &hh, &mm, &tail) == 2) {
+    if (hh > 23 || mm > 59 || text[2] != ':') throw UsageError(hint);
+    const std::time_t now = static_cast<std::time_t>(now_unix);
+    std::tm tm{};
+    localtime_r(&now, &tm);
+    tm.tm_hour = hh;
+    tm.tm_min = mm;
+    tm.tm_sec = 0;
+    tm.tm_isdst = -1;
+    double t = static_cast<double>(std::mktime(&tm));
+    if (t <= now_unix) {
+      tm.tm_mday += 1;
+      tm.tm_isdst = -1;
+      t = static_cast<double>(std::mktime(&tm));
+    }
+    return t;
+  }
+  int y = 0, mo = 0, d = 0, h = 0, mi = 0, s = 0, consumed = 0;
+  if (std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &s, &consumed) != 6 ||
+      consumed != 19 || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || s > 60)
+    throw UsageError(hint);
+  std::string rest = text.substr(19);
+  if (!rest.empty() && rest[0] == '.') {  // fractional seconds: ignored
+    size_t k = 1;
+    while (k < rest.size() && std::isdigit(static_cast<unsigned char>(rest[k]))) ++k;
+    if (k == 1) throw UsageError(hint);
+    rest = rest.substr(k);
+  }
+  long offset_s = 0;
+  if (rest == "Z" || rest == "z") {
+    offset_s = 0;
+  } else if (rest.size() == 6 && (rest[0] == '+' || rest[0] == '-') && rest[3] == ':' &&
+             std::isdigit(static_cast<unsigned char>(rest[1])) && std::isdigit(static_cast<unsigned char>(rest[2])) &&
+             std::isdigit(static_cast<unsigned char>(rest[4])) && std::isdigit(static_cast<unsigned char>(rest[5]))) {
+    const int oh = (rest[1] - '0') * 10 + (rest[2] - '0'), om = (rest[4] - '0') * 10 + (rest[5] - '0');
+    if (oh > 23 || om > 59) throw UsageError(hint);
+    offset_s = (oh * 3600L + om * 60L) * (rest[0] == '-' ? -1 : 1);
+  } else {
+    throw UsageError(hint + " (the time zone is missing: end with Z or an offset)");
+  }
+  std::tm tm{};
+  tm.tm_year = y - 1900;
+  tm.tm_mon = mo - 1;
+  tm.tm_mday = d;
+  tm.tm_hour = h;
+  tm.tm_min = mi;
+  tm.tm_sec = s;
+  return static_cast<double>(timegm(&tm)) - static_cast<double>(offset_s);
+}
+
+}  // namespace sdxl
+
+namespace sdxl {
+
+std::uint64_t parse_size_bytes(const std::string& text) {
+  const std::string hint = "size '" + text + "': expected e.g. 24GiB, 12G, 800MiB or a number of bytes";
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    throw UsageError(hint);
+  }
+  if (used == 0 || !(v >= 0)) throw UsageError(hint);
+  std::string unit = text.substr(used);
+  for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  double mult = 1;
+  if (unit.empty() || unit == "b") mult = 1;
+  else if (unit == "k" || unit == "kb" || unit == "kib") mult = 1024.0;
+  else if (unit == "m" || unit == "mb" || unit == "mib") mult = 1024.0 * 1024.0;
+  else if (unit == "g" || unit == "gb" || unit == "gib") mult = 1024.0 * 1024.0 * 1024.0;
+  else if (unit == "t" || unit == "tb" || unit == "tib") mult = 1024.0 * 1024.0 * 1024.0 * 1024.0;
+  else throw UsageError(hint);
+  const double bytes = v * mult;
+  if (bytes > 1.8e19) throw UsageError(hint + " (too large)");
+  return static_cast<std::uint64_t>(bytes);
 }
 
 }  // namespace sdxl

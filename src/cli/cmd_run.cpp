@@ -19,13 +19,16 @@
 #include "sdxl/batch_runner.h"
 #include "sdxl/error.h"
 #include "sdxl/run_lock.h"
+#include "cli/progress.h"
 
 namespace sdxl::cli {
 
 struct RunArgs {
   ModelOptions model;
-  std::string batch_file, out_dir, lock_file, max_runtime, shard;
-  bool force = false, skip_invalid = false;
+  std::string batch_file, out_dir, lock_file, max_runtime, shard, vram_limit, timeout, aging = "15m";
+  bool force = false, skip_invalid = false, dry_run = false, no_progress = false;
+  int max_batch = 1, retries = 1, release_every = 0, writer_threads = 2;
+  double safety = 1.2, retry_backoff = 2.0, progress_interval = 10.0;
 };
 
 CLI::App* add_run(CLI::App& app, std::shared_ptr<RunArgs>& args) {
@@ -40,6 +43,31 @@ CLI::App* add_run(CLI::App& app, std::shared_ptr<RunArgs>& args) {
   cmd->add_option("--max-runtime", args->max_runtime, "Stop taking new images after this long (e.g. 90m, 6h)");
   cmd->add_option("--shard", args->shard, "Take share K of N of the tasks (K/N, 0 <= K < N), e.g. a job array index");
   cmd->add_option("--lock", args->lock_file, "Lock file (default: .sdxl-batch.lock in the output folder)");
+  cmd->add_flag("--dry-run", args->dry_run,
+                "Print the plan (batches, estimated memory and time) and exit; loads no model weights");
+  cmd->add_option("--vram-limit", args->vram_limit,
+                  "Device memory budget, e.g. 24GiB or 12GiB (default: the card); enforced on the allocator");
+  cmd->add_option("--max-batch", args->max_batch,
+                  "Images per UNet call at most (the memory budget may allow fewer). Above 1, an image can differ "
+                  "by a few 1-level pixels from the same seed made alone (other kernel shapes); 1 keeps every "
+                  "image bit-identical whatever else is in the batch file")
+      ->capture_default_str()->check(CLI::Range(1, 64));
+  cmd->add_option("--safety", args->safety, "A batch runs only if its estimated peak times this fits")
+      ->capture_default_str()->check(CLI::Range(1.0, 4.0));
+  cmd->add_option("--retries", args->retries, "Extra attempts of an image that failed (not for bad settings)")
+      ->capture_default_str()->check(CLI::Range(0, 10));
+  cmd->add_option("--retry-backoff", args->retry_backoff, "Seconds before the first retry; doubles each time")
+      ->capture_default_str()->check(CLI::Range(0.0, 3600.0));
+  cmd->add_option("--timeout", args->timeout, "Cancel an image running longer than this (e.g. 120s, 5m); tasks may set their own");
+  cmd->add_option("--aging", args->aging, "A waiting image moves up one priority class per this long (0: never)")
+      ->capture_default_str();
+  cmd->add_option("--release-every", args->release_every, "Free the allocator's cached blocks every N images (0: only after an out-of-memory)")
+      ->capture_default_str()->check(CLI::Range(0, 100000));
+  cmd->add_option("--writer-threads", args->writer_threads, "Threads that encode and write PNGs")
+      ->capture_default_str()->check(CLI::Range(1, 32));
+  cmd->add_flag("--no-progress", args->no_progress, "No progress bar on a terminal (plain lines instead)");
+  cmd->add_option("--progress-interval", args->progress_interval, "Seconds between plain progress lines when not on a terminal")
+      ->capture_default_str()->check(CLI::Range(0.0, 86400.0));
   return cmd;
 }
 
@@ -108,6 +136,57 @@ BatchFile load_valid_tasks(const std::filesystem::path& path, const ModelConfig&
   return bf;
 }
 
+void save_estimates(const WorkEstimator& e, const std::filesystem::path& path) {
+  if (e.empty()) return;
+  try {
+    e.save(path);
+  } catch (const std::exception& ex) {
+    spdlog::warn("could not save the measured estimates: {}", ex.what());
+  }
+}
+
+// --dry-run: the queue's plan with the estimates measured by earlier runs into
+// the same folder; reads model.json only (no weights are loaded).
+int print_plan(const std::filesystem::path& batch_path, const ModelConfig& mc, const RunOptions& o,
+               std::uint64_t vram_limit, const std::string& why_no_estimates) {
+  const std::uint64_t free_bytes = vram_limit > 0 ? vram_limit - std::min(vram_limit, module_file_bytes(mc)) : UINT64_MAX;
+  const BatchFile batch = parse_batch_file(batch_path, defaults_of(mc));
+  const BatchPlan plan = plan_batch(batch, o, free_bytes);
+  std::printf("plan for %s (model %s, output %s)\n", batch_path.c_str(), mc.name.c_str(), o.out_dir.c_str());
+  std::printf("  %d image(s): %d to make, %d already done\n", plan.total, plan.to_make, plan.skipped);
+  if (o.estimator->empty())
+    std::printf("  estimates: none measured yet (%s); each new size runs alone first and is measured\n",
+                why_no_estimates.c_str());
+  else
+    std::printf("  estimates: measured by earlier runs into this folder (%s)\n", o.estimator->device().c_str());
+  if (vram_limit == 0)
+    std::printf("  memory budget: not given (--vram-limit); batches are capped by --max-batch %d only\n",
+                o.queue.max_batch);
+  else
+    std::printf("  memory budget %s: weights %s, %s left for work (x%.2f safety)\n", format_bytes(vram_limit).c_str(),
+                format_bytes(module_file_bytes(mc)).c_str(), format_bytes(free_bytes).c_str(), o.safety);
+  std::printf("  %-4s %-6s %-11s %5s %6s %12s %10s  %s\n", "#", "prio", "size", "steps", "images", "est. memory",
+              "est. time", "images");
+  int k = 0;
+  for (const auto& b : plan.batches) {
+    const std::string mem = b.est_peak_bytes >= 0 ? format_bytes(static_cast<std::uint64_t>(b.est_peak_bytes)) : "probe";
+    const std::string time = b.est_seconds >= 0 ? format_eta(b.est_seconds) + (b.time_measured ? "" : "~") : "?";
+    std::string names;
+    for (size_t i = 0; i < b.images.size(); ++i) {
+      if (i == 4) {
+        names += ", +" + std::to_string(b.images.size() - 4);
+        break;
+      }
+      names += (i ? ", " : "") + b.images[i];
+    }
+    std::printf("  %-4d %-6s %5dx%-5d %5d %6zu %12s %10s  %s\n", ++k, b.priority.c_str(), b.width, b.height, b.steps,
+                b.images.size(), mem.c_str(), time.c_str(), names.c_str());
+  }
+  std::printf("  %zu batch(es); estimated time %s\n", plan.batches.size(),
+              plan.est_seconds >= 0 ? format_eta(plan.est_seconds).c_str() : "unknown until each size is measured");
+  return 0;
+}
+
 }  // namespace
 
 int run_run(const RunArgs& a) {
@@ -138,6 +217,31 @@ int run_run(const RunArgs& a) {
   const std::filesystem::path out_dir = !a.out_dir.empty()          ? std::filesystem::path(a.out_dir)
                                         : !batch.output_dir.empty() ? relative_to_batch(batch_path, batch.output_dir)
                                                                     : std::filesystem::path("out");
+  RunOptions o;
+  o.out_dir = out_dir;
+  o.force = a.force;
+  o.max_runtime_s = max_runtime_s;
+  o.shard_index = shard.first;
+  o.shard_count = shard.second;
+  o.invalid_tasks = invalid;
+  o.model_name = mc.name;
+  o.queue.max_batch = a.max_batch;
+  o.queue.aging_s = parse_duration_s(a.aging);
+  o.safety = a.safety;
+  o.retries = a.retries;
+  o.retry_backoff_s = a.retry_backoff;
+  o.timeout_s = a.timeout.empty() ? 0.0 : parse_duration_s(a.timeout);
+  o.release_every = a.release_every;
+  o.writer_threads = a.writer_threads;
+  const std::uint64_t vram_limit = a.vram_limit.empty() ? 0 : parse_size_bytes(a.vram_limit);
+  // Measured memory and time per size, from earlier runs into this folder on this device.
+  const std::string device_key = a.model.runtime.device + "/" + (a.model.runtime.dtype.empty() ? mc.dtype : a.model.runtime.dtype);
+  const std::filesystem::path estimates_path = out_dir / "estimates.json";
+  std::string why_no_estimates;
+  WorkEstimator estimator = WorkEstimator::load(estimates_path, device_key, mc.name, &why_no_estimates);
+  o.estimator = &estimator;
+  if (a.dry_run) return print_plan(batch_path, mc, o, vram_limit, why_no_estimates);
+
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) throw IoError("cannot create output folder '" + out_dir.string() + "': " + ec.message());
@@ -155,21 +259,37 @@ int run_run(const RunArgs& a) {
     if (!gen) gen = std::make_unique<Generator>(model_dir, a.model.runtime);
     return *gen;
   };
-  RunOptions o;
-  o.out_dir = out_dir;
-  o.force = a.force;
-  o.max_runtime_s = max_runtime_s;
-  o.shard_index = shard.first;
-  o.shard_count = shard.second;
   o.stop = &g_stop;
-  o.invalid_tasks = invalid;
-  o.model_name = mc.name;
   o.device_name = [&] { return generator().device_name(); };
   o.load_seconds = [&] { return generator().load_seconds(); };
-  o.memory_bytes = [&] { return generator().memory_in_use_bytes(); };
-  o.peak_memory_bytes = [&] { return generator().peak_memory_bytes(); };
+  // The device hooks load the model on first use, i.e. only when an image is left to make.
+  o.device.memory = [&] { return generator().memory(); };
+  o.device.reset_peak = [&] { generator().reset_peak_memory(); };
+  o.device.release_cached = [&] { generator().release_cached_memory(); };
+  auto first_use = [&, applied = false]() mutable -> Generator& {
+    Generator& g = generator();
+    if (!applied && vram_limit > 0) {
+      g.set_memory_limit(vram_limit);
+      spdlog::info("device memory budget {} (--vram-limit)", format_bytes(vram_limit));
+    }
+    applied = true;
+    return g;
+  };
+  Progress progress(!a.no_progress && Progress::stderr_is_terminal(), a.progress_interval);
+  o.on_progress = [&](const ProgressInfo& info) { progress.update(info); };
   spdlog::info("batch {}: {} task(s) -> {}", batch_path.string(), batch.tasks.size(), out_dir.string());
-  const RunResult r = run_batch(batch, o, [&](const GenerationParams& p) { return generator().generate(p); });
+  RunResult r;
+  try {
+    r = run_batch(batch, o, [&](const std::vector<GenerationParams>& ps, const StepHook& hook) {
+      return first_use().generate_batch(ps, hook);
+    });
+  } catch (...) {
+    progress.finish();
+    save_estimates(estimator, estimates_path);
+    throw;
+  }
+  progress.finish();
+  save_estimates(estimator, estimates_path);
   return static_cast<int>(r.exit_code());
 }
 

@@ -217,4 +217,11 @@ void check_generation_size(const ModelConfig& cfg, int width, int height, int ba
     throw UsageError("batch " + std::to_string(batch) + " exceeds the model's batch_max " + std::to_string(l.batch_max));
 }
 
+std::uint64_t module_file_bytes(const ModelConfig& cfg) {
+  std::uint64_t sum = 0;
+  for (const auto& [rel, bytes] : cfg.file_bytes)
+    if (rel.size() > 3 && rel.compare(rel.size() - 3, 3, ".ts") == 0) sum += bytes;
+  return sum;
+}
+
 }  // namespace sdxl

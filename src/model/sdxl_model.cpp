@@ -56,13 +56,20 @@ std::unique_ptr<SdxlModel> SdxlModel::load(const ModelConfig& config, const torc
 }
 
 c10::IValue run_module(torch::jit::Module& module, const char* name, std::vector<c10::IValue> inputs) {
+  auto fail = [name](const std::string& what) {
+    const std::string msg = std::string(name) + " failed: " + what;
+    // A CUDA out-of-memory inside TorchScript arrives as a generic error.
+    if (is_out_of_memory_message(what)) throw OutOfMemoryError(msg);
+    throw TaskError(msg);
+  };
   try {
     return module.forward(std::move(inputs));
   } catch (const c10::Error& e) {
-    throw TaskError(std::string(name) + " failed: " + e.what_without_backtrace());
+    fail(e.what_without_backtrace());
   } catch (const std::exception& e) {
-    throw TaskError(std::string(name) + " failed: " + e.what());
+    fail(e.what());
   }
+  return {};
 }
 
 }  // namespace sdxl

@@ -1,10 +1,13 @@
 #include "runtime/device.h"
 
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <ATen/cuda/CUDAContextLight.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <map>
+#include <mutex>
 #include <torch/cuda.h>
 
 #include "sdxl/error.h"
@@ -73,6 +76,54 @@ std::uint64_t device_memory_in_use(const torch::Device& device) {
     std::fclose(f);
   }
   return static_cast<std::uint64_t>(resident) * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+namespace {
+std::mutex g_limit_mu;
+std::map<int, std::uint64_t> g_limits;  // device index -> cap set by device_set_memory_limit
+
+std::uint64_t card_total_bytes(int index) {
+  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(index));
+  return prop ? static_cast<std::uint64_t>(prop->totalGlobalMem) : 0;
+}
+}  // namespace
+
+MemorySnapshot device_memory_snapshot(const torch::Device& device) {
+  MemorySnapshot s;
+  if (!device.is_cuda()) {
+    s.allocated = device_memory_in_use(device);
+    s.peak_allocated = device_peak_bytes(device);
+    return s;
+  }
+  using c10::CachingAllocator::StatType;
+  const auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+  const auto agg = static_cast<size_t>(StatType::AGGREGATE);
+  s.allocated = static_cast<std::uint64_t>(st.allocated_bytes[agg].current);
+  s.reserved = static_cast<std::uint64_t>(st.reserved_bytes[agg].current);
+  s.peak_allocated = static_cast<std::uint64_t>(st.allocated_bytes[agg].peak);
+  s.peak_reserved = static_cast<std::uint64_t>(st.reserved_bytes[agg].peak);
+  s.total = card_total_bytes(device.index());
+  std::lock_guard lk(g_limit_mu);
+  auto it = g_limits.find(device.index());
+  s.limit = it != g_limits.end() ? it->second : s.total;
+  return s;
+}
+
+void device_release_cached(const torch::Device& device) {
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
+}
+
+void device_set_memory_limit(const torch::Device& device, std::uint64_t bytes) {
+  if (!device.is_cuda()) return;
+  const std::uint64_t total = card_total_bytes(device.index());
+  if (total == 0) return;
+  if (bytes > total)
+    throw UsageError("--vram-limit " + std::to_string(bytes >> 20) + " MiB is more than the card's " +
+                     std::to_string(total >> 20) + " MiB");
+  const double fraction = bytes == 0 ? 1.0 : static_cast<double>(bytes) / static_cast<double>(total);
+  c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, device.index());
+  std::lock_guard lk(g_limit_mu);
+  g_limits[device.index()] = bytes == 0 ? total : bytes;
 }
 
 void device_reset_peak(const torch::Device& device) {

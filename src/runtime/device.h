@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "sdxl/generator.h"
+
 namespace sdxl {
 
 // Throws UsageError for a malformed name, Error(kFatal) when CUDA is not usable.
@@ -22,5 +24,12 @@ std::uint64_t device_peak_bytes(const torch::Device& device);
 void device_reset_peak(const torch::Device& device);
 // Bytes allocated now by the CUDA caching allocator, or the process's resident set on CPU.
 std::uint64_t device_memory_in_use(const torch::Device& device);
+// Allocator figures now and since the last reset (CPU: resident set only).
+MemorySnapshot device_memory_snapshot(const torch::Device& device);
+// Frees the caching allocator's unused cached blocks (no-op on CPU).
+void device_release_cached(const torch::Device& device);
+// Caps the caching allocator at `bytes` (setMemoryFraction of the card); 0 lifts
+// the cap. No-op on CPU. Throws UsageError when larger than the card.
+void device_set_memory_limit(const torch::Device& device, std::uint64_t bytes);
 
 }  // namespace sdxl

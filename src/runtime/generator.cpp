@@ -57,81 +57,155 @@ double Generator::load_seconds() const { return impl_->load_s; }
 std::uint64_t Generator::peak_memory_bytes() const { return device_peak_bytes(impl_->model->device); }
 std::uint64_t Generator::memory_in_use_bytes() const { return device_memory_in_use(impl_->model->device); }
 
-GeneratedImage Generator::generate(const GenerationParams& p) {
+GeneratedImage Generator::generate(const GenerationParams& p) { return generate_batch({p}).front(); }
+
+namespace {
+
+// Images that share a UNet call must agree on everything but prompt and seed.
+void check_compatible(const std::vector<GenerationParams>& ps) {
+  const GenerationParams& a = ps.front();
+  for (const auto& b : ps)
+    if (b.width != a.width || b.height != a.height || b.steps != a.steps || b.sampler != a.sampler ||
+        b.schedule != a.schedule || b.cfg != a.cfg)
+      throw UsageError("a batch mixes sizes, steps, samplers or CFG scales; group images by batch_group_key()");
+}
+
+struct TextInputs {
+  SdxlPromptTokens pos, neg;
+  bool neg_text = false;
+  size_t chunks = 1;
+};
+
+}  // namespace
+
+std::vector<GeneratedImage> Generator::generate_batch(const std::vector<GenerationParams>& ps, const StepHook& hook) {
+  if (ps.empty()) return {};
+  check_compatible(ps);
   SdxlModel& m = *impl_->model;
   const ModelConfig& cfg = m.config;
-  check_generation_size(cfg, p.width, p.height, 1);
-  if (p.sampler != "Euler") throw UsageError("sampler '" + p.sampler + "' is not available yet; valid: Euler");
-  const Schedule sched = euler_discrete_schedule(cfg.scheduler, p.steps);
-  c10::InferenceMode inference;
-  GeneratedImage out;
-  out.width = p.width;
-  out.height = p.height;
+  const GenerationParams& p0 = ps.front();
+  const int64_t n = static_cast<int64_t>(ps.size());
+  check_generation_size(cfg, p0.width, p0.height, static_cast<int>(n));
+  if (p0.sampler != "Euler") throw UsageError("sampler '" + p0.sampler + "' is not available yet; valid: Euler");
+  const Schedule sched = euler_discrete_schedule(cfg.scheduler, p0.steps);
+  const bool cfg_on = p0.cfg > 1.0;
 
-  // Stage 1: text conditioning (A1111 prompt rules), CFG batch order [negative, positive].
-  auto t0 = Clock::now();
-  const bool cfg_on = p.cfg > 1.0;
-  SdxlPromptTokens pos_tokens = tokenize_sdxl_prompt(m, p.prompt);
-  for (const auto& w : pos_tokens.warnings) spdlog::warn("prompt, character {}: {}", w.position, w.message);
-  SdxlPromptTokens neg_tokens;
-  const bool neg_text = cfg_on && !p.negative_prompt.empty();
-  size_t chunk_count = pos_tokens.chunk_count();
-  if (neg_text) {
-    neg_tokens = tokenize_sdxl_prompt(m, p.negative_prompt);
-    for (const auto& w : neg_tokens.warnings) spdlog::warn("negative prompt, character {}: {}", w.position, w.message);
-    chunk_count = std::max(chunk_count, neg_tokens.chunk_count());
-  }
-  if (chunk_count > static_cast<size_t>(cfg.limits.context_chunks_max))
-    throw UsageError("the prompt needs " + std::to_string(chunk_count) + " chunks of 75 tokens; model '" + cfg.name +
-                     "' was checked for at most " + std::to_string(cfg.limits.context_chunks_max) +
-                     " (model.json /limits/context_chunks_max): shorten the prompt (see `sdxl-batch tokens`)");
-  pad_sdxl_prompt(m, pos_tokens, chunk_count);
-  const PromptEmbeds pos = encode_prompt_tokens(m, pos_tokens);
-  torch::Tensor context = pos.context, pooled = pos.pooled;
-  torch::Tensor time_ids = sdxl_time_ids(p.width, p.height, m.dtype, m.device);
-  if (cfg_on) {
-    PromptEmbeds neg = zero_embeds(pos);
-    if (neg_text) {
-      pad_sdxl_prompt(m, neg_tokens, chunk_count);
-      neg = encode_prompt_tokens(m, neg_tokens);
+  // Tokenize every prompt first: an over-long prompt fails before any device work.
+  std::vector<TextInputs> text(ps.size());
+  for (size_t i = 0; i < ps.size(); ++i) {
+    TextInputs& ti = text[i];
+    ti.pos = tokenize_sdxl_prompt(m, ps[i].prompt);
+    for (const auto& w : ti.pos.warnings) spdlog::warn("prompt, character {}: {}", w.position, w.message);
+    ti.chunks = ti.pos.chunk_count();
+    ti.neg_text = cfg_on && !ps[i].negative_prompt.empty();
+    if (ti.neg_text) {
+      ti.neg = tokenize_sdxl_prompt(m, ps[i].negative_prompt);
+      for (const auto& w : ti.neg.warnings) spdlog::warn("negative prompt, character {}: {}", w.position, w.message);
+      ti.chunks = std::max(ti.chunks, ti.neg.chunk_count());
     }
-    context = torch::cat({neg.context, pos.context});
-    pooled = torch::cat({neg.pooled, pos.pooled});
-    time_ids = torch::cat({time_ids, time_ids});
+    if (ti.chunks > static_cast<size_t>(cfg.limits.context_chunks_max))
+      throw UsageError("the prompt needs " + std::to_string(ti.chunks) + " chunks of 75 tokens; model '" + cfg.name +
+                       "' was checked for at most " + std::to_string(cfg.limits.context_chunks_max) +
+                       " (model.json /limits/context_chunks_max): shorten the prompt (see `sdxl-batch tokens`)");
   }
-  device_synchronize(m.device);
-  out.seconds.text = seconds_since(t0);
+  // Images whose prompts need different chunk counts cannot share a context
+  // tensor; padding one to the other's length would change its image. They run
+  // as separate sub-batches, in order.
+  std::vector<GeneratedImage> out(ps.size());
+  std::vector<bool> done(ps.size(), false);
+  for (size_t first = 0; first < ps.size(); ++first) {
+    if (done[first]) continue;
+    std::vector<size_t> idx;
+    for (size_t i = first; i < ps.size(); ++i)
+      if (!done[i] && text[i].chunks == text[first].chunks) idx.push_back(i);
+    for (size_t i : idx) done[i] = true;
+    const int64_t b = static_cast<int64_t>(idx.size());
+    c10::InferenceMode inference;
+    try {
+      // Stage 1: text conditioning (A1111 prompt rules), per image so an
+      // image's embedding never depends on its batch; CFG order [negatives, positives].
+      auto t0 = Clock::now();
+      std::vector<torch::Tensor> ctx_pos, ctx_neg, pool_pos, pool_neg;
+      for (size_t i : idx) {
+        TextInputs& ti = text[i];
+        pad_sdxl_prompt(m, ti.pos, ti.chunks);
+        const PromptEmbeds pos = encode_prompt_tokens(m, ti.pos);
+        ctx_pos.push_back(pos.context);
+        pool_pos.push_back(pos.pooled);
+        if (cfg_on) {
+          PromptEmbeds neg = zero_embeds(pos);
+          if (ti.neg_text) {
+            pad_sdxl_prompt(m, ti.neg, ti.chunks);
+            neg = encode_prompt_tokens(m, ti.neg);
+          }
+          ctx_neg.push_back(neg.context);
+          pool_neg.push_back(neg.pooled);
+        }
+      }
+      torch::Tensor context = torch::cat(ctx_pos), pooled = torch::cat(pool_pos);
+      torch::Tensor time_ids = sdxl_time_ids(p0.width, p0.height, m.dtype, m.device).repeat({b, 1});
+      if (cfg_on) {
+        context = torch::cat({torch::cat(ctx_neg), context});
+        pooled = torch::cat({torch::cat(pool_neg), pooled});
+        time_ids = torch::cat({time_ids, time_ids});
+      }
+      device_synchronize(m.device);
+      const double text_s = seconds_since(t0);
 
-  // Stage 2: sampling.
-  t0 = Clock::now();
-  const int64_t h = p.height / cfg.vae_downsample, w = p.width / cfg.vae_downsample;
-  torch::Tensor latents = initial_noise(p.seed, cfg.latent_channels, h, w, m.dtype).to(m.device);
-  latents = latents * sched.init_noise_sigma;
-  const int64_t batch = cfg_on ? 2 : 1;
-  for (size_t i = 0; i < sched.timesteps.size(); ++i) {
-    const double sigma = sched.sigmas[i];
-    torch::Tensor x = cfg_on ? torch::cat({latents, latents}) : latents;
-    x = euler_scale_model_input(x, sigma);
-    torch::Tensor t = torch::full({batch}, sched.timesteps[i], torch::TensorOptions().dtype(torch::kFloat32).device(m.device));
-    torch::Tensor eps = run_module(m.unet, "unet", {x, t, context, pooled, time_ids}).toTensor();
-    if (cfg_on) {
-      auto halves = eps.chunk(2);  // [uncond, cond]
-      eps = halves[0] + p.cfg * (halves[1] - halves[0]);
+      // Stage 2: sampling; each image's noise from its own seed.
+      t0 = Clock::now();
+      const int64_t h = p0.height / cfg.vae_downsample, w = p0.width / cfg.vae_downsample;
+      std::vector<torch::Tensor> noise;
+      for (size_t i : idx) noise.push_back(initial_noise(ps[i].seed, cfg.latent_channels, h, w, m.dtype));
+      torch::Tensor latents = torch::cat(noise).to(m.device) * sched.init_noise_sigma;
+      const int64_t rows = cfg_on ? 2 * b : b;
+      const int total = static_cast<int>(sched.timesteps.size());
+      for (int i = 0; i < total; ++i) {
+        const double sigma = sched.sigmas[static_cast<size_t>(i)];
+        torch::Tensor x = cfg_on ? torch::cat({latents, latents}) : latents;
+        x = euler_scale_model_input(x, sigma);
+        torch::Tensor t = torch::full({rows}, sched.timesteps[static_cast<size_t>(i)],
+                                      torch::TensorOptions().dtype(torch::kFloat32).device(m.device));
+        torch::Tensor eps = run_module(m.unet, "unet", {x, t, context, pooled, time_ids}).toTensor();
+        if (cfg_on) {
+          auto halves = eps.chunk(2);  // [uncond, cond]
+          eps = halves[0] + p0.cfg * (halves[1] - halves[0]);
+        }
+        latents = euler_step(eps, latents, sigma, sched.sigmas[static_cast<size_t>(i) + 1]);
+        if (hook) hook(i + 1, total);
+      }
+      device_synchronize(m.device);
+      const double sample_s = seconds_since(t0);
+
+      // Stage 3: decode, one image at a time (the decoder's peak is per image).
+      t0 = Clock::now();
+      const torch::Tensor lat_cpu = latents.to(torch::kCPU).to(torch::kFloat32).contiguous();
+      for (int64_t k = 0; k < b; ++k) {
+        GeneratedImage& g = out[idx[static_cast<size_t>(k)]];
+        g.width = p0.width;
+        g.height = p0.height;
+        const torch::Tensor one = lat_cpu.slice(0, k, k + 1);
+        g.latent_shape.assign(one.sizes().begin(), one.sizes().end());
+        g.latents.assign(one.data_ptr<float>(), one.data_ptr<float>() + one.numel());
+        g.rgb = vae_decode_rgb8(m, latents.slice(0, k, k + 1));
+      }
+      device_synchronize(m.device);
+      const double decode_s = seconds_since(t0);
+      for (size_t i : idx) out[i].seconds = StageSeconds{text_s, sample_s, decode_s};
+    } catch (const c10::OutOfMemoryError& e) {
+      throw OutOfMemoryError(std::string("out of device memory: ") + e.what_without_backtrace());
+    } catch (const c10::Error& e) {
+      const std::string what = e.what_without_backtrace();
+      if (is_out_of_memory_message(what)) throw OutOfMemoryError(what);
+      throw TaskError(what);
     }
-    latents = euler_step(eps, latents, sigma, sched.sigmas[i + 1]);
   }
-  device_synchronize(m.device);
-  out.seconds.sample = seconds_since(t0);
-
-  // Stage 3: decode.
-  t0 = Clock::now();
-  torch::Tensor lat_cpu = latents.to(torch::kCPU).to(torch::kFloat32).contiguous();
-  out.latent_shape.assign(lat_cpu.sizes().begin(), lat_cpu.sizes().end());
-  out.latents.assign(lat_cpu.data_ptr<float>(), lat_cpu.data_ptr<float>() + lat_cpu.numel());
-  out.rgb = vae_decode_rgb8(m, latents);
-  device_synchronize(m.device);
-  out.seconds.decode = seconds_since(t0);
   return out;
 }
+
+MemorySnapshot Generator::memory() const { return device_memory_snapshot(impl_->model->device); }
+void Generator::reset_peak_memory() { device_reset_peak(impl_->model->device); }
+void Generator::release_cached_memory() { device_release_cached(impl_->model->device); }
+void Generator::set_memory_limit(std::uint64_t bytes) { device_set_memory_limit(impl_->model->device, bytes); }
 
 }  // namespace sdxl

@@ -175,6 +175,70 @@ class Configs(unittest.TestCase):
         self.assertEqual(len(list(dated[0].glob("*.png"))), 5)
 
 
+class Runtime(unittest.TestCase):
+    """The queue through the real binary: priorities, dry-run plans, budget flags."""
+
+    def test_priorities_config_runs_in_priority_order(self):
+        cfg = Path(ARGS.source) / "configs" / "priorities.json"
+        out = Path(ARGS.work) / "priorities"
+        shutil.rmtree(out, ignore_errors=True)
+        r = sdxl("run", str(cfg), "--model", ARGS.model, "--out", str(out), "--dry-run")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("5 to make", r.stdout)
+        self.assertIn("none measured yet", r.stdout)
+        rows = [l.split() for l in r.stdout.splitlines() if len(l.split()) > 2 and l.split()[1] in ("high", "mid", "low")]
+        self.assertEqual([row[1] for row in rows], ["high", "mid", "mid", "low", "low"], r.stdout)
+        self.assertFalse(out.exists(), "a dry run writes nothing")
+        r = sdxl("run", str(cfg), "--model", ARGS.model, "--out", str(out), "--vram-limit", "12GiB", "--retries", "2",
+                 "--timeout", "10m", "--progress-interval", "0")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("progress", r.stderr, "plain progress lines when stderr is not a terminal")
+        report = json.loads((out / "report.json").read_text())
+        self.assertEqual(report["images_done"], 5)
+        order = [im["task"] for im in sorted(report["images"], key=lambda im: im["start_s"])]
+        self.assertEqual(order[0], "ep08-cover")
+        self.assertEqual(order[1:3], ["ep08-p02", "ep08-p01"], "earliest deadline first within mid")
+        self.assertEqual(order[3:], ["backlog-city", "backlog-city"])
+        self.assertEqual(report["queue"]["deadlines_missed"], 0)
+        self.assertTrue((out / "estimates.json").is_file(), "measured time is kept for the next plan")
+        r = sdxl("run", str(cfg), "--model", ARGS.model, "--out", str(out), "--dry-run", "--force")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("measured by earlier runs", r.stdout)
+        self.assertNotIn("unknown until", r.stdout)
+
+    def test_batched_images_match_single_images_closely(self):
+        batch = {"version": 1, "defaults": {"steps": 4},
+                 "tasks": [{"id": "a", "prompt": "a red fox in the snow", "negative": "blurry", "seed": 5, "count": 2},
+                           {"id": "b", "prompt": "a comic panel, hero on a rooftop", "seed": 9}]}
+        work = Path(ARGS.work) / "batched"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        (work / "b.json").write_text(json.dumps(batch))
+        shas = {}
+        for n in (1, 3):
+            out = work / f"o{n}"
+            r = sdxl("run", str(work / "b.json"), "--model", ARGS.model, "--out", str(out), "--max-batch", str(n))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            report = json.loads((out / "report.json").read_text())
+            self.assertEqual([b["size"] for b in report["batches"]], [1] * 3 if n == 1 else [3])
+            shas[n] = {(l["task"], l["index"]): l["file"] for l in
+                       (json.loads(x) for x in (out / "manifest.jsonl").read_text().splitlines())}
+        from PIL import Image
+        import numpy as np
+        for key, f in shas[1].items():
+            a = np.asarray(Image.open(work / "o1" / f)).astype(np.int16)
+            b = np.asarray(Image.open(work / "o3" / shas[3][key])).astype(np.int16)
+            self.assertLessEqual(int(np.abs(a - b).max()), 1, key)
+            self.assertLess(float((a != b).mean()), 0.001, key)
+
+    def test_bad_runtime_flags_are_named(self):
+        cfg = Path(ARGS.source) / "configs" / "priorities.json"
+        for flag, value in (("--vram-limit", "lots"), ("--timeout", "soon"), ("--aging", "x")):
+            r = sdxl("run", str(cfg), "--model", ARGS.model, "--out", str(Path(ARGS.work) / "badflags"), flag, value)
+            self.assertEqual(r.returncode, 2, (flag, r.stderr))
+            self.assertIn(value, r.stderr)
+
+
 class Tokens(unittest.TestCase):
     def test_tokens_json(self):
         long_prompt = ", ".join(["a knight in shining armour"] * 30)

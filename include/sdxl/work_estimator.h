@@ -1,0 +1,70 @@
+// WorkEstimator: how much device memory and time a batch of n images at W×H
+// needs, from what was measured, never from guessed constants.
+//
+// Memory: the peak above what was allocated before the batch started (the
+// resident weights and the LoRA cache), per resolution. With observations at
+// two or more batch sizes the estimate is the least-squares line a + b·n, raised
+// so that it covers every observation (it is a safety bound, not an average);
+// with one size it is the measured peak per image times n (an overestimate,
+// since part of the peak does not grow with n). A resolution never measured has
+// no estimate: the caller runs it alone first (a probe) and measures.
+//
+// Time: seconds per image per step, per resolution and batch size, as measured
+// (the newest 8 observations averaged); unmeasured sizes are scaled from the
+// nearest measured one by pixels, and marked as such.
+//
+// Saved as JSON (estimates.json in the output folder) so the next run and
+// `--dry-run` start from this run's figures; keyed by device and model, since
+// figures from another GPU do not apply. torch-free, not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace sdxl {
+
+struct TimeEstimate {
+  double seconds_per_image = 0;
+  bool measured = false;  // false: scaled from another resolution or batch size
+};
+
+class WorkEstimator {
+ public:
+  WorkEstimator() = default;
+  WorkEstimator(std::string device, std::string model) : device_(std::move(device)), model_(std::move(model)) {}
+
+  void observe_memory(int width, int height, int batch, std::uint64_t peak_work_bytes);
+  void observe_time(int width, int height, int batch, int steps, double seconds);
+
+  // Estimated peak work bytes of a batch; nullopt when this resolution was never measured.
+  std::optional<std::uint64_t> peak_bytes(int width, int height, int batch) const;
+  // Largest n in 1..max_n whose estimate × safety fits in `free_bytes`; 1 when
+  // the resolution is unmeasured (a probe) or nothing fits.
+  int max_batch(int width, int height, int max_n, std::uint64_t free_bytes, double safety) const;
+
+  std::optional<TimeEstimate> seconds_per_image(int width, int height, int batch, int steps) const;
+
+  bool empty() const { return memory_.empty() && time_.empty(); }
+  const std::string& device() const { return device_; }
+  const std::string& model() const { return model_; }
+
+  std::string to_json() const;
+  // Reads a saved file; returns an empty estimator when the file is missing,
+  // unreadable or for another device/model (a warning says which).
+  static WorkEstimator load(const std::filesystem::path& path, const std::string& device, const std::string& model,
+                            std::string* why_not = nullptr);
+  void save(const std::filesystem::path& path) const;  // atomic write; throws IoError
+
+ private:
+  using Res = std::pair<int, int>;
+  std::string device_, model_;
+  std::map<Res, std::map<int, std::uint64_t>> memory_;         // resolution -> batch -> max observed peak
+  std::map<Res, std::map<int, std::vector<double>>> time_;     // resolution -> batch -> s/image/step (newest last)
+};
+
+}  // namespace sdxl

@@ -1,0 +1,240 @@
+// TaskQueue order (priorities, FIFO, deadlines, aging, LoRA affinity),
+// grouping and admission; WorkEstimator fits; size and deadline parsing.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "sdxl/batch_file.h"
+#include "sdxl/error.h"
+#include "sdxl/task_queue.h"
+#include "sdxl/work_estimator.h"
+
+namespace {
+
+using sdxl::Priority;
+using sdxl::QueuedImage;
+using sdxl::TaskQueue;
+
+QueuedImage img(size_t h, Priority p, const std::string& group = "g", double deadline = -1, const std::string& lora = "",
+                double enqueued = 0) {
+  QueuedImage q;
+  q.handle = h;
+  q.priority = p;
+  q.group = group;
+  q.deadline_s = deadline;
+  q.lora_set = lora;
+  q.enqueued_s = enqueued;
+  return q;
+}
+
+std::vector<size_t> drain(TaskQueue& q, double now = 0, int per_batch = 1) {
+  std::vector<size_t> out;
+  while (!q.empty())
+    for (const auto& b : q.pop_batch(now, "", [&](const QueuedImage&, int) { return per_batch; })) out.push_back(b.handle);
+  return out;
+}
+
+}  // namespace
+
+TEST(TaskQueue, PriorityClassesThenFifo) {
+  TaskQueue q;
+  q.push(img(0, Priority::kLow));
+  q.push(img(1, Priority::kMid));
+  q.push(img(2, Priority::kHigh));
+  q.push(img(3, Priority::kMid));
+  q.push(img(4, Priority::kHigh));
+  EXPECT_EQ(drain(q), (std::vector<size_t>{2, 4, 1, 3, 0}));
+}
+
+TEST(TaskQueue, EarliestDeadlineFirstWithinAClass) {
+  TaskQueue q;
+  q.push(img(0, Priority::kMid));
+  q.push(img(1, Priority::kMid, "g", 500));
+  q.push(img(2, Priority::kMid, "g", 100));
+  q.push(img(3, Priority::kHigh));
+  q.push(img(4, Priority::kLow, "g", 1));  // a deadline does not lift a class
+  EXPECT_EQ(drain(q), (std::vector<size_t>{3, 2, 1, 0, 4}));
+}
+
+TEST(TaskQueue, AgingLiftsWaitingWorkSoNothingStarves) {
+  sdxl::QueuePolicy pol;
+  pol.aging_s = 100;
+  TaskQueue q(pol);
+  q.push(img(0, Priority::kLow, "g", -1, "", 0));     // waiting since 0
+  q.push(img(1, Priority::kHigh, "g", -1, "", 250));  // just arrived
+  EXPECT_EQ(q.effective_class(img(0, Priority::kLow), 50), 2);
+  EXPECT_EQ(q.effective_class(img(0, Priority::kLow), 150), 1);
+  EXPECT_EQ(q.effective_class(img(0, Priority::kLow), 250), 0);
+  // At t=250 the low image has aged to high and arrived first: it goes first.
+  EXPECT_EQ(drain(q, 250), (std::vector<size_t>{0, 1}));
+  TaskQueue q2(pol);
+  q2.push(img(0, Priority::kLow, "g", -1, "", 0));
+  q2.push(img(1, Priority::kHigh, "g", -1, "", 0));
+  EXPECT_EQ(drain(q2, 50), (std::vector<size_t>{1, 0}));
+}
+
+TEST(TaskQueue, BatchesTakeCompatibleImagesOnlyUpToTheAdmission) {
+  sdxl::QueuePolicy pol;
+  pol.max_batch = 3;
+  TaskQueue q(pol);
+  q.push(img(0, Priority::kMid, "A"));
+  q.push(img(1, Priority::kMid, "B"));
+  q.push(img(2, Priority::kMid, "A"));
+  q.push(img(3, Priority::kMid, "A"));
+  q.push(img(4, Priority::kMid, "A"));
+  int asked = 0;
+  auto b1 = q.pop_batch(0, "", [&](const QueuedImage& head, int available) {
+    EXPECT_EQ(head.handle, 0u);
+    asked = available;
+    return 2;  // the budget allows two
+  });
+  EXPECT_EQ(asked, 3) << "available is capped by max_batch";
+  ASSERT_EQ(b1.size(), 2u);
+  EXPECT_EQ(b1[0].handle, 0u);
+  EXPECT_EQ(b1[1].handle, 2u);
+  auto b2 = q.pop_batch(0, "", nullptr);
+  ASSERT_EQ(b2.size(), 1u);
+  EXPECT_EQ(b2[0].handle, 1u) << "B arrived before the remaining As";
+  auto b3 = q.pop_batch(0, "", [](const QueuedImage&, int) { return 0; });
+  ASSERT_EQ(b3.size(), 1u) << "admission never returns fewer than one image";
+  EXPECT_EQ(q.size(), 1u);
+}
+
+TEST(TaskQueue, LowerClassesFillABatchOnlyWhenAllowed) {
+  for (bool fill : {true, false}) {
+    sdxl::QueuePolicy pol;
+    pol.fill_lower = fill;
+    TaskQueue q(pol);
+    q.push(img(0, Priority::kHigh, "A"));
+    q.push(img(1, Priority::kLow, "A"));
+    q.push(img(2, Priority::kMid, "B"));
+    auto b = q.pop_batch(0, "", nullptr);
+    EXPECT_EQ(b.size(), fill ? 2u : 1u);
+    EXPECT_EQ(b[0].handle, 0u);
+  }
+}
+
+TEST(TaskQueue, PrefersTheAppliedLoraSetWithinAClass) {
+  TaskQueue q;
+  q.push(img(0, Priority::kMid, "g1", -1, "style-a"));
+  q.push(img(1, Priority::kMid, "g2", -1, "style-b"));
+  q.push(img(2, Priority::kMid, "g3", -1, "style-a"));
+  q.push(img(3, Priority::kHigh, "g4", -1, "style-b"));
+  std::vector<size_t> got;
+  std::string lora = "style-a";
+  while (!q.empty()) {
+    auto b = q.pop_batch(0, lora, nullptr);
+    got.push_back(b[0].handle);
+    lora = b[0].lora_set;
+  }
+  // The high image goes first whatever its LoRA; then the set applied stays on.
+  EXPECT_EQ(got, (std::vector<size_t>{3, 1, 0, 2}));
+}
+
+TEST(TaskQueue, RequeueKeepsArrivalOrder) {
+  TaskQueue q;
+  q.push(img(0, Priority::kMid));
+  q.push(img(1, Priority::kMid));
+  q.push(img(2, Priority::kMid));
+  auto b = q.pop_batch(0, "", [](const QueuedImage&, int) { return 2; });
+  ASSERT_EQ(b.size(), 2u);
+  q.requeue(b);  // an out-of-memory: they go back ahead of later arrivals
+  EXPECT_EQ(drain(q), (std::vector<size_t>{0, 1, 2}));
+}
+
+TEST(TaskQueue, HopelessDeadlinesAreReportedOnce) {
+  TaskQueue q;
+  q.push(img(0, Priority::kHigh));
+  q.push(img(1, Priority::kHigh));
+  q.push(img(2, Priority::kMid, "g", 25));  // third in line, 10 s per image -> done at 30
+  q.push(img(3, Priority::kMid, "g", 100));
+  auto h = q.newly_hopeless(0, "", 10);
+  ASSERT_EQ(h.size(), 1u);
+  EXPECT_EQ(h[0].handle, 2u);
+  EXPECT_TRUE(q.newly_hopeless(0, "", 10).empty()) << "said once";
+}
+
+TEST(TaskQueue, PriorityNames) {
+  EXPECT_EQ(sdxl::parse_priority("high"), Priority::kHigh);
+  EXPECT_EQ(sdxl::parse_priority("normal"), Priority::kMid);
+  EXPECT_FALSE(sdxl::parse_priority("urgent").has_value());
+  EXPECT_STREQ(sdxl::priority_name(Priority::kLow), "low");
+}
+
+TEST(WorkEstimator, UnmeasuredSizesRunAloneFirst) {
+  sdxl::WorkEstimator e("cuda/fp16", "m");
+  EXPECT_FALSE(e.peak_bytes(1024, 1024, 1));
+  EXPECT_EQ(e.max_batch(1024, 1024, 8, 1ull << 40, 1.2), 1);
+}
+
+TEST(WorkEstimator, OneObservationScalesPerImage) {
+  sdxl::WorkEstimator e;
+  e.observe_memory(1024, 1024, 1, 1000);
+  EXPECT_EQ(*e.peak_bytes(1024, 1024, 4), 4000u);
+  // 1.2 x 3000 = 3600 fits in 4000, 1.2 x 4000 does not.
+  EXPECT_EQ(e.max_batch(1024, 1024, 8, 4000, 1.2), 3);
+  EXPECT_EQ(e.max_batch(1024, 1024, 8, 10, 1.2), 1) << "nothing fits: still one (OOM recovery takes over)";
+  EXPECT_FALSE(e.peak_bytes(512, 512, 1)) << "another size is not guessed";
+}
+
+TEST(WorkEstimator, LineThroughSeveralSizesCoversEveryObservation) {
+  sdxl::WorkEstimator e;
+  e.observe_memory(832, 1216, 1, 1000);
+  e.observe_memory(832, 1216, 2, 1300);
+  e.observe_memory(832, 1216, 4, 2100);  // a + b n: not exactly linear
+  for (int n : {1, 2, 4}) {
+    const auto est = *e.peak_bytes(832, 1216, n);
+    EXPECT_GE(est, n == 1 ? 1000u : n == 2 ? 1300u : 2100u) << n;
+  }
+  EXPECT_LT(*e.peak_bytes(832, 1216, 8), 8u * 1000u) << "the fixed part is not counted per image";
+  e.observe_memory(832, 1216, 2, 1250);  // lower repeat keeps the max
+  EXPECT_GE(*e.peak_bytes(832, 1216, 2), 1300u);
+}
+
+TEST(WorkEstimator, TimeIsMeasuredOrScaledAndMarked) {
+  sdxl::WorkEstimator e;
+  EXPECT_FALSE(e.seconds_per_image(1024, 1024, 1, 28));
+  e.observe_time(1024, 1024, 2, 28, 2 * 28 * 0.05);  // 0.05 s per image-step
+  auto t = *e.seconds_per_image(1024, 1024, 2, 20);
+  EXPECT_TRUE(t.measured);
+  EXPECT_NEAR(t.seconds_per_image, 1.0, 1e-9);
+  t = *e.seconds_per_image(512, 512, 2, 28);
+  EXPECT_FALSE(t.measured);
+  EXPECT_NEAR(t.seconds_per_image, 28 * 0.05 / 4, 1e-9);
+}
+
+TEST(WorkEstimator, SavedFiguresComeBackOnlyForTheSameDeviceAndModel) {
+  const auto path = std::filesystem::temp_directory_path() / ("sdxl_est_" + std::to_string(::getpid()) + ".json");
+  sdxl::WorkEstimator e("cuda/fp16", "sdxl");
+  e.observe_memory(1024, 1024, 2, 123456789);
+  e.observe_time(1024, 1024, 2, 28, 3.0);
+  e.save(path);
+  auto back = sdxl::WorkEstimator::load(path, "cuda/fp16", "sdxl");
+  EXPECT_EQ(back.peak_bytes(1024, 1024, 2), e.peak_bytes(1024, 1024, 2));
+  ASSERT_TRUE(back.seconds_per_image(1024, 1024, 2, 28));
+  std::string why;
+  auto other = sdxl::WorkEstimator::load(path, "cuda/bf16", "sdxl", &why);
+  EXPECT_TRUE(other.empty());
+  EXPECT_NE(why.find("cuda/fp16"), std::string::npos) << why;
+  std::filesystem::remove(path);
+}
+
+TEST(Units, SizesAndDeadlines) {
+  EXPECT_EQ(sdxl::parse_size_bytes("24GiB"), 24ull << 30);
+  EXPECT_EQ(sdxl::parse_size_bytes("12G"), 12ull << 30);
+  EXPECT_EQ(sdxl::parse_size_bytes("800MiB"), 800ull << 20);
+  EXPECT_EQ(sdxl::parse_size_bytes("1.5gb"), 3ull << 29);
+  EXPECT_EQ(sdxl::parse_size_bytes("4096"), 4096u);
+  EXPECT_THROW(sdxl::parse_size_bytes("lots"), sdxl::UsageError);
+  EXPECT_THROW(sdxl::parse_size_bytes("12 parsecs"), sdxl::UsageError);
+  EXPECT_DOUBLE_EQ(sdxl::parse_deadline_unix("1970-01-01T01:00:00Z", 0), 3600.0);
+  EXPECT_DOUBLE_EQ(sdxl::parse_deadline_unix("1970-01-01T02:00:00+01:00", 0), 3600.0);
+  EXPECT_DOUBLE_EQ(sdxl::parse_deadline_unix("1970-01-01T00:00:00.250-00:30", 0), 1800.0);
+  EXPECT_THROW(sdxl::parse_deadline_unix("2026-12-01T06:00:00", 0), sdxl::UsageError) << "no time zone";
+  EXPECT_THROW(sdxl::parse_deadline_unix("tomorrow", 0), sdxl::UsageError);
+  EXPECT_THROW(sdxl::parse_deadline_unix("25:00", 0), sdxl::UsageError);
+  const double now = 1.7e9;
+  const double t = sdxl::parse_deadline_unix("06:00", now);
+  EXPECT_GT(t, now);
+  EXPECT_LE(t, now + 86400 + 3600);
+}
