@@ -26,6 +26,9 @@ struct RuntimeOptions {
   // its place in the run.
   bool jit_optimize = false;
   bool cudnn_benchmark = false;  // let cuDNN time convolution algorithms per shape
+  // Capture the UNet step as a CUDA graph and replay it (CUDA only; falls back
+  // to plain calls when capture fails).
+  bool cuda_graphs = true;
 };
 
 struct StageSeconds {

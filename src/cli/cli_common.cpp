@@ -19,6 +19,8 @@ void add_model_options(CLI::App& cmd, ModelOptions& o, bool model_required) {
   cmd.add_flag("--jit-optimize", o.runtime.jit_optimize,
                "Let TorchScript fuse ops after its first calls (fp16 results then depend on the call count)");
   cmd.add_flag("--cudnn-benchmark", o.runtime.cudnn_benchmark, "Let cuDNN pick convolution algorithms by timing them");
+  cmd.add_flag("--cuda-graphs,!--no-cuda-graphs", o.runtime.cuda_graphs,
+               "Replay the UNet step as a captured CUDA graph (CUDA only; default on)");
 }
 
 void add_log_options(CLI::App& app, std::string& level, std::string& file) {

@@ -11,6 +11,7 @@
 #include "image/vae_decode.h"
 #include "model/sdxl_model.h"
 #include "runtime/device.h"
+#include "runtime/unet_runner.h"
 #include "sampling/euler.h"
 #include "sampling/noise.h"
 #include "sdxl/error.h"
@@ -28,6 +29,7 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 
 struct Generator::Impl {
   std::unique_ptr<SdxlModel> model;
+  std::unique_ptr<UnetRunner> unet;
   double load_s = 0;
 };
 
@@ -43,6 +45,7 @@ Generator::Generator(const std::filesystem::path& model_dir, const RuntimeOption
   at::globalContext().setBenchmarkCuDNN(opts.cudnn_benchmark);
   if (opts.threads > 0) at::set_num_threads(opts.threads);
   impl_->model = SdxlModel::load(cfg, device, opts.dtype);
+  impl_->unet = std::make_unique<UnetRunner>(*impl_->model, opts.cuda_graphs);
   device_synchronize(device);
   impl_->load_s = seconds_since(t0);
   spdlog::info("loaded model '{}' ({}, {}) on {} in {:.2f} s", cfg.name, cfg.source, dtype_name(impl_->model->dtype),
@@ -159,6 +162,8 @@ std::vector<GeneratedImage> Generator::generate_batch(const std::vector<Generati
       for (size_t i : idx) noise.push_back(initial_noise(ps[i].seed, cfg.latent_channels, h, w, m.dtype));
       torch::Tensor latents = torch::cat(noise).to(m.device) * sched.init_noise_sigma;
       const int64_t rows = cfg_on ? 2 * b : b;
+      UnetRunner& unet = *impl_->unet;
+      unet.bind(context, pooled, time_ids);
       const int total = static_cast<int>(sched.timesteps.size());
       for (int i = 0; i < total; ++i) {
         const double sigma = sched.sigmas[static_cast<size_t>(i)];
@@ -166,7 +171,7 @@ std::vector<GeneratedImage> Generator::generate_batch(const std::vector<Generati
         x = euler_scale_model_input(x, sigma);
         torch::Tensor t = torch::full({rows}, sched.timesteps[static_cast<size_t>(i)],
                                       torch::TensorOptions().dtype(torch::kFloat32).device(m.device));
-        torch::Tensor eps = run_module(m.unet, "unet", {x, t, context, pooled, time_ids}).toTensor();
+        torch::Tensor eps = unet(x, t);
         if (cfg_on) {
           auto halves = eps.chunk(2);  // [uncond, cond]
           eps = halves[0] + p0.cfg * (halves[1] - halves[0]);
@@ -205,7 +210,10 @@ std::vector<GeneratedImage> Generator::generate_batch(const std::vector<Generati
 
 MemorySnapshot Generator::memory() const { return device_memory_snapshot(impl_->model->device); }
 void Generator::reset_peak_memory() { device_reset_peak(impl_->model->device); }
-void Generator::release_cached_memory() { device_release_cached(impl_->model->device); }
+void Generator::release_cached_memory() {
+  impl_->unet->release();  // a captured graph holds its own memory pool
+  device_release_cached(impl_->model->device);
+}
 void Generator::set_memory_limit(std::uint64_t bytes) { device_set_memory_limit(impl_->model->device, bytes); }
 
 }  // namespace sdxl

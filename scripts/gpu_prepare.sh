@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Sourced by the GPU scripts (scripts/gpu_*.sh) on the GPU machine: installs the
+# carried wheels (.whl), builds sdxl-batch against python3's libtorch
+# (cmake --preset gpu) while exporting the full-size SDXL architecture with
+# random weights (fp16, traced on cuda) and its diffusers copy to $WORK/full.
+# Logs: $OUT/build.log, $OUT/export.log; times appended to $OUT/summary.txt.
+set -euo pipefail
+OUT=${OUT:-$PWD/bench/tmp}
+WORK=${WORK:-/tmp/sdxl-gpu}
+mkdir -p "$OUT" "$WORK"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$OUT/summary.txt"
+( cmake --preset gpu -DCMAKE_CXX_COMPILER_LAUNCHER= && cmake --build --preset gpu -j "$(nproc)" ) > "$OUT/build.log" 2>&1 &
+build_pid=$!
+t0=$(date +%s)
+if [ ! -f "$WORK/full/model.json" ]; then
+  python3 scripts/export_sdxl.py --random-full --dtype fp16 --device cuda --out "$WORK/full" \
+    ${SDXL_SAVE_DIFFUSERS:+--save-diffusers "$WORK/full-diffusers"} --check none --force > "$OUT/export.log" 2>&1
+fi
+echo "export: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/summary.txt"
+wait $build_pid || { tail -30 "$OUT/build.log"; exit 1; }
+echo "build+export wall: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/summary.txt"
+SDXL=$PWD/build/gpu/sdxl-batch
+MODEL=$WORK/full

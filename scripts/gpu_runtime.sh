@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Runtime measurements on the GPU machine (full-size random SDXL, fp16, 28 steps,
+# CFG 7), one command, from the repository root:
+#   OUT=DIR bash scripts/gpu_runtime.sh check   # CUDA graphs on/off, batching, 12 GiB cap
+#   OUT=DIR bash scripts/gpu_runtime.sh mixed   # the 32-image mixed batch, serial vs runtime, caps
+# check: the same 3 images with and without CUDA graphs (identical PNGs? s/image),
+#        4 images at --max-batch 4 against the same seeds at batch 1 (PSNR),
+#        4 images at --max-batch 4 under --vram-limit 12GiB (admission, OOM count).
+# mixed: 32 images (1024x1024 and 832x1216, priorities high/mid/low) run
+#        serially (--max-batch 1, no CUDA graphs, one writer) and by the runtime
+#        (graphs, --max-batch 1 and 4), then at --max-batch 8 under 24 GiB and
+#        12 GiB caps; images/hour, GPU busy fraction (nvidia-smi, 100 ms), peaks.
+# Results: $OUT/summary.txt (+ build/export logs and the reports as JSON).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MODE=${1:-check}
+source scripts/gpu_prepare.sh
+
+busy_start() { nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 > "$1" 2>/dev/null & echo $!; }
+# run NAME BATCHFILE ARGS...: one sdxl-batch run into $WORK/NAME, a summary line, report copied to $OUT.
+run() {
+  local name=$1 batch=$2; shift 2
+  rm -rf "$WORK/$name"
+  local util="$WORK/$name.util"
+  local upid; upid=$(busy_start "$util")
+  local t0; t0=$(date +%s.%N)
+  "$SDXL" --log-level warn run "$batch" --model "$MODEL" --device cuda --out "$WORK/$name" --no-progress "$@" \
+    > "$WORK/$name.log" 2>&1 || echo "$name: exit $?" | tee -a "$OUT/summary.txt"
+  local wall; wall=$(python3 -c "import time,sys; print(time.time()-float(sys.argv[1]))" "$t0")
+  kill "$upid" 2>/dev/null || true
+  cp "$WORK/$name/report.json" "$OUT/report-$name.json" 2>/dev/null || true
+  python3 - "$WORK/$name/report.json" "$util" "$name" "$wall" "$*" <<'PY' | tee -a "$OUT/summary.txt"
+import json, sys
+r = json.load(open(sys.argv[1])); name, wall, args = sys.argv[3], float(sys.argv[4]), sys.argv[5]
+u = [float(x) for x in open(sys.argv[2]).read().split() if x.strip().replace('.', '', 1).isdigit()]
+busy = sum(1 for x in u if x > 0) / len(u) if u else float('nan')
+ims = r["images"]; n = r["images_done"]
+warm = [i["total_s"] for i in ims][1:] or [0]
+m = r["memory"]; q = r["queue"]
+sizes = [b["size"] for b in r["batches"]]
+print(f"{name:>14}: {n} images in {r['run_s']:.1f} s (+load {r['load_s']:.1f} s, process {wall:.1f} s) = "
+      f"{r['images_per_hour']:.0f} images/hour, {r['run_s']/max(n,1):.3f} s/image; GPU busy {busy:.0%}; "
+      f"peak allocated {m['peak_allocated_bytes']/2**30:.2f} GiB, reserved {m['peak_reserved_bytes']/2**30:.2f} GiB, "
+      f"limit {m['limit_bytes']/2**30:.1f} GiB; batches {len(sizes)} (sizes {sorted(set(sizes))}); OOM {q['oom_recoveries']}; "
+      f"failed {r['images_failed']} [{args}]")
+PY
+}
+# same_pngs A B: identical files? else PSNR per image
+compare() {
+  python3 - "$WORK/$1" "$WORK/$2" "$1 vs $2" <<'PY' | tee -a "$OUT/summary.txt"
+import json, sys, hashlib, math
+from pathlib import Path
+import numpy as np
+from PIL import Image
+a, b, label = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+ma = {(l["task"], l["index"]): l for l in map(json.loads, (a / "manifest.jsonl").read_text().splitlines())}
+mb = {(l["task"], l["index"]): l for l in map(json.loads, (b / "manifest.jsonl").read_text().splitlines())}
+same, worst, maxd = 0, float("inf"), 0
+for k, la in ma.items():
+    lb = mb[k]
+    if la["sha256"] == lb["sha256"]:
+        same += 1; continue
+    x = np.asarray(Image.open(a / la["file"])).astype(np.float64); y = np.asarray(Image.open(b / lb["file"])).astype(np.float64)
+    mse = ((x - y) ** 2).mean(); maxd = max(maxd, np.abs(x - y).max())
+    worst = min(worst, 10 * math.log10(255 ** 2 / mse))
+print(f"{label}: {same}/{len(ma)} PNGs identical; others: worst PSNR {worst:.1f} dB, max pixel diff {maxd:.0f}")
+PY
+}
+
+mkbatch() {  # mkbatch FILE N_1024 N_PORTRAIT
+  python3 - "$@" <<'PY'
+import json, sys
+path, n1, n2 = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+prios = ["high", "mid", "low"]
+tasks = []
+for i in range(n1):
+    tasks.append({"id": f"sq{i:02d}", "prompt": f"comic panel {i}, a lighthouse keeper in a storm, bold ink lines",
+                  "seed": 1000 + i, "priority": prios[i % 3]})
+for i in range(n2):
+    tasks.append({"id": f"pt{i:02d}", "prompt": f"comic panel {i}, a girl with a red umbrella in the rain, portrait",
+                  "seed": 2000 + i, "width": 832, "height": 1216, "priority": prios[(i + 1) % 3]})
+json.dump({"version": 1, "defaults": {"negative": "blurry, lowres", "steps": 28, "cfg": 7.0, "width": 1024, "height": 1024},
+           "tasks": tasks}, open(path, "w"), indent=1)
+PY
+}
+
+if [ "$MODE" = check ]; then
+  mkbatch "$WORK/three.json" 3 0
+  run graphs-off "$WORK/three.json" --no-cuda-graphs
+  run graphs-on "$WORK/three.json"
+  compare graphs-off graphs-on
+  mkbatch "$WORK/four.json" 4 0
+  run four-b1 "$WORK/four.json" --max-batch 1
+  run four-b4 "$WORK/four.json" --max-batch 4
+  compare four-b1 four-b4
+  run four-b4-12g "$WORK/four.json" --max-batch 4 --vram-limit 12GiB
+  grep -h "warn\|error" "$WORK"/*.log | sort | uniq -c | sort -rn | head -20 | tee -a "$OUT/summary.txt"
+elif [ "$MODE" = mixed ]; then
+  mkbatch "$WORK/mixed.json" 16 16
+  run serial "$WORK/mixed.json" --max-batch 1 --no-cuda-graphs --writer-threads 1
+  run runtime-b1 "$WORK/mixed.json" --max-batch 1
+  run runtime-b4 "$WORK/mixed.json" --max-batch 4
+  run cap24-b8 "$WORK/mixed.json" --max-batch 8 --vram-limit 24GiB
+  run cap12-b8 "$WORK/mixed.json" --max-batch 8 --vram-limit 12GiB
+  compare serial runtime-b1
+else
+  echo "mode: check | mixed" >&2; exit 2
+fi

@@ -1,0 +1,115 @@
+#include "runtime/unet_runner.h"
+
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <spdlog/spdlog.h>
+#include <torch/script.h>
+
+#include "sdxl/error.h"
+
+namespace sdxl {
+namespace {
+
+// `waiter` waits for the work queued on `producer` so far.
+void stream_wait(const c10::cuda::CUDAStream& waiter, const c10::cuda::CUDAStream& producer) {
+  at::cuda::CUDAEvent ev;
+  ev.record(producer);
+  ev.block(waiter);
+}
+
+}  // namespace
+
+struct UnetRunner::Graph {
+  at::cuda::CUDAGraph graph;
+  torch::Tensor x, t, context, pooled, time_ids, out;
+};
+
+UnetRunner::UnetRunner(SdxlModel& model, bool cuda_graphs)
+    : model_(model), graphs_(cuda_graphs && model.device.is_cuda()) {}
+
+UnetRunner::~UnetRunner() = default;
+
+void UnetRunner::bind(const torch::Tensor& context, const torch::Tensor& pooled, const torch::Tensor& time_ids) {
+  context_ = context;
+  pooled_ = pooled;
+  time_ids_ = time_ids;
+  calls_for_key_ = 0;
+}
+
+void UnetRunner::release() {
+  graph_.reset();
+  graph_key_.clear();
+  calls_for_key_ = 0;
+}
+
+torch::Tensor UnetRunner::operator()(const torch::Tensor& x, const torch::Tensor& t) {
+  if (!graphs_) return run_module(model_.unet, "unet", {x, t, context_, pooled_, time_ids_}).toTensor();
+
+  std::vector<std::int64_t> key(x.sizes().begin(), x.sizes().end());
+  key.insert(key.end(), context_.sizes().begin(), context_.sizes().end());
+  if (key != graph_key_) {
+    graph_.reset();  // another shape: its pool is freed with it
+    graph_key_ = key;
+    calls_for_key_ = 0;
+  }
+  ++calls_for_key_;
+  if (graph_) {
+    graph_->x.copy_(x);
+    graph_->t.copy_(t);
+    graph_->context.copy_(context_);
+    graph_->pooled.copy_(pooled_);
+    graph_->time_ids.copy_(time_ids_);
+    graph_->graph.replay();
+    ++replays_;
+    return graph_->out;
+  }
+  // First call of a shape: a plain call (it also warms up cuBLAS/cuDNN).
+  if (calls_for_key_ < 2) return run_module(model_.unet, "unet", {x, t, context_, pooled_, time_ids_}).toTensor();
+
+  // Second call: capture it on a side stream, then replay for this step.
+  auto g = std::make_unique<Graph>();
+  g->x = x.clone();
+  g->t = t.clone();
+  g->context = context_.clone();
+  g->pooled = pooled_.clone();
+  g->time_ids = time_ids_.clone();
+  const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(model_.device.index());
+  c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, model_.device.index());
+  stream_wait(side, current);  // the static inputs are filled on `current`
+  bool capturing = false;
+  try {
+    c10::cuda::CUDAStreamGuard guard(side);
+    g->graph.capture_begin();
+    capturing = true;
+    g->out = model_.unet.forward({g->x, g->t, g->context, g->pooled, g->time_ids}).toTensor();
+    capturing = false;
+    g->graph.capture_end();
+  } catch (const std::exception& e) {
+    if (capturing) {
+      try {
+        g->graph.capture_end();
+      } catch (const std::exception&) {
+        // the capture is invalid anyway; the graph is dropped below
+      }
+    }
+    stream_wait(current, side);
+    g.reset();
+    c10::cuda::CUDACachingAllocator::emptyCache();
+    graphs_ = false;
+    spdlog::warn("CUDA graph capture of the UNet failed, continuing without graphs: {}", e.what());
+    return run_module(model_.unet, "unet", {x, t, context_, pooled_, time_ids_}).toTensor();
+  }
+  stream_wait(current, side);
+  ++captures_;
+  spdlog::debug("captured the UNet step as a CUDA graph for latents [{}, {}, {}, {}]", x.size(0), x.size(1), x.size(2),
+                x.size(3));
+  graph_ = std::move(g);
+  graph_->graph.replay();
+  ++replays_;
+  return graph_->out;
+}
+
+}  // namespace sdxl

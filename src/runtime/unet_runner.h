@@ -1,0 +1,52 @@
+// UnetRunner: the UNet calls of one batch's sampling loop. The conditioning
+// (context, pooled, time_ids) is bound once per batch; each step then passes
+// the latents and the timestep. With CUDA graphs on, the first step of a new
+// shape runs the TorchScript module as usual, the second captures that same
+// call into a CUDA graph, and every later step replays it: the interpreter's
+// per-op CPU cost (most of a step at batch 1, see bench/results) is paid once.
+// The captured kernels are the ones the interpreter launches, so images match
+// the uncaptured path (checked on the GPU by scripts/gpu_runtime.sh). A graph
+// that cannot be captured falls back to plain calls with a warning.
+// Not thread-safe; one per model bundle.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "model/sdxl_model.h"
+
+namespace sdxl {
+
+class UnetRunner {
+ public:
+  UnetRunner(SdxlModel& model, bool cuda_graphs);
+  ~UnetRunner();
+  UnetRunner(const UnetRunner&) = delete;
+  UnetRunner& operator=(const UnetRunner&) = delete;
+
+  void bind(const torch::Tensor& context, const torch::Tensor& pooled, const torch::Tensor& time_ids);
+  // Noise prediction for latents x [rows, 4, h, w] at timestep t [rows]. With a
+  // graph the result is its static output: use it before the next call.
+  torch::Tensor operator()(const torch::Tensor& x, const torch::Tensor& t);
+  // Drops captured graphs and their memory pool (then empty the allocator cache).
+  void release();
+
+  bool graphs_enabled() const { return graphs_; }
+  int captures() const { return captures_; }
+  int replays() const { return replays_; }
+
+ private:
+  struct Graph;
+  SdxlModel& model_;
+  bool graphs_;
+  torch::Tensor context_, pooled_, time_ids_;
+  std::unique_ptr<Graph> graph_;
+  std::vector<std::int64_t> graph_key_;
+  int calls_for_key_ = 0;
+  int captures_ = 0, replays_ = 0;
+};
+
+}  // namespace sdxl
