@@ -13,13 +13,19 @@ torch::jit::Module load_module(const ModelConfig& cfg, const std::string& rel, c
   const auto path = cfg.path_of(rel);
   torch::jit::Module m;
   try {
-    m = torch::jit::load(path.string(), device);
+    // Loaded on the CPU, then moved: tensor constants of the traced code stay on
+    // the CPU, where they act as scalars. Loaded straight onto the GPU, a traced
+    // `inner_dim // heads` becomes a GPU tensor turned into an int -- a host
+    // sync in every attention layer, which also makes CUDA graph capture
+    // impossible (scripts/gpu_graph_probe.py shows both).
+    m = torch::jit::load(path.string(), torch::kCPU);
   } catch (const c10::Error& e) {
     throw ModelError("cannot load TorchScript module '" + path.string() + "': " + e.what_without_backtrace() +
                      " (was it exported with scripts/export_sdxl.py and torch " + cfg.torch_version + "?)");
   }
   m.eval();
-  if (cast) m.to(dtype);
+  if (cast) m.to(device, dtype);
+  else m.to(device);
   return m;
 }
 
