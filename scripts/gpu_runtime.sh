@@ -35,11 +35,13 @@ r = json.load(open(sys.argv[1])); name, wall, args = sys.argv[3], float(sys.argv
 u = [float(x) for x in open(sys.argv[2]).read().split() if x.strip().replace('.', '', 1).isdigit()]
 busy = sum(1 for x in u if x > 0) / len(u) if u else float('nan')
 ims = r["images"]; n = r["images_done"]
-warm = [i["total_s"] for i in ims][1:] or [0]
+b = r["batches"]
+warm = b[1:] if len(b) > 1 else b  # after the first batch (cold: cuDNN/cuBLAS set-up, graph capture)
+warm_s = sum(x["seconds"] for x in warm) / max(1, sum(x["size"] for x in warm if "error" not in x))
 m = r["memory"]; q = r["queue"]
 sizes = [b["size"] for b in r["batches"]]
 print(f"{name:>14}: {n} images in {r['run_s']:.1f} s (+load {r['load_s']:.1f} s, process {wall:.1f} s) = "
-      f"{r['images_per_hour']:.0f} images/hour, {r['run_s']/max(n,1):.3f} s/image; GPU busy {busy:.0%}; "
+      f"{r['images_per_hour']:.0f} images/hour after load; warm {warm_s:.3f} s/image (generation, batches after the first); GPU busy {busy:.0%}; "
       f"peak allocated {m['peak_allocated_bytes']/2**30:.2f} GiB, reserved {m['peak_reserved_bytes']/2**30:.2f} GiB, "
       f"limit {m['limit_bytes']/2**30:.1f} GiB; batches {len(sizes)} (sizes {sorted(set(sizes))}); OOM {q['oom_recoveries']}; "
       f"failed {r['images_failed']} [{args}]")
