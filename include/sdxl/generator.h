@@ -29,6 +29,8 @@ struct RuntimeOptions {
   // Capture the UNet step as a CUDA graph and replay it (CUDA only; falls back
   // to plain calls when capture fails).
   bool cuda_graphs = true;
+  // VAE decode in tiles: "auto" (whole, tiles after an out-of-memory), "always", "never".
+  std::string vae_tiling = "auto";
 };
 
 struct StageSeconds {

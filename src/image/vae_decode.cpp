@@ -1,22 +1,100 @@
 #include "image/vae_decode.h"
 
+#include <spdlog/spdlog.h>
 #include <torch/script.h>
 
+#include <algorithm>
+
+#include "runtime/device.h"
 #include "sdxl/error.h"
 
 namespace sdxl {
 
-std::vector<std::uint8_t> vae_decode_rgb8(SdxlModel& model, const torch::Tensor& latents) {
+VaeTiling parse_vae_tiling(const std::string& text) {
+  if (text == "auto") return VaeTiling::kAuto;
+  if (text == "always") return VaeTiling::kAlways;
+  if (text == "never") return VaeTiling::kNever;
+  throw UsageError("--vae-tiling '" + text + "': expected auto, always or never");
+}
+
+std::vector<int64_t> tile_starts(int64_t size, int tile, int overlap) {
+  if (tile <= overlap || overlap < 0) throw UsageError("VAE tiles must be larger than their overlap");
+  std::vector<int64_t> starts;
+  if (size <= tile) return {0};
+  const int64_t stride = tile - overlap;
+  for (int64_t p = 0;; p += stride) {
+    const int64_t s = std::min<int64_t>(p, size - tile);
+    starts.push_back(s);
+    if (s + tile >= size) break;
+  }
+  return starts;
+}
+
+torch::Tensor vae_decode_image(SdxlModel& model, const torch::Tensor& latents) {
   const torch::Tensor z = latents.to(model.vae_dtype) / model.config.vae_scaling_factor;
-  torch::Tensor image = run_module(model.vae_decoder, "vae_decoder", {z}).toTensor();
-  image = (image / 2 + 0.5).clamp(0, 1).to(torch::kCPU).to(torch::kFloat32);
+  return run_module(model.vae_decoder, "vae_decoder", {z}).toTensor().to(torch::kFloat32);
+}
+
+namespace {
+
+// Weight of each pixel along one side of a tile: 1 inside, a linear ramp
+// (0 -> 1) over `ramp` pixels at an edge that has a neighbour.
+torch::Tensor ramp_weights(int64_t length, int64_t ramp, bool ramp_start, bool ramp_end, const torch::Device& dev) {
+  torch::Tensor idx = torch::arange(length, torch::TensorOptions().dtype(torch::kFloat32).device(dev)) + 0.5;
+  torch::Tensor w = torch::ones({length}, idx.options());
+  if (ramp > 0 && ramp_start) w = torch::minimum(w, idx / static_cast<double>(ramp));
+  if (ramp > 0 && ramp_end) w = torch::minimum(w, (static_cast<double>(length) - idx) / static_cast<double>(ramp));
+  return w;
+}
+
+}  // namespace
+
+torch::Tensor vae_decode_image_tiled(SdxlModel& model, const torch::Tensor& latents, const TileGrid& grid) {
+  const int64_t h = latents.size(2), w = latents.size(3);
+  const int64_t f = model.config.vae_downsample;
+  const auto ys = tile_starts(h, grid.tile, grid.overlap), xs = tile_starts(w, grid.tile, grid.overlap);
+  const auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(latents.device());
+  torch::Tensor acc = torch::zeros({1, 3, h * f, w * f}, opts);
+  torch::Tensor wsum = torch::zeros({1, 1, h * f, w * f}, opts);
+  const int64_t ramp = static_cast<int64_t>(grid.overlap) * f;
+  for (int64_t y0 : ys) {
+    for (int64_t x0 : xs) {
+      const int64_t th = std::min<int64_t>(grid.tile, h - y0), tw = std::min<int64_t>(grid.tile, w - x0);
+      const torch::Tensor tile = latents.slice(2, y0, y0 + th).slice(3, x0, x0 + tw);
+      const torch::Tensor img = vae_decode_image(model, tile);
+      const torch::Tensor wy = ramp_weights(th * f, ramp, y0 > 0, y0 + th < h, latents.device());
+      const torch::Tensor wx = ramp_weights(tw * f, ramp, x0 > 0, x0 + tw < w, latents.device());
+      const torch::Tensor wt = (wy.view({1, 1, -1, 1}) * wx.view({1, 1, 1, -1}));
+      acc.slice(2, y0 * f, (y0 + th) * f).slice(3, x0 * f, (x0 + tw) * f).add_(img * wt);
+      wsum.slice(2, y0 * f, (y0 + th) * f).slice(3, x0 * f, (x0 + tw) * f).add_(wt);
+    }
+  }
+  return acc / wsum;
+}
+
+std::vector<std::uint8_t> image_to_rgb8(const torch::Tensor& decoded, const std::string& what) {
+  torch::Tensor image = (decoded / 2 + 0.5).clamp(0, 1).to(torch::kCPU).to(torch::kFloat32);
   if (torch::isnan(image).any().item<bool>())
-    throw TaskError("VAE decode produced NaN values (in " + std::string(c10::toString(model.vae_dtype)) +
-                    "); re-export the model with an fp32 VAE");
+    throw TaskError("VAE decode produced NaN values (" + what + "); re-export the model with an fp32 VAE");
   // [1, 3, H, W] -> [H, W, 3] uint8 with numpy's rounding (half to even).
   torch::Tensor hwc = (image[0].permute({1, 2, 0}) * 255).round().to(torch::kUInt8).contiguous();
   const auto* p = hwc.data_ptr<std::uint8_t>();
   return std::vector<std::uint8_t>(p, p + hwc.numel());
+}
+
+std::vector<std::uint8_t> vae_decode_rgb8(SdxlModel& model, const torch::Tensor& latents, VaeTiling tiling,
+                                          const TileGrid& grid) {
+  const std::string what = "in " + std::string(c10::toString(model.vae_dtype));
+  if (tiling == VaeTiling::kAlways) return image_to_rgb8(vae_decode_image_tiled(model, latents, grid), what);
+  try {
+    return image_to_rgb8(vae_decode_image(model, latents), what);
+  } catch (const OutOfMemoryError& e) {
+    if (tiling == VaeTiling::kNever) throw;
+    spdlog::warn("VAE decode ran out of memory; freeing cached blocks and decoding in tiles of {} px: {}",
+                 grid.tile * model.config.vae_downsample, e.what());
+    device_release_cached(model.device);
+    return image_to_rgb8(vae_decode_image_tiled(model, latents, grid), what + ", tiled");
+  }
 }
 
 }  // namespace sdxl

@@ -1,18 +1,44 @@
 // VAE decode as diffusers' SDXL pipeline does it: latents cast to the VAE's
 // dtype, divided by the scaling factor, decoded, then (x / 2 + 0.5).clamp(0, 1),
 // * 255, rounded half to even, to uint8 HWC RGB. Throws TaskError on NaN output.
+//
+// Tiled decode keeps the decoder's peak memory flat whatever the image size:
+// overlapping latent tiles are decoded one by one and blended with linear
+// ramps across each overlap (weights normalised per pixel), so there is no
+// hard seam. GroupNorm statistics are per tile, so a tiled image differs a
+// little from a whole one (figures in tests/unit/test_vae_tiling.cpp). Used
+// on request or, by default, when the whole decode runs out of memory.
 #pragma once
 
 #include <torch/types.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "model/sdxl_model.h"
 
 namespace sdxl {
 
+enum class VaeTiling { kAuto, kAlways, kNever };  // auto: whole, tiled after an out-of-memory
+VaeTiling parse_vae_tiling(const std::string& text);  // "auto" | "always" | "never"; UsageError otherwise
+
+struct TileGrid {
+  int tile = 64;     // latent pixels per tile side (64 = 512 image pixels)
+  int overlap = 16;  // latent pixels shared by neighbouring tiles
+};
+
+// Tile starts along one side of `size` latent pixels (the last tile ends at size).
+std::vector<int64_t> tile_starts(int64_t size, int tile, int overlap);
+
+// Decoder output [1, 3, H, W] in [-1, 1] (float32) for latents [1, 4, h, w] (unscaled).
+torch::Tensor vae_decode_image(SdxlModel& model, const torch::Tensor& latents);
+torch::Tensor vae_decode_image_tiled(SdxlModel& model, const torch::Tensor& latents, const TileGrid& grid = {});
+
 // latents [1, 4, h, w] -> RGB8 bytes of size 8h * 8w * 3 (row-major).
-std::vector<std::uint8_t> vae_decode_rgb8(SdxlModel& model, const torch::Tensor& latents);
+std::vector<std::uint8_t> vae_decode_rgb8(SdxlModel& model, const torch::Tensor& latents,
+                                          VaeTiling tiling = VaeTiling::kAuto, const TileGrid& grid = {});
+// [1, 3, H, W] decoder output -> RGB8 (the pipeline's postprocess); TaskError on NaN.
+std::vector<std::uint8_t> image_to_rgb8(const torch::Tensor& image, const std::string& what);
 
 }  // namespace sdxl

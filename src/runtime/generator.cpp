@@ -30,6 +30,7 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 struct Generator::Impl {
   std::unique_ptr<SdxlModel> model;
   std::unique_ptr<UnetRunner> unet;
+  VaeTiling vae_tiling = VaeTiling::kAuto;
   double load_s = 0;
 };
 
@@ -46,6 +47,7 @@ Generator::Generator(const std::filesystem::path& model_dir, const RuntimeOption
   if (opts.threads > 0) at::set_num_threads(opts.threads);
   impl_->model = SdxlModel::load(cfg, device, opts.dtype);
   impl_->unet = std::make_unique<UnetRunner>(*impl_->model, opts.cuda_graphs);
+  impl_->vae_tiling = parse_vae_tiling(opts.vae_tiling);
   device_synchronize(device);
   impl_->load_s = seconds_since(t0);
   spdlog::info("loaded model '{}' ({}, {}) on {} in {:.2f} s", cfg.name, cfg.source, dtype_name(impl_->model->dtype),
@@ -192,7 +194,7 @@ std::vector<GeneratedImage> Generator::generate_batch(const std::vector<Generati
         const torch::Tensor one = lat_cpu.slice(0, k, k + 1);
         g.latent_shape.assign(one.sizes().begin(), one.sizes().end());
         g.latents.assign(one.data_ptr<float>(), one.data_ptr<float>() + one.numel());
-        g.rgb = vae_decode_rgb8(m, latents.slice(0, k, k + 1));
+        g.rgb = vae_decode_rgb8(m, latents.slice(0, k, k + 1), impl_->vae_tiling);
       }
       device_synchronize(m.device);
       const double decode_s = seconds_since(t0);
