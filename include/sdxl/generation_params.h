@@ -16,9 +16,15 @@ struct GenerationParams {
   double cfg = 7.0;
   int width = 1024;
   int height = 1024;
-  std::string sampler = "Euler";
-  std::string schedule = "Automatic";  // the model's own schedule (diffusers leading, offset 1)
+  std::string sampler = "Euler";       // A1111 sampler name (sdxl/sampler_plan.h), canonical after validation
+  std::string schedule = "Automatic";  // A1111 schedule type; Automatic = the model's own (diffusers leading, offset 1)
+  double guidance_rescale = 0.0;       // diffusers' guidance_rescale (0 = off)
 };
+
+// Validates sampler + schedule (throws UsageError listing the valid names) and
+// rewrites them to their canonical A1111 spelling: "dpm++ 2m karras" ->
+// sampler "DPM++ 2M", schedule "Karras".
+void canonicalize_sampler(GenerationParams& p);
 
 inline constexpr const char* kProgramName = "sdxl-batch";
 inline constexpr const char* kProgramVersion = "0.1.0";
@@ -28,6 +34,7 @@ inline constexpr const char* kProgramVersion = "0.1.0";
 //   Negative prompt: <negative>          (omitted when empty)
 //   Steps: 28, Sampler: Euler, Schedule type: Automatic, CFG scale: 7, Seed: 42,
 //   Size: 1024x1024, Model: <model name>, Version: sdxl-batch 0.1.0
+// "Guidance rescale: <phi>" follows the CFG scale when it is not 0.
 std::string a1111_parameters(const GenerationParams& p, const std::string& model_name);
 
 // Seeds are drawn from a 63-bit range so seed + index never overflows.

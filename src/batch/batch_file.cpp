@@ -86,6 +86,21 @@ struct Checker {
       if (v % 8) add(pointer + "/height", "must be a multiple of 8");
     }
     get_number(obj, pointer, "cfg", 0.0, 100.0, p.cfg);
+    get_string(obj, pointer, "sampler", p.sampler);
+    get_string(obj, pointer, "schedule", p.schedule);
+    get_number(obj, pointer, "guidance_rescale", 0.0, 1.0, p.guidance_rescale);
+  }
+
+  // Sampler and schedule are checked together (a task may set one, the defaults the other).
+  void check_sampler(const json& obj, const std::string& pointer, GenerationParams& p) {
+    try {
+      canonicalize_sampler(p);
+    } catch (const UsageError& e) {
+      const bool schedule_only = obj.contains("schedule") && !obj.contains("sampler");
+      add(pointer + (schedule_only ? "/schedule" : "/sampler"), e.what());
+      p.sampler = "Euler";
+      p.schedule = "Automatic";
+    }
   }
 };
 
@@ -131,8 +146,9 @@ BatchFile parse_batch_text(const std::string& text, const std::filesystem::path&
     if (j.contains("defaults")) {
       if (!j["defaults"].is_object()) ck.add("/defaults", "must be an object");
       else {
-        ck.check_keys(j["defaults"], "/defaults", {"negative", "steps", "cfg", "width", "height"});
+        ck.check_keys(j["defaults"], "/defaults", {"negative", "steps", "cfg", "width", "height", "sampler", "schedule", "guidance_rescale"});
         ck.read_settings(j["defaults"], "/defaults", defaults);
+        ck.check_sampler(j["defaults"], "/defaults", defaults);
       }
     }
     if (!j.contains("tasks") || !j["tasks"].is_array() || j["tasks"].empty()) {
@@ -146,7 +162,8 @@ BatchFile parse_batch_text(const std::string& text, const std::filesystem::path&
           ck.add(ptr, "must be an object with at least \"id\" and \"prompt\"");
           continue;
         }
-        ck.check_keys(t, ptr, {"id", "prompt", "negative", "seed", "count", "steps", "cfg", "width", "height"});
+        ck.check_keys(t, ptr, {"id", "prompt", "negative", "seed", "count", "steps", "cfg", "width", "height", "sampler", "schedule",
+                                "guidance_rescale"});
         BatchTask task;
         task.params = defaults;
         task.params.prompt.clear();
@@ -157,6 +174,7 @@ BatchFile parse_batch_text(const std::string& text, const std::filesystem::path&
         }
         if (!t.contains("prompt")) ck.add(ptr + "/prompt", "is missing");
         ck.read_settings(t, ptr, task.params);
+        if (t.contains("sampler") || t.contains("schedule")) ck.check_sampler(t, ptr, task.params);
         long long v = 0;
         if (t.contains("seed")) {
           if (ck.get_int(t, ptr, "seed", -1, (1LL << 53), v)) {

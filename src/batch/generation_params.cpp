@@ -5,6 +5,8 @@
 #include <random>
 #include <sstream>
 
+#include "sdxl/sampler_plan.h"
+
 namespace sdxl {
 namespace {
 
@@ -36,10 +38,17 @@ std::string a1111_parameters(const GenerationParams& p, const std::string& model
   s << p.prompt << "\n";
   if (!p.negative_prompt.empty()) s << "Negative prompt: " << p.negative_prompt << "\n";
   s << "Steps: " << p.steps << ", Sampler: " << quote_if_needed(p.sampler)
-    << ", Schedule type: " << quote_if_needed(p.schedule) << ", CFG scale: " << format_number(p.cfg)
-    << ", Seed: " << p.seed << ", Size: " << p.width << "x" << p.height
+    << ", Schedule type: " << quote_if_needed(p.schedule) << ", CFG scale: " << format_number(p.cfg);
+  if (p.guidance_rescale != 0.0) s << ", Guidance rescale: " << format_number(p.guidance_rescale);
+  s << ", Seed: " << p.seed << ", Size: " << p.width << "x" << p.height
     << ", Model: " << quote_if_needed(model_name) << ", Version: " << kProgramName << " " << kProgramVersion;
   return s.str();
+}
+
+void canonicalize_sampler(GenerationParams& p) {
+  const SamplerChoice c = parse_sampler_choice(p.sampler, p.schedule);
+  p.sampler = c.sampler_name;
+  p.schedule = c.schedule_name;
 }
 
 std::int64_t random_seed() {

@@ -16,6 +16,8 @@ namespace sdxl::cli {
 struct GenerateArgs {
   ModelOptions model;
   std::string prompt, negative, out, save_latents, timings_json;
+  std::string sampler = "Euler", schedule = "Automatic";
+  double guidance_rescale = 0.0;
   std::int64_t seed = -1;
   int steps = 0, width = 0, height = 0;
   double cfg = -1;
@@ -31,6 +33,14 @@ CLI::App* add_generate(CLI::App& app, std::shared_ptr<GenerateArgs>& args) {
       ->check(CLI::Range(std::int64_t{-1}, std::int64_t{1} << 53));
   cmd->add_option("--steps", args->steps, "Sampling steps (default: the model's)")->check(CLI::Range(1, 1000));
   cmd->add_option("--cfg", args->cfg, "Classifier-free guidance scale (default: the model's)")->check(CLI::Range(0.0, 100.0));
+  cmd->add_option("--sampler", args->sampler,
+                  "A1111 sampler: Euler, Euler a, Heun, DPM++ 2M, DPM++ 2M SDE, DPM++ SDE, DDIM, UniPC, LCM; "
+                  "a schedule may follow (\"DPM++ 2M Karras\")")
+      ->capture_default_str();
+  cmd->add_option("--schedule", args->schedule, "A1111 schedule type: Automatic, Karras, Exponential, SGM Uniform")
+      ->capture_default_str();
+  cmd->add_option("--guidance-rescale", args->guidance_rescale, "diffusers' guidance_rescale (0 = off)")
+      ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--width", args->width, "Width in pixels (default: the model's)")->check(CLI::Range(8, 16384));
   cmd->add_option("--height", args->height, "Height in pixels (default: the model's)")->check(CLI::Range(8, 16384));
   cmd->add_option("--out,-o", args->out, "Output PNG (default: sdxl-<seed>.png)");
@@ -41,9 +51,13 @@ CLI::App* add_generate(CLI::App& app, std::shared_ptr<GenerateArgs>& args) {
 
 int run_generate(const GenerateArgs& a) {
   using Clock = std::chrono::steady_clock;
+  GenerationParams p;
+  p.sampler = a.sampler;
+  p.schedule = a.schedule;
+  p.guidance_rescale = a.guidance_rescale;
+  canonicalize_sampler(p);  // UsageError (exit 2) listing the valid names, before the model loads
   Generator gen(a.model.model_dir, a.model.runtime);
   const ModelConfig& mc = gen.model();
-  GenerationParams p;
   p.prompt = a.prompt;
   p.negative_prompt = a.negative;
   p.seed = a.seed < 0 ? random_seed() : a.seed;

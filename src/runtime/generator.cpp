@@ -11,10 +11,9 @@
 #include "image/vae_decode.h"
 #include "model/sdxl_model.h"
 #include "runtime/device.h"
-#include "sampling/euler.h"
-#include "sampling/noise.h"
+#include "sampling/samplers.h"
 #include "sdxl/error.h"
-#include "sdxl/schedule.h"
+#include "sdxl/sampler_plan.h"
 #include "text/conditioning.h"
 
 namespace sdxl {
@@ -23,6 +22,19 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// CFG, then diffusers' rescale_noise_cfg when guidance_rescale > 0
+// (pipeline_stable_diffusion_xl.py: std over all but the batch dim, unbiased).
+torch::Tensor apply_guidance(const torch::Tensor& uncond, const torch::Tensor& cond, double scale, double rescale) {
+  torch::Tensor eps = uncond + scale * (cond - uncond);
+  if (rescale > 0.0) {
+    const torch::Tensor std_text = cond.std({1, 2, 3}, /*unbiased=*/true, /*keepdim=*/true);
+    const torch::Tensor std_cfg = eps.std({1, 2, 3}, /*unbiased=*/true, /*keepdim=*/true);
+    const torch::Tensor rescaled = eps * (std_text / std_cfg);
+    eps = rescale * rescaled + (1 - rescale) * eps;
+  }
+  return eps;
+}
 
 }  // namespace
 
@@ -61,8 +73,7 @@ GeneratedImage Generator::generate(const GenerationParams& p) {
   SdxlModel& m = *impl_->model;
   const ModelConfig& cfg = m.config;
   check_generation_size(cfg, p.width, p.height, 1);
-  if (p.sampler != "Euler") throw UsageError("sampler '" + p.sampler + "' is not available yet; valid: Euler");
-  const Schedule sched = euler_discrete_schedule(cfg.scheduler, p.steps);
+  const SamplerPlan plan = make_sampler_plan(cfg.scheduler, parse_sampler_choice(p.sampler, p.schedule), p.steps);
   c10::InferenceMode inference;
   GeneratedImage out;
   out.width = p.width;
@@ -102,24 +113,23 @@ GeneratedImage Generator::generate(const GenerationParams& p) {
   device_synchronize(m.device);
   out.seconds.text = seconds_since(t0);
 
-  // Stage 2: sampling.
+  // Stage 2: sampling. The noise generator of the image (its seed) also feeds
+  // the noise that ancestral / SDE samplers draw, as diffusers' generator does.
   t0 = Clock::now();
   const int64_t h = p.height / cfg.vae_downsample, w = p.width / cfg.vae_downsample;
-  torch::Tensor latents = initial_noise(p.seed, cfg.latent_channels, h, w, m.dtype).to(m.device);
-  latents = latents * sched.init_noise_sigma;
+  std::vector<at::Generator> gens = cpu_generators({p.seed});
+  torch::Tensor latents = randn_per_image(gens, {1, cfg.latent_channels, h, w}, m.dtype, m.device);
+  latents = latents * plan.init_noise_sigma;
   const int64_t batch = cfg_on ? 2 : 1;
-  for (size_t i = 0; i < sched.timesteps.size(); ++i) {
-    const double sigma = sched.sigmas[i];
-    torch::Tensor x = cfg_on ? torch::cat({latents, latents}) : latents;
-    x = euler_scale_model_input(x, sigma);
-    torch::Tensor t = torch::full({batch}, sched.timesteps[i], torch::TensorOptions().dtype(torch::kFloat32).device(m.device));
+  const ModelFn model = [&](const torch::Tensor& x_in, double timestep) {
+    torch::Tensor x = cfg_on ? torch::cat({x_in, x_in}) : x_in;
+    torch::Tensor t = torch::full({batch}, timestep, torch::TensorOptions().dtype(torch::kFloat32).device(m.device));
     torch::Tensor eps = run_module(m.unet, "unet", {x, t, context, pooled, time_ids}).toTensor();
-    if (cfg_on) {
-      auto halves = eps.chunk(2);  // [uncond, cond]
-      eps = halves[0] + p.cfg * (halves[1] - halves[0]);
-    }
-    latents = euler_step(eps, latents, sigma, sched.sigmas[i + 1]);
-  }
+    if (!cfg_on) return eps;
+    auto halves = eps.chunk(2);  // [uncond, cond]
+    return apply_guidance(halves[0], halves[1], p.cfg, p.guidance_rescale);
+  };
+  latents = sample(plan, latents, model, gens, nullptr);
   device_synchronize(m.device);
   out.seconds.sample = seconds_since(t0);
 
