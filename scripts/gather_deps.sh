@@ -2,7 +2,7 @@
 # Gathers what the GPU machine (no network) lacks, into ignored folders that the
 # device tool carries:
 #   .deps/include  header-only C++ deps from Debian's packages (fmt, spdlog, CLI11,
-#                  nlohmann/json, stb_image_write) -> cmake --preset gpu uses them
+#                  nlohmann/json, stb_image_write, stb_image) -> cmake --preset gpu uses them
 #   .whl/          Python 3.12 wheels missing there (diffusers, importlib_metadata,
 #                  open-clip-torch for its CLIP merges file)
 # Run here after scripts/setup.sh; idempotent.
@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf .deps && mkdir -p .deps/include/stb
 for d in fmt spdlog CLI nlohmann; do cp -rL "/usr/include/$d" .deps/include/; done
-cp /usr/include/stb/stb_image_write.h .deps/include/stb/
+cp /usr/include/stb/stb_image_write.h /usr/include/stb/stb_image.h .deps/include/stb/
 mkdir -p .whl
 for w in diffusers==0.42.1 importlib_metadata==8.7.0 open-clip-torch==3.3.0; do
   name=${w%%==*}; ver=${w##*==}

@@ -8,11 +8,14 @@
 
 #include <chrono>
 
+#include "image/upscale.h"
 #include "image/vae_decode.h"
+#include "image/vae_encode.h"
 #include "model/sdxl_model.h"
 #include "runtime/device.h"
 #include "sampling/samplers.h"
 #include "sdxl/error.h"
+#include "sdxl/png_reader.h"
 #include "sdxl/sampler_plan.h"
 #include "text/conditioning.h"
 
@@ -73,11 +76,27 @@ GeneratedImage Generator::generate(const GenerationParams& p) {
   SdxlModel& m = *impl_->model;
   const ModelConfig& cfg = m.config;
   check_generation_size(cfg, p.width, p.height, 1);
-  const SamplerPlan plan = make_sampler_plan(cfg.scheduler, parse_sampler_choice(p.sampler, p.schedule), p.steps);
+  const SamplerChoice choice = parse_sampler_choice(p.sampler, p.schedule);
+  SamplerPlan plan = make_sampler_plan(cfg.scheduler, choice, p.steps);
+  if (!p.init_image.empty()) plan_apply_strength(plan, p.strength);
+  SamplerPlan hires_plan;
+  if (p.hires_on()) {
+    check_generation_size(cfg, p.hires_width(), p.hires_height(), 1);
+    hires_plan = make_sampler_plan(cfg.scheduler, choice, p.hires_steps());
+    plan_apply_strength(hires_plan, p.hires.denoise);
+  }
+  RgbImage init_image;
+  if (!p.init_image.empty()) {
+    init_image = read_png_rgb(p.init_image);
+    if (init_image.width != p.width || init_image.height != p.height)
+      throw UsageError("init image '" + p.init_image + "' is " + std::to_string(init_image.width) + "x" +
+                       std::to_string(init_image.height) + " but the task asks for " + std::to_string(p.width) + "x" +
+                       std::to_string(p.height) + ": resize the image first, or leave width/height unset to take its size");
+  }
   c10::InferenceMode inference;
   GeneratedImage out;
-  out.width = p.width;
-  out.height = p.height;
+  out.width = p.hires_on() ? p.hires_width() : p.width;
+  out.height = p.hires_on() ? p.hires_height() : p.height;
 
   // Stage 1: text conditioning (A1111 prompt rules), CFG batch order [negative, positive].
   auto t0 = Clock::now();
@@ -99,7 +118,6 @@ GeneratedImage Generator::generate(const GenerationParams& p) {
   pad_sdxl_prompt(m, pos_tokens, chunk_count);
   const PromptEmbeds pos = encode_prompt_tokens(m, pos_tokens);
   torch::Tensor context = pos.context, pooled = pos.pooled;
-  torch::Tensor time_ids = sdxl_time_ids(p.width, p.height, m.dtype, m.device);
   if (cfg_on) {
     PromptEmbeds neg = zero_embeds(pos);
     if (neg_text) {
@@ -108,28 +126,55 @@ GeneratedImage Generator::generate(const GenerationParams& p) {
     }
     context = torch::cat({neg.context, pos.context});
     pooled = torch::cat({neg.pooled, pos.pooled});
-    time_ids = torch::cat({time_ids, time_ids});
   }
   device_synchronize(m.device);
   out.seconds.text = seconds_since(t0);
 
-  // Stage 2: sampling. The noise generator of the image (its seed) also feeds
-  // the noise that ancestral / SDE samplers draw, as diffusers' generator does.
+  // Stage 2: sampling. The image's generator (its seed) draws the initial noise
+  // and then the noise that ancestral / SDE samplers draw, as diffusers' does.
   t0 = Clock::now();
-  const int64_t h = p.height / cfg.vae_downsample, w = p.width / cfg.vae_downsample;
-  std::vector<at::Generator> gens = cpu_generators({p.seed});
-  torch::Tensor latents = randn_per_image(gens, {1, cfg.latent_channels, h, w}, m.dtype, m.device);
-  latents = latents * plan.init_noise_sigma;
   const int64_t batch = cfg_on ? 2 : 1;
-  const ModelFn model = [&](const torch::Tensor& x_in, double timestep) {
-    torch::Tensor x = cfg_on ? torch::cat({x_in, x_in}) : x_in;
-    torch::Tensor t = torch::full({batch}, timestep, torch::TensorOptions().dtype(torch::kFloat32).device(m.device));
-    torch::Tensor eps = run_module(m.unet, "unet", {x, t, context, pooled, time_ids}).toTensor();
-    if (!cfg_on) return eps;
-    auto halves = eps.chunk(2);  // [uncond, cond]
-    return apply_guidance(halves[0], halves[1], p.cfg, p.guidance_rescale);
+  // The UNet with CFG at a size (SDXL's time_ids: original = target = that size, crop 0).
+  auto model_at = [&](int width, int height) -> ModelFn {
+    torch::Tensor time_ids = sdxl_time_ids(width, height, m.dtype, m.device);
+    if (cfg_on) time_ids = torch::cat({time_ids, time_ids});
+    return [&, time_ids](const torch::Tensor& x_in, double timestep) {
+      torch::Tensor x = cfg_on ? torch::cat({x_in, x_in}) : x_in;
+      torch::Tensor t = torch::full({batch}, timestep, torch::TensorOptions().dtype(torch::kFloat32).device(m.device));
+      torch::Tensor eps = run_module(m.unet, "unet", {x, t, context, pooled, time_ids}).toTensor();
+      if (!cfg_on) return eps;
+      auto halves = eps.chunk(2);  // [uncond, cond]
+      return apply_guidance(halves[0], halves[1], p.cfg, p.guidance_rescale);
+    };
   };
-  latents = sample(plan, latents, model, gens, nullptr);
+  std::vector<at::Generator> gens = cpu_generators({p.seed});
+  const int64_t h = p.height / cfg.vae_downsample, w = p.width / cfg.vae_downsample;
+  torch::Tensor latents;
+  if (init_image.rgb.empty()) {
+    latents = randn_per_image(gens, {1, cfg.latent_channels, h, w}, m.dtype, m.device) * plan.init_noise_sigma;
+  } else {
+    // StableDiffusionXLImg2ImgPipeline.prepare_latents: add_noise at the first kept timestep.
+    const torch::Tensor init = vae_encode_rgb8(m, init_image.rgb.data(), init_image.width, init_image.height);
+    latents = add_noise(plan, init, randn_per_image(gens, init.sizes(), m.dtype, m.device));
+  }
+  latents = sample(plan, latents, model_at(p.width, p.height), gens, nullptr);
+
+  if (p.hires_on()) {
+    // Hires fix: upscale the first result, then an img2img pass at the new size
+    // with a fresh generator of the same seed (A1111 re-seeds the second pass).
+    const int hw = p.hires_width(), hh = p.hires_height();
+    torch::Tensor up;
+    if (is_latent_upscaler(p.hires.upscaler)) {
+      up = upscale_latents(latents, hh / cfg.vae_downsample, hw / cfg.vae_downsample, p.hires.upscaler);
+    } else {
+      const std::vector<std::uint8_t> first = vae_decode_rgb8(m, latents);
+      const std::vector<std::uint8_t> big = resize_nearest_rgb8(first.data(), p.width, p.height, hw, hh);
+      up = vae_encode_rgb8(m, big.data(), hw, hh);
+    }
+    std::vector<at::Generator> gens2 = cpu_generators({p.seed});
+    latents = add_noise(hires_plan, up, randn_per_image(gens2, up.sizes(), m.dtype, m.device));
+    latents = sample(hires_plan, latents, model_at(hw, hh), gens2, nullptr);
+  }
   device_synchronize(m.device);
   out.seconds.sample = seconds_since(t0);
 
