@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "sdxl/model_config.h"
+
 namespace sdxl {
 
 struct GenerationParams {
@@ -48,6 +50,10 @@ struct GenerationParams {
 const std::vector<std::string>& hires_upscaler_names();
 // Canonical name for a case-insensitive match; throws UsageError listing them.
 std::string canonical_hires_upscaler(const std::string& name);
+
+// check_generation_size for the image and, with the hires fix, for its second
+// pass (the message then names the hires size). Throws UsageError.
+void check_task_size(const ModelConfig& model, const GenerationParams& p);
 
 // Validates sampler + schedule (throws UsageError listing the valid names) and
 // rewrites them to their canonical A1111 spelling: "dpm++ 2m karras" ->

@@ -375,7 +375,7 @@ std::vector<BatchProblem> validate_batch_file(const std::filesystem::path& path,
   if (model) {
     for (size_t i = 0; i < bf.tasks.size(); ++i) {
       try {
-        check_generation_size(*model, bf.tasks[i].params.width, bf.tasks[i].params.height, 1);
+        check_task_size(*model, bf.tasks[i].params);
       } catch (const UsageError& e) {
         problems.push_back({"/tasks/" + std::to_string(i), e.what(), 0});
       }

@@ -80,6 +80,17 @@ std::string canonical_hires_upscaler(const std::string& name) {
   throw UsageError("unknown hires upscaler '" + name + "'; valid: " + list);
 }
 
+void check_task_size(const ModelConfig& model, const GenerationParams& p) {
+  check_generation_size(model, p.width, p.height, 1);
+  if (!p.hires_on()) return;
+  try {
+    check_generation_size(model, p.hires_width(), p.hires_height(), 1);
+  } catch (const UsageError& e) {
+    throw UsageError("hires fix to " + std::to_string(p.hires_width()) + "x" + std::to_string(p.hires_height()) +
+                     " (scale " + format_number(p.hires.scale) + "): " + e.what());
+  }
+}
+
 void canonicalize_sampler(GenerationParams& p) {
   const SamplerChoice c = parse_sampler_choice(p.sampler, p.schedule);
   p.sampler = c.sampler_name;

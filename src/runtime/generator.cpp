@@ -75,13 +75,12 @@ std::uint64_t Generator::memory_in_use_bytes() const { return device_memory_in_u
 GeneratedImage Generator::generate(const GenerationParams& p) {
   SdxlModel& m = *impl_->model;
   const ModelConfig& cfg = m.config;
-  check_generation_size(cfg, p.width, p.height, 1);
+  check_task_size(cfg, p);
   const SamplerChoice choice = parse_sampler_choice(p.sampler, p.schedule);
   SamplerPlan plan = make_sampler_plan(cfg.scheduler, choice, p.steps);
   if (!p.init_image.empty()) plan_apply_strength(plan, p.strength);
   SamplerPlan hires_plan;
   if (p.hires_on()) {
-    check_generation_size(cfg, p.hires_width(), p.hires_height(), 1);
     hires_plan = make_sampler_plan(cfg.scheduler, choice, p.hires_steps());
     plan_apply_strength(hires_plan, p.hires.denoise);
   }
