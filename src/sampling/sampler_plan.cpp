@@ -134,10 +134,8 @@ void plan_euler_family(const SchedulerConfig& cfg, ScheduleKind sched, int steps
 // ones truncated by the int64 cast, as in diffusers.
 void plan_multistep(const SchedulerConfig& cfg, ScheduleKind sched, int steps, bool singlestep, SamplerPlan& p) {
   const std::string spacing = singlestep ? std::string("linspace") : spacing_for(cfg, sched);
-  std::vector<double> ts = spaced_timesteps(cfg, spacing, steps, /*extra=*/spacing == "trailing" ? 0 : 1);
-  if (spacing == "linspace" || spacing == "leading") {
-    // handled by spaced_timesteps(extra = 1): n + 1 points, last dropped.
-  }
+  // linspace / leading space n + 1 points and drop the last; trailing is as Euler's.
+  std::vector<double> ts = spaced_timesteps(cfg, spacing, steps, /*extra=*/1);
   const std::vector<float> train = train_sigmas(cfg);
   const std::vector<float> log_sigmas = log_of(train);
   std::vector<double> sig;

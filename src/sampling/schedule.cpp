@@ -8,31 +8,11 @@
 
 namespace sdxl {
 
-// Mirrors diffusers' float32 arithmetic: betas = linspace(sqrt(b0), sqrt(b1), N)^2
-// (torch.linspace fills the second half backwards from the end), alphas_cumprod
-// = cumprod(1 - betas), sigma = sqrt((1 - ac) / ac).
+// sigma = sqrt((1 - ac) / ac) in float32, from train_alphas_cumprod below.
 std::vector<float> train_sigmas(const SchedulerConfig& cfg) {
-  const int n = cfg.num_train_timesteps;
-  std::vector<float> betas(static_cast<size_t>(n));
-  auto linspace = [n](float start, float end, int i) -> float {
-    if (n == 1) return start;
-    const float step = (end - start) / static_cast<float>(n - 1);
-    return i < n / 2 ? start + step * static_cast<float>(i) : end - step * static_cast<float>(n - i - 1);
-  };
-  for (int i = 0; i < n; ++i) {
-    if (cfg.beta_schedule == "scaled_linear") {
-      const float b = linspace(std::sqrt(static_cast<float>(cfg.beta_start)), std::sqrt(static_cast<float>(cfg.beta_end)), i);
-      betas[static_cast<size_t>(i)] = b * b;
-    } else {
-      betas[static_cast<size_t>(i)] = linspace(static_cast<float>(cfg.beta_start), static_cast<float>(cfg.beta_end), i);
-    }
-  }
-  std::vector<float> sigmas(static_cast<size_t>(n));
-  float ac = 1.0f;
-  for (size_t i = 0; i < sigmas.size(); ++i) {
-    ac *= 1.0f - betas[i];
-    sigmas[i] = std::sqrt((1.0f - ac) / ac);
-  }
+  const std::vector<float> ac = train_alphas_cumprod(cfg);
+  std::vector<float> sigmas(ac.size());
+  for (size_t i = 0; i < ac.size(); ++i) sigmas[i] = std::sqrt((1.0f - ac[i]) / ac[i]);
   return sigmas;
 }
 
@@ -84,12 +64,11 @@ Schedule euler_discrete_schedule(const SchedulerConfig& cfg, int steps) {
   return s;
 }
 
-}  // namespace sdxl
 
-namespace sdxl {
-
+// Mirrors diffusers' float32 arithmetic: betas = linspace(sqrt(b0), sqrt(b1), N)^2
+// (torch.linspace fills the second half backwards from the end), alphas_cumprod
+// = cumprod(1 - betas).
 std::vector<float> train_alphas_cumprod(const SchedulerConfig& cfg) {
-  // sigma = sqrt((1 - ac) / ac) is built from the same float32 products; redo them here.
   const int n = cfg.num_train_timesteps;
   std::vector<float> betas(static_cast<size_t>(n));
   auto linspace = [n](float start, float end, int i) -> float {
