@@ -1,4 +1,4 @@
-# Header-only C++ dependencies: fmt, spdlog, CLI11, nlohmann/json, stb_image_write.
+# Header-only C++ dependencies: fmt, spdlog, CLI11, nlohmann/json, stb_image_write, stb_image.
 # From Debian's packages (libfmt-dev, libspdlog-dev, libcli11-dev, nlohmann-json3-dev,
 # libstb-dev) or, on a machine without them (the GPU machine), from a carried folder
 # made by scripts/gather_deps.sh and named with -DSDXL_DEPS_DIR.
@@ -9,7 +9,7 @@
 add_library(sdxl_thirdparty INTERFACE)
 if(SDXL_DEPS_DIR)
   set(_sdxl_dep_inc ${SDXL_DEPS_DIR}/include)
-  foreach(_h fmt/format.h spdlog/spdlog.h CLI/CLI.hpp nlohmann/json.hpp stb/stb_image_write.h)
+  foreach(_h fmt/format.h spdlog/spdlog.h CLI/CLI.hpp nlohmann/json.hpp stb/stb_image_write.h stb/stb_image.h)
     if(NOT EXISTS ${_sdxl_dep_inc}/${_h})
       message(FATAL_ERROR "SDXL_DEPS_DIR=${SDXL_DEPS_DIR} lacks include/${_h}; run scripts/gather_deps.sh")
     endif()
@@ -23,7 +23,7 @@ else()
     endif()
     file(CREATE_LINK /usr/include/${_d} ${_sdxl_dep_inc}/${_d} SYMBOLIC)
   endforeach()
-  foreach(_h CLI/CLI.hpp nlohmann/json.hpp stb/stb_image_write.h)
+  foreach(_h CLI/CLI.hpp nlohmann/json.hpp stb/stb_image_write.h stb/stb_image.h)
     if(NOT EXISTS /usr/include/${_h})
       message(FATAL_ERROR "/usr/include/${_h} missing: run scripts/setup.sh")
     endif()

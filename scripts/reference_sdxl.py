@@ -94,6 +94,9 @@ def main() -> int:
     ap.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
     ap.add_argument("--out-png", required=True)
     ap.add_argument("--out-latents")
+    ap.add_argument("--sampler", default="Euler", help="A1111 sampler name (scripts/a1111_schedulers.py)")
+    ap.add_argument("--schedule", default="Automatic", help="A1111 schedule type")
+    ap.add_argument("--guidance-rescale", type=float, default=0.0)
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
     ap.add_argument("--prompt-rules", choices=["a1111", "diffusers"], default="a1111",
                     help="a1111 (what sdxl-batch does): emphasis, BREAK and 75-token chunks via prompt_reference.py, "
@@ -109,6 +112,9 @@ def main() -> int:
         a.diffusers, dtype=DTYPES[a.dtype], local_files_only=True, add_watermarker=False
     )
     pipe.to(a.device)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from a1111_schedulers import make_scheduler
+    pipe.scheduler = make_scheduler(pipe.scheduler.config, a.sampler, a.schedule)
     pipe.set_progress_bar_config(disable=True)
     t_load = time.time() - t0
 
@@ -132,7 +138,9 @@ def main() -> int:
             guidance_scale=a.cfg,
             width=a.width,
             height=a.height,
-            generator=torch.Generator("cpu").manual_seed(a.seed),
+            guidance_rescale=a.guidance_rescale,
+            # A list of per-image CPU generators, as sdxl-batch draws (one image here).
+            generator=[torch.Generator("cpu").manual_seed(a.seed)],
             output_type="pil",
             callback_on_step_end=on_step_end,
             callback_on_step_end_tensor_inputs=["latents"],

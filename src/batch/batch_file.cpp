@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "sdxl/error.h"
+#include "sdxl/png_reader.h"
 #include "sdxl/task_queue.h"
 
 namespace sdxl {
@@ -89,6 +90,65 @@ struct Checker {
       if (v % 8) add(pointer + "/height", "must be a multiple of 8");
     }
     get_number(obj, pointer, "cfg", 0.0, 100.0, p.cfg);
+    get_string(obj, pointer, "sampler", p.sampler);
+    get_string(obj, pointer, "schedule", p.schedule);
+    get_number(obj, pointer, "guidance_rescale", 0.0, 1.0, p.guidance_rescale);
+    get_number(obj, pointer, "strength", 0.0, 1.0, p.strength);
+    if (obj.contains("hires")) {
+      const std::string hp = pointer + "/hires";
+      const json& h = obj["hires"];
+      if (!h.is_object()) {
+        add(hp, "must be an object like {\"scale\": 2, \"upscaler\": \"Latent\", \"steps\": 10, \"denoise\": 0.5}");
+        return;
+      }
+      check_keys(h, hp, {"scale", "upscaler", "steps", "denoise"});
+      if (!h.contains("scale")) add(hp + "/scale", "is missing (the upscale factor, e.g. 2)");
+      get_number(h, hp, "scale", 0.0, 8.0, p.hires.scale);
+      long long hs = 0;
+      if (get_int(h, hp, "steps", 0, kMaxSteps, hs)) p.hires.steps = static_cast<int>(hs);
+      get_number(h, hp, "denoise", 0.0, 1.0, p.hires.denoise);
+      if (get_string(h, hp, "upscaler", p.hires.upscaler)) {
+        try {
+          p.hires.upscaler = canonical_hires_upscaler(p.hires.upscaler);
+        } catch (const UsageError& e) {
+          add(hp + "/upscaler", e.what());
+        }
+      }
+    }
+  }
+
+  // img2img input: relative to the batch file, a readable PNG; its size is the
+  // task's unless the task sets width/height, which must then match.
+  void read_init_image(const json& t, const std::string& ptr, const std::filesystem::path& origin, GenerationParams& p) {
+    std::string rel;
+    if (!get_string(t, ptr, "init_image", rel)) return;
+    std::filesystem::path path(rel);
+    if (path.is_relative()) path = origin.parent_path() / path;
+    int w = 0, h = 0;
+    const std::string why = png_size(path, w, h);
+    if (!why.empty()) {
+      add(ptr + "/init_image", "'" + path.string() + "' " + why);
+      return;
+    }
+    p.init_image = path.string();
+    if (!t.contains("width")) p.width = w;
+    if (!t.contains("height")) p.height = h;
+    if (p.width != w || p.height != h)
+      add(ptr + "/init_image", "'" + path.string() + "' is " + std::to_string(w) + "x" + std::to_string(h) +
+                                   " but the task sets " + std::to_string(p.width) + "x" + std::to_string(p.height) +
+                                   " (hint: drop width/height to take the image's size, or resize the image)");
+  }
+
+  // Sampler and schedule are checked together (a task may set one, the defaults the other).
+  void check_sampler(const json& obj, const std::string& pointer, GenerationParams& p) {
+    try {
+      canonicalize_sampler(p);
+    } catch (const UsageError& e) {
+      const bool schedule_only = obj.contains("schedule") && !obj.contains("sampler");
+      add(pointer + (schedule_only ? "/schedule" : "/sampler"), e.what());
+      p.sampler = "Euler";
+      p.schedule = "Automatic";
+    }
   }
 
   // "timeout": seconds (a number) or a duration string ("90s", "5m").
@@ -156,8 +216,10 @@ BatchFile parse_batch_text(const std::string& text, const std::filesystem::path&
       if (!j["defaults"].is_object()) ck.add("/defaults", "must be an object");
       else {
         const json& d = j["defaults"];
-        ck.check_keys(d, "/defaults", {"negative", "steps", "cfg", "width", "height", "priority", "timeout"});
+        ck.check_keys(d, "/defaults", {"negative", "steps", "cfg", "width", "height", "sampler", "schedule",
+                                       "guidance_rescale", "strength", "hires", "priority", "timeout"});
         ck.read_settings(d, "/defaults", defaults);
+        ck.check_sampler(d, "/defaults", defaults);
         if (ck.get_string(d, "/defaults", "priority", default_priority) && !parse_priority(default_priority)) {
           ck.add("/defaults/priority", "'" + default_priority + "' is not a priority (high, mid, low)");
           default_priority = "mid";
@@ -176,8 +238,9 @@ BatchFile parse_batch_text(const std::string& text, const std::filesystem::path&
           ck.add(ptr, "must be an object with at least \"id\" and \"prompt\"");
           continue;
         }
-        ck.check_keys(t, ptr, {"id", "prompt", "negative", "seed", "count", "steps", "cfg", "width", "height", "priority",
-                               "deadline", "timeout"});
+        ck.check_keys(t, ptr, {"id", "prompt", "negative", "seed", "count", "steps", "cfg", "width", "height", "sampler",
+                               "schedule", "guidance_rescale", "init_image", "strength", "hires", "priority", "deadline",
+                               "timeout"});
         BatchTask task;
         task.params = defaults;
         task.params.prompt.clear();
@@ -188,6 +251,8 @@ BatchFile parse_batch_text(const std::string& text, const std::filesystem::path&
         }
         if (!t.contains("prompt")) ck.add(ptr + "/prompt", "is missing");
         ck.read_settings(t, ptr, task.params);
+        if (t.contains("sampler") || t.contains("schedule")) ck.check_sampler(t, ptr, task.params);
+        ck.read_init_image(t, ptr, origin, task.params);
         long long v = 0;
         if (t.contains("seed")) {
           if (ck.get_int(t, ptr, "seed", -1, (1LL << 53), v)) {
@@ -357,7 +422,7 @@ std::vector<BatchProblem> validate_batch_file(const std::filesystem::path& path,
   if (model) {
     for (size_t i = 0; i < bf.tasks.size(); ++i) {
       try {
-        check_generation_size(*model, bf.tasks[i].params.width, bf.tasks[i].params.height, 1);
+        check_task_size(*model, bf.tasks[i].params);
       } catch (const UsageError& e) {
         problems.push_back({"/tasks/" + std::to_string(i), e.what(), 0});
       }

@@ -51,7 +51,9 @@ std::string local_date() {
 bool same_settings(const GenerationParams& a, const GenerationParams& b) {
   return a.prompt == b.prompt && a.negative_prompt == b.negative_prompt && a.seed == b.seed && a.steps == b.steps &&
          std::abs(a.cfg - b.cfg) < 1e-9 && a.width == b.width && a.height == b.height && a.sampler == b.sampler &&
-         a.schedule == b.schedule;
+         a.schedule == b.schedule && a.guidance_rescale == b.guidance_rescale && a.init_image == b.init_image &&
+         a.strength == b.strength && a.hires.scale == b.hires.scale && a.hires.upscaler == b.hires.upscaler &&
+         a.hires.steps == b.hires.steps && a.hires.denoise == b.hires.denoise;
 }
 
 // The image path must stay inside the output folder, also through links; the
@@ -230,10 +232,19 @@ std::string report_file_name(int shard_index, int shard_count) {
 }
 
 std::string batch_group_key(const GenerationParams& p) {
-  char cfg[32];
-  std::snprintf(cfg, sizeof cfg, "%.6g", p.cfg);
-  return std::to_string(p.width) + "x" + std::to_string(p.height) + "|" + std::to_string(p.steps) + "|" + p.sampler +
-         "|" + p.schedule + "|cfg" + cfg;
+  auto num = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.6g", v);
+    return std::string(buf);
+  };
+  std::string key = std::to_string(p.width) + "x" + std::to_string(p.height) + "|" + std::to_string(p.steps) + "|" +
+                    p.sampler + "|" + p.schedule + "|cfg" + num(p.cfg);
+  if (p.guidance_rescale != 0) key += "|rescale" + num(p.guidance_rescale);
+  if (!p.init_image.empty()) key += "|img2img" + num(p.strength);
+  if (p.hires_on())
+    key += "|hires" + num(p.hires.scale) + ":" + p.hires.upscaler + ":" + std::to_string(p.hires.steps) + ":" +
+           num(p.hires.denoise);
+  return key;
 }
 
 RunResult run_batch(const BatchFile& batch, const RunOptions& o, const GenerateBatchFn& generate) {
@@ -411,7 +422,9 @@ RunResult run_batch(const BatchFile& batch, const RunOptions& o, const GenerateB
       int n = available;
       if (auto it = oom_cap.find(head.group); it != oom_cap.end()) n = std::min(n, it->second);
       if (o.estimator && o.device.memory && before.limit > 0)  // a device with a budget (not the CPU)
-        n = std::min(n, o.estimator->max_batch(p.width, p.height, n, free_for_work(before), o.safety));
+        n = std::min(n, o.estimator->max_batch(p.hires_on() ? p.hires_width() : p.width,
+                                               p.hires_on() ? p.hires_height() : p.height, n, free_for_work(before),
+                                               o.safety));
       return n;
     };
     std::vector<QueuedImage> picked = queue.pop_batch(now, "", admit);
@@ -419,6 +432,8 @@ RunResult run_batch(const BatchFile& batch, const RunOptions& o, const GenerateB
     for (const auto& q : picked) params.push_back(work[q.handle].params);
     const GenerationParams& p0 = params.front();
     const int n = static_cast<int>(picked.size());
+    // A hires task's memory and time are those of its larger second pass: keyed by its output size.
+    const int est_w = p0.hires_on() ? p0.hires_width() : p0.width, est_h = p0.hires_on() ? p0.hires_height() : p0.height;
     // Timeout: the smallest per-image timeout of the batch, times its size.
     double timeout = 0;
     for (const auto& q : picked) {
@@ -470,7 +485,7 @@ RunResult run_batch(const BatchFile& batch, const RunOptions& o, const GenerateB
                            {"peak_work_bytes", work_peak}, {"reserved_bytes", after.reserved},
                            {"allocated_bytes", after.allocated}};
     if (o.estimator && o.device.memory) {
-      if (const auto est = o.estimator->peak_bytes(p0.width, p0.height, n)) brec["estimated_work_bytes"] = *est;
+      if (const auto est = o.estimator->peak_bytes(est_w, est_h, n)) brec["estimated_work_bytes"] = *est;
     }
     if (!error.empty()) brec["error"] = error;
     batches.push_back(brec);
@@ -478,8 +493,8 @@ RunResult run_batch(const BatchFile& batch, const RunOptions& o, const GenerateB
       if (o.estimator) {
         // Only a device with an allocator budget (CUDA) has a per-batch peak; the
         // CPU's peak resident set covers the whole process life.
-        if (o.device.memory && after.limit > 0) o.estimator->observe_memory(p0.width, p0.height, n, work_peak);
-        o.estimator->observe_time(p0.width, p0.height, n, p0.steps, gen_s);
+        if (o.device.memory && after.limit > 0) o.estimator->observe_memory(est_w, est_h, n, work_peak);
+        o.estimator->observe_time(est_w, est_h, n, p0.steps, gen_s);
       }
       for (size_t k = 0; k < picked.size(); ++k) {
         WriteJob j;
@@ -614,7 +629,8 @@ BatchPlan plan_batch(const BatchFile& batch, const RunOptions& o, std::uint64_t 
     auto admit = [&](const QueuedImage& head, int available) {
       const GenerationParams& p = wl.work[head.handle].params;
       if (!o.estimator || free_bytes == UINT64_MAX) return available;  // no budget given: --max-batch decides
-      return o.estimator->max_batch(p.width, p.height, available, free_bytes, o.safety);
+      return o.estimator->max_batch(p.hires_on() ? p.hires_width() : p.width, p.hires_on() ? p.hires_height() : p.height,
+                                    available, free_bytes, o.safety);
     };
     const auto picked = queue.pop_batch(clock, "", admit);
     const WorkItem& w0 = wl.work[picked.front().handle];
@@ -626,9 +642,11 @@ BatchPlan plan_batch(const BatchFile& batch, const RunOptions& o, std::uint64_t 
     pb.priority = priority_name(w0.priority);
     for (const auto& q : picked) pb.images.push_back(image_label(wl.work[q.handle]));
     const int n = static_cast<int>(picked.size());
+    const int est_w = w0.params.hires_on() ? w0.params.hires_width() : pb.width;
+    const int est_h = w0.params.hires_on() ? w0.params.hires_height() : pb.height;
     if (o.estimator) {
-      if (const auto m = o.estimator->peak_bytes(pb.width, pb.height, n)) pb.est_peak_bytes = static_cast<std::int64_t>(*m);
-      if (const auto t = o.estimator->seconds_per_image(pb.width, pb.height, n, pb.steps)) {
+      if (const auto m = o.estimator->peak_bytes(est_w, est_h, n)) pb.est_peak_bytes = static_cast<std::int64_t>(*m);
+      if (const auto t = o.estimator->seconds_per_image(est_w, est_h, n, pb.steps)) {
         pb.est_seconds = t->seconds_per_image * n;
         pb.time_measured = t->measured;
       }

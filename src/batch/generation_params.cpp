@@ -5,6 +5,12 @@
 #include <random>
 #include <sstream>
 
+#include <cctype>
+#include <filesystem>
+
+#include "sdxl/error.h"
+#include "sdxl/sampler_plan.h"
+
 namespace sdxl {
 namespace {
 
@@ -36,10 +42,59 @@ std::string a1111_parameters(const GenerationParams& p, const std::string& model
   s << p.prompt << "\n";
   if (!p.negative_prompt.empty()) s << "Negative prompt: " << p.negative_prompt << "\n";
   s << "Steps: " << p.steps << ", Sampler: " << quote_if_needed(p.sampler)
-    << ", Schedule type: " << quote_if_needed(p.schedule) << ", CFG scale: " << format_number(p.cfg)
-    << ", Seed: " << p.seed << ", Size: " << p.width << "x" << p.height
-    << ", Model: " << quote_if_needed(model_name) << ", Version: " << kProgramName << " " << kProgramVersion;
+    << ", Schedule type: " << quote_if_needed(p.schedule) << ", CFG scale: " << format_number(p.cfg);
+  if (p.guidance_rescale != 0.0) s << ", Guidance rescale: " << format_number(p.guidance_rescale);
+  s << ", Seed: " << p.seed << ", Size: " << p.width << "x" << p.height
+    << ", Model: " << quote_if_needed(model_name);
+  if (!p.init_image.empty()) {
+    s << ", Denoising strength: " << format_number(p.strength)
+      << ", Init image: " << quote_if_needed(std::filesystem::path(p.init_image).filename().string());
+  }
+  if (p.hires_on()) {
+    if (p.init_image.empty()) s << ", Denoising strength: " << format_number(p.hires.denoise);
+    else s << ", Hires denoising strength: " << format_number(p.hires.denoise);
+    s << ", Hires upscale: " << format_number(p.hires.scale) << ", Hires steps: " << p.hires_steps()
+      << ", Hires upscaler: " << quote_if_needed(p.hires.upscaler);
+  }
+  s << ", Version: " << kProgramName << " " << kProgramVersion;
   return s.str();
+}
+
+const std::vector<std::string>& hires_upscaler_names() {
+  static const std::vector<std::string> names = {"Latent", "Latent (antialiased)", "Latent (bicubic)",
+                                                 "Latent (bicubic antialiased)", "Latent (nearest)",
+                                                 "Latent (nearest-exact)", "Nearest"};
+  return names;
+}
+
+std::string canonical_hires_upscaler(const std::string& name) {
+  auto lower = [](std::string v) {
+    for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return v;
+  };
+  std::string list;
+  for (const auto& n : hires_upscaler_names()) {
+    if (lower(n) == lower(name)) return n;
+    list += (list.empty() ? "\"" : ", \"") + n + "\"";
+  }
+  throw UsageError("unknown hires upscaler '" + name + "'; valid: " + list);
+}
+
+void check_task_size(const ModelConfig& model, const GenerationParams& p) {
+  check_generation_size(model, p.width, p.height, 1);
+  if (!p.hires_on()) return;
+  try {
+    check_generation_size(model, p.hires_width(), p.hires_height(), 1);
+  } catch (const UsageError& e) {
+    throw UsageError("hires fix to " + std::to_string(p.hires_width()) + "x" + std::to_string(p.hires_height()) +
+                     " (scale " + format_number(p.hires.scale) + "): " + e.what());
+  }
+}
+
+void canonicalize_sampler(GenerationParams& p) {
+  const SamplerChoice c = parse_sampler_choice(p.sampler, p.schedule);
+  p.sampler = c.sampler_name;
+  p.schedule = c.schedule_name;
 }
 
 std::int64_t random_seed() {

@@ -9,6 +9,7 @@
 #include "sdxl/atomic_file.h"
 #include "sdxl/error.h"
 #include "sdxl/npy.h"
+#include "sdxl/png_reader.h"
 #include "sdxl/png_writer.h"
 
 namespace sdxl::cli {
@@ -16,6 +17,13 @@ namespace sdxl::cli {
 struct GenerateArgs {
   ModelOptions model;
   std::string prompt, negative, out, save_latents, timings_json;
+  std::string sampler = "Euler", schedule = "Automatic";
+  double guidance_rescale = 0.0;
+  std::string init_image;
+  double strength = 0.75;
+  double hires_scale = 0.0, hires_denoise = 0.7;
+  int hires_steps = 0;
+  std::string hires_upscaler = "Latent";
   std::int64_t seed = -1;
   int steps = 0, width = 0, height = 0;
   double cfg = -1;
@@ -31,6 +39,28 @@ CLI::App* add_generate(CLI::App& app, std::shared_ptr<GenerateArgs>& args) {
       ->check(CLI::Range(std::int64_t{-1}, std::int64_t{1} << 53));
   cmd->add_option("--steps", args->steps, "Sampling steps (default: the model's)")->check(CLI::Range(1, 1000));
   cmd->add_option("--cfg", args->cfg, "Classifier-free guidance scale (default: the model's)")->check(CLI::Range(0.0, 100.0));
+  cmd->add_option("--sampler", args->sampler,
+                  "A1111 sampler: Euler, Euler a, Heun, DPM++ 2M, DPM++ 2M SDE, DPM++ SDE, DDIM, UniPC, LCM; "
+                  "a schedule may follow (\"DPM++ 2M Karras\")")
+      ->capture_default_str();
+  cmd->add_option("--schedule", args->schedule, "A1111 schedule type: Automatic, Karras, Exponential, SGM Uniform")
+      ->capture_default_str();
+  cmd->add_option("--guidance-rescale", args->guidance_rescale, "diffusers' guidance_rescale (0 = off)")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--init-image", args->init_image,
+                  "img2img: start from this PNG (its size unless --width/--height are given, which must then match)");
+  cmd->add_option("--strength", args->strength, "img2img denoising strength")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  cmd->add_option("--hires-scale", args->hires_scale, "Hires fix: upscale factor of the second pass (0 = off)")
+      ->check(CLI::Range(0.0, 8.0));
+  cmd->add_option("--hires-upscaler", args->hires_upscaler,
+                  "Hires fix upscaler: Latent, Latent (antialiased), Latent (bicubic), Latent (bicubic antialiased), "
+                  "Latent (nearest), Latent (nearest-exact), Nearest (pixel space)")
+      ->capture_default_str();
+  cmd->add_option("--hires-steps", args->hires_steps, "Hires fix: steps of the second pass (0 = --steps)")
+      ->check(CLI::Range(0, 1000));
+  cmd->add_option("--hires-denoise", args->hires_denoise, "Hires fix: denoising strength of the second pass")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   cmd->add_option("--width", args->width, "Width in pixels (default: the model's)")->check(CLI::Range(8, 16384));
   cmd->add_option("--height", args->height, "Height in pixels (default: the model's)")->check(CLI::Range(8, 16384));
   cmd->add_option("--out,-o", args->out, "Output PNG (default: sdxl-<seed>.png)");
@@ -41,16 +71,33 @@ CLI::App* add_generate(CLI::App& app, std::shared_ptr<GenerateArgs>& args) {
 
 int run_generate(const GenerateArgs& a) {
   using Clock = std::chrono::steady_clock;
+  GenerationParams p;
+  p.sampler = a.sampler;
+  p.schedule = a.schedule;
+  p.guidance_rescale = a.guidance_rescale;
+  canonicalize_sampler(p);  // UsageError (exit 2) listing the valid names, before the model loads
+  int image_w = 0, image_h = 0;
+  if (!a.init_image.empty()) {
+    const std::string why = png_size(a.init_image, image_w, image_h);
+    if (!why.empty()) throw UsageError("--init-image '" + a.init_image + "' " + why);
+    p.init_image = a.init_image;
+    p.strength = a.strength;
+  }
+  if (a.hires_scale > 0) {
+    p.hires.scale = a.hires_scale;
+    p.hires.upscaler = canonical_hires_upscaler(a.hires_upscaler);
+    p.hires.steps = a.hires_steps;
+    p.hires.denoise = a.hires_denoise;
+  }
   Generator gen(a.model.model_dir, a.model.runtime);
   const ModelConfig& mc = gen.model();
-  GenerationParams p;
   p.prompt = a.prompt;
   p.negative_prompt = a.negative;
   p.seed = a.seed < 0 ? random_seed() : a.seed;
   p.steps = a.steps > 0 ? a.steps : mc.defaults.steps;
   p.cfg = a.cfg >= 0 ? a.cfg : mc.defaults.cfg;
-  p.width = a.width > 0 ? a.width : mc.defaults.width;
-  p.height = a.height > 0 ? a.height : mc.defaults.height;
+  p.width = a.width > 0 ? a.width : (image_w > 0 ? image_w : mc.defaults.width);
+  p.height = a.height > 0 ? a.height : (image_h > 0 ? image_h : mc.defaults.height);
   const std::string out = a.out.empty() ? "sdxl-" + std::to_string(p.seed) + ".png" : a.out;
 
   const auto t0 = Clock::now();

@@ -207,7 +207,7 @@ int run_run(const RunArgs& a) {
     BatchFile bf = parse_batch_file(batch_path, defaults_of(mc));
     for (size_t i = 0; i < bf.tasks.size(); ++i) {
       try {
-        check_generation_size(mc, bf.tasks[i].params.width, bf.tasks[i].params.height, 1);
+        check_task_size(mc, bf.tasks[i].params);
       } catch (const UsageError& e) {
         throw UsageError(batch_path.string() + ": /tasks/" + std::to_string(i) + ": " + e.what());
       }

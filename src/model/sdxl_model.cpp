@@ -61,6 +61,17 @@ std::unique_ptr<SdxlModel> SdxlModel::load(const ModelConfig& config, const torc
   return m;
 }
 
+torch::jit::Module& vae_encoder_module(SdxlModel& model) {
+  if (!model.vae_encoder) {
+    if (model.config.vae_encoder_file.empty())
+      throw ModelError("model '" + model.config.name + "' has no vae_encoder.ts (needed for img2img and the hires fix "
+                       "in pixel space): re-export it with scripts/export_sdxl.py");
+    const bool cast = model.vae_dtype != parse_dtype(model.config.vae_dtype);
+    model.vae_encoder = load_module(model.config, model.config.vae_encoder_file, model.device, model.vae_dtype, cast);
+  }
+  return *model.vae_encoder;
+}
+
 c10::IValue run_module(torch::jit::Module& module, const char* name, std::vector<c10::IValue> inputs) {
   auto fail = [name](const std::string& what) {
     const std::string msg = std::string(name) + " failed: " + what;

@@ -7,6 +7,7 @@
 #include <torch/script.h>
 
 #include <memory>
+#include <optional>
 
 #include "sdxl/clip_tokenizer.h"
 #include "sdxl/model_config.h"
@@ -22,6 +23,7 @@ struct SdxlModel {
   torch::jit::Module text_encoder_2;
   torch::jit::Module unet;
   torch::jit::Module vae_decoder;
+  std::optional<torch::jit::Module> vae_encoder;  // loaded on first use (img2img, pixel-space hires fix)
   std::unique_ptr<ClipTokenizer> tokenizer;
   std::unique_ptr<ClipTokenizer> tokenizer_2;
 
@@ -29,6 +31,10 @@ struct SdxlModel {
   static std::unique_ptr<SdxlModel> load(const ModelConfig& config, const torch::Device& device,
                                          const std::string& dtype_override);
 };
+
+// The VAE encoder, loaded on first call (in the VAE's dtype). Throws
+// ModelError when the model directory has no vae_encoder.ts.
+torch::jit::Module& vae_encoder_module(SdxlModel& model);
 
 // Runs module.forward(inputs); a failure becomes a TaskError that names the
 // module and keeps the original message (an out-of-memory shows in it).

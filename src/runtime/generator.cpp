@@ -8,14 +8,16 @@
 
 #include <chrono>
 
+#include "image/upscale.h"
 #include "image/vae_decode.h"
+#include "image/vae_encode.h"
 #include "model/sdxl_model.h"
 #include "runtime/device.h"
 #include "runtime/unet_runner.h"
-#include "sampling/euler.h"
-#include "sampling/noise.h"
+#include "sampling/samplers.h"
 #include "sdxl/error.h"
-#include "sdxl/schedule.h"
+#include "sdxl/png_reader.h"
+#include "sdxl/sampler_plan.h"
 #include "text/conditioning.h"
 
 namespace sdxl {
@@ -24,6 +26,19 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// CFG, then diffusers' rescale_noise_cfg when guidance_rescale > 0
+// (pipeline_stable_diffusion_xl.py: std over all but the batch dim, unbiased).
+torch::Tensor apply_guidance(const torch::Tensor& uncond, const torch::Tensor& cond, double scale, double rescale) {
+  torch::Tensor eps = uncond + scale * (cond - uncond);
+  if (rescale > 0.0) {
+    const torch::Tensor std_text = cond.std({1, 2, 3}, /*unbiased=*/true, /*keepdim=*/true);
+    const torch::Tensor std_cfg = eps.std({1, 2, 3}, /*unbiased=*/true, /*keepdim=*/true);
+    const torch::Tensor rescaled = eps * (std_text / std_cfg);
+    eps = rescale * rescaled + (1 - rescale) * eps;
+  }
+  return eps;
+}
 
 }  // namespace
 
@@ -71,8 +86,12 @@ void check_compatible(const std::vector<GenerationParams>& ps) {
   const GenerationParams& a = ps.front();
   for (const auto& b : ps)
     if (b.width != a.width || b.height != a.height || b.steps != a.steps || b.sampler != a.sampler ||
-        b.schedule != a.schedule || b.cfg != a.cfg)
-      throw UsageError("a batch mixes sizes, steps, samplers or CFG scales; group images by batch_group_key()");
+        b.schedule != a.schedule || b.cfg != a.cfg || b.guidance_rescale != a.guidance_rescale ||
+        b.init_image.empty() != a.init_image.empty() || (!a.init_image.empty() && b.strength != a.strength) ||
+        b.hires.scale != a.hires.scale || b.hires.upscaler != a.hires.upscaler || b.hires.steps != a.hires.steps ||
+        b.hires.denoise != a.hires.denoise)
+      throw UsageError("a batch mixes sizes, steps, samplers, guidance, img2img or hires settings; group images by "
+                       "batch_group_key()");
 }
 
 struct TextInputs {
@@ -89,10 +108,29 @@ std::vector<GeneratedImage> Generator::generate_batch(const std::vector<Generati
   SdxlModel& m = *impl_->model;
   const ModelConfig& cfg = m.config;
   const GenerationParams& p0 = ps.front();
-  const int64_t n = static_cast<int64_t>(ps.size());
-  check_generation_size(cfg, p0.width, p0.height, static_cast<int>(n));
-  if (p0.sampler != "Euler") throw UsageError("sampler '" + p0.sampler + "' is not available yet; valid: Euler");
-  const Schedule sched = euler_discrete_schedule(cfg.scheduler, p0.steps);
+  for (const auto& p : ps) check_task_size(cfg, p);
+  check_generation_size(cfg, p0.width, p0.height, static_cast<int>(ps.size()));
+  const SamplerChoice choice = parse_sampler_choice(p0.sampler, p0.schedule);
+  SamplerPlan plan = make_sampler_plan(cfg.scheduler, choice, p0.steps);
+  const bool img2img = !p0.init_image.empty();
+  if (img2img) plan_apply_strength(plan, p0.strength);
+  SamplerPlan hires_plan;
+  if (p0.hires_on()) {
+    hires_plan = make_sampler_plan(cfg.scheduler, choice, p0.hires_steps());
+    plan_apply_strength(hires_plan, p0.hires.denoise);
+  }
+  std::vector<RgbImage> init_images(ps.size());
+  if (img2img) {
+    for (size_t i = 0; i < ps.size(); ++i) {
+      const GenerationParams& p = ps[i];
+      init_images[i] = read_png_rgb(p.init_image);
+      if (init_images[i].width != p.width || init_images[i].height != p.height)
+        throw UsageError("init image '" + p.init_image + "' is " + std::to_string(init_images[i].width) + "x" +
+                         std::to_string(init_images[i].height) + " but the task asks for " + std::to_string(p.width) +
+                         "x" + std::to_string(p.height) +
+                         ": resize the image first, or leave width/height unset to take its size");
+    }
+  }
   const bool cfg_on = p0.cfg > 1.0;
 
   // Tokenize every prompt first: an over-long prompt fails before any device work.
@@ -125,6 +163,8 @@ std::vector<GeneratedImage> Generator::generate_batch(const std::vector<Generati
       if (!done[i] && text[i].chunks == text[first].chunks) idx.push_back(i);
     for (size_t i : idx) done[i] = true;
     const int64_t b = static_cast<int64_t>(idx.size());
+    std::vector<std::int64_t> seeds;
+    for (size_t i : idx) seeds.push_back(ps[i].seed);
     c10::InferenceMode inference;
     try {
       // Stage 1: text conditioning (A1111 prompt rules), per image so an
@@ -148,38 +188,69 @@ std::vector<GeneratedImage> Generator::generate_batch(const std::vector<Generati
         }
       }
       torch::Tensor context = torch::cat(ctx_pos), pooled = torch::cat(pool_pos);
-      torch::Tensor time_ids = sdxl_time_ids(p0.width, p0.height, m.dtype, m.device).repeat({b, 1});
       if (cfg_on) {
         context = torch::cat({torch::cat(ctx_neg), context});
         pooled = torch::cat({torch::cat(pool_neg), pooled});
-        time_ids = torch::cat({time_ids, time_ids});
       }
       device_synchronize(m.device);
       const double text_s = seconds_since(t0);
 
-      // Stage 2: sampling; each image's noise from its own seed.
+      // Stage 2: sampling. Each image's generator (its seed) draws its initial
+      // noise and then the noise ancestral / SDE samplers draw, as diffusers'
+      // list of generators does.
       t0 = Clock::now();
-      const int64_t h = p0.height / cfg.vae_downsample, w = p0.width / cfg.vae_downsample;
-      std::vector<torch::Tensor> noise;
-      for (size_t i : idx) noise.push_back(initial_noise(ps[i].seed, cfg.latent_channels, h, w, m.dtype));
-      torch::Tensor latents = torch::cat(noise).to(m.device) * sched.init_noise_sigma;
       const int64_t rows = cfg_on ? 2 * b : b;
       UnetRunner& unet = *impl_->unet;
-      unet.bind(context, pooled, time_ids);
-      const int total = static_cast<int>(sched.timesteps.size());
-      for (int i = 0; i < total; ++i) {
-        const double sigma = sched.sigmas[static_cast<size_t>(i)];
-        torch::Tensor x = cfg_on ? torch::cat({latents, latents}) : latents;
-        x = euler_scale_model_input(x, sigma);
-        torch::Tensor t = torch::full({rows}, sched.timesteps[static_cast<size_t>(i)],
-                                      torch::TensorOptions().dtype(torch::kFloat32).device(m.device));
-        torch::Tensor eps = unet(x, t);
-        if (cfg_on) {
-          auto halves = eps.chunk(2);  // [uncond, cond]
-          eps = halves[0] + p0.cfg * (halves[1] - halves[0]);
+      // The UNet with CFG at a size (SDXL's time_ids: original = target = that size, crop 0).
+      auto model_at = [&](int width, int height) -> ModelFn {
+        torch::Tensor time_ids = sdxl_time_ids(width, height, m.dtype, m.device).repeat({rows, 1});
+        unet.bind(context, pooled, time_ids);
+        return [&, rows](const torch::Tensor& x_in, double timestep) {
+          torch::Tensor x = cfg_on ? torch::cat({x_in, x_in}) : x_in;
+          torch::Tensor t = torch::full({rows}, timestep, torch::TensorOptions().dtype(torch::kFloat32).device(m.device));
+          torch::Tensor eps = unet(x, t);
+          if (!cfg_on) return eps.clone();  // a graph's output is overwritten by the next step
+          auto halves = eps.chunk(2);       // [uncond, cond]
+          return apply_guidance(halves[0], halves[1], p0.cfg, p0.guidance_rescale);
+        };
+      };
+      std::vector<at::Generator> gens = cpu_generators(seeds);
+      const int64_t h = p0.height / cfg.vae_downsample, w = p0.width / cfg.vae_downsample;
+      torch::Tensor latents;
+      if (!img2img) {
+        latents = randn_per_image(gens, {b, cfg.latent_channels, h, w}, m.dtype, m.device) * plan.init_noise_sigma;
+      } else {
+        // StableDiffusionXLImg2ImgPipeline.prepare_latents: add_noise at the first kept timestep.
+        std::vector<torch::Tensor> inits;
+        for (size_t i : idx)
+          inits.push_back(vae_encode_rgb8(m, init_images[i].rgb.data(), init_images[i].width, init_images[i].height));
+        const torch::Tensor init = torch::cat(inits);
+        latents = add_noise(plan, init, randn_per_image(gens, init.sizes(), m.dtype, m.device));
+      }
+      latents = sample(plan, latents, model_at(p0.width, p0.height), gens, hook);
+
+      int out_w = p0.width, out_h = p0.height;
+      if (p0.hires_on()) {
+        // Hires fix: upscale the first result, then an img2img pass at the new
+        // size with fresh generators of the same seeds (A1111 re-seeds the second pass).
+        out_w = p0.hires_width();
+        out_h = p0.hires_height();
+        torch::Tensor up;
+        if (is_latent_upscaler(p0.hires.upscaler)) {
+          up = upscale_latents(latents, out_h / cfg.vae_downsample, out_w / cfg.vae_downsample, p0.hires.upscaler);
+        } else {
+          std::vector<torch::Tensor> ups;
+          for (int64_t k = 0; k < b; ++k) {
+            const std::vector<std::uint8_t> first_pass =
+                vae_decode_rgb8(m, latents.slice(0, k, k + 1), impl_->vae_tiling);
+            const std::vector<std::uint8_t> big = resize_nearest_rgb8(first_pass.data(), p0.width, p0.height, out_w, out_h);
+            ups.push_back(vae_encode_rgb8(m, big.data(), out_w, out_h));
+          }
+          up = torch::cat(ups);
         }
-        latents = euler_step(eps, latents, sigma, sched.sigmas[static_cast<size_t>(i) + 1]);
-        if (hook) hook(i + 1, total);
+        std::vector<at::Generator> gens2 = cpu_generators(seeds);
+        latents = add_noise(hires_plan, up, randn_per_image(gens2, up.sizes(), m.dtype, m.device));
+        latents = sample(hires_plan, latents, model_at(out_w, out_h), gens2, hook);
       }
       device_synchronize(m.device);
       const double sample_s = seconds_since(t0);
@@ -189,8 +260,8 @@ std::vector<GeneratedImage> Generator::generate_batch(const std::vector<Generati
       const torch::Tensor lat_cpu = latents.to(torch::kCPU).to(torch::kFloat32).contiguous();
       for (int64_t k = 0; k < b; ++k) {
         GeneratedImage& g = out[idx[static_cast<size_t>(k)]];
-        g.width = p0.width;
-        g.height = p0.height;
+        g.width = out_w;
+        g.height = out_h;
         const torch::Tensor one = lat_cpu.slice(0, k, k + 1);
         g.latent_shape.assign(one.sizes().begin(), one.sizes().end());
         g.latents.assign(one.data_ptr<float>(), one.data_ptr<float>() + one.numel());

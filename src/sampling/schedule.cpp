@@ -8,31 +8,11 @@
 
 namespace sdxl {
 
-// Mirrors diffusers' float32 arithmetic: betas = linspace(sqrt(b0), sqrt(b1), N)^2
-// (torch.linspace fills the second half backwards from the end), alphas_cumprod
-// = cumprod(1 - betas), sigma = sqrt((1 - ac) / ac).
+// sigma = sqrt((1 - ac) / ac) in float32, from train_alphas_cumprod below.
 std::vector<float> train_sigmas(const SchedulerConfig& cfg) {
-  const int n = cfg.num_train_timesteps;
-  std::vector<float> betas(static_cast<size_t>(n));
-  auto linspace = [n](float start, float end, int i) -> float {
-    if (n == 1) return start;
-    const float step = (end - start) / static_cast<float>(n - 1);
-    return i < n / 2 ? start + step * static_cast<float>(i) : end - step * static_cast<float>(n - i - 1);
-  };
-  for (int i = 0; i < n; ++i) {
-    if (cfg.beta_schedule == "scaled_linear") {
-      const float b = linspace(std::sqrt(static_cast<float>(cfg.beta_start)), std::sqrt(static_cast<float>(cfg.beta_end)), i);
-      betas[static_cast<size_t>(i)] = b * b;
-    } else {
-      betas[static_cast<size_t>(i)] = linspace(static_cast<float>(cfg.beta_start), static_cast<float>(cfg.beta_end), i);
-    }
-  }
-  std::vector<float> sigmas(static_cast<size_t>(n));
-  float ac = 1.0f;
-  for (size_t i = 0; i < sigmas.size(); ++i) {
-    ac *= 1.0f - betas[i];
-    sigmas[i] = std::sqrt((1.0f - ac) / ac);
-  }
+  const std::vector<float> ac = train_alphas_cumprod(cfg);
+  std::vector<float> sigmas(ac.size());
+  for (size_t i = 0; i < ac.size(); ++i) sigmas[i] = std::sqrt((1.0f - ac[i]) / ac[i]);
   return sigmas;
 }
 
@@ -82,6 +62,122 @@ Schedule euler_discrete_schedule(const SchedulerConfig& cfg, int steps) {
                            ? max_sigma
                            : static_cast<double>(std::sqrt(max_sigma * max_sigma + 1.0f));
   return s;
+}
+
+
+// Mirrors diffusers' float32 arithmetic: betas = linspace(sqrt(b0), sqrt(b1), N)^2
+// (torch.linspace fills the second half backwards from the end), alphas_cumprod
+// = cumprod(1 - betas).
+std::vector<float> train_alphas_cumprod(const SchedulerConfig& cfg) {
+  const int n = cfg.num_train_timesteps;
+  std::vector<float> betas(static_cast<size_t>(n));
+  auto linspace = [n](float start, float end, int i) -> float {
+    if (n == 1) return start;
+    const float step = (end - start) / static_cast<float>(n - 1);
+    return i < n / 2 ? start + step * static_cast<float>(i) : end - step * static_cast<float>(n - i - 1);
+  };
+  for (int i = 0; i < n; ++i) {
+    if (cfg.beta_schedule == "scaled_linear") {
+      const float b = linspace(std::sqrt(static_cast<float>(cfg.beta_start)), std::sqrt(static_cast<float>(cfg.beta_end)), i);
+      betas[static_cast<size_t>(i)] = b * b;
+    } else {
+      betas[static_cast<size_t>(i)] = linspace(static_cast<float>(cfg.beta_start), static_cast<float>(cfg.beta_end), i);
+    }
+  }
+  std::vector<float> ac(static_cast<size_t>(n));
+  float a = 1.0f;
+  for (size_t i = 0; i < ac.size(); ++i) {
+    a *= 1.0f - betas[i];
+    ac[i] = a;
+  }
+  return ac;
+}
+
+std::vector<double> np_linspace(double start, double stop, int num) {
+  std::vector<double> out(static_cast<size_t>(std::max(num, 0)));
+  if (num == 1) {
+    out[0] = start;
+    return out;
+  }
+  const double step = (stop - start) / (num - 1);
+  for (int i = 0; i < num; ++i) out[static_cast<size_t>(i)] = start + i * step;
+  if (num > 1) out.back() = stop;
+  return out;
+}
+
+std::vector<double> np_arange_down(double start, double stop, double step) {
+  const auto len = static_cast<long>(std::ceil((stop - start) / step));
+  std::vector<double> out;
+  for (long i = 0; i < len; ++i) out.push_back(start + static_cast<double>(i) * step);
+  return out;
+}
+
+std::vector<double> spaced_timesteps(const SchedulerConfig& cfg, const std::string& spacing, int n, int extra) {
+  const int train = cfg.num_train_timesteps;
+  std::vector<double> ts;
+  if (spacing == "linspace") {
+    if (extra == 0) {
+      // np.linspace(0, N-1, n, dtype=float32)[::-1]
+      for (double v : np_linspace(0, train - 1, n)) ts.push_back(static_cast<double>(static_cast<float>(v)));
+    } else {
+      // np.linspace(0, N-1, n+1).round()[::-1][:-1]
+      for (double v : np_linspace(0, train - 1, n + 1)) ts.push_back(std::nearbyint(v));
+      ts.erase(ts.begin());
+    }
+    std::reverse(ts.begin(), ts.end());
+  } else if (spacing == "leading") {
+    const int ratio = train / (n + extra);
+    for (int i = n - 1 + extra; i >= extra; --i) ts.push_back(static_cast<double>(i * ratio + cfg.steps_offset));
+  } else if (spacing == "trailing") {
+    for (double v : np_arange_down(train, 0, -static_cast<double>(train) / n)) ts.push_back(std::nearbyint(v) - 1.0);
+  } else {
+    throw UsageError("unknown timestep_spacing '" + spacing + "' (valid: leading, trailing, linspace)");
+  }
+  return ts;
+}
+
+double interp_table(const std::vector<float>& table, double t) {
+  const double n = static_cast<double>(table.size());
+  if (t <= 0) return table.front();
+  if (t >= n - 1) return table.back();
+  const auto lo = static_cast<size_t>(std::floor(t));
+  const double frac = t - static_cast<double>(lo);
+  return static_cast<double>(table[lo]) + frac * (static_cast<double>(table[lo + 1]) - static_cast<double>(table[lo]));
+}
+
+std::vector<double> karras_sigmas(double sigma_min, double sigma_max, int n) {
+  constexpr double kRho = 7.0;
+  const double min_inv = std::pow(sigma_min, 1 / kRho), max_inv = std::pow(sigma_max, 1 / kRho);
+  std::vector<double> out;
+  for (double r : np_linspace(0, 1, n)) out.push_back(std::pow(max_inv + r * (min_inv - max_inv), kRho));
+  return out;
+}
+
+std::vector<double> exponential_sigmas(double sigma_min, double sigma_max, int n) {
+  std::vector<double> out;
+  for (double v : np_linspace(std::log(sigma_max), std::log(sigma_min), n)) out.push_back(std::exp(v));
+  return out;
+}
+
+std::vector<float> log_of(const std::vector<float>& v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = std::log(v[i]);
+  return out;
+}
+
+double sigma_to_t(double sigma, const std::vector<float>& log_sigmas) {
+  const double log_sigma = std::log(std::max(sigma, 1e-10));
+  // low_idx = last index whose log_sigma_i <= log_sigma (cumsum(dists >= 0).argmax), clipped to N-2.
+  const size_t n = log_sigmas.size();
+  size_t count = 0;
+  for (size_t i = 0; i < n; ++i) count += (log_sigma - static_cast<double>(log_sigmas[i]) >= 0) ? 1 : 0;
+  // argmax of the cumsum is the first index reaching its maximum: count - 1 (0 when none).
+  size_t low = count == 0 ? 0 : count - 1;
+  low = std::min(low, n - 2);
+  const double lo = log_sigmas[low], hi = log_sigmas[low + 1];
+  double w = (lo - log_sigma) / (lo - hi);
+  w = std::clamp(w, 0.0, 1.0);
+  return (1 - w) * static_cast<double>(low) + w * static_cast<double>(low + 1);
 }
 
 }  // namespace sdxl

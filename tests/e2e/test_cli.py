@@ -239,6 +239,61 @@ class Runtime(unittest.TestCase):
             self.assertIn(value, r.stderr)
 
 
+class SamplersImg2ImgHires(unittest.TestCase):
+    """A1111 sampler names, img2img and the hires fix through the real binary."""
+
+    @staticmethod
+    def settings_of(png: Path) -> tuple[tuple[int, int], dict]:
+        with Image.open(png) as im:
+            lines = im.info["parameters"].split("\n")
+            return im.size, dict(kv.split(": ", 1) for kv in lines[-1].split(", "))
+
+    def test_samplers_hires_config_runs(self):
+        out = Path(ARGS.work) / "samplers-hires"
+        shutil.rmtree(out, ignore_errors=True)
+        batch = Path(ARGS.source) / "configs" / "samplers-hires.json"
+        r = sdxl("run", str(batch), "--model", ARGS.model, "--out", str(out))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        model = json.loads((Path(ARGS.model) / "model.json").read_text())
+        w, h = model["defaults"]["width"], model["defaults"]["height"]
+        size, s = self.settings_of(out / "storm-wide-0-2101.png")
+        self.assertEqual(size, (int(w * 1.5) // 8 * 8, int(h * 1.5) // 8 * 8))
+        self.assertEqual((s["Sampler"], s["Schedule type"]), ("DPM++ 2M", "Karras"))
+        self.assertEqual((s["Hires upscale"], s["Hires steps"], s["Hires upscaler"], s["Denoising strength"]),
+                         ("1.5", "10", "Latent", "0.5"))
+        self.assertEqual(s["Size"], f"{w}x{h}")
+        size, s = self.settings_of(out / "keeper-portrait-0-2102.png")
+        self.assertEqual(size, (w, h))
+        self.assertEqual((s["Sampler"], s["Schedule type"], s["Guidance rescale"]), ("Euler a", "Automatic", "0.7"))
+        size, s = self.settings_of(out / "boat-closeup-0-2103.png")
+        self.assertEqual(size, (w * 2, h * 2))
+        self.assertEqual((s["Sampler"], s["Schedule type"], s["Hires upscaler"]), ("UniPC", "SGM Uniform", "Nearest"))
+
+    def test_img2img_and_name_errors(self):
+        work = Path(ARGS.work)
+        work.mkdir(parents=True, exist_ok=True)
+        init = work / "init-256x320.png"
+        r = sdxl("generate", "--model", ARGS.model, "--prompt", "a teapot", "--seed", "5", "--steps", "3",
+                 "--width", "256", "--height", "320", "--out", str(init))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = work / "img2img.png"
+        r = sdxl("generate", "--model", ARGS.model, "--prompt", "a teapot, ink", "--seed", "5", "--steps", "6",
+                 "--init-image", str(init), "--strength", "0.5", "--sampler", "Euler a", "--out", str(out))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        size, s = self.settings_of(out)
+        self.assertEqual(size, (256, 320))
+        self.assertEqual((s["Denoising strength"], s["Init image"], s["Sampler"]), ("0.5", init.name, "Euler a"))
+        for args, needle in [(["--init-image", str(init), "--width", "320"], "resize the image"),
+                             (["--init-image", str(work / "missing.png")], "does not exist"),
+                             (["--init-image", str(init), "--strength", "0.1", "--steps", "5"], "no step"),
+                             (["--sampler", "Euler b"], "\"DPM++ 2M SDE\""),
+                             (["--sampler", "DDIM Karras"], "valid: \"Automatic\", \"SGM Uniform\""),
+                             (["--hires-scale", "2", "--hires-upscaler", "ESRGAN"], "\"Latent (bicubic)\"")]:
+            r = sdxl("generate", "--model", ARGS.model, "--prompt", "x", "--out", str(work / "bad.png"), *args)
+            self.assertEqual(r.returncode, 2, f"{args}: {r.stderr}")
+            self.assertIn(needle, r.stderr, args)
+
+
 class Tokens(unittest.TestCase):
     def test_tokens_json(self):
         long_prompt = ", ".join(["a knight in shining armour"] * 30)

@@ -141,3 +141,64 @@ TEST(BatchFile, PointerLines) {
   EXPECT_EQ(lines["/tasks/0"], 4);
   EXPECT_EQ(lines["/tasks/0/steps"], 5);
 }
+
+TEST(BatchFile, SamplersScheduleAndHires) {
+  std::vector<sdxl::BatchProblem> p;
+  auto bf = sdxl::parse_batch_text(R"J({"version": 1, "defaults": {"sampler": "dpm++ 2m karras", "guidance_rescale": 0.7,
+      "hires": {"scale": 2, "upscaler": "latent (bicubic)", "steps": 10, "denoise": 0.5}},
+      "tasks": [{"id": "a", "prompt": "cat"},
+                {"id": "b", "prompt": "dog", "sampler": "Euler a", "schedule": "SGM Uniform"},
+                {"id": "c", "prompt": "cow", "schedule": "Exponential"}]})J",
+                                   "b.json", sdxl::GenerationParams{}, &p);
+  ASSERT_TRUE(p.empty()) << p.front().pointer << ": " << p.front().message;
+  EXPECT_EQ(bf.tasks[0].params.sampler, "DPM++ 2M");
+  EXPECT_EQ(bf.tasks[0].params.schedule, "Karras");
+  EXPECT_EQ(bf.tasks[0].params.guidance_rescale, 0.7);
+  EXPECT_EQ(bf.tasks[0].params.hires.upscaler, "Latent (bicubic)");
+  EXPECT_EQ(bf.tasks[0].params.hires.steps, 10);
+  EXPECT_EQ(bf.tasks[1].params.sampler, "Euler a");
+  EXPECT_EQ(bf.tasks[1].params.schedule, "SGM Uniform");
+  EXPECT_EQ(bf.tasks[2].params.sampler, "DPM++ 2M");
+  EXPECT_EQ(bf.tasks[2].params.schedule, "Exponential");
+
+  auto ps = problems_of(R"({"version": 1, "tasks": [{"id": "a", "prompt": "x", "sampler": "Euler b"},
+      {"id": "b", "prompt": "x", "sampler": "DDIM", "schedule": "Karras"},
+      {"id": "c", "prompt": "x", "hires": {"upscaler": "ESRGAN"}},
+      {"id": "d", "prompt": "x", "init_image": "does-not-exist.png"}]})");
+  EXPECT_TRUE(has(ps, "/tasks/0/sampler"));
+  EXPECT_TRUE(has(ps, "/tasks/1/sampler"));
+  EXPECT_TRUE(has(ps, "/tasks/2/hires/scale"));
+  EXPECT_TRUE(has(ps, "/tasks/2/hires/upscaler"));
+  EXPECT_TRUE(has(ps, "/tasks/3/init_image"));
+  for (const auto& pr : ps) {
+    if (pr.pointer == "/tasks/1/sampler") {
+      EXPECT_NE(pr.message.find("\"SGM Uniform\""), std::string::npos) << pr.message;
+    }
+  }
+}
+
+TEST(BatchFile, HiresAndImg2ImgParameters) {
+  sdxl::GenerationParams p;
+  p.prompt = "a cat";
+  p.seed = 1;
+  p.steps = 20;
+  p.width = 1024;
+  p.height = 1024;
+  p.sampler = "DPM++ 2M";
+  p.schedule = "Karras";
+  p.hires.scale = 2;
+  p.hires.steps = 10;
+  p.hires.denoise = 0.5;
+  EXPECT_EQ(sdxl::a1111_parameters(p, "m"),
+            "a cat\nSteps: 20, Sampler: DPM++ 2M, Schedule type: Karras, CFG scale: 7, Seed: 1, Size: 1024x1024, "
+            "Model: m, Denoising strength: 0.5, Hires upscale: 2, Hires steps: 10, Hires upscaler: Latent, "
+            "Version: sdxl-batch 0.1.0");
+  EXPECT_EQ(p.hires_width(), 2048);
+  p.hires = {};
+  p.init_image = "/in/dir/start.png";
+  p.strength = 0.6;
+  p.guidance_rescale = 0.7;
+  EXPECT_EQ(sdxl::a1111_parameters(p, "m"),
+            "a cat\nSteps: 20, Sampler: DPM++ 2M, Schedule type: Karras, CFG scale: 7, Guidance rescale: 0.7, Seed: 1, "
+            "Size: 1024x1024, Model: m, Denoising strength: 0.6, Init image: start.png, Version: sdxl-batch 0.1.0");
+}

@@ -1,0 +1,71 @@
+#include "sdxl/png_reader.h"
+
+// stb_image is header-only; its implementation lives in this file alone, PNG only.
+#define STB_IMAGE_IMPLEMENTATION
+#define STBI_ONLY_PNG
+#define STBI_NO_STDIO
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wconversion"
+#pragma GCC diagnostic ignored "-Wsign-conversion"
+#pragma GCC diagnostic ignored "-Wold-style-cast"
+#pragma GCC diagnostic ignored "-Wdouble-promotion"
+#pragma GCC diagnostic ignored "-Wcast-qual"
+#pragma GCC diagnostic ignored "-Wunused-function"
+#pragma GCC diagnostic ignored "-Wimplicit-fallthrough"
+#pragma GCC diagnostic ignored "-Wshadow"
+#pragma GCC diagnostic ignored "-Wuseless-cast"
+#endif
+#include <stb/stb_image.h>
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+
+#include <fstream>
+#include <iterator>
+#include <memory>
+
+#include "sdxl/error.h"
+
+namespace sdxl {
+namespace {
+
+std::string read_bytes(const std::filesystem::path& path, std::string& why) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    why = std::filesystem::exists(path) ? "cannot be read" : "does not exist";
+    return {};
+  }
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+const stbi_uc* bytes_of(const std::string& s) { return reinterpret_cast<const stbi_uc*>(s.data()); }
+
+}  // namespace
+
+std::string png_size(const std::filesystem::path& path, int& width, int& height) {
+  std::string why;
+  const std::string data = read_bytes(path, why);
+  if (!why.empty()) return why;
+  int comp = 0;
+  if (!stbi_info_from_memory(bytes_of(data), static_cast<int>(data.size()), &width, &height, &comp))
+    return std::string("is not a readable PNG (") + stbi_failure_reason() + ")";
+  return "";
+}
+
+RgbImage read_png_rgb(const std::filesystem::path& path) {
+  std::string why;
+  const std::string data = read_bytes(path, why);
+  if (!why.empty()) throw UsageError("init image '" + path.string() + "' " + why);
+  RgbImage img;
+  int comp = 0;
+  std::unique_ptr<stbi_uc, void (*)(void*)> px(
+      stbi_load_from_memory(bytes_of(data), static_cast<int>(data.size()), &img.width, &img.height, &comp, 3),
+      stbi_image_free);
+  if (!px)
+    throw UsageError("init image '" + path.string() + "' is not a readable PNG (" + stbi_failure_reason() + ")");
+  img.rgb.assign(px.get(), px.get() + static_cast<size_t>(img.width) * static_cast<size_t>(img.height) * 3);
+  return img;
+}
+
+}  // namespace sdxl

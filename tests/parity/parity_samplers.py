@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Parity (ctest label parity): every sampler x schedule that sdxl-batch accepts
+vs the diffusers scheduler that diffusers' documentation maps to the A1111 name
+(scripts/a1111_schedulers.py), with StableDiffusionXLPipeline on the tiny model,
+on the CPU, same weights, prompt, seed, steps, CFG; the pipeline gets a list of
+per-image CPU generators, as sdxl-batch draws its noise. Also checks that the
+combinations diffusers cannot do are refused with exit code 2, and one case with
+guidance_rescale.
+
+Prints a table sampler x schedule -> latent max|d| and PSNR; fails when a PSNR
+is below --min-psnr (40 dB). The reference pipeline is loaded once.
+
+    parity_samplers.py --binary B --model TINY --diffusers TINY_DIFFUSERS --work DIR --source REPO
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+PROMPT, NEGATIVE, SEED, STEPS, CFG, W, H = "comic panel, a lighthouse in a storm", "blurry", 42, 8, 5.0, 256, 256
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--binary", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--diffusers", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--source", required=True)
+    ap.add_argument("--min-psnr", type=float, default=40.0)
+    ap.add_argument("--only", help="run only this sampler (A1111 name)")
+    a = ap.parse_args()
+    sys.path.insert(0, str(Path(a.source) / "scripts"))
+    from a1111_schedulers import SCHEDULES, VALID, make_scheduler  # noqa: E402
+    from compare_images import load_rgb, psnr  # noqa: E402
+    from diffusers import StableDiffusionXLPipeline  # noqa: E402
+    from reference_sdxl import a1111_embeds  # noqa: E402
+
+    torch.set_num_threads(1)
+    work = Path(a.work)
+    work.mkdir(parents=True, exist_ok=True)
+    pipe = StableDiffusionXLPipeline.from_pretrained(a.diffusers, dtype=torch.float32, local_files_only=True,
+                                                     add_watermarker=False)
+    pipe.set_progress_bar_config(disable=True)
+    base_config = dict(pipe.scheduler.config)
+    with torch.inference_mode():
+        embeds = a1111_embeds(pipe, PROMPT, NEGATIVE, True)
+
+    cases = [(s, k, 0.0) for s, ks in VALID.items() for k in ks]
+    cases.append(("DPM++ 2M", "Karras", 0.7))  # guidance rescale
+    if a.only:
+        cases = [c for c in cases if c[0] == a.only]
+    rows, failed = [], False
+    for sampler, schedule, rescale in cases:
+        tag = f"{sampler}-{schedule}-{rescale}".replace(" ", "_").replace("+", "p")
+        ours_png, ours_lat, ref_png = work / f"{tag}-sdxl.png", work / f"{tag}-sdxl.npy", work / f"{tag}-ref.png"
+        t0 = time.time()
+        r = subprocess.run([a.binary, "generate", "--model", a.model, "--prompt", PROMPT, "--negative", NEGATIVE,
+                            "--seed", str(SEED), "--steps", str(STEPS), "--cfg", str(CFG), "--width", str(W),
+                            "--height", str(H), "--sampler", sampler, "--schedule", schedule,
+                            "--guidance-rescale", str(rescale), "--out", str(ours_png), "--save-latents", str(ours_lat),
+                            "--threads", "1"], capture_output=True, text=True)
+        t_ours = time.time() - t0
+        if r.returncode != 0:
+            print(f"{sampler} / {schedule}: sdxl-batch failed ({r.returncode}):\n{r.stderr}")
+            return 1
+        pipe.scheduler = make_scheduler(base_config, sampler, schedule)
+        captured = {}
+
+        def on_step_end(p, i, t, kw):
+            if i == p.num_timesteps - 1:
+                captured["latents"] = kw["latents"].detach().clone()
+            return kw
+
+        t0 = time.time()
+        with torch.inference_mode():
+            out = pipe(**embeds, num_inference_steps=STEPS, guidance_scale=CFG, guidance_rescale=rescale, width=W,
+                       height=H, generator=[torch.Generator("cpu").manual_seed(SEED)], output_type="pil",
+                       callback_on_step_end=on_step_end, callback_on_step_end_tensor_inputs=["latents"])
+        t_ref = time.time() - t0
+        out.images[0].save(ref_png)
+        lb = captured["latents"].float().numpy()
+        la = np.load(ours_lat)
+        p = psnr(load_rgb(str(ours_png)), load_rgb(str(ref_png)))
+        row = {"sampler": sampler, "schedule": schedule, "guidance_rescale": rescale,
+               "latent_max_abs": float(np.abs(la - lb).max()), "latent_absmax_ref": float(np.abs(lb).max()),
+               "psnr_db": p, "sdxl_s": round(t_ours, 2), "ref_s": round(t_ref, 2)}
+        rows.append(row)
+        failed |= not (p >= a.min_psnr)
+        print(f"{sampler:13} {schedule:12} rescale {rescale:<3} latent max|d| {row['latent_max_abs']:.3e} "
+              f"(ref max {row['latent_absmax_ref']:.1f})  PSNR {p:6.2f} dB", flush=True)
+
+    # Combinations diffusers cannot do are usage errors that list the valid ones.
+    refused = []
+    for sampler in VALID:
+        for schedule in SCHEDULES:
+            if schedule in VALID[sampler] or (a.only and sampler != a.only):
+                continue
+            r = subprocess.run([a.binary, "generate", "--model", a.model, "--prompt", "x", "--sampler", sampler,
+                                "--schedule", schedule, "--out", str(work / "refused.png")], capture_output=True, text=True)
+            ok = r.returncode == 2 and "valid:" in r.stderr
+            refused.append(f"{sampler}/{schedule}")
+            if not ok:
+                print(f"{sampler} / {schedule}: expected exit 2 listing the valid schedules, got {r.returncode}: {r.stderr}")
+                failed = True
+
+    print(f"\n{'sampler':13} {'schedule':12} {'rescale':>7} {'latent max|d|':>14} {'PSNR dB':>8}")
+    for r_ in rows:
+        print(f"{r_['sampler']:13} {r_['schedule']:12} {r_['guidance_rescale']:>7} {r_['latent_max_abs']:>14.3e} "
+              f"{r_['psnr_db']:>8.2f}")
+    print(f"refused as diffusers does not support them: {', '.join(refused)}")
+    (work / "parity_samplers.json").write_text(json.dumps(rows, indent=1))
+    if failed:
+        print(f"FAIL: a case is below {a.min_psnr} dB or a refusal is wrong")
+        return 1
+    print(f"all {len(rows)} cases >= {a.min_psnr} dB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
