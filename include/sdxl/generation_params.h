@@ -5,6 +5,10 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include "sdxl/lora.h"
 
 namespace sdxl {
 
@@ -18,6 +22,7 @@ struct GenerationParams {
   int height = 1024;
   std::string sampler = "Euler";
   std::string schedule = "Automatic";  // the model's own schedule (diffusers leading, offset 1)
+  std::vector<LoraRef> loras;          // resolved --lora / batch entries; prompt tags are added at generation
 };
 
 inline constexpr const char* kProgramName = "sdxl-batch";
@@ -27,8 +32,11 @@ inline constexpr const char* kProgramVersion = "0.1.0";
 //   <prompt>
 //   Negative prompt: <negative>          (omitted when empty)
 //   Steps: 28, Sampler: Euler, Schedule type: Automatic, CFG scale: 7, Seed: 42,
-//   Size: 1024x1024, Model: <model name>, Version: sdxl-batch 0.1.0
-std::string a1111_parameters(const GenerationParams& p, const std::string& model_name);
+//   Size: 1024x1024, Model: <model name>, Lora hashes: "name: 0123456789ab", Version: sdxl-batch 0.1.0
+// The prompt keeps its <lora:...> tags, as A1111 writes it; `lora_hashes` are the
+// applied LoRAs' names and short hashes (A1111's "Lora hashes" field).
+std::string a1111_parameters(const GenerationParams& p, const std::string& model_name,
+                             const std::vector<std::pair<std::string, std::string>>& lora_hashes = {});
 
 // Seeds are drawn from a 63-bit range so seed + index never overflows.
 std::int64_t random_seed();

@@ -173,7 +173,7 @@ RunResult run_batch(const BatchFile& batch, const RunOptions& o, const GenerateF
       const auto t1 = Clock::now();
       const fs::path file = checked_output_path(out_dir, w.file);
       const std::vector<std::uint8_t> png =
-          encode_png(img.width, img.height, 3, img.rgb.data(), {{"parameters", a1111_parameters(w.params, o.model_name)}});
+          encode_png(img.width, img.height, 3, img.rgb.data(), {{"parameters", a1111_parameters(w.params, o.model_name, img.lora_hashes)}});
       write_file_atomic(file, png);
       const double write_s = std::chrono::duration<double>(Clock::now() - t1).count();
       const double total_s = std::chrono::duration<double>(Clock::now() - t0).count();

@@ -31,14 +31,21 @@ std::string quote_if_needed(const std::string& v) {
 
 }  // namespace
 
-std::string a1111_parameters(const GenerationParams& p, const std::string& model_name) {
+std::string a1111_parameters(const GenerationParams& p, const std::string& model_name,
+                             const std::vector<std::pair<std::string, std::string>>& lora_hashes) {
   std::ostringstream s;
   s << p.prompt << "\n";
   if (!p.negative_prompt.empty()) s << "Negative prompt: " << p.negative_prompt << "\n";
   s << "Steps: " << p.steps << ", Sampler: " << quote_if_needed(p.sampler)
     << ", Schedule type: " << quote_if_needed(p.schedule) << ", CFG scale: " << format_number(p.cfg)
     << ", Seed: " << p.seed << ", Size: " << p.width << "x" << p.height
-    << ", Model: " << quote_if_needed(model_name) << ", Version: " << kProgramName << " " << kProgramVersion;
+    << ", Model: " << quote_if_needed(model_name);
+  if (!lora_hashes.empty()) {
+    std::string h;
+    for (const auto& [name, hash] : lora_hashes) h += (h.empty() ? "" : ", ") + name + ": " + hash;
+    s << ", Lora hashes: " << quote_if_needed(h);
+  }
+  s << ", Version: " << kProgramName << " " << kProgramVersion;
   return s.str();
 }
 

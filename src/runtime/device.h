@@ -22,5 +22,8 @@ std::uint64_t device_peak_bytes(const torch::Device& device);
 void device_reset_peak(const torch::Device& device);
 // Bytes allocated now by the CUDA caching allocator, or the process's resident set on CPU.
 std::uint64_t device_memory_in_use(const torch::Device& device);
+// Bytes that could still be allocated: the driver's free memory plus what the
+// CUDA caching allocator holds unused; on CPU the system's available memory.
+std::uint64_t device_free_bytes(const torch::Device& device);
 
 }  // namespace sdxl

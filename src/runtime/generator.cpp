@@ -9,6 +9,8 @@
 #include <chrono>
 
 #include "image/vae_decode.h"
+#include "lora/lora_cache.h"
+#include "lora/lora_patcher.h"
 #include "model/sdxl_model.h"
 #include "runtime/device.h"
 #include "sampling/euler.h"
@@ -29,6 +31,23 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 struct Generator::Impl {
   std::unique_ptr<SdxlModel> model;
   double load_s = 0;
+  RuntimeOptions opts;
+  // LoRA state (created on first use): the factor cache, the patcher holding the
+  // originals of touched weights, and the set applied now.
+  std::unique_ptr<LoraPatcher> patcher;
+  std::unique_ptr<LoraCache> lora_cache;
+  LoraRegistry lora_registry;
+  std::vector<LoraRef> applied;
+  std::vector<std::pair<std::string, std::string>> applied_hashes;
+
+  void ensure_lora_state() {
+    if (patcher) return;
+    patcher = std::make_unique<LoraPatcher>(*model);
+    std::uint64_t budget = opts.lora_cache_bytes;
+    if (budget == 0) budget = device_free_bytes(model->device) / 10 * 3;  // 30% of what the weights left free
+    lora_cache = std::make_unique<LoraCache>(patcher->shapes(), model->device, budget, opts.lora_strict);
+    spdlog::info("LoRA cache budget {:.1f} MiB{}", budget / 1048576.0, opts.lora_cache_bytes ? "" : " (30% of free memory)");
+  }
 };
 
 Generator::Generator(const std::filesystem::path& model_dir, const RuntimeOptions& opts) : impl_(std::make_unique<Impl>()) {
@@ -42,6 +61,7 @@ Generator::Generator(const std::filesystem::path& model_dir, const RuntimeOption
   torch::jit::setGraphExecutorOptimize(opts.jit_optimize);
   at::globalContext().setBenchmarkCuDNN(opts.cudnn_benchmark);
   if (opts.threads > 0) at::set_num_threads(opts.threads);
+  impl_->opts = opts;
   impl_->model = SdxlModel::load(cfg, device, opts.dtype);
   device_synchronize(device);
   impl_->load_s = seconds_since(t0);
@@ -57,7 +77,53 @@ double Generator::load_seconds() const { return impl_->load_s; }
 std::uint64_t Generator::peak_memory_bytes() const { return device_peak_bytes(impl_->model->device); }
 std::uint64_t Generator::memory_in_use_bytes() const { return device_memory_in_use(impl_->model->device); }
 
+void Generator::set_lora_registry(LoraRegistry registry) { impl_->lora_registry = std::move(registry); }
+
+LoraStats Generator::lora_stats() const { return impl_->lora_cache ? impl_->lora_cache->stats() : LoraStats{}; }
+
+std::vector<std::pair<std::string, std::string>> Generator::set_loras(const std::vector<LoraRef>& loras) {
+  Impl& im = *impl_;
+  if (loras == im.applied) return im.applied_hashes;
+  if (loras.empty() && !im.patcher) return {};
+  im.ensure_lora_state();
+  const auto t0 = Clock::now();
+  std::vector<std::string> keep;
+  for (const auto& r : loras) keep.push_back(lora_cache_key(r.path));
+  LoraPatcher::Applied set;
+  std::vector<std::pair<std::string, std::string>> hashes;
+  for (const auto& r : loras) {
+    auto l = im.lora_cache->get(r, keep);
+    hashes.emplace_back(r.name, l->short_hash);
+    set.emplace_back(std::move(l), r.weight);
+  }
+  const auto t1 = Clock::now();
+  im.patcher->apply(set);
+  device_synchronize(im.model->device);
+  auto& st = im.lora_cache->stats();
+  const double merge_s = seconds_since(t1);
+  st.merge_s += merge_s;
+  ++st.switches;
+  std::string names;
+  for (const auto& r : loras) names += (names.empty() ? "" : ", ") + fmt::format("{}:{:g}", r.name, r.weight);
+  spdlog::info("LoRA set [{}] applied in {:.3f} s (load {:.3f} s, merge {:.3f} s; {} weights patched; cache {:.1f} MiB, "
+               "{} hits, {} misses, {} evictions)",
+               names.empty() ? "none" : names, seconds_since(t0), std::chrono::duration<double>(t1 - t0).count(), merge_s,
+               im.patcher->patched_weights(), st.bytes_held / 1048576.0, st.hits, st.misses, st.evictions);
+  im.applied = loras;
+  im.applied_hashes = hashes;
+  return hashes;
+}
+
 GeneratedImage Generator::generate(const GenerationParams& p) {
+  // LoRAs from the parameters and the prompt's tags; the tags leave the text.
+  const PromptLoras tagged = extract_lora_tags(p.prompt);
+  std::vector<LoraRef> loras = p.loras;
+  for (const auto& t : tagged.tags)
+    loras.push_back(resolve_lora(t.name, t.weight, impl_->lora_registry, impl_->opts.lora_dirs));
+  const auto t_lora = Clock::now();
+  auto lora_hashes = set_loras(loras);
+  const double lora_s = seconds_since(t_lora);
+
   SdxlModel& m = *impl_->model;
   const ModelConfig& cfg = m.config;
   check_generation_size(cfg, p.width, p.height, 1);
@@ -67,11 +133,13 @@ GeneratedImage Generator::generate(const GenerationParams& p) {
   GeneratedImage out;
   out.width = p.width;
   out.height = p.height;
+  out.lora_hashes = std::move(lora_hashes);
+  out.lora_s = lora_s;
 
   // Stage 1: text conditioning (A1111 prompt rules), CFG batch order [negative, positive].
   auto t0 = Clock::now();
   const bool cfg_on = p.cfg > 1.0;
-  SdxlPromptTokens pos_tokens = tokenize_sdxl_prompt(m, p.prompt);
+  SdxlPromptTokens pos_tokens = tokenize_sdxl_prompt(m, tagged.text);
   for (const auto& w : pos_tokens.warnings) spdlog::warn("prompt, character {}: {}", w.position, w.message);
   SdxlPromptTokens neg_tokens;
   const bool neg_text = cfg_on && !p.negative_prompt.empty();
