@@ -115,7 +115,7 @@ def main() -> int:
     ap.add_argument("--full", action="store_true", help="rank-64 kohya LoRAs (full_a, full_b) for the full-size SDXL")
     ap.add_argument("--rank", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--strength", type=float, default=0.15, help="std of the up factors")
+    ap.add_argument("--strength", type=float, default=0.25, help="std of the up factors")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)

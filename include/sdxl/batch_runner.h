@@ -37,6 +37,7 @@ struct RunOptions {
   std::function<double()> load_seconds;                 // idem
   std::function<std::uint64_t()> memory_bytes;          // in use now, for the report (optional)
   std::function<std::uint64_t()> peak_memory_bytes;     // optional
+  std::function<LoraStats()> lora_stats;                // optional: LoRA cache counters for the report
   // Tasks left out by --skip-invalid: reported as failed with these errors.
   std::vector<std::pair<std::string, std::string>> invalid_tasks;  // task id (or pointer), error
 };

@@ -41,7 +41,7 @@ std::string local_date() {
 bool same_settings(const GenerationParams& a, const GenerationParams& b) {
   return a.prompt == b.prompt && a.negative_prompt == b.negative_prompt && a.seed == b.seed && a.steps == b.steps &&
          std::abs(a.cfg - b.cfg) < 1e-9 && a.width == b.width && a.height == b.height && a.sampler == b.sampler &&
-         a.schedule == b.schedule;
+         a.schedule == b.schedule && a.loras == b.loras;
 }
 
 // The image path must stay inside the output folder, also through links; the
@@ -195,6 +195,12 @@ RunResult run_batch(const BatchFile& batch, const RunOptions& o, const GenerateF
                         {"steps", w.params.steps}, {"cfg", w.params.cfg}, {"sha256", e.sha256}, {"start_s", start_s},
                         {"text_s", img.seconds.text}, {"sample_s", img.seconds.sample}, {"decode_s", img.seconds.decode},
                         {"write_s", write_s}, {"total_s", total_s}, {"memory_bytes", mem}});
+      if (!img.lora_hashes.empty()) {
+        nlohmann::json l = nlohmann::json::array();
+        for (const auto& [name, hash] : img.lora_hashes) l.push_back({{"name", name}, {"hash", hash}});
+        images.back()["loras"] = l;
+        images.back()["lora_s"] = img.lora_s;
+      }
       const double run_s = elapsed();
       const int finished = res.done + res.failed;
       const double per_image = run_s / std::max(1, finished);
@@ -237,6 +243,17 @@ RunResult run_batch(const BatchFile& batch, const RunOptions& o, const GenerateF
                            {"images", images},
                            {"skipped", skipped},
                            {"failures", failures}};
+  if (o.lora_stats) {
+    const LoraStats ls = o.lora_stats();
+    if (ls.hits + ls.misses > 0) {
+      report["lora"] = {{"hits", ls.hits}, {"misses", ls.misses}, {"evictions", ls.evictions},
+                        {"bytes_held", ls.bytes_held}, {"budget_bytes", ls.budget_bytes}, {"switches", ls.switches},
+                        {"load_s", ls.load_s}, {"merge_s", ls.merge_s}};
+      spdlog::info("LoRA cache: {} hits, {} misses, {} evictions, {:.1f} MiB held of {:.1f} MiB; {} switches, load {:.2f} s, merge {:.2f} s",
+                   ls.hits, ls.misses, ls.evictions, ls.bytes_held / 1048576.0, ls.budget_bytes / 1048576.0, ls.switches,
+                   ls.load_s, ls.merge_s);
+    }
+  }
   res.report_path = out_dir / report_file_name(o.shard_index, o.shard_count);
   write_file_atomic(res.report_path, report.dump(2) + "\n");
   try {

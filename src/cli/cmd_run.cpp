@@ -150,9 +150,14 @@ int run_run(const RunArgs& a) {
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
 
+  ModelOptions model_opts = a.model;
+  model_opts.finish();
   std::unique_ptr<Generator> gen;  // loaded on the first image that needs it
   auto generator = [&]() -> Generator& {
-    if (!gen) gen = std::make_unique<Generator>(model_dir, a.model.runtime);
+    if (!gen) {
+      gen = std::make_unique<Generator>(model_dir, model_opts.runtime);
+      gen->set_lora_registry(batch.lora_registry);
+    }
     return *gen;
   };
   RunOptions o;
@@ -168,6 +173,7 @@ int run_run(const RunArgs& a) {
   o.load_seconds = [&] { return generator().load_seconds(); };
   o.memory_bytes = [&] { return generator().memory_in_use_bytes(); };
   o.peak_memory_bytes = [&] { return generator().peak_memory_bytes(); };
+  o.lora_stats = [&] { return gen ? gen->lora_stats() : LoraStats{}; };
   spdlog::info("batch {}: {} task(s) -> {}", batch_path.string(), batch.tasks.size(), out_dir.string());
   const RunResult r = run_batch(batch, o, [&](const GenerationParams& p) { return generator().generate(p); });
   return static_cast<int>(r.exit_code());

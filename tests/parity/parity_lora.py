@@ -92,7 +92,7 @@ def main() -> int:
         ref_png, layers = ref(name, ref_prompt, specs + tag_specs)
         ib = load_rgb(str(ref_png))
         p, p_base = psnr(ia, ib), psnr(ia, base)
-        ok = p >= a.min_psnr and p_base < a.min_psnr - 5
+        ok = p >= a.min_psnr and p_base < a.min_psnr  # without the LoRA it would fail parity
         failed |= not ok
         rows.append({"case": name, "loras": ", ".join(f"{s}:{w}" for s, w in specs + tag_specs),
                      "ref_layers": sum(layers.values()), "psnr_db": p, "psnr_vs_no_lora_db": p_base, "ok": ok})

@@ -3,7 +3,14 @@
 // A1111 metadata line. torch-free.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
 #include "lora/lora_keys.h"
+#include "sdxl/batch_file.h"
 #include "sdxl/error.h"
 #include "sdxl/generation_params.h"
 #include "sdxl/lora.h"
@@ -235,6 +242,48 @@ TEST(LoraTags, A1111ParametersRecordLoraHashes) {
   EXPECT_NE(s.find("a knight <lora:hero:0.8>\n"), std::string::npos) << s;
   EXPECT_NE(s.find(", Lora hashes: \"hero: 0123456789ab, ink: ba9876543210\", Version:"), std::string::npos) << s;
   EXPECT_EQ(a1111_parameters(p, "tiny").find("Lora hashes"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sdxl
+
+namespace sdxl {
+namespace {
+
+TEST(LoraBatch, RegistryDefaultsTasksAndProblemsWithPointers) {
+  const auto dir = std::filesystem::temp_directory_path() / ("sdxl-lora-batch-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "loras");
+  std::ofstream(dir / "loras" / "hero.safetensors") << "x";
+  std::ofstream(dir / "ink.safetensors") << "x";
+  const std::string good = R"({"version": 1,
+    "loras": {"hero": {"path": "loras/hero.safetensors", "pin": true}},
+    "defaults": {"loras": [{"name": "hero", "weight": 0.8}]},
+    "tasks": [{"id": "a", "prompt": "x"},
+              {"id": "b", "prompt": "y", "loras": [{"path": "ink.safetensors"}, {"name": "hero", "weight": -0.5}]}]})";
+  std::vector<BatchProblem> problems;
+  const BatchFile bf = parse_batch_text(good, dir / "b.json", GenerationParams{}, &problems);
+  ASSERT_TRUE(problems.empty()) << problems.front().pointer << ": " << problems.front().message;
+  ASSERT_EQ(bf.lora_registry.count("hero"), 1u);
+  EXPECT_TRUE(bf.lora_registry.at("hero").pin);
+  ASSERT_EQ(bf.tasks[0].params.loras.size(), 1u);
+  EXPECT_EQ(bf.tasks[0].params.loras[0].path, (dir / "loras" / "hero.safetensors").lexically_normal());
+  EXPECT_DOUBLE_EQ(bf.tasks[0].params.loras[0].weight, 0.8);
+  EXPECT_TRUE(bf.tasks[0].params.loras[0].pin);
+  ASSERT_EQ(bf.tasks[1].params.loras.size(), 2u);  // the task's list replaces the defaults'
+  EXPECT_EQ(bf.tasks[1].params.loras[0].name, "ink");
+  EXPECT_DOUBLE_EQ(bf.tasks[1].params.loras[1].weight, -0.5);
+
+  const std::string bad = R"({"version": 1,
+    "loras": {"gone": {"path": "nope.safetensors"}, "odd": {"path": "ink.safetensors", "pin": "yes"}},
+    "tasks": [{"id": "a", "prompt": "x", "loras": [{"name": "villain"}, {"name": "gone", "path": "ink.safetensors"},
+                                                   {"path": "missing.safetensors", "weight": 99}, 3]}]})";
+  (void)parse_batch_text(bad, dir / "b.json", GenerationParams{}, &problems);
+  std::set<std::string> pointers;
+  for (const auto& p : problems) pointers.insert(p.pointer);
+  for (const char* want : {"/loras/gone/path", "/loras/odd/pin", "/tasks/0/loras/0/name", "/tasks/0/loras/1",
+                           "/tasks/0/loras/2/weight", "/tasks/0/loras/2/path", "/tasks/0/loras/3"})
+    EXPECT_EQ(pointers.count(want), 1u) << want;
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
