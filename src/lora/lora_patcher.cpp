@@ -44,11 +44,13 @@ void LoraPatcher::apply(const Applied& set) {
     auto orig = originals_.find(id);
     if (orig == originals_.end()) orig = originals_.emplace(id, w.clone()).first;  // first touch
     torch::Tensor acc = orig->second.to(torch::kFloat32, /*non_blocking=*/false, /*copy=*/true);
+    // acc is a fresh contiguous copy: its [out, in*kh*kw] view takes each product in place.
+    torch::Tensor acc2d = acc.view({acc.size(0), -1});
     for (const auto& [f, weight] : deltas) {
       // up [out, r(,1,1)] @ down [r, in(,kh,kw)] -> the weight's shape (LoCon convs too).
       const torch::Tensor up = f->up.to(torch::kFloat32).flatten(1);
       const torch::Tensor down = f->down.to(torch::kFloat32).flatten(1);
-      acc.add_(torch::mm(up, down).view(acc.sizes()), weight * f->scale);
+      acc2d.addmm_(up, down, /*beta=*/1.0, /*alpha=*/weight * f->scale);
     }
     w.copy_(acc);
   }

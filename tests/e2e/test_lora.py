@@ -114,6 +114,18 @@ class Generate(unittest.TestCase):
         self.assertIn("lora_unet_no_such_layer", r.stderr)
 
 
+class Bench(unittest.TestCase):
+    def test_lora_bench_reports_load_and_switch_times(self):
+        out = Path(ARGS.work) / "bench.json"
+        r = sdxl("lora-bench", "--model", ARGS.model, "--lora", lora("kohya_unet"), "--lora", lora("peft") + ":0.5",
+                 "--switches", "6", "--threads", "1", "--json", str(out))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        j = json.loads(out.read_text())
+        self.assertEqual((j["misses"], j["hits"], j["switches"]), (2, 6, 6))
+        for k in ("first_apply_a_s", "load_a_s", "merge_a_s", "switch_median_s", "restore_s"):
+            self.assertGreater(j[k], 0.0, k)
+
+
 class Batch(unittest.TestCase):
     def setUp(self):
         self.work = Path(ARGS.work) / self._testMethodName
