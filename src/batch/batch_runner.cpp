@@ -248,7 +248,7 @@ RunResult run_batch(const BatchFile& batch, const RunOptions& o, const GenerateF
     if (ls.hits + ls.misses > 0) {
       report["lora"] = {{"hits", ls.hits}, {"misses", ls.misses}, {"evictions", ls.evictions},
                         {"bytes_held", ls.bytes_held}, {"budget_bytes", ls.budget_bytes}, {"switches", ls.switches},
-                        {"load_s", ls.load_s}, {"merge_s", ls.merge_s}};
+                        {"load_s", ls.load_s}, {"hash_s", ls.hash_s}, {"merge_s", ls.merge_s}};
       spdlog::info("LoRA cache: {} hits, {} misses, {} evictions, {:.1f} MiB held of {:.1f} MiB; {} switches, load {:.2f} s, merge {:.2f} s",
                    ls.hits, ls.misses, ls.evictions, ls.bytes_held / 1048576.0, ls.budget_bytes / 1048576.0, ls.switches,
                    ls.load_s, ls.merge_s);

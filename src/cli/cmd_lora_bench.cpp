@@ -68,6 +68,7 @@ int run_lora_bench(const LoraBenchArgs& args) {
                       {"lora_b", b.path.string()},
                       {"first_apply_a_s", cold_a},
                       {"load_a_s", after_a.load_s},
+                      {"hash_a_s", after_a.hash_s},
                       {"merge_a_s", after_a.merge_s},
                       {"first_apply_b_s", cold_b},
                       {"load_b_s", after_b.load_s - after_a.load_s},

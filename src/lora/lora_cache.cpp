@@ -51,7 +51,7 @@ LoraCache::LoraCache(ModelParamShapes shapes, torch::Device device, std::uint64_
   stats_.budget_bytes = budget_bytes;
 }
 
-std::shared_ptr<LoadedLora> LoraCache::load(const LoraRef& ref, const std::string& key) const {
+std::shared_ptr<LoadedLora> LoraCache::load(const LoraRef& ref, const std::string& key) {
   const SafetensorsFile f = SafetensorsFile::open(ref.path);
   const std::string label = f.label();
   const LoraKeyMap map = map_lora_keys(f.tensors(), shapes_, label);
@@ -71,7 +71,15 @@ std::shared_ptr<LoadedLora> LoraCache::load(const LoraRef& ref, const std::strin
   out->name = ref.name;
   out->path = ref.path;
   out->format = map.format;
-  out->short_hash = lora_short_hash(f);
+  if (auto h = hashes_.find(key); h != hashes_.end()) {
+    out->short_hash = h->second;
+  } else {
+    const auto t0 = Clock::now();
+    out->short_hash = hashes_[key] = lora_short_hash(f);
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    stats_.hash_s += s;
+    spdlog::debug("LoRA '{}': hashed {:.1f} MiB in {:.3f} s", label, f.data_section().size() / 1048576.0, s);
+  }
   for (const auto& l : map.layers) {
     LoraFactor fac;
     fac.target = l.target;

@@ -50,7 +50,7 @@ class LoraCache {
     std::shared_ptr<const LoadedLora> lora;
     bool pinned = false;
   };
-  std::shared_ptr<LoadedLora> load(const LoraRef& ref, const std::string& key) const;
+  std::shared_ptr<LoadedLora> load(const LoraRef& ref, const std::string& key);
   void evict_for(std::uint64_t bytes, const std::vector<std::string>& keep);
 
   ModelParamShapes shapes_;
@@ -58,6 +58,8 @@ class LoraCache {
   bool strict_;
   std::list<std::string> lru_;  // front = most recent
   std::map<std::string, Entry> entries_;
+  // A1111 short hashes by key; kept after eviction (hashing a 400 MB file takes a while).
+  std::map<std::string, std::string> hashes_;
   LoraStats stats_;
 };
 
