@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of the torch-free core with clang (address +
 # undefined-behaviour sanitizers) and runs each for SECONDS (default 300).
-#   scripts/fuzz.sh [SECONDS] [TARGET...]     targets: batch_file clip_tokenizer prompt_parser
+#   scripts/fuzz.sh [SECONDS] [TARGET...]     targets: batch_file clip_tokenizer prompt_parser safetensors
 # Needs: clang, libclang-rt-dev (Debian), .venv (to make the tokenizer files).
 # Exit non-zero on any crash, leak, sanitizer report or timeout; the input that
 # broke it is left in build/fuzz/<target>/.
@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-300}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(batch_file clip_tokenizer prompt_parser)
+[ ${#targets[@]} -gt 0 ] || targets=(batch_file clip_tokenizer prompt_parser safetensors)
 CXX=${CXX_FUZZ:-clang++}
 command -v "$CXX" >/dev/null || { echo "fuzz: $CXX not found (apt-get install clang libclang-rt-dev)" >&2; exit 1; }
 out=build/fuzz
@@ -20,6 +20,7 @@ declare -A srcs=(
   [batch_file]="src/batch/batch_file.cpp src/batch/generation_params.cpp src/model/model_config.cpp"
   [clip_tokenizer]="src/text/clip_tokenizer.cpp src/text/unicode_data.cpp"
   [prompt_parser]="src/text/prompt_parser.cpp src/text/prompt_chunks.cpp src/text/clip_tokenizer.cpp src/text/unicode_data.cpp"
+  [safetensors]="src/lora/safetensors.cpp src/lora/lora_keys.cpp src/util/sha256.cpp"
 )
 if [ ! -f "$out/tokenizer/vocab.json" ]; then
   .venv/bin/python scripts/clip_vocab.py "$out/tokenizer" --pad-token '!' >/dev/null
@@ -35,6 +36,15 @@ for t in "${targets[@]}"; do
   mkdir -p "$seed_dir"
   cp configs/*.json "$seed_dir/" 2>/dev/null || true
   printf 'a photo of (a cat:1.2), [dog], 一只猫 <|endoftext|> !!' > "$seed_dir/prompt.txt"
+  # Small real LoRA files as seeds for the safetensors target (made by make_test_loras.py
+  # when the build has them; the fuzzer also starts from nothing).
+  if [ "$t" = safetensors ]; then
+    rm -f "$seed_dir"/*.json "$seed_dir/prompt.txt"
+    for f in build/default/fixtures/loras/{kohya_te,sd15,nan}.safetensors; do
+      if [ -f "$f" ]; then cp "$f" "$seed_dir/"; fi
+    done
+    printf '\x36\x00\x00\x00\x00\x00\x00\x00{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}\x00\x00\x80\x3f' > "$seed_dir/min.safetensors"
+  fi
   echo "fuzz: running $t for ${secs}s"
   (cd "$out/$t" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     "../fuzz_$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=4096 -print_final_stats=1 corpus seeds 2>&1 | tail -15)

@@ -6,10 +6,12 @@
 # check: the same 3 images with and without CUDA graphs (identical PNGs? s/image),
 #        4 images at --max-batch 4 against the same seeds at batch 1 (PSNR),
 #        4 images at --max-batch 4 under --vram-limit 12GiB (admission, OOM count).
-# mixed: 32 images (1024x1024 and 832x1216, priorities high/mid/low) run
+# mixed: 32 images (1024x1024 and 832x1216, priorities high/mid/low, three LoRA
+#        sets: none and two rank-64 LoRAs from make_test_loras.py --full) run
 #        serially (--max-batch 1, no CUDA graphs, one writer) and by the runtime
-#        (graphs, --max-batch 1 and 4), then at --max-batch 8 under 24 GiB and
-#        12 GiB caps; images/hour, GPU busy fraction (nvidia-smi, 100 ms), peaks.
+#        (graphs, --max-batch 1), then at --max-batch 4 under 24 GiB and 12 GiB
+#        caps; images/hour, GPU busy fraction (nvidia-smi, 100 ms), peaks; then
+#        scripts/bench_lora.sh (load / cached switch / restore of rank-64 LoRAs).
 # Results: $OUT/summary.txt (+ build/export logs and the reports as JSON).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -69,20 +71,25 @@ print(f"{label}: {same}/{len(ma)} PNGs identical; others: worst PSNR {worst:.1f}
 PY
 }
 
-mkbatch() {  # mkbatch FILE N_1024 N_PORTRAIT
+mkbatch() {  # mkbatch FILE N_1024 N_PORTRAIT [LORA_DIR]: with LORA_DIR, three LoRA sets (none, a, b) in turn
   python3 - "$@" <<'PY'
 import json, sys
 path, n1, n2 = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+lora_dir = sys.argv[4] if len(sys.argv) > 4 else ""
 prios = ["high", "mid", "low"]
+sets = ["", " <lora:a:0.8>", " <lora:b:0.8>"] if lora_dir else [""]
 tasks = []
 for i in range(n1):
-    tasks.append({"id": f"sq{i:02d}", "prompt": f"comic panel {i}, a lighthouse keeper in a storm, bold ink lines",
+    tasks.append({"id": f"sq{i:02d}", "prompt": f"comic panel {i}, a lighthouse keeper in a storm, bold ink lines{sets[i % len(sets)]}",
                   "seed": 1000 + i, "priority": prios[i % 3]})
 for i in range(n2):
-    tasks.append({"id": f"pt{i:02d}", "prompt": f"comic panel {i}, a girl with a red umbrella in the rain, portrait",
+    tasks.append({"id": f"pt{i:02d}", "prompt": f"comic panel {i}, a girl with a red umbrella in the rain, portrait{sets[(i + 2) % len(sets)]}",
                   "seed": 2000 + i, "width": 832, "height": 1216, "priority": prios[(i + 1) % 3]})
-json.dump({"version": 1, "defaults": {"negative": "blurry, lowres", "steps": 28, "cfg": 7.0, "width": 1024, "height": 1024},
-           "tasks": tasks}, open(path, "w"), indent=1)
+batch = {"version": 1, "defaults": {"negative": "blurry, lowres", "steps": 28, "cfg": 7.0, "width": 1024, "height": 1024},
+         "tasks": tasks}
+if lora_dir:
+    batch["loras"] = {"a": {"path": f"{lora_dir}/full_a.safetensors", "pin": True}, "b": {"path": f"{lora_dir}/full_b.safetensors"}}
+json.dump(batch, open(path, "w"), indent=1)
 PY
 }
 
@@ -98,13 +105,24 @@ if [ "$MODE" = check ]; then
   run four-b4-12g "$WORK/four.json" --max-batch 4 --vram-limit 12GiB
   grep -h "warn\|error" "$WORK"/*.log | sort | uniq -c | sort -rn | head -20 | tee -a "$OUT/summary.txt"
 elif [ "$MODE" = mixed ]; then
-  mkbatch "$WORK/mixed.json" 16 16
+  mkdir -p "$WORK/loras"
+  [ -f "$WORK/loras/full_b.safetensors" ] || python3 scripts/make_test_loras.py --full --out "$WORK/loras" > "$OUT/lora-make.log" 2>&1
+  mkbatch "$WORK/mixed.json" 16 16 "$WORK/loras"
   run serial "$WORK/mixed.json" --max-batch 1 --no-cuda-graphs --writer-threads 1
   run runtime-b1 "$WORK/mixed.json" --max-batch 1
-  run runtime-b4 "$WORK/mixed.json" --max-batch 4
-  run cap24-b8 "$WORK/mixed.json" --max-batch 8 --vram-limit 24GiB
-  run cap12-b8 "$WORK/mixed.json" --max-batch 8 --vram-limit 12GiB
+  run cap24-b4 "$WORK/mixed.json" --max-batch 4 --vram-limit 24GiB
+  run cap12-b4 "$WORK/mixed.json" --max-batch 4 --vram-limit 12GiB
   compare serial runtime-b1
+  python3 - "$WORK/runtime-b1/report.json" <<'PY' | tee -a "$OUT/summary.txt"
+import json, sys
+r = json.load(open(sys.argv[1])); l = r.get("lora", {})
+order = [(i["task"], ",".join(x["name"] for x in i.get("loras", [])) or "-") for i in sorted(r["images"], key=lambda i: i["start_s"])]
+switches = sum(1 for a, b in zip(order, order[1:]) if a[1] != b[1])
+print(f"runtime-b1 LoRA: {l.get('switches')} switches applied, {switches} set changes in image order; cache hits {l.get('hits')}, "
+      f"misses {l.get('misses')}, evictions {l.get('evictions')}, load {l.get('load_s', 0):.2f} s, merge {l.get('merge_s', 0):.2f} s")
+PY
+  OUT=$OUT WORK=$WORK BIN=$SDXL bash scripts/bench_lora.sh 20 > "$OUT/lora-bench-run.log" 2>&1 || echo "bench_lora failed" | tee -a "$OUT/summary.txt"
+  tail -12 "$OUT/lora-bench.txt" 2>/dev/null | tee -a "$OUT/summary.txt"
 else
   echo "mode: check | mixed" >&2; exit 2
 fi

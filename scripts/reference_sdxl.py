@@ -98,6 +98,8 @@ def main() -> int:
     ap.add_argument("--schedule", default="Automatic", help="A1111 schedule type")
     ap.add_argument("--guidance-rescale", type=float, default=0.0)
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
+    ap.add_argument("--lora", action="append", default=[],
+                    help="FILE[:WEIGHT], fused into the weights before generating (scripts/lora_reference.py)")
     ap.add_argument("--prompt-rules", choices=["a1111", "diffusers"], default="a1111",
                     help="a1111 (what sdxl-batch does): emphasis, BREAK and 75-token chunks via prompt_reference.py, "
                          "fed to the pipeline as embeddings; diffusers: the pipeline's own encode_prompt (truncates at 77)")
@@ -116,6 +118,15 @@ def main() -> int:
     from a1111_schedulers import make_scheduler
     pipe.scheduler = make_scheduler(pipe.scheduler.config, a.sampler, a.schedule)
     pipe.set_progress_bar_config(disable=True)
+    lora_counts = {}
+    if a.lora:
+        from lora_reference import fuse_lora_files
+
+        specs = []
+        for spec in a.lora:
+            path, _, w = spec.rpartition(":")
+            specs.append((path, float(w)) if path and w.replace(".", "", 1).lstrip("-").isdigit() else (spec, 1.0))
+        lora_counts = fuse_lora_files(pipe, specs)
     t_load = time.time() - t0
 
     captured: dict[str, torch.Tensor] = {}
@@ -159,7 +170,7 @@ def main() -> int:
     print(json.dumps({
         "png": a.out_png, "latents": a.out_latents, "latents_shape": list(lat.shape),
         "latents_abs_max": float(np.abs(lat).max()), "image_size": list(img.size),
-        "load_s": round(t_load, 2), "run_s": round(t_run, 2),
+        "load_s": round(t_load, 2), "run_s": round(t_run, 2), "lora_layers": lora_counts,
     }))
     return 0
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "sdxl/generation_params.h"
+#include "sdxl/lora.h"
 #include "sdxl/model_config.h"
 
 namespace sdxl {
@@ -34,6 +35,9 @@ struct BatchFile {
   std::string model;       // optional model dir, relative to the batch file
   std::string output_dir;  // optional, relative to the batch file
   std::string name_template = kDefaultNameTemplate;  // output.template
+  // "loras": {"NAME": {"path": FILE (relative to the batch file), "pin": bool}}:
+  // names that tasks, defaults and prompt tags <lora:NAME:W> use.
+  LoraRegistry lora_registry;
   std::vector<BatchTask> tasks;
 };
 

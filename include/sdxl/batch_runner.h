@@ -63,6 +63,7 @@ struct RunOptions {
   std::string model_name;
   std::function<std::string()> device_name;            // called after the first image
   std::function<double()> load_seconds;                 // idem
+  std::function<LoraStats()> lora_stats;                // optional: LoRA cache counters for the report
   // Tasks left out by --skip-invalid: reported as failed with these errors.
   std::vector<std::pair<std::string, std::string>> invalid_tasks;  // task id (or pointer), error
 
@@ -116,7 +117,11 @@ BatchPlan plan_batch(const BatchFile& batch, const RunOptions& opts, std::uint64
 // "report.json", or "report-shard-K-of-N.json" when sharded.
 std::string report_file_name(int shard_index, int shard_count);
 
-// The key of images that may share a UNet call (size, steps, sampler, schedule).
+// The key of images that may share a UNet call (size, steps, sampler, schedule,
+// guidance, img2img and hires settings, LoRA set).
 std::string batch_group_key(const GenerationParams& p);
+// The LoRA set of an image (its LoRA list and prompt tags); "" = none. The
+// queue prefers the set applied now, so switches are rare.
+std::string lora_set_key(const GenerationParams& p);
 
 }  // namespace sdxl

@@ -5,8 +5,10 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "sdxl/lora.h"
 #include "sdxl/model_config.h"
 
 namespace sdxl {
@@ -41,6 +43,7 @@ struct GenerationParams {
   int hires_width() const { return static_cast<int>(width * hires.scale) / 8 * 8; }
   int hires_height() const { return static_cast<int>(height * hires.scale) / 8 * 8; }
   int hires_steps() const { return hires.steps > 0 ? hires.steps : steps; }
+  std::vector<LoraRef> loras;          // resolved --lora / batch entries; prompt tags are added at generation
 };
 
 // Hires fix upscalers (A1111 names): latent space "Latent" (bilinear),
@@ -67,12 +70,15 @@ inline constexpr const char* kProgramVersion = "0.1.0";
 //   <prompt>
 //   Negative prompt: <negative>          (omitted when empty)
 //   Steps: 28, Sampler: Euler, Schedule type: Automatic, CFG scale: 7, Seed: 42,
-//   Size: 1024x1024, Model: <model name>, Version: sdxl-batch 0.1.0
+//   Size: 1024x1024, Model: <model name>, Lora hashes: "name: 0123456789ab", Version: sdxl-batch 0.1.0
 // "Guidance rescale: <phi>" follows the CFG scale when it is not 0; img2img adds
 // "Denoising strength: S, Init image: <file name>"; the hires fix adds A1111's
 // "Denoising strength: D, Hires upscale: 2, Hires steps: N, Hires upscaler: U"
-// (Size stays the first pass's, as in A1111).
-std::string a1111_parameters(const GenerationParams& p, const std::string& model_name);
+// (Size stays the first pass's, as in A1111). The prompt keeps its <lora:...>
+// tags, as A1111 writes it; `lora_hashes` are the applied LoRAs' names and
+// short hashes (A1111's "Lora hashes" field).
+std::string a1111_parameters(const GenerationParams& p, const std::string& model_name,
+                             const std::vector<std::pair<std::string, std::string>>& lora_hashes = {});
 
 // Seeds are drawn from a 63-bit range so seed + index never overflows.
 std::int64_t random_seed();

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "sdxl/generation_params.h"
+#include "sdxl/lora.h"
 #include "sdxl/model_config.h"
 
 namespace sdxl {
@@ -31,6 +32,12 @@ struct RuntimeOptions {
   bool cuda_graphs = true;
   // VAE decode in tiles: "auto" (whole, tiles after an out-of-memory), "always", "never".
   std::string vae_tiling = "auto";
+  // LoRAs: where prompt tags <lora:NAME:W> are looked up (after the registry),
+  // the factor cache's budget (0 = 30% of the memory free after the weights),
+  // and whether keys that map to no weight are an error instead of a warning.
+  std::vector<std::filesystem::path> lora_dirs;
+  std::uint64_t lora_cache_bytes = 0;
+  bool lora_strict = false;
 };
 
 struct StageSeconds {
@@ -56,6 +63,8 @@ struct GeneratedImage {
   std::vector<std::int64_t> latent_shape;  // final latents [1, 4, h, w]
   std::vector<float> latents;              // before VAE scaling, float32
   StageSeconds seconds;
+  std::vector<std::pair<std::string, std::string>> lora_hashes;  // applied LoRAs: name, A1111 short hash
+  double lora_s = 0;                                              // switching the LoRA set (load + merge)
 };
 
 class Generator {
@@ -65,11 +74,21 @@ class Generator {
   Generator(const Generator&) = delete;
   Generator& operator=(const Generator&) = delete;
 
+  // Applies params.loras plus the prompt's <lora:NAME:W> tags (removed from the
+  // text before encoding), then generates. Unknown LoRA names throw UsageError.
   GeneratedImage generate(const GenerationParams& params);
   // Compatible images (same size, steps, sampler, schedule) in one UNet call
   // per step; each image's noise comes from its own seed, so an image is the
   // same whatever batch it is in. A CUDA out-of-memory throws OutOfMemoryError.
   std::vector<GeneratedImage> generate_batch(const std::vector<GenerationParams>& params, const StepHook& hook = {});
+
+  // Makes `loras` the applied set (switching only when it differs from the
+  // current one); returns each LoRA's name and short hash. Throws UsageError
+  // for bad files. An empty set restores the base weights bit for bit.
+  std::vector<std::pair<std::string, std::string>> set_loras(const std::vector<LoraRef>& loras);
+  // Names that prompt tags and batch tasks resolve first (a batch file's "loras").
+  void set_lora_registry(LoraRegistry registry);
+  LoraStats lora_stats() const;
 
   const ModelConfig& model() const;
   std::string device_name() const;

@@ -23,6 +23,8 @@ constexpr int kMaxCount = 1000;
 // Collects problems instead of stopping at the first, so a user fixes a file in one go.
 struct Checker {
   std::vector<BatchProblem>& problems;
+  std::filesystem::path base_dir;  // relative LoRA paths start here
+  const LoraRegistry* registry = nullptr;
 
   void add(const std::string& pointer, const std::string& msg) { problems.push_back({pointer, msg}); }
 
@@ -115,6 +117,7 @@ struct Checker {
         }
       }
     }
+    if (obj.contains("loras")) read_loras(obj["loras"], pointer + "/loras", p.loras);
   }
 
   // img2img input: relative to the batch file, a readable PNG; its size is the
@@ -169,6 +172,66 @@ struct Checker {
       add(pointer + "/timeout", "must be seconds (a number) or a duration like \"90s\" or \"5m\"");
     }
   }
+
+  // Absolute and normalised, so the manifest compares the same file across runs
+  // started from other folders.
+  std::filesystem::path lora_path(const std::string& raw) const {
+    const std::filesystem::path p(raw);
+    std::error_code ec;
+    const std::filesystem::path abs = std::filesystem::absolute(p.is_absolute() ? p : base_dir / p, ec);
+    return (ec ? p : abs).lexically_normal();
+  }
+  bool check_file(const std::string& pointer, const std::filesystem::path& p) {
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(p, ec)) return true;
+    add(pointer, "LoRA file '" + p.string() + "' does not exist");
+    return false;
+  }
+
+  // [{"name": N | "path": F, "weight": W}] -> resolved references.
+  void read_loras(const json& arr, const std::string& pointer, std::vector<LoraRef>& out) {
+    out.clear();
+    if (!arr.is_array()) {
+      add(pointer, "must be an array like [{\"name\": \"hero\", \"weight\": 0.8}]");
+      return;
+    }
+    for (size_t k = 0; k < arr.size(); ++k) {
+      const std::string ptr = pointer + "/" + std::to_string(k);
+      const json& e = arr[k];
+      if (!e.is_object()) {
+        add(ptr, "must be an object with \"name\" (from the top-level \"loras\") or \"path\", and \"weight\"");
+        continue;
+      }
+      check_keys(e, ptr, {"name", "path", "weight"});
+      LoraRef r;
+      get_number(e, ptr, "weight", -10.0, 10.0, r.weight);
+      std::string name, path;
+      const bool has_name = get_string(e, ptr, "name", name), has_path = get_string(e, ptr, "path", path);
+      if (has_name == has_path) {
+        add(ptr, "needs exactly one of \"name\" and \"path\"");
+        continue;
+      }
+      if (has_name) {
+        const auto it = registry ? registry->find(name) : LoraRegistry::const_iterator{};
+        if (!registry || it == registry->end()) {
+          std::string known;
+          if (registry)
+            for (const auto& [n, entry] : *registry) known += (known.empty() ? "" : ", ") + n;
+          add(ptr + "/name", "unknown LoRA '" + name + "' (the top-level \"loras\" has: " +
+                                 (known.empty() ? std::string("nothing") : known) + ")");
+          continue;
+        }
+        r.name = name;
+        r.path = it->second.path;
+        r.pin = it->second.pin;
+      } else {
+        r.path = lora_path(path);
+        r.name = r.path.stem().string();
+        if (!check_file(ptr + "/path", r.path)) continue;
+      }
+      out.push_back(r);
+    }
+  }
 };
 
 }  // namespace
@@ -176,7 +239,7 @@ struct Checker {
 BatchFile parse_batch_text(const std::string& text, const std::filesystem::path& origin,
                            const GenerationParams& fallback, std::vector<BatchProblem>* problems_out) {
   std::vector<BatchProblem> problems;
-  Checker ck{problems};
+  Checker ck{problems, origin.parent_path()};
   BatchFile bf;
   bf.path = origin;
   json j;
@@ -190,7 +253,34 @@ BatchFile parse_batch_text(const std::string& text, const std::filesystem::path&
   if (!j.is_object()) {
     ck.add("", "a batch file is a JSON object with \"version\" and \"tasks\"");
   } else {
-    ck.check_keys(j, "", {"$schema", "version", "model", "output", "defaults", "tasks"});
+    ck.check_keys(j, "", {"$schema", "version", "model", "output", "loras", "defaults", "tasks"});
+    if (j.contains("loras")) {
+      if (!j["loras"].is_object()) ck.add("/loras", "must be an object like {\"hero\": {\"path\": \"loras/hero.safetensors\", \"pin\": true}}");
+      else {
+        for (const auto& [name, e] : j["loras"].items()) {
+          const std::string ptr = "/loras/" + name;
+          if (!e.is_object()) {
+            ck.add(ptr, "must be an object with \"path\" (and optionally \"pin\")");
+            continue;
+          }
+          ck.check_keys(e, ptr, {"path", "pin"});
+          LoraRegistryEntry entry;
+          std::string path;
+          if (!ck.get_string(e, ptr, "path", path)) {
+            if (!e.contains("path")) ck.add(ptr + "/path", "is missing");
+            continue;
+          }
+          entry.path = ck.lora_path(path);
+          if (e.contains("pin")) {
+            if (!e["pin"].is_boolean()) ck.add(ptr + "/pin", "must be true or false");
+            else entry.pin = e["pin"].get<bool>();
+          }
+          ck.check_file(ptr + "/path", entry.path);  // reported; the name stays known for the tasks
+          bf.lora_registry[name] = entry;
+        }
+      }
+    }
+    ck.registry = &bf.lora_registry;
     long long version = 1;
     if (!j.contains("version")) ck.add("/version", "is missing (write \"version\": 1)");
     else if (ck.get_int(j, "", "version", 1, 1, version)) bf.version = static_cast<int>(version);
@@ -217,7 +307,7 @@ BatchFile parse_batch_text(const std::string& text, const std::filesystem::path&
       else {
         const json& d = j["defaults"];
         ck.check_keys(d, "/defaults", {"negative", "steps", "cfg", "width", "height", "sampler", "schedule",
-                                       "guidance_rescale", "strength", "hires", "priority", "timeout"});
+                                       "guidance_rescale", "strength", "hires", "priority", "timeout", "loras"});
         ck.read_settings(d, "/defaults", defaults);
         ck.check_sampler(d, "/defaults", defaults);
         if (ck.get_string(d, "/defaults", "priority", default_priority) && !parse_priority(default_priority)) {
@@ -240,7 +330,7 @@ BatchFile parse_batch_text(const std::string& text, const std::filesystem::path&
         }
         ck.check_keys(t, ptr, {"id", "prompt", "negative", "seed", "count", "steps", "cfg", "width", "height", "sampler",
                                "schedule", "guidance_rescale", "init_image", "strength", "hires", "priority", "deadline",
-                               "timeout"});
+                               "timeout", "loras"});
         BatchTask task;
         task.params = defaults;
         task.params.prompt.clear();

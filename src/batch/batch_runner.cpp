@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "sdxl/atomic_file.h"
+#include "sdxl/lora.h"
 #include "sdxl/manifest.h"
 #include "sdxl/png_writer.h"
 #include "sdxl/report_html.h"
@@ -53,7 +54,8 @@ bool same_settings(const GenerationParams& a, const GenerationParams& b) {
          std::abs(a.cfg - b.cfg) < 1e-9 && a.width == b.width && a.height == b.height && a.sampler == b.sampler &&
          a.schedule == b.schedule && a.guidance_rescale == b.guidance_rescale && a.init_image == b.init_image &&
          a.strength == b.strength && a.hires.scale == b.hires.scale && a.hires.upscaler == b.hires.upscaler &&
-         a.hires.steps == b.hires.steps && a.hires.denoise == b.hires.denoise;
+         a.hires.steps == b.hires.steps && a.hires.denoise == b.hires.denoise &&
+         a.loras == b.loras;
 }
 
 // The image path must stay inside the output folder, also through links; the
@@ -152,6 +154,7 @@ TaskQueue make_queue(const std::vector<WorkItem>& work, const RunOptions& o, dou
     qi.priority = work[k].priority;
     qi.deadline_s = work[k].deadline_unix < 0 ? -1.0 : std::max(0.0, work[k].deadline_unix - start_unix);
     qi.group = batch_group_key(work[k].params);
+    qi.lora_set = lora_set_key(work[k].params);
     q.push(qi);
   }
   return q;
@@ -231,6 +234,18 @@ std::string report_file_name(int shard_index, int shard_count) {
   return "report-shard-" + std::to_string(shard_index) + "-of-" + std::to_string(shard_count) + ".json";
 }
 
+std::string lora_set_key(const GenerationParams& p) {
+  auto num = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.6g", v);
+    return std::string(buf);
+  };
+  std::string key;
+  for (const auto& l : p.loras) key += l.path.string() + ":" + num(l.weight) + ";";
+  for (const auto& t : extract_lora_tags(p.prompt).tags) key += "<" + t.name + ":" + num(t.weight) + ">;";
+  return key;
+}
+
 std::string batch_group_key(const GenerationParams& p) {
   auto num = [](double v) {
     char buf[32];
@@ -244,6 +259,8 @@ std::string batch_group_key(const GenerationParams& p) {
   if (p.hires_on())
     key += "|hires" + num(p.hires.scale) + ":" + p.hires.upscaler + ":" + std::to_string(p.hires.steps) + ":" +
            num(p.hires.denoise);
+  const std::string loras = lora_set_key(p);
+  if (!loras.empty()) key += "|loras:" + loras;
   return key;
 }
 
@@ -323,7 +340,7 @@ RunResult run_batch(const BatchFile& batch, const RunOptions& o, const GenerateB
       const auto t0 = Clock::now();
       const fs::path file = checked_output_path(out_dir, j.item.file);
       const std::vector<std::uint8_t> png = encode_png(j.image.width, j.image.height, 3, j.image.rgb.data(),
-                                                       {{"parameters", a1111_parameters(j.item.params, o.model_name)}});
+                                                       {{"parameters", a1111_parameters(j.item.params, o.model_name, j.image.lora_hashes)}});
       write_file_atomic(file, png);
       const double write_s = std::chrono::duration<double>(Clock::now() - t0).count();
       ManifestEntry e;
@@ -360,6 +377,12 @@ RunResult run_batch(const BatchFile& batch, const RunOptions& o, const GenerateB
                        start_unix + end_s - j.item.deadline_unix, j.item.task->deadline);
         }
       }
+      if (!j.image.lora_hashes.empty()) {
+        nlohmann::json l = nlohmann::json::array();
+        for (const auto& [name, hash] : j.image.lora_hashes) l.push_back({{"name", name}, {"hash", hash}});
+        rec["loras"] = l;
+        rec["lora_s"] = j.image.lora_s;
+      }
       images.push_back(std::move(rec));
       progress(e.file, j.memory_bytes);
     } catch (const IoError& e) {
@@ -379,6 +402,7 @@ RunResult run_batch(const BatchFile& batch, const RunOptions& o, const GenerateB
   });
 
   std::map<std::string, int> oom_cap;  // group -> batch size that is known to fit after an OOM
+  std::string current_lora;            // the LoRA set of the last batch (applied on the device now)
   std::vector<QueuedImage> waiting;     // retries in backoff
   int images_since_release = 0;
   while (!queue.empty() || !waiting.empty()) {
@@ -408,9 +432,9 @@ RunResult run_batch(const BatchFile& batch, const RunOptions& o, const GenerateB
     }
     // Deadlines that cannot be met any more are said once, early.
     if (o.estimator) {
-      const auto& w0 = work[queue.ordered(now, "").front().handle].params;
+      const auto& w0 = work[queue.ordered(now, current_lora).front().handle].params;
       if (const auto t = o.estimator->seconds_per_image(w0.width, w0.height, 1, w0.steps)) {
-        for (const auto& q : queue.newly_hopeless(now, "", t->seconds_per_image))
+        for (const auto& q : queue.newly_hopeless(now, current_lora, t->seconds_per_image))
           spdlog::warn("{}: its deadline {} can no longer be met (about {:.0f} s of work is ahead of it)",
                        image_label(work[q.handle]), work[q.handle].task->deadline, t->seconds_per_image);
       }
@@ -427,7 +451,8 @@ RunResult run_batch(const BatchFile& batch, const RunOptions& o, const GenerateB
                                                o.safety));
       return n;
     };
-    std::vector<QueuedImage> picked = queue.pop_batch(now, "", admit);
+    std::vector<QueuedImage> picked = queue.pop_batch(now, current_lora, admit);
+    current_lora = picked.front().lora_set;
     std::vector<GenerationParams> params;
     for (const auto& q : picked) params.push_back(work[q.handle].params);
     const GenerationParams& p0 = params.front();
@@ -596,6 +621,17 @@ RunResult run_batch(const BatchFile& batch, const RunOptions& o, const GenerateB
                            {"skipped", wl.skipped},
                            {"failures", failures}};
   if (o.status_extra) report["status"] = o.status_extra();
+  if (o.lora_stats) {
+    const LoraStats ls = o.lora_stats();
+    if (ls.hits + ls.misses > 0) {
+      report["lora"] = {{"hits", ls.hits}, {"misses", ls.misses}, {"evictions", ls.evictions},
+                        {"bytes_held", ls.bytes_held}, {"budget_bytes", ls.budget_bytes}, {"switches", ls.switches},
+                        {"load_s", ls.load_s}, {"hash_s", ls.hash_s}, {"merge_s", ls.merge_s}};
+      spdlog::info("LoRA cache: {} hits, {} misses, {} evictions, {:.1f} MiB held of {:.1f} MiB; {} switches, load {:.2f} s, merge {:.2f} s",
+                   ls.hits, ls.misses, ls.evictions, ls.bytes_held / 1048576.0, ls.budget_bytes / 1048576.0, ls.switches,
+                   ls.load_s, ls.merge_s);
+    }
+  }
   res.report_path = out_dir / report_file_name(o.shard_index, o.shard_count);
   write_file_atomic(res.report_path, report.dump(2) + "\n");
   try {
@@ -624,6 +660,7 @@ BatchPlan plan_batch(const BatchFile& batch, const RunOptions& o, std::uint64_t 
   plan.to_make = static_cast<int>(wl.work.size());
   TaskQueue queue = make_queue(wl.work, o, start_unix);
   double clock = 0, total_s = 0;
+  std::string plan_lora;
   bool all_timed = true;
   while (!queue.empty()) {
     auto admit = [&](const QueuedImage& head, int available) {
@@ -632,7 +669,8 @@ BatchPlan plan_batch(const BatchFile& batch, const RunOptions& o, std::uint64_t 
       return o.estimator->max_batch(p.hires_on() ? p.hires_width() : p.width, p.hires_on() ? p.hires_height() : p.height,
                                     available, free_bytes, o.safety);
     };
-    const auto picked = queue.pop_batch(clock, "", admit);
+    const auto picked = queue.pop_batch(clock, plan_lora, admit);
+    plan_lora = picked.front().lora_set;
     const WorkItem& w0 = wl.work[picked.front().handle];
     PlannedBatch pb;
     pb.group = picked.front().group;

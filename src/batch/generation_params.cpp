@@ -37,7 +37,8 @@ std::string quote_if_needed(const std::string& v) {
 
 }  // namespace
 
-std::string a1111_parameters(const GenerationParams& p, const std::string& model_name) {
+std::string a1111_parameters(const GenerationParams& p, const std::string& model_name,
+                             const std::vector<std::pair<std::string, std::string>>& lora_hashes) {
   std::ostringstream s;
   s << p.prompt << "\n";
   if (!p.negative_prompt.empty()) s << "Negative prompt: " << p.negative_prompt << "\n";
@@ -55,6 +56,11 @@ std::string a1111_parameters(const GenerationParams& p, const std::string& model
     else s << ", Hires denoising strength: " << format_number(p.hires.denoise);
     s << ", Hires upscale: " << format_number(p.hires.scale) << ", Hires steps: " << p.hires_steps()
       << ", Hires upscaler: " << quote_if_needed(p.hires.upscaler);
+  }
+  if (!lora_hashes.empty()) {
+    std::string h;
+    for (const auto& [name, hash] : lora_hashes) h += (h.empty() ? "" : ", ") + name + ": " + hash;
+    s << ", Lora hashes: " << quote_if_needed(h);
   }
   s << ", Version: " << kProgramName << " " << kProgramVersion;
   return s.str();

@@ -16,10 +16,18 @@ namespace {
 
 nlohmann::json to_json(const ManifestEntry& e) {
   const GenerationParams& p = e.params;
-  return {{"task", e.task}, {"index", e.index}, {"seed", e.seed}, {"file", e.file}, {"sha256", e.sha256},
+  nlohmann::json j = {{"task", e.task}, {"index", e.index}, {"seed", e.seed}, {"file", e.file}, {"sha256", e.sha256},
           {"seconds", e.seconds}, {"model", e.model}, {"finished", e.finished},
           {"params", {{"prompt", p.prompt}, {"negative", p.negative_prompt}, {"steps", p.steps}, {"cfg", p.cfg},
                       {"width", p.width}, {"height", p.height}, {"sampler", p.sampler}, {"schedule", p.schedule}}}};
+  // LoRAs from --lora / the batch file (prompt tags are in the prompt): a rerun
+  // with other LoRAs must not skip the image. Absent in older manifests = none.
+  if (!p.loras.empty()) {
+    nlohmann::json l = nlohmann::json::array();
+    for (const auto& r : p.loras) l.push_back({{"name", r.name}, {"path", r.path.string()}, {"weight", r.weight}});
+    j["params"]["loras"] = l;
+  }
+  return j;
 }
 
 ManifestEntry from_json(const nlohmann::json& j) {
@@ -42,6 +50,14 @@ ManifestEntry from_json(const nlohmann::json& j) {
     e.params.height = p.value("height", 0);
     e.params.sampler = p.value("sampler", "");
     e.params.schedule = p.value("schedule", "");
+    if (p.contains("loras") && p["loras"].is_array())
+      for (const auto& l : p["loras"]) {
+        LoraRef r;
+        r.name = l.value("name", "");
+        r.path = l.value("path", "");
+        r.weight = l.value("weight", 1.0);
+        e.params.loras.push_back(r);
+      }
   }
   e.params.seed = e.seed;
   return e;

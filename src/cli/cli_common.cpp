@@ -6,6 +6,8 @@
 
 #include <cstdio>
 
+#include "sdxl/batch_file.h"
+
 namespace sdxl::cli {
 
 void add_model_options(CLI::App& cmd, ModelOptions& o, bool model_required) {
@@ -25,6 +27,18 @@ void add_model_options(CLI::App& cmd, ModelOptions& o, bool model_required) {
                  "VAE decode in overlapping tiles: auto (only after an out-of-memory), always, never")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "always", "never"}));
+  cmd.add_option("--lora-dir", o.lora_dirs, "Directory where <lora:NAME:W> prompt tags find NAME.safetensors (repeatable)");
+  cmd.add_option("--lora-cache", o.lora_cache,
+                 "Device memory for cached LoRA factors, e.g. 2G (default: 30% of the memory free after the weights)");
+  cmd.add_flag("--strict-lora,--strict", o.runtime.lora_strict, "LoRA keys that map to no model weight are an error, not a warning");
+}
+
+void ModelOptions::finish() {
+  runtime.lora_dirs.assign(lora_dirs.begin(), lora_dirs.end());
+  if (!lora_cache.empty()) {
+    runtime.lora_cache_bytes = parse_size_bytes(lora_cache);
+    if (runtime.lora_cache_bytes == 0) runtime.lora_cache_bytes = 1;  // "0": cache nothing beyond the set in use
+  }
 }
 
 void add_log_options(CLI::App& app, std::string& level, std::string& file) {

@@ -12,9 +12,14 @@ namespace sdxl::cli {
 struct ModelOptions {
   std::string model_dir;
   RuntimeOptions runtime;
+  std::vector<std::string> lora_dirs;
+  std::string lora_cache;  // size text, "" = default
+  // Fills runtime.lora_* from the flags above; throws UsageError.
+  void finish();
 };
 
-// Adds --model, --device, --dtype, --threads to a subcommand.
+// Adds --model, --device, --dtype, --threads and the LoRA flags
+// (--lora-dir, --lora-cache, --strict-lora) to a subcommand.
 void add_model_options(CLI::App& cmd, ModelOptions& o, bool model_required);
 
 // --log-level and --log-file on the top-level app; call setup_logging() after parsing.

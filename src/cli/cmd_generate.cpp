@@ -24,6 +24,7 @@ struct GenerateArgs {
   double hires_scale = 0.0, hires_denoise = 0.7;
   int hires_steps = 0;
   std::string hires_upscaler = "Latent";
+  std::vector<std::string> loras;
   std::int64_t seed = -1;
   int steps = 0, width = 0, height = 0;
   double cfg = -1;
@@ -63,14 +64,21 @@ CLI::App* add_generate(CLI::App& app, std::shared_ptr<GenerateArgs>& args) {
       ->capture_default_str();
   cmd->add_option("--width", args->width, "Width in pixels (default: the model's)")->check(CLI::Range(8, 16384));
   cmd->add_option("--height", args->height, "Height in pixels (default: the model's)")->check(CLI::Range(8, 16384));
+  cmd->add_option("--lora", args->loras, "LoRA file with an optional weight, FILE[:WEIGHT] (repeatable; weight 1.0)");
   cmd->add_option("--out,-o", args->out, "Output PNG (default: sdxl-<seed>.png)");
   cmd->add_option("--save-latents", args->save_latents, "Also write the final latents as float32 .npy (parity checks)");
   cmd->add_option("--timings-json", args->timings_json, "Write stage timings and peak memory as JSON to this file");
   return cmd;
 }
 
-int run_generate(const GenerateArgs& a) {
+int run_generate(const GenerateArgs& args) {
   using Clock = std::chrono::steady_clock;
+  GenerateArgs a = args;
+  a.model.finish();
+  std::vector<LoraRef> loras;
+  for (const auto& l : a.loras) loras.push_back(parse_lora_arg(l));
+  // Also before the model loads: a prompt tag naming an unknown LoRA fails fast.
+  for (const auto& t : extract_lora_tags(a.prompt).tags) (void)resolve_lora(t.name, t.weight, {}, a.model.runtime.lora_dirs);
   GenerationParams p;
   p.sampler = a.sampler;
   p.schedule = a.schedule;
@@ -98,12 +106,13 @@ int run_generate(const GenerateArgs& a) {
   p.cfg = a.cfg >= 0 ? a.cfg : mc.defaults.cfg;
   p.width = a.width > 0 ? a.width : (image_w > 0 ? image_w : mc.defaults.width);
   p.height = a.height > 0 ? a.height : (image_h > 0 ? image_h : mc.defaults.height);
+  p.loras = loras;
   const std::string out = a.out.empty() ? "sdxl-" + std::to_string(p.seed) + ".png" : a.out;
 
   const auto t0 = Clock::now();
   GeneratedImage img = gen.generate(p);
   const auto t1 = Clock::now();
-  write_png(out, img.width, img.height, 3, img.rgb.data(), {{"parameters", a1111_parameters(p, mc.name)}});
+  write_png(out, img.width, img.height, 3, img.rgb.data(), {{"parameters", a1111_parameters(p, mc.name, img.lora_hashes)}});
   const double write_s = std::chrono::duration<double>(Clock::now() - t1).count();
   const double total_s = std::chrono::duration<double>(Clock::now() - t0).count();
   if (!a.save_latents.empty()) write_npy_f32(a.save_latents, img.latent_shape, img.latents);
@@ -116,6 +125,12 @@ int run_generate(const GenerateArgs& a) {
                         {"steps", p.steps}, {"load_s", gen.load_seconds()}, {"text_s", img.seconds.text},
                         {"sample_s", img.seconds.sample}, {"decode_s", img.seconds.decode}, {"write_s", write_s},
                         {"total_s", total_s}, {"peak_bytes", gen.peak_memory_bytes()}};
+    if (!loras.empty() || !img.lora_hashes.empty()) {
+      const LoraStats st = gen.lora_stats();
+      j["lora"] = {{"switch_s", img.lora_s}, {"load_s", st.load_s}, {"merge_s", st.merge_s}, {"hits", st.hits},
+                   {"misses", st.misses}, {"evictions", st.evictions}, {"bytes_held", st.bytes_held},
+                   {"budget_bytes", st.budget_bytes}};
+    }
     write_file_atomic(a.timings_json, j.dump(2) + "\n");
   }
   return 0;

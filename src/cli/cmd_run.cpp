@@ -254,9 +254,14 @@ int run_run(const RunArgs& a) {
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
 
+  ModelOptions model_opts = a.model;
+  model_opts.finish();
   std::unique_ptr<Generator> gen;  // loaded on the first image that needs it
   auto generator = [&]() -> Generator& {
-    if (!gen) gen = std::make_unique<Generator>(model_dir, a.model.runtime);
+    if (!gen) {
+      gen = std::make_unique<Generator>(model_dir, model_opts.runtime);
+      gen->set_lora_registry(batch.lora_registry);
+    }
     return *gen;
   };
   o.stop = &g_stop;
@@ -277,6 +282,15 @@ int run_run(const RunArgs& a) {
   };
   Progress progress(!a.no_progress && Progress::stderr_is_terminal(), a.progress_interval);
   o.on_progress = [&](const ProgressInfo& info) { progress.update(info); };
+  o.lora_stats = [&] { return gen ? gen->lora_stats() : LoraStats{}; };
+  o.status_extra = [&]() -> std::string {
+    if (!gen) return "";
+    const LoraStats ls = gen->lora_stats();
+    if (ls.hits + ls.misses == 0) return "";
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "LoRA hits %.0f%%", 100.0 * ls.hits / static_cast<double>(ls.hits + ls.misses));
+    return buf;
+  };
   spdlog::info("batch {}: {} task(s) -> {}", batch_path.string(), batch.tasks.size(), out_dir.string());
   RunResult r;
   try {

@@ -130,4 +130,17 @@ void device_reset_peak(const torch::Device& device) {
   if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
 }
 
+std::uint64_t device_free_bytes(const torch::Device& device) {
+  if (device.is_cuda()) {
+    const auto [free, total] = c10::cuda::CUDACachingAllocator::get()->getMemoryInfo(device.index());
+    (void)total;
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    const std::int64_t unused = stats.reserved_bytes[agg].current - stats.allocated_bytes[agg].current;
+    return static_cast<std::uint64_t>(free) + static_cast<std::uint64_t>(std::max<std::int64_t>(0, unused));
+  }
+  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) : 0;
+}
+
 }  // namespace sdxl

@@ -31,5 +31,8 @@ void device_release_cached(const torch::Device& device);
 // Caps the caching allocator at `bytes` (setMemoryFraction of the card); 0 lifts
 // the cap. No-op on CPU. Throws UsageError when larger than the card.
 void device_set_memory_limit(const torch::Device& device, std::uint64_t bytes);
+// Bytes that could still be allocated: the driver's free memory plus what the
+// CUDA caching allocator holds unused; on CPU the system's available memory.
+std::uint64_t device_free_bytes(const torch::Device& device);
 
 }  // namespace sdxl

@@ -11,6 +11,8 @@
 #include "image/upscale.h"
 #include "image/vae_decode.h"
 #include "image/vae_encode.h"
+#include "lora/lora_cache.h"
+#include "lora/lora_patcher.h"
 #include "model/sdxl_model.h"
 #include "runtime/device.h"
 #include "runtime/unet_runner.h"
@@ -47,6 +49,23 @@ struct Generator::Impl {
   std::unique_ptr<UnetRunner> unet;
   VaeTiling vae_tiling = VaeTiling::kAuto;
   double load_s = 0;
+  RuntimeOptions opts;
+  // LoRA state (created on first use): the factor cache, the patcher holding the
+  // originals of touched weights, and the set applied now.
+  std::unique_ptr<LoraPatcher> patcher;
+  std::unique_ptr<LoraCache> lora_cache;
+  LoraRegistry lora_registry;
+  std::vector<LoraRef> applied;
+  std::vector<std::pair<std::string, std::string>> applied_hashes;
+
+  void ensure_lora_state() {
+    if (patcher) return;
+    patcher = std::make_unique<LoraPatcher>(*model);
+    std::uint64_t budget = opts.lora_cache_bytes;
+    if (budget == 0) budget = device_free_bytes(model->device) / 10 * 3;  // 30% of what the weights left free
+    lora_cache = std::make_unique<LoraCache>(patcher->shapes(), model->device, budget, opts.lora_strict);
+    spdlog::info("LoRA cache budget {:.1f} MiB{}", budget / 1048576.0, opts.lora_cache_bytes ? "" : " (30% of free memory)");
+  }
 };
 
 Generator::Generator(const std::filesystem::path& model_dir, const RuntimeOptions& opts) : impl_(std::make_unique<Impl>()) {
@@ -60,6 +79,7 @@ Generator::Generator(const std::filesystem::path& model_dir, const RuntimeOption
   torch::jit::setGraphExecutorOptimize(opts.jit_optimize);
   at::globalContext().setBenchmarkCuDNN(opts.cudnn_benchmark);
   if (opts.threads > 0) at::set_num_threads(opts.threads);
+  impl_->opts = opts;
   impl_->model = SdxlModel::load(cfg, device, opts.dtype);
   impl_->unet = std::make_unique<UnetRunner>(*impl_->model, opts.cuda_graphs);
   impl_->vae_tiling = parse_vae_tiling(opts.vae_tiling);
@@ -76,6 +96,43 @@ std::string Generator::device_name() const { return impl_->model->device.str(); 
 double Generator::load_seconds() const { return impl_->load_s; }
 std::uint64_t Generator::peak_memory_bytes() const { return device_peak_bytes(impl_->model->device); }
 std::uint64_t Generator::memory_in_use_bytes() const { return device_memory_in_use(impl_->model->device); }
+
+void Generator::set_lora_registry(LoraRegistry registry) { impl_->lora_registry = std::move(registry); }
+
+LoraStats Generator::lora_stats() const { return impl_->lora_cache ? impl_->lora_cache->stats() : LoraStats{}; }
+
+std::vector<std::pair<std::string, std::string>> Generator::set_loras(const std::vector<LoraRef>& loras) {
+  Impl& im = *impl_;
+  if (loras == im.applied) return im.applied_hashes;
+  if (loras.empty() && !im.patcher) return {};
+  im.ensure_lora_state();
+  const auto t0 = Clock::now();
+  std::vector<std::string> keep;
+  for (const auto& r : loras) keep.push_back(lora_cache_key(r.path));
+  LoraPatcher::Applied set;
+  std::vector<std::pair<std::string, std::string>> hashes;
+  for (const auto& r : loras) {
+    auto l = im.lora_cache->get(r, keep);
+    hashes.emplace_back(r.name, l->short_hash);
+    set.emplace_back(std::move(l), r.weight);
+  }
+  const auto t1 = Clock::now();
+  im.patcher->apply(set);
+  device_synchronize(im.model->device);
+  auto& st = im.lora_cache->stats();
+  const double merge_s = seconds_since(t1);
+  st.merge_s += merge_s;
+  ++st.switches;
+  std::string names;
+  for (const auto& r : loras) names += (names.empty() ? "" : ", ") + fmt::format("{}:{:g}", r.name, r.weight);
+  spdlog::info("LoRA set [{}] applied in {:.3f} s (load {:.3f} s, merge {:.3f} s; {} weights patched; cache {:.1f} MiB, "
+               "{} hits, {} misses, {} evictions)",
+               names.empty() ? "none" : names, seconds_since(t0), std::chrono::duration<double>(t1 - t0).count(), merge_s,
+               im.patcher->patched_weights(), st.bytes_held / 1048576.0, st.hits, st.misses, st.evictions);
+  im.applied = loras;
+  im.applied_hashes = hashes;
+  return hashes;
+}
 
 GeneratedImage Generator::generate(const GenerationParams& p) { return generate_batch({p}).front(); }
 
@@ -108,6 +165,20 @@ std::vector<GeneratedImage> Generator::generate_batch(const std::vector<Generati
   SdxlModel& m = *impl_->model;
   const ModelConfig& cfg = m.config;
   const GenerationParams& p0 = ps.front();
+  // LoRAs from the parameters and the prompt's tags (the tags leave the text);
+  // every image of a batch uses the same set (the queue groups by it).
+  std::vector<std::string> prompts(ps.size());
+  std::vector<LoraRef> loras;
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const PromptLoras tagged = extract_lora_tags(ps[i].prompt);
+    std::vector<LoraRef> mine = ps[i].loras;
+    for (const auto& t : tagged.tags)
+      mine.push_back(resolve_lora(t.name, t.weight, impl_->lora_registry, impl_->opts.lora_dirs));
+    if (i == 0) loras = mine;
+    else if (!(mine == loras))
+      throw UsageError("a batch mixes LoRA sets; group images by batch_group_key()");
+    prompts[i] = tagged.text;
+  }
   for (const auto& p : ps) check_task_size(cfg, p);
   check_generation_size(cfg, p0.width, p0.height, static_cast<int>(ps.size()));
   const SamplerChoice choice = parse_sampler_choice(p0.sampler, p0.schedule);
@@ -137,7 +208,7 @@ std::vector<GeneratedImage> Generator::generate_batch(const std::vector<Generati
   std::vector<TextInputs> text(ps.size());
   for (size_t i = 0; i < ps.size(); ++i) {
     TextInputs& ti = text[i];
-    ti.pos = tokenize_sdxl_prompt(m, ps[i].prompt);
+    ti.pos = tokenize_sdxl_prompt(m, prompts[i]);
     for (const auto& w : ti.pos.warnings) spdlog::warn("prompt, character {}: {}", w.position, w.message);
     ti.chunks = ti.pos.chunk_count();
     ti.neg_text = cfg_on && !ps[i].negative_prompt.empty();
@@ -154,7 +225,14 @@ std::vector<GeneratedImage> Generator::generate_batch(const std::vector<Generati
   // Images whose prompts need different chunk counts cannot share a context
   // tensor; padding one to the other's length would change its image. They run
   // as separate sub-batches, in order.
+  const auto t_lora = Clock::now();
+  const auto lora_hashes = set_loras(loras);
+  const double lora_s = seconds_since(t_lora);
   std::vector<GeneratedImage> out(ps.size());
+  for (auto& g : out) {
+    g.lora_hashes = lora_hashes;
+    g.lora_s = lora_s / static_cast<double>(ps.size());
+  }
   std::vector<bool> done(ps.size(), false);
   for (size_t first = 0; first < ps.size(); ++first) {
     if (done[first]) continue;

@@ -148,6 +148,8 @@ class Configs(unittest.TestCase):
         configs = sorted(p for p in (Path(ARGS.source) / "configs").glob("*.json") if not p.name.endswith(".schema.json"))
         self.assertGreaterEqual(len(configs), 2)
         for cfg in configs:
+            if "loras" in json.loads(cfg.read_text()):
+                continue  # needs LoRA files made at test time: tests/e2e/test_lora.py validates and runs it
             r = sdxl("validate", str(cfg), "--model", ARGS.model)
             self.assertEqual(r.returncode, 0, f"{cfg}: {r.stdout}{r.stderr}")
 

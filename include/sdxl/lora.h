@@ -1,0 +1,60 @@
+// LoRA references as users write them (`--lora FILE[:WEIGHT]`, batch-file
+// entries, A1111 prompt tags `<lora:NAME:WEIGHT>`), how names resolve to
+// files, and the counters of the LoRA cache for logs and the run report.
+// torch-free; all functions are pure except resolve_lora (reads the disk).
+// Errors are UsageError naming the flag, tag or the directories searched.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace sdxl {
+
+struct LoraRef {
+  std::string name;             // display name (registry name, tag name or file stem)
+  std::filesystem::path path;   // resolved file
+  double weight = 1.0;
+  bool pin = false;             // never evicted from the cache
+  bool operator==(const LoraRef& o) const { return path == o.path && weight == o.weight; }
+};
+
+struct LoraRegistryEntry {
+  std::filesystem::path path;
+  bool pin = false;
+};
+using LoraRegistry = std::map<std::string, LoraRegistryEntry>;
+
+// "FILE[:WEIGHT]" (the weight is the text after the last ':' when it parses as a
+// number, so Windows-style paths with ':' still work). Throws UsageError.
+LoraRef parse_lora_arg(const std::string& arg);
+
+// A1111 extra-network tags: every `<lora:NAME>` / `<lora:NAME:WEIGHT>` (A1111
+// reads `<(\w+):([^>]+)>` and splits the inside at ':') is removed from the
+// text; further fields (A1111's separate UNet weight) are ignored.
+struct LoraTag {
+  std::string name;
+  double weight = 1.0;
+};
+struct PromptLoras {
+  std::string text;  // prompt without the tags
+  std::vector<LoraTag> tags;
+};
+PromptLoras extract_lora_tags(const std::string& prompt);
+
+// NAME -> file: the registry first, then NAME.safetensors / NAME in each
+// directory. Throws UsageError naming every place searched.
+LoraRef resolve_lora(const std::string& name, double weight, const LoraRegistry& registry,
+                     const std::vector<std::filesystem::path>& dirs);
+
+struct LoraStats {
+  std::uint64_t hits = 0, misses = 0, evictions = 0;
+  std::uint64_t bytes_held = 0, budget_bytes = 0;
+  std::uint64_t switches = 0;         // times the applied set changed
+  double load_s = 0, merge_s = 0;     // totals: reading files onto the device, patching weights
+  double hash_s = 0;                  // part of load_s: A1111 short hashes (once per file)
+};
+
+}  // namespace sdxl

@@ -1,0 +1,142 @@
+#include "lora/lora_cache.h"
+
+#include <spdlog/spdlog.h>
+#include <torch/types.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "runtime/device.h"
+#include "sdxl/error.h"
+#include "sdxl/safetensors.h"
+
+namespace sdxl {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+torch::Dtype float_dtype(const SafetensorsTensor& t, const std::string& label) {
+  if (t.dtype == "F32") return torch::kFloat32;
+  if (t.dtype == "F16") return torch::kFloat16;
+  if (t.dtype == "BF16") return torch::kBFloat16;
+  if (t.dtype == "F64") return torch::kFloat64;
+  throw UsageError("LoRA '" + label + "': tensor '" + t.name + "' has dtype " + t.dtype +
+                   "; LoRA factors must be F32, F16, BF16 or F64");
+}
+
+// Copies the bytes (the mapping may be unaligned for the dtype) into a tensor
+// on the device; NaN or Inf is refused, naming the tensor.
+torch::Tensor to_tensor(const SafetensorsTensor& t, const std::string& label, const torch::Device& device) {
+  torch::Tensor cpu = torch::empty(t.shape, torch::TensorOptions().dtype(float_dtype(t, label)));
+  if (!t.bytes.empty()) std::memcpy(cpu.data_ptr(), t.bytes.data(), t.bytes.size());
+  if (!torch::isfinite(cpu).all().item<bool>())
+    throw UsageError("LoRA '" + label + "': tensor '" + t.name + "' contains NaN or Inf (a broken training run?)");
+  if (cpu.dtype() == torch::kFloat64) cpu = cpu.to(torch::kFloat32);
+  return device.is_cpu() ? cpu : cpu.to(device);
+}
+
+}  // namespace
+
+std::string lora_cache_key(const std::filesystem::path& path) {
+  std::error_code ec;
+  const auto canon = std::filesystem::weakly_canonical(path, ec);
+  const auto size = std::filesystem::file_size(path, ec);
+  const auto mtime = std::filesystem::last_write_time(path, ec).time_since_epoch().count();
+  return (ec ? path : canon).string() + "|" + std::to_string(ec ? 0 : size) + "|" + std::to_string(ec ? 0 : mtime);
+}
+
+LoraCache::LoraCache(ModelParamShapes shapes, torch::Device device, std::uint64_t budget_bytes, bool strict)
+    : shapes_(std::move(shapes)), device_(device), strict_(strict) {
+  stats_.budget_bytes = budget_bytes;
+}
+
+std::shared_ptr<LoadedLora> LoraCache::load(const LoraRef& ref, const std::string& key) {
+  const SafetensorsFile f = SafetensorsFile::open(ref.path);
+  const std::string label = f.label();
+  const LoraKeyMap map = map_lora_keys(f.tensors(), shapes_, label);
+  if (!map.unmatched.empty()) {
+    std::string list;
+    for (size_t i = 0; i < map.unmatched.size() && i < 20; ++i) list += (i ? ", " : "") + map.unmatched[i];
+    if (map.unmatched.size() > 20) list += ", ... (" + std::to_string(map.unmatched.size() - 20) + " more)";
+    const std::string msg = "LoRA '" + label + "': " + std::to_string(map.unmatched.size()) +
+                            " key(s) map to no weight of the model: " + list;
+    if (strict_) throw UsageError(msg + " (--strict-lora)");
+    spdlog::warn("{}", msg);
+  }
+  if (map.layers.empty())
+    throw UsageError("LoRA '" + label + "': no key maps to a weight of this SDXL model (not a LoRA, or made for another model)");
+  auto out = std::make_shared<LoadedLora>();
+  out->key = key;
+  out->name = ref.name;
+  out->path = ref.path;
+  out->format = map.format;
+  if (auto h = hashes_.find(key); h != hashes_.end()) {
+    out->short_hash = h->second;
+  } else {
+    const auto t0 = Clock::now();
+    out->short_hash = hashes_[key] = lora_short_hash(f);
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    stats_.hash_s += s;
+    spdlog::debug("LoRA '{}': hashed {:.1f} MiB in {:.3f} s", label, f.data_section().size() / 1048576.0, s);
+  }
+  for (const auto& l : map.layers) {
+    LoraFactor fac;
+    fac.target = l.target;
+    fac.param = l.param;
+    fac.down = to_tensor(*f.find(l.down), label, device_);
+    fac.up = to_tensor(*f.find(l.up), label, device_);
+    const double rank = static_cast<double>(fac.down.size(0));
+    if (!l.alpha.empty()) {
+      const double alpha = safetensors_scalar(*f.find(l.alpha), label);
+      if (!std::isfinite(alpha))
+        throw UsageError("LoRA '" + label + "': tensor '" + l.alpha + "' (alpha) is NaN or Inf");
+      fac.scale = alpha / rank;
+    }
+    out->bytes += fac.down.nbytes() + fac.up.nbytes();
+    out->factors.push_back(std::move(fac));
+  }
+  return out;
+}
+
+void LoraCache::evict_for(std::uint64_t bytes, const std::vector<std::string>& keep) {
+  for (auto it = lru_.end(); it != lru_.begin() && stats_.bytes_held + bytes > stats_.budget_bytes;) {
+    --it;
+    auto e = entries_.find(*it);
+    if (e->second.pinned || std::find(keep.begin(), keep.end(), *it) != keep.end()) continue;
+    spdlog::info("LoRA cache: evicting '{}' ({:.1f} MiB)", e->second.lora->name, e->second.lora->bytes / 1048576.0);
+    stats_.bytes_held -= e->second.lora->bytes;
+    ++stats_.evictions;
+    entries_.erase(e);
+    it = lru_.erase(it);
+  }
+}
+
+std::shared_ptr<const LoadedLora> LoraCache::get(const LoraRef& ref, const std::vector<std::string>& keep) {
+  const std::string key = lora_cache_key(ref.path);
+  if (auto e = entries_.find(key); e != entries_.end()) {
+    ++stats_.hits;
+    e->second.pinned = e->second.pinned || ref.pin;
+    lru_.remove(key);
+    lru_.push_front(key);
+    return e->second.lora;
+  }
+  ++stats_.misses;
+  const auto t0 = Clock::now();
+  auto lora = load(ref, key);
+  device_synchronize(device_);
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  stats_.load_s += s;
+  spdlog::info("LoRA '{}' ({}, {} layers, {:.1f} MiB, hash {}) loaded in {:.3f} s", lora->name, lora->format,
+               lora->factors.size(), lora->bytes / 1048576.0, lora->short_hash, s);
+  evict_for(lora->bytes, keep);
+  if (stats_.bytes_held + lora->bytes > stats_.budget_bytes)
+    spdlog::warn("LoRA cache holds {:.1f} MiB over its budget of {:.1f} MiB (pinned or in use)",
+                 (stats_.bytes_held + lora->bytes - stats_.budget_bytes) / 1048576.0, stats_.budget_bytes / 1048576.0);
+  entries_[key] = Entry{lora, ref.pin};
+  lru_.push_front(key);
+  stats_.bytes_held += lora->bytes;
+  return lora;
+}
+
+}  // namespace sdxl

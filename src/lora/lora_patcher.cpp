@@ -1,0 +1,59 @@
+#include "lora/lora_patcher.h"
+
+#include "model/sdxl_model.h"
+
+namespace sdxl {
+
+LoraPatcher::LoraPatcher(SdxlModel& model) {
+  torch::jit::Module* modules[3] = {&model.text_encoder, &model.text_encoder_2, &model.unet};
+  for (int i = 0; i < 3; ++i)
+    for (const auto& p : modules[i]->named_parameters(/*recurse=*/true)) params_[i].emplace(p.name, p.value);
+}
+
+ModelParamShapes LoraPatcher::shapes() const {
+  ModelParamShapes s;
+  for (int i = 0; i < 3; ++i)
+    for (const auto& [name, t] : params_[i]) s.params[i].emplace(name, std::vector<std::int64_t>(t.sizes().begin(), t.sizes().end()));
+  return s;
+}
+
+std::uint64_t LoraPatcher::original_bytes() const {
+  std::uint64_t n = 0;
+  for (const auto& [k, t] : originals_) n += t.nbytes();
+  return n;
+}
+
+void LoraPatcher::apply(const Applied& set) {
+  torch::NoGradGuard no_grad;
+  // Deltas per weight, in the order the set lists them.
+  std::map<std::pair<int, std::string>, std::vector<std::pair<const LoraFactor*, double>>> touched;
+  for (const auto& [lora, weight] : set)
+    for (const auto& f : lora->factors) touched[{static_cast<int>(f.target), f.param}].emplace_back(&f, weight);
+
+  // Weights no longer touched: copy the original back (bit-identical) and drop it.
+  for (auto it = originals_.begin(); it != originals_.end();) {
+    if (touched.count(it->first)) {
+      ++it;
+      continue;
+    }
+    params_[it->first.first].at(it->first.second).copy_(it->second);
+    it = originals_.erase(it);
+  }
+  for (const auto& [id, deltas] : touched) {
+    torch::Tensor& w = params_[id.first].at(id.second);
+    auto orig = originals_.find(id);
+    if (orig == originals_.end()) orig = originals_.emplace(id, w.clone()).first;  // first touch
+    torch::Tensor acc = orig->second.to(torch::kFloat32, /*non_blocking=*/false, /*copy=*/true);
+    // acc is a fresh contiguous copy: its [out, in*kh*kw] view takes each product in place.
+    torch::Tensor acc2d = acc.view({acc.size(0), -1});
+    for (const auto& [f, weight] : deltas) {
+      // up [out, r(,1,1)] @ down [r, in(,kh,kw)] -> the weight's shape (LoCon convs too).
+      const torch::Tensor up = f->up.to(torch::kFloat32).flatten(1);
+      const torch::Tensor down = f->down.to(torch::kFloat32).flatten(1);
+      acc2d.addmm_(up, down, /*beta=*/1.0, /*alpha=*/weight * f->scale);
+    }
+    w.copy_(acc);
+  }
+}
+
+}  // namespace sdxl

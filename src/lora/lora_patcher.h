@@ -1,0 +1,44 @@
+// LoraPatcher: makes a model's weights equal base + sum_i weight_i * alpha_i/rank_i
+// * up_i @ down_i for a set of LoRAs, in place, on the weights' device. The sum is
+// formed in fp32 from the kept original and cast back once. The first touch of
+// a weight copies its original aside; a weight that the next set does not touch
+// gets its original copied back, so after any sequence of sets the base weights
+// are bit-identical. Owns those copies (device memory, the size of the touched
+// weights). Not thread-safe; call outside inference.
+#pragma once
+
+#include <torch/script.h>
+
+#include <array>
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "lora/lora_cache.h"
+#include "lora/lora_keys.h"
+
+namespace sdxl {
+
+struct SdxlModel;
+
+class LoraPatcher {
+ public:
+  explicit LoraPatcher(SdxlModel& model);
+
+  // Parameter name -> shape of the three patchable modules (for key mapping).
+  ModelParamShapes shapes() const;
+
+  using Applied = std::vector<std::pair<std::shared_ptr<const LoadedLora>, double>>;  // LoRA, weight
+  void apply(const Applied& set);
+  void restore_all() { apply({}); }
+
+  std::size_t patched_weights() const { return originals_.size(); }
+  std::uint64_t original_bytes() const;
+
+ private:
+  std::array<std::map<std::string, torch::Tensor>, 3> params_;
+  std::map<std::pair<int, std::string>, torch::Tensor> originals_;
+};
+
+}  // namespace sdxl

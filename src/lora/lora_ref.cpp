@@ -1,0 +1,100 @@
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+
+#include "sdxl/error.h"
+#include "sdxl/lora.h"
+
+namespace sdxl {
+namespace {
+
+bool parse_double(const std::string& s, double& out) {
+  if (s.empty() || std::isspace(static_cast<unsigned char>(s.front()))) return false;
+  char* end = nullptr;
+  out = std::strtod(s.c_str(), &end);
+  return end == s.c_str() + s.size() && std::isfinite(out);
+}
+
+std::string trim(const std::string& s) {
+  size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return s.substr(b, e - b);
+}
+
+}  // namespace
+
+LoraRef parse_lora_arg(const std::string& arg) {
+  LoraRef r;
+  std::string file = arg;
+  if (const auto colon = arg.rfind(':'); colon != std::string::npos) {
+    double w = 0;
+    if (parse_double(arg.substr(colon + 1), w)) {
+      r.weight = w;
+      file = arg.substr(0, colon);
+    }
+  }
+  if (file.empty()) throw UsageError("--lora '" + arg + "': expected FILE[:WEIGHT], e.g. --lora style.safetensors:0.8");
+  r.path = file;
+  r.name = r.path.stem().string();
+  return r;
+}
+
+PromptLoras extract_lora_tags(const std::string& prompt) {
+  PromptLoras out;
+  size_t i = 0;
+  while (i < prompt.size()) {
+    const size_t open = prompt.find("<lora:", i);
+    if (open == std::string::npos) break;
+    const size_t close = prompt.find('>', open);
+    if (close == std::string::npos) break;  // unclosed: A1111's regex does not match either
+    const std::string inside = prompt.substr(open + 6, close - open - 6);
+    std::vector<std::string> parts(1);
+    for (char c : inside) {
+      if (c == ':') parts.emplace_back();
+      else parts.back().push_back(c);
+    }
+    LoraTag tag;
+    tag.name = trim(parts[0]);
+    // A1111 (extra_networks_lora.py): the multiplier is args[1]; a separate UNet
+    // multiplier (args[2]) is not supported: one weight applies to all modules.
+    const std::string wtext = trim(parts.size() > 1 ? parts[1] : "");
+    if (!wtext.empty() && !parse_double(wtext, tag.weight))
+      throw UsageError("prompt tag '<lora:" + inside + ">': weight '" + wtext + "' is not a number");
+    if (tag.name.empty()) throw UsageError("prompt tag '<lora:" + inside + ">' has no name");
+    out.text += prompt.substr(i, open - i);
+    out.tags.push_back(tag);
+    i = close + 1;
+  }
+  out.text += prompt.substr(std::min(i, prompt.size()));
+  return out;
+}
+
+LoraRef resolve_lora(const std::string& name, double weight, const LoraRegistry& registry,
+                     const std::vector<std::filesystem::path>& dirs) {
+  LoraRef r;
+  r.name = name;
+  r.weight = weight;
+  if (auto it = registry.find(name); it != registry.end()) {
+    r.path = it->second.path;
+    r.pin = it->second.pin;
+    return r;
+  }
+  std::string searched;
+  if (!registry.empty()) searched = "the batch file's \"loras\" registry";
+  for (const auto& d : dirs) {
+    for (const auto& candidate : {d / (name + ".safetensors"), d / name}) {
+      std::error_code ec;
+      if (std::filesystem::is_regular_file(candidate, ec)) {
+        r.path = candidate;
+        return r;
+      }
+    }
+    searched += (searched.empty() ? "" : ", ") + ("'" + d.string() + "'");
+  }
+  throw UsageError("unknown LoRA '" + name + "': not found in " +
+                   (searched.empty() ? std::string("any directory (no --lora-dir given and no registry)") : searched) +
+                   " (hint: add --lora-dir DIR or a \"loras\" entry in the batch file)");
+}
+
+}  // namespace sdxl

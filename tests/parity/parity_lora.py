@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Parity (ctest label parity): LoRAs applied by sdxl-batch vs the same files
+fused into diffusers' StableDiffusionXLPipeline (scripts/lora_reference.py:
+diffusers' key conversion, peft's merge math) on the tiny model, CPU.
+
+Random LoRA files in each format come from scripts/make_test_loras.py. Each
+case runs `sdxl-batch generate --lora ...` and scripts/reference_sdxl.py
+--lora ..., and prints PSNR against the reference and against the image
+without LoRA (which must be clearly lower: the LoRA has to change the image,
+or the comparison proves nothing). Fails when a PSNR < --min-psnr (40 dB) or a
+LoRA leaves the image unchanged.
+
+    parity_lora.py --binary B --model TINY --diffusers TINY_DIFFUSERS --work DIR --source REPO
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+PROMPT = "comic panel, a lighthouse keeper in a storm, bold ink lines"
+NEG = "blurry"
+# name, [(file stem, weight)], prompt suffix with tags (resolved with --lora-dir)
+CASES = [
+    ("kohya-unet-sgm", [("kohya_unet", 1.0)], ""),
+    ("kohya-unet-diffusers", [("kohya_unet_dn", 0.8)], ""),
+    ("kohya-te1+te2", [("kohya_te", 1.0)], ""),
+    ("peft-unet+te", [("peft", 1.0)], ""),
+    ("diffusers-lora.down", [("diffusers_old", 1.0)], ""),
+    ("kohya-locon-conv", [("locon", 1.0)], ""),
+    ("stacked-3", [("kohya_unet", 0.7), ("peft", -0.6), ("kohya_te", 0.5)], ""),
+    ("prompt-tags", [], " <lora:locon:0.9>, <lora:kohya_te:1.2>"),
+]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--binary", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--diffusers", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--source", required=True)
+    ap.add_argument("--min-psnr", type=float, default=40.0)
+    ap.add_argument("--loras", help="existing make_test_loras.py output (default: make them under --work)")
+    a = ap.parse_args()
+    src = Path(a.source)
+    sys.path.insert(0, str(src / "scripts"))
+    from compare_images import load_rgb, psnr  # noqa: E402
+
+    work = Path(a.work)
+    work.mkdir(parents=True, exist_ok=True)
+    loras = Path(a.loras) if a.loras else work / "loras"
+    if not a.loras:
+        subprocess.run([sys.executable, str(src / "scripts" / "make_test_loras.py"), "--out", str(loras)], check=True,
+                       capture_output=True)
+    common = ["--negative", NEG, "--seed", "42", "--steps", "6", "--cfg", "5.0", "--width", "256", "--height", "256"]
+
+    def ours(name, prompt, specs):
+        png = work / f"{name}-sdxl.png"
+        args = [a.binary, "generate", "--model", a.model, "--prompt", prompt, *common, "--out", str(png), "--threads", "1",
+                "--lora-dir", str(loras), "--strict-lora"]
+        for stem, w in specs:
+            args += ["--lora", f"{loras / (stem + '.safetensors')}:{w}"]
+        r = subprocess.run(args, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise SystemExit(f"{name}: sdxl-batch failed ({r.returncode}):\n{r.stderr}")
+        return png
+
+    def ref(name, prompt, specs):
+        png = work / f"{name}-ref.png"
+        args = [sys.executable, str(src / "scripts" / "reference_sdxl.py"), "--diffusers", a.diffusers, "--prompt", prompt,
+                *common, "--out-png", str(png), "--threads", "1"]
+        for stem, w in specs:
+            args += ["--lora", f"{loras / (stem + '.safetensors')}:{w}"]
+        r = subprocess.run(args, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise SystemExit(f"{name}: reference failed ({r.returncode}):\n{r.stderr}")
+        return png, json.loads(r.stdout.strip().splitlines()[-1]).get("lora_layers", {})
+
+    base = load_rgb(str(ours("base", PROMPT, [])))
+    rows, failed = [], False
+    for name, specs, tags in CASES:
+        tag_specs = []
+        for t in tags.split("<lora:")[1:]:
+            stem, w = t.split(">")[0].split(":")
+            tag_specs.append((stem, float(w)))
+        ia = load_rgb(str(ours(name, PROMPT + tags, specs)))
+        # The reference gets the text without the tags (A1111 removes them) and the tags' LoRAs fused.
+        ref_prompt = PROMPT + "".join(t.split(">", 1)[1] if ">" in t else t for t in tags.split("<lora:"))
+        ref_png, layers = ref(name, ref_prompt, specs + tag_specs)
+        ib = load_rgb(str(ref_png))
+        p, p_base = psnr(ia, ib), psnr(ia, base)
+        ok = p >= a.min_psnr and p_base < a.min_psnr  # without the LoRA it would fail parity
+        failed |= not ok
+        rows.append({"case": name, "loras": ", ".join(f"{s}:{w}" for s, w in specs + tag_specs),
+                     "ref_layers": sum(layers.values()), "psnr_db": p, "psnr_vs_no_lora_db": p_base, "ok": ok})
+    print(f"{'case':22} {'LoRAs (file:weight)':44} {'layers':>6} {'PSNR dB':>8} {'vs no-LoRA':>10}")
+    for r in rows:
+        print(f"{r['case']:22} {r['loras']:44} {r['ref_layers']:>6} {r['psnr_db']:>8.2f} {r['psnr_vs_no_lora_db']:>10.2f}"
+              f"{'' if r['ok'] else '  FAIL'}")
+    (work / "parity_lora.json").write_text(json.dumps(rows, indent=1))
+    if failed:
+        print(f"FAIL: a case is below {a.min_psnr} dB, or its LoRA did not change the image")
+        return 1
+    print(f"all {len(rows)} cases >= {a.min_psnr} dB and changed by their LoRAs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
