@@ -31,7 +31,7 @@ run() {
   local wall; wall=$(python3 -c "import time,sys; print(time.time()-float(sys.argv[1]))" "$t0")
   kill "$upid" 2>/dev/null || true
   cp "$WORK/$name/report.json" "$OUT/report-$name.json" 2>/dev/null || true
-  python3 - "$WORK/$name/report.json" "$util" "$name" "$wall" "$*" <<'PY' | tee -a "$OUT/summary.txt"
+  python3 - "$WORK/$name/report.json" "$util" "$name" "$wall" "$*" <<'PY' | tee -a "$OUT/summary.txt" || true
 import json, sys
 r = json.load(open(sys.argv[1])); name, wall, args = sys.argv[3], float(sys.argv[4]), sys.argv[5]
 u = [float(x) for x in open(sys.argv[2]).read().split() if x.strip().replace('.', '', 1).isdigit()]
@@ -51,7 +51,7 @@ PY
 }
 # same_pngs A B: identical files? else PSNR per image
 compare() {
-  python3 - "$WORK/$1" "$WORK/$2" "$1 vs $2" <<'PY' | tee -a "$OUT/summary.txt"
+  python3 - "$WORK/$1" "$WORK/$2" "$1 vs $2" <<'PY' | tee -a "$OUT/summary.txt" || true
 import json, sys, hashlib, math
 from pathlib import Path
 import numpy as np
@@ -104,11 +104,21 @@ if [ "$MODE" = check ]; then
   compare four-b1 four-b4
   run four-b4-12g "$WORK/four.json" --max-batch 4 --vram-limit 12GiB
   grep -h "warn\|error" "$WORK"/*.log | sort | uniq -c | sort -rn | head -20 | tee -a "$OUT/summary.txt"
+elif [ "$MODE" = caps ]; then  # the mixed batch's serial baseline, the capped runs and the LoRA bench only
+  mkdir -p "$WORK/loras"
+  [ -f "$WORK/loras/full_b.safetensors" ] || python3 scripts/make_test_loras.py --full --out "$WORK/loras" > "$OUT/lora-make.log" 2>&1
+  mkbatch "$WORK/mixed.json" 16 16 "$WORK/loras"
+  run serial "$WORK/mixed.json" --order file --max-batch 1 --no-cuda-graphs --writer-threads 1
+  run cap24-b4 "$WORK/mixed.json" --max-batch 4 --vram-limit 24GiB
+  run cap12-b4 "$WORK/mixed.json" --max-batch 4 --vram-limit 12GiB
+  for n in serial cap24-b4 cap12-b4; do tail -3 "$WORK/$n.log" | sed "s/^/$n: /" >> "$OUT/summary.txt"; done
+  OUT=$OUT WORK=$WORK BIN=$SDXL bash scripts/bench_lora.sh 20 > "$OUT/lora-bench-run.log" 2>&1 || echo "bench_lora failed" | tee -a "$OUT/summary.txt"
+  tail -12 "$OUT/lora-bench.txt" 2>/dev/null | tee -a "$OUT/summary.txt"
 elif [ "$MODE" = mixed ]; then
   mkdir -p "$WORK/loras"
   [ -f "$WORK/loras/full_b.safetensors" ] || python3 scripts/make_test_loras.py --full --out "$WORK/loras" > "$OUT/lora-make.log" 2>&1
   mkbatch "$WORK/mixed.json" 16 16 "$WORK/loras"
-  run serial "$WORK/mixed.json" --max-batch 1 --no-cuda-graphs --writer-threads 1
+  run serial "$WORK/mixed.json" --order file --max-batch 1 --no-cuda-graphs --writer-threads 1
   run runtime-b1 "$WORK/mixed.json" --max-batch 1
   run cap24-b4 "$WORK/mixed.json" --max-batch 4 --vram-limit 24GiB
   run cap12-b4 "$WORK/mixed.json" --max-batch 4 --vram-limit 12GiB
@@ -124,5 +134,5 @@ PY
   OUT=$OUT WORK=$WORK BIN=$SDXL bash scripts/bench_lora.sh 20 > "$OUT/lora-bench-run.log" 2>&1 || echo "bench_lora failed" | tee -a "$OUT/summary.txt"
   tail -12 "$OUT/lora-bench.txt" 2>/dev/null | tee -a "$OUT/summary.txt"
 else
-  echo "mode: check | mixed" >&2; exit 2
+  echo "mode: check | mixed | caps" >&2; exit 2
 fi

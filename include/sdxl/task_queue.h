@@ -45,6 +45,9 @@ struct QueuePolicy {
   double aging_s = 900;  // a waiting image moves up one class per aging_s (<= 0: no aging)
   int max_batch = 8;     // images per UNet call at most
   bool fill_lower = true;
+  // Strictly the order images were pushed (the batch file's): no classes,
+  // deadlines, aging or LoRA affinity. A baseline to measure the queue against.
+  bool file_order = false;
 };
 
 class TaskQueue {

@@ -497,6 +497,9 @@ RunResult run_batch(const BatchFile& batch, const RunOptions& o, const GenerateB
     } catch (const Error& e) {
       error = e.what();
       oom = is_out_of_memory_message(error);
+    } catch (const std::exception& e) {  // anything else from the device libraries: this batch fails, not the run
+      error = std::string("unexpected error: ") + e.what();
+      oom = is_out_of_memory_message(error);
     }
     const double gen_s = std::chrono::duration<double>(Clock::now() - t0).count();
     ++res.batches;

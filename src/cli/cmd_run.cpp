@@ -25,7 +25,7 @@ namespace sdxl::cli {
 
 struct RunArgs {
   ModelOptions model;
-  std::string batch_file, out_dir, lock_file, max_runtime, shard, vram_limit, timeout, aging = "15m";
+  std::string batch_file, out_dir, lock_file, max_runtime, shard, vram_limit, timeout, aging = "15m", order = "queue";
   bool force = false, skip_invalid = false, dry_run = false, no_progress = false;
   int max_batch = 1, retries = 1, release_every = 0, writer_threads = 2;
   double safety = 1.2, retry_backoff = 2.0, progress_interval = 10.0;
@@ -65,6 +65,10 @@ CLI::App* add_run(CLI::App& app, std::shared_ptr<RunArgs>& args) {
       ->capture_default_str()->check(CLI::Range(0, 100000));
   cmd->add_option("--writer-threads", args->writer_threads, "Threads that encode and write PNGs")
       ->capture_default_str()->check(CLI::Range(1, 32));
+  cmd->add_option("--order", args->order,
+                  "queue: priorities, deadlines, aging, fewest LoRA switches; file: the batch file's order (a baseline)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"queue", "file"}));
   cmd->add_flag("--no-progress", args->no_progress, "No progress bar on a terminal (plain lines instead)");
   cmd->add_option("--progress-interval", args->progress_interval, "Seconds between plain progress lines when not on a terminal")
       ->capture_default_str()->check(CLI::Range(0.0, 86400.0));
@@ -227,6 +231,7 @@ int run_run(const RunArgs& a) {
   o.model_name = mc.name;
   o.queue.max_batch = a.max_batch;
   o.queue.aging_s = parse_duration_s(a.aging);
+  o.queue.file_order = a.order == "file";
   o.safety = a.safety;
   o.retries = a.retries;
   o.retry_backoff_s = a.retry_backoff;

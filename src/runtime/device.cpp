@@ -137,7 +137,14 @@ std::uint64_t device_free_bytes(const torch::Device& device) {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
     const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
     const std::int64_t unused = stats.reserved_bytes[agg].current - stats.allocated_bytes[agg].current;
-    return static_cast<std::uint64_t>(free) + static_cast<std::uint64_t>(std::max<std::int64_t>(0, unused));
+    std::uint64_t avail = static_cast<std::uint64_t>(free) + static_cast<std::uint64_t>(std::max<std::int64_t>(0, unused));
+    // Under --vram-limit, what the budget leaves is the bound.
+    std::lock_guard lk(g_limit_mu);
+    if (auto it = g_limits.find(device.index()); it != g_limits.end()) {
+      const auto allocated = static_cast<std::uint64_t>(stats.allocated_bytes[agg].current);
+      avail = std::min(avail, it->second > allocated ? it->second - allocated : 0);
+    }
+    return avail;
   }
   const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   return pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) : 0;

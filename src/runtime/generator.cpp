@@ -226,7 +226,14 @@ std::vector<GeneratedImage> Generator::generate_batch(const std::vector<Generati
   // tensor; padding one to the other's length would change its image. They run
   // as separate sub-batches, in order.
   const auto t_lora = Clock::now();
-  const auto lora_hashes = set_loras(loras);
+  std::vector<std::pair<std::string, std::string>> lora_hashes;
+  try {
+    lora_hashes = set_loras(loras);
+  } catch (const c10::Error& e) {  // e.g. no room for the LoRA factors under --vram-limit
+    const std::string what = std::string("applying LoRAs: ") + e.what_without_backtrace();
+    if (is_out_of_memory_message(what)) throw OutOfMemoryError(what);
+    throw TaskError(what);
+  }
   const double lora_s = seconds_since(t_lora);
   std::vector<GeneratedImage> out(ps.size());
   for (auto& g : out) {

@@ -40,6 +40,7 @@ int TaskQueue::effective_class(const QueuedImage& image, double now_s) const {
 }
 
 bool TaskQueue::before(const QueuedImage& a, const QueuedImage& b, double now_s, const std::string& lora) const {
+  if (policy_.file_order) return a.sequence < b.sequence;
   const int ca = effective_class(a, now_s), cb = effective_class(b, now_s);
   if (ca != cb) return ca < cb;
   const bool da = a.deadline_s >= 0, db = b.deadline_s >= 0;
@@ -71,7 +72,10 @@ std::vector<QueuedImage> TaskQueue::pop_batch(double now_s, const std::string& c
   // Same class first (already in order), then lower classes when allowed.
   for (size_t k = 1; k < idx.size(); ++k) {
     const QueuedImage& q = items_[idx[k]];
-    if (q.group != head.group) continue;
+    if (q.group != head.group) {
+      if (policy_.file_order) break;  // a batch is a run of consecutive compatible images
+      continue;
+    }
     if (!policy_.fill_lower && effective_class(q, now_s) != head_class) continue;
     candidates.push_back(idx[k]);
   }

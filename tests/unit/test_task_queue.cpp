@@ -238,3 +238,19 @@ TEST(Units, SizesAndDeadlines) {
   EXPECT_GT(t, now);
   EXPECT_LE(t, now + 86400 + 3600);
 }
+
+TEST(TaskQueue, FileOrderIsTheBaseline) {
+  sdxl::QueuePolicy pol;
+  pol.file_order = true;
+  pol.max_batch = 4;
+  TaskQueue q(pol);
+  q.push(img(0, Priority::kLow, "A"));
+  q.push(img(1, Priority::kHigh, "A", 5));
+  q.push(img(2, Priority::kMid, "B"));
+  q.push(img(3, Priority::kMid, "A"));
+  auto b = q.pop_batch(0, "", nullptr);
+  ASSERT_EQ(b.size(), 2u) << "consecutive compatible images only";
+  EXPECT_EQ(b[0].handle, 0u);
+  EXPECT_EQ(b[1].handle, 1u);
+  EXPECT_EQ(drain(q), (std::vector<size_t>{2, 3}));
+}
