@@ -4,7 +4,8 @@
 
 namespace sdxl {
 
-LoraPatcher::LoraPatcher(SdxlModel& model) {
+LoraPatcher::LoraPatcher(SdxlModel& model, bool originals_on_host) {
+  originals_on_host_ = originals_on_host && model.device.is_cuda();
   torch::jit::Module* modules[3] = {&model.text_encoder, &model.text_encoder_2, &model.unet};
   for (int i = 0; i < 3; ++i)
     for (const auto& p : modules[i]->named_parameters(/*recurse=*/true)) params_[i].emplace(p.name, p.value);
@@ -42,8 +43,10 @@ void LoraPatcher::apply(const Applied& set) {
   for (const auto& [id, deltas] : touched) {
     torch::Tensor& w = params_[id.first].at(id.second);
     auto orig = originals_.find(id);
-    if (orig == originals_.end()) orig = originals_.emplace(id, w.clone()).first;  // first touch
-    torch::Tensor acc = orig->second.to(torch::kFloat32, /*non_blocking=*/false, /*copy=*/true);
+    if (orig == originals_.end()) {  // first touch
+      orig = originals_.emplace(id, originals_on_host_ ? w.to(torch::kCPU).pin_memory() : w.clone()).first;
+    }
+    torch::Tensor acc = orig->second.to(w.device(), torch::kFloat32, /*non_blocking=*/false, /*copy=*/true);
     // acc is a fresh contiguous copy: its [out, in*kh*kw] view takes each product in place.
     torch::Tensor acc2d = acc.view({acc.size(0), -1});
     for (const auto& [f, weight] : deltas) {

@@ -4,7 +4,7 @@
 // a weight copies its original aside; a weight that the next set does not touch
 // gets its original copied back, so after any sequence of sets the base weights
 // are bit-identical. Owns those copies (device memory, the size of the touched
-// weights). Not thread-safe; call outside inference.
+// weights, or pinned host memory when asked). Not thread-safe; call outside inference.
 #pragma once
 
 #include <torch/script.h>
@@ -24,7 +24,10 @@ struct SdxlModel;
 
 class LoraPatcher {
  public:
-  explicit LoraPatcher(SdxlModel& model);
+  // originals_on_host: keep the originals in (pinned) host memory instead of
+  // on the device -- for tight budgets (--vram-limit); restoring then copies
+  // them back over PCIe.
+  explicit LoraPatcher(SdxlModel& model, bool originals_on_host = false);
 
   // Parameter name -> shape of the three patchable modules (for key mapping).
   ModelParamShapes shapes() const;
@@ -39,6 +42,7 @@ class LoraPatcher {
  private:
   std::array<std::map<std::string, torch::Tensor>, 3> params_;
   std::map<std::pair<int, std::string>, torch::Tensor> originals_;
+  bool originals_on_host_ = false;
 };
 
 }  // namespace sdxl

@@ -57,10 +57,11 @@ struct Generator::Impl {
   LoraRegistry lora_registry;
   std::vector<LoraRef> applied;
   std::vector<std::pair<std::string, std::string>> applied_hashes;
+  bool memory_limited = false;  // --vram-limit given: LoRA originals stay in host memory
 
   void ensure_lora_state() {
     if (patcher) return;
-    patcher = std::make_unique<LoraPatcher>(*model);
+    patcher = std::make_unique<LoraPatcher>(*model, /*originals_on_host=*/memory_limited);
     std::uint64_t budget = opts.lora_cache_bytes;
     if (budget == 0) budget = device_free_bytes(model->device) / 10 * 3;  // 30% of what the weights left free
     lora_cache = std::make_unique<LoraCache>(patcher->shapes(), model->device, budget, opts.lora_strict);
@@ -372,6 +373,9 @@ void Generator::release_cached_memory() {
   impl_->unet->release();  // a captured graph holds its own memory pool
   device_release_cached(impl_->model->device);
 }
-void Generator::set_memory_limit(std::uint64_t bytes) { device_set_memory_limit(impl_->model->device, bytes); }
+void Generator::set_memory_limit(std::uint64_t bytes) {
+  device_set_memory_limit(impl_->model->device, bytes);
+  impl_->memory_limited = bytes > 0;
+}
 
 }  // namespace sdxl

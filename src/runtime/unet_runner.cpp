@@ -51,7 +51,10 @@ torch::Tensor UnetRunner::operator()(const torch::Tensor& x, const torch::Tensor
   std::vector<std::int64_t> key(x.sizes().begin(), x.sizes().end());
   key.insert(key.end(), context_.sizes().begin(), context_.sizes().end());
   if (key != graph_key_) {
-    graph_.reset();  // another shape: its pool is freed with it
+    if (graph_) {
+      graph_.reset();  // another shape: its private pool goes back to the allocator...
+      c10::cuda::CUDACachingAllocator::emptyCache();  // ...and to the driver, for the next pool
+    }
     graph_key_ = key;
     calls_for_key_ = 0;
   }
@@ -79,9 +82,15 @@ torch::Tensor UnetRunner::operator()(const torch::Tensor& x, const torch::Tensor
   const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(model_.device.index());
   c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, model_.device.index());
   stream_wait(side, current);  // the static inputs are filled on `current`
+  // The graph allocates from its own pool: hand the plain step's cached blocks
+  // back first, so a tight budget (--vram-limit) holds one copy, not two.
+  c10::cuda::CUDACachingAllocator::emptyCache();
   bool capturing = false;
+  // The guard outlives the try: capture_end() must run on the capturing stream,
+  // also when the forward threw, or the stream stays in capture mode and every
+  // later CUDA call fails.
+  c10::cuda::CUDAStreamGuard guard(side);
   try {
-    c10::cuda::CUDAStreamGuard guard(side);
     g->graph.capture_begin();
     capturing = true;
     g->out = model_.unet.forward({g->x, g->t, g->context, g->pooled, g->time_ids}).toTensor();
@@ -92,9 +101,16 @@ torch::Tensor UnetRunner::operator()(const torch::Tensor& x, const torch::Tensor
       try {
         g->graph.capture_end();
       } catch (const std::exception&) {
-        // the capture is invalid anyway; the graph is dropped below
+        // an invalidated capture still ends here; the graph is dropped below
       }
+      cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+      if (cudaStreamIsCapturing(side.stream(), &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
+        cudaGraph_t dropped = nullptr;  // last resort: end the capture by hand
+        if (cudaStreamEndCapture(side.stream(), &dropped) == cudaSuccess && dropped) cudaGraphDestroy(dropped);
+      }
+      (void)cudaGetLastError();  // clear the capture error so later calls do not report it
     }
+    guard.reset_stream(current);
     stream_wait(current, side);
     g.reset();
     c10::cuda::CUDACachingAllocator::emptyCache();
@@ -102,6 +118,7 @@ torch::Tensor UnetRunner::operator()(const torch::Tensor& x, const torch::Tensor
     spdlog::warn("CUDA graph capture of the UNet failed, continuing without graphs: {}", e.what());
     return run_module(model_.unet, "unet", {x, t, context_, pooled_, time_ids_}).toTensor();
   }
+  guard.reset_stream(current);
   stream_wait(current, side);
   ++captures_;
   spdlog::debug("captured the UNet step as a CUDA graph for latents [{}, {}, {}, {}]", x.size(0), x.size(1), x.size(2),
