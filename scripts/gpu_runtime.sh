@@ -108,17 +108,17 @@ elif [ "$MODE" = caps ]; then  # the mixed batch's serial baseline, the capped r
   mkdir -p "$WORK/loras"
   [ -f "$WORK/loras/full_b.safetensors" ] || python3 scripts/make_test_loras.py --full --out "$WORK/loras" > "$OUT/lora-make.log" 2>&1
   mkbatch "$WORK/mixed.json" 16 16 "$WORK/loras"
-  run serial "$WORK/mixed.json" --order file --max-batch 1 --no-cuda-graphs --writer-threads 1
+  [ -n "${SKIP_SERIAL:-}" ] || run serial "$WORK/mixed.json" --order file --max-batch 1 --no-cuda-graphs --writer-threads 1
   run cap24-b4 "$WORK/mixed.json" --max-batch 4 --vram-limit 24GiB
   run cap12-b4 "$WORK/mixed.json" --max-batch 4 --vram-limit 12GiB
-  for n in serial cap24-b4 cap12-b4; do tail -3 "$WORK/$n.log" | sed "s/^/$n: /" >> "$OUT/summary.txt"; done
-  OUT=$OUT WORK=$WORK BIN=$SDXL bash scripts/bench_lora.sh 20 > "$OUT/lora-bench-run.log" 2>&1 || echo "bench_lora failed" | tee -a "$OUT/summary.txt"
+  for n in serial cap24-b4 cap12-b4; do [ -f "$WORK/$n.log" ] && tail -3 "$WORK/$n.log" | sed "s/^/$n: /" >> "$OUT/summary.txt"; done
+  [ -n "${SKIP_LORA_BENCH:-}" ] || OUT=$OUT WORK=$WORK BIN=$SDXL bash scripts/bench_lora.sh 20 > "$OUT/lora-bench-run.log" 2>&1 || echo "bench_lora failed" | tee -a "$OUT/summary.txt"
   tail -12 "$OUT/lora-bench.txt" 2>/dev/null | tee -a "$OUT/summary.txt"
 elif [ "$MODE" = mixed ]; then
   mkdir -p "$WORK/loras"
   [ -f "$WORK/loras/full_b.safetensors" ] || python3 scripts/make_test_loras.py --full --out "$WORK/loras" > "$OUT/lora-make.log" 2>&1
   mkbatch "$WORK/mixed.json" 16 16 "$WORK/loras"
-  run serial "$WORK/mixed.json" --order file --max-batch 1 --no-cuda-graphs --writer-threads 1
+  [ -n "${SKIP_SERIAL:-}" ] || run serial "$WORK/mixed.json" --order file --max-batch 1 --no-cuda-graphs --writer-threads 1
   run runtime-b1 "$WORK/mixed.json" --max-batch 1
   run cap24-b4 "$WORK/mixed.json" --max-batch 4 --vram-limit 24GiB
   run cap12-b4 "$WORK/mixed.json" --max-batch 4 --vram-limit 12GiB
@@ -131,7 +131,7 @@ switches = sum(1 for a, b in zip(order, order[1:]) if a[1] != b[1])
 print(f"runtime-b1 LoRA: {l.get('switches')} switches applied, {switches} set changes in image order; cache hits {l.get('hits')}, "
       f"misses {l.get('misses')}, evictions {l.get('evictions')}, load {l.get('load_s', 0):.2f} s, merge {l.get('merge_s', 0):.2f} s")
 PY
-  OUT=$OUT WORK=$WORK BIN=$SDXL bash scripts/bench_lora.sh 20 > "$OUT/lora-bench-run.log" 2>&1 || echo "bench_lora failed" | tee -a "$OUT/summary.txt"
+  [ -n "${SKIP_LORA_BENCH:-}" ] || OUT=$OUT WORK=$WORK BIN=$SDXL bash scripts/bench_lora.sh 20 > "$OUT/lora-bench-run.log" 2>&1 || echo "bench_lora failed" | tee -a "$OUT/summary.txt"
   tail -12 "$OUT/lora-bench.txt" 2>/dev/null | tee -a "$OUT/summary.txt"
 else
   echo "mode: check | mixed | caps" >&2; exit 2
