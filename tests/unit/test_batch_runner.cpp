@@ -317,6 +317,17 @@ struct FakeDevice {
   }
 };
 
+// Flat grey images of the batch's size, one per params entry.
+std::vector<sdxl::GeneratedImage> grey_images(const std::vector<sdxl::GenerationParams>& ps, std::uint8_t level) {
+  std::vector<sdxl::GeneratedImage> out(ps.size());
+  for (auto& g : out) {
+    g.width = ps[0].width;
+    g.height = ps[0].height;
+    g.rgb.assign(static_cast<size_t>(g.width * g.height * 3), level);
+  }
+  return out;
+}
+
 std::string many_tasks(int n, const std::string& extra = "") {
   std::string s = R"({"version": 1, "tasks": [)";
   for (int i = 0; i < n; ++i)
@@ -361,13 +372,7 @@ TEST_F(Fixture, AdmissionFollowsTheMeasuredBudget) {
   }(), [&](const std::vector<sdxl::GenerationParams>& ps, const sdxl::StepHook&) {
     batch_sizes.push_back(static_cast<int>(ps.size()));
     dev.run(ps.size());
-    std::vector<sdxl::GeneratedImage> out(ps.size());
-    for (auto& g : out) {
-      g.width = ps[0].width;
-      g.height = ps[0].height;
-      g.rgb.assign(static_cast<size_t>(g.width * g.height * 3), 7);
-    }
-    return out;
+    return grey_images(ps, 7);
   });
   EXPECT_EQ(r.done, 12);
   EXPECT_EQ(dev.ooms, 0);
@@ -390,13 +395,7 @@ TEST_F(Fixture, OutOfMemoryHalvesTheBatchAndNothingIsLost) {
   auto r = sdxl::run_batch(bf, o, [&](const std::vector<sdxl::GenerationParams>& ps, const sdxl::StepHook&) {
     batch_sizes.push_back(static_cast<int>(ps.size()));
     dev.run(ps.size());
-    std::vector<sdxl::GeneratedImage> out(ps.size());
-    for (auto& g : out) {
-      g.width = ps[0].width;
-      g.height = ps[0].height;
-      g.rgb.assign(static_cast<size_t>(g.width * g.height * 3), 9);
-    }
-    return out;
+    return grey_images(ps, 9);
   });
   EXPECT_EQ(r.done, 8);
   EXPECT_EQ(r.failed, 0);
@@ -420,13 +419,7 @@ TEST_F(Fixture, ASingleImageThatStillRunsOutOfMemoryFailsAloneAfterItsRetries) {
         ++attempts_p1;
         throw sdxl::TaskError("unet failed: CUDA out of memory. Tried to allocate 2.00 GiB");
       }
-    std::vector<sdxl::GeneratedImage> out(ps.size());
-    for (auto& g : out) {
-      g.width = ps[0].width;
-      g.height = ps[0].height;
-      g.rgb.assign(static_cast<size_t>(g.width * g.height * 3), 5);
-    }
-    return out;
+    return grey_images(ps, 5);
   });
   EXPECT_EQ(r.done, 2);
   EXPECT_EQ(r.failed, 1);
@@ -452,11 +445,7 @@ TEST_F(Fixture, FlakyFailuresAreRetriedWithBackoff) {
       t0_times.push_back(std::chrono::steady_clock::now());
       if (++calls_t0 == 1) throw sdxl::TaskError("transient: driver hiccup");
     }
-    std::vector<sdxl::GeneratedImage> out(1);
-    out[0].width = ps[0].width;
-    out[0].height = ps[0].height;
-    out[0].rgb.assign(static_cast<size_t>(out[0].width * out[0].height * 3), 1);
-    return out;
+    return grey_images(ps, 1);
   });
   EXPECT_EQ(r.done, 2);
   EXPECT_EQ(r.retries, 1);
@@ -479,11 +468,7 @@ TEST_F(Fixture, ATaskPastItsTimeoutIsCancelledBetweenSteps) {
       ++steps_run;
       hook(s, 20);
     }
-    std::vector<sdxl::GeneratedImage> out(1);
-    out[0].width = ps[0].width;
-    out[0].height = ps[0].height;
-    out[0].rgb.assign(static_cast<size_t>(out[0].width * out[0].height * 3), 1);
-    return out;
+    return grey_images(ps, 1);
   });
   EXPECT_EQ(r.done, 1);
   EXPECT_EQ(r.failed, 1);
