@@ -17,7 +17,7 @@ out=build/fuzz
 mkdir -p "$out"
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude -Isrc)
 declare -A srcs=(
-  [batch_file]="src/batch/batch_file.cpp src/batch/generation_params.cpp src/model/model_config.cpp"
+  [batch_file]="src/batch/batch_file.cpp src/batch/generation_params.cpp src/model/model_config.cpp src/runtime/task_queue.cpp src/image/png_reader.cpp src/sampling/sampler_plan.cpp src/sampling/schedule.cpp src/lora/lora_ref.cpp src/util/error.cpp"
   [clip_tokenizer]="src/text/clip_tokenizer.cpp src/text/unicode_data.cpp"
   [prompt_parser]="src/text/prompt_parser.cpp src/text/prompt_chunks.cpp src/text/clip_tokenizer.cpp src/text/unicode_data.cpp"
   [safetensors]="src/lora/safetensors.cpp src/lora/lora_keys.cpp src/util/sha256.cpp"
