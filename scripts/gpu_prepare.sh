@@ -2,7 +2,9 @@
 # Sourced by the GPU scripts (scripts/gpu_*.sh) on the GPU machine: installs the
 # carried wheels (.whl), builds sdxl-batch against python3's libtorch
 # (cmake --preset gpu) while exporting the full-size SDXL architecture with
-# random weights (fp16, traced on cuda) and its diffusers copy to $WORK/full.
+# random weights (fp16, traced on cuda) to $WORK/full (and its diffusers copy to
+# $WORK/full-diffusers when SDXL_SAVE_DIFFUSERS=1; SDXL_EXPORT_CHECK=quick|full
+# compares the traces with eager, default none).
 # Logs: $OUT/build.log, $OUT/export.log; times appended to $OUT/summary.txt.
 set -euo pipefail
 OUT=${OUT:-$PWD/bench/tmp}
@@ -18,7 +20,8 @@ build_pid=$!
 t0=$(date +%s)
 if [ ! -f "$WORK/full/model.json" ]; then
   python3 scripts/export_sdxl.py --random-full --dtype fp16 --device cuda --out "$WORK/full" \
-    ${SDXL_SAVE_DIFFUSERS:+--save-diffusers "$WORK/full-diffusers"} --check none --force > "$OUT/export.log" 2>&1
+    ${SDXL_SAVE_DIFFUSERS:+--save-diffusers "$WORK/full-diffusers"} --check "${SDXL_EXPORT_CHECK:-none}" --force \
+    --json-report "$WORK/export-checks.json" > "$OUT/export.log" 2>&1
 fi
 echo "export: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/summary.txt"
 wait $build_pid || { tail -30 "$OUT/build.log"; exit 1; }

@@ -13,26 +13,7 @@
 # run.log, report.json (sdxl-batch), diffusers.json, sdxl-seed1.png, diffusers-seed1.png.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/bench/tmp}
-mkdir -p "$OUT"
-WORK=${WORK:-/tmp/sdxl-gpu}
-mkdir -p "$WORK"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/summary.txt"
-
-( cmake --preset gpu -DCMAKE_CXX_COMPILER_LAUNCHER= && cmake --build --preset gpu -j "$(nproc)" ) > "$OUT/build.log" 2>&1 &
-build_pid=$!
-t0=$(date +%s)
-if [ ! -f "$WORK/full/model.json" ]; then
-  python3 scripts/export_sdxl.py --random-full --dtype fp16 --device cuda --out "$WORK/full" \
-    --save-diffusers "$WORK/full-diffusers" --check quick --force --json-report "$WORK/export-checks.json" > "$OUT/export.log" 2>&1
-fi
-echo "export: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/summary.txt"
-wait $build_pid || { tail -30 "$OUT/build.log"; exit 1; }
-echo "build+export wall: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/summary.txt"
+SDXL_SAVE_DIFFUSERS=1 SDXL_EXPORT_CHECK=quick source scripts/gpu_prepare.sh
 
 cat > "$WORK/batch.json" <<'JSON'
 {"version": 1,

@@ -37,6 +37,7 @@ void UnetRunner::bind(const torch::Tensor& context, const torch::Tensor& pooled,
   pooled_ = pooled;
   time_ids_ = time_ids;
   calls_for_key_ = 0;
+  conditioning_copied_ = false;
 }
 
 void UnetRunner::release() {
@@ -62,9 +63,12 @@ torch::Tensor UnetRunner::operator()(const torch::Tensor& x, const torch::Tensor
   if (graph_) {
     graph_->x.copy_(x);
     graph_->t.copy_(t);
-    graph_->context.copy_(context_);
-    graph_->pooled.copy_(pooled_);
-    graph_->time_ids.copy_(time_ids_);
+    if (!conditioning_copied_) {  // once per bind(), not per step
+      graph_->context.copy_(context_);
+      graph_->pooled.copy_(pooled_);
+      graph_->time_ids.copy_(time_ids_);
+      conditioning_copied_ = true;
+    }
     graph_->graph.replay();
     ++replays_;
     return graph_->out;
@@ -124,6 +128,7 @@ torch::Tensor UnetRunner::operator()(const torch::Tensor& x, const torch::Tensor
   spdlog::debug("captured the UNet step as a CUDA graph for latents [{}, {}, {}, {}]", x.size(0), x.size(1), x.size(2),
                 x.size(3));
   graph_ = std::move(g);
+  conditioning_copied_ = true;  // cloned from the bound tensors above
   graph_->graph.replay();
   ++replays_;
   return graph_->out;

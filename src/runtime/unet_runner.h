@@ -46,6 +46,7 @@ class UnetRunner {
   std::unique_ptr<Graph> graph_;
   std::vector<std::int64_t> graph_key_;
   int calls_for_key_ = 0;
+  bool conditioning_copied_ = false;  // the graph's static conditioning holds the bound tensors
   int captures_ = 0, replays_ = 0;
 };
 
