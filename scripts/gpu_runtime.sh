@@ -3,6 +3,10 @@
 # CFG 7), one command, from the repository root:
 #   OUT=DIR bash scripts/gpu_runtime.sh check   # CUDA graphs on/off, batching, 12 GiB cap
 #   OUT=DIR bash scripts/gpu_runtime.sh mixed   # the 32-image mixed batch, serial vs runtime, caps
+#   OUT=DIR bash scripts/gpu_runtime.sh pipeline  # the mixed batch: serial, runtime without / with stage overlap
+#   OUT=DIR bash scripts/gpu_runtime.sh multi   # 64 images on GPU 0, then on GPUs 0 and 1 (a 2-GPU machine)
+#   OUT=DIR bash scripts/gpu_runtime.sh x2      # pipeline + caps + multi in one call on a 2-GPU machine
+#                                               # (single-GPU runs go two at a time, one per GPU)
 # check: the same 3 images with and without CUDA graphs (identical PNGs? s/image),
 #        4 images at --max-batch 4 against the same seeds at batch 1 (PSNR),
 #        4 images at --max-batch 4 under --vram-limit 12GiB (admission, OOM count).
@@ -12,21 +16,30 @@
 #        (graphs, --max-batch 1), then at --max-batch 4 under 24 GiB and 12 GiB
 #        caps; images/hour, GPU busy fraction (nvidia-smi, 100 ms), peaks; then
 #        scripts/bench_lora.sh (load / cached switch / restore of rank-64 LoRAs).
+# pipeline: the mixed batch serially (file order, one batch at a time, no graphs,
+#        --no-overlap), by the runtime with --no-overlap, and by the runtime
+#        (stages overlapping: text / sample / decode on three streams); PNGs
+#        compared; per-device busy and overlap seconds from report.json.
+# multi: 64 images (the mixed batch twice over) with --devices 0 and with
+#        --devices 0,1; the scaling ratio; PNGs compared (noise is drawn on
+#        the CPU, so they must match).
 # Results: $OUT/summary.txt (+ build/export logs and the reports as JSON).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE=${1:-check}
 source scripts/gpu_prepare.sh
 
-busy_start() { nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 > "$1" 2>/dev/null & echo $!; }
+busy_start() { nvidia-smi ${GPU:+-i $GPU} --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 > "$1" 2>/dev/null & echo $!; }
 # run NAME BATCHFILE ARGS...: one sdxl-batch run into $WORK/NAME, a summary line, report copied to $OUT.
+# GPU=N: on that GPU only (--devices N), so two runs can go side by side on a 2-GPU machine.
 run() {
   local name=$1 batch=$2; shift 2
   rm -rf "$WORK/$name"
   local util="$WORK/$name.util"
   local upid; upid=$(busy_start "$util")
   local t0; t0=$(date +%s.%N)
-  "$SDXL" --log-level warn run "$batch" --model "$MODEL" --device cuda --out "$WORK/$name" --no-progress "$@" \
+  timeout "${RUN_TIMEOUT:-400}" "$SDXL" --log-level warn run "$batch" --model "$MODEL" --device cuda ${GPU:+--devices $GPU} \
+    --out "$WORK/$name" --no-progress "$@" \
     > "$WORK/$name.log" 2>&1 || echo "$name: exit $?" | tee -a "$OUT/summary.txt"
   local wall; wall=$(python3 -c "import time,sys; print(time.time()-float(sys.argv[1]))" "$t0")
   kill "$upid" 2>/dev/null || true
@@ -68,6 +81,23 @@ for k, la in ma.items():
     mse = ((x - y) ** 2).mean(); maxd = max(maxd, np.abs(x - y).max())
     worst = min(worst, 10 * math.log10(255 ** 2 / mse))
 print(f"{label}: {same}/{len(ma)} PNGs identical; others: worst PSNR {worst:.1f} dB, max pixel diff {maxd:.0f}")
+PY
+}
+
+# Per device from every report of this call: busy fraction and overlapping stage seconds.
+stage_summary() {
+  python3 - "$WORK" <<'PY' | tee -a "$OUT/summary.txt"
+import json, sys, glob, os
+for p in sorted(glob.glob(os.path.join(sys.argv[1], "*", "report.json"))):
+    r = json.load(open(p)); name = os.path.basename(os.path.dirname(p))
+    for d in r.get("devices", []):
+        reg = d.get("memory", {}).get("regions", {})
+        print(f"{name:>14} {d['name']}: {d['images']} images, {d['images_per_hour']:.0f}/h, busy {d['busy_fraction']:.0%}, "
+              f"stages text {d['text_s']:.1f} s sample {d['sample_s']:.1f} s decode {d['decode_s']:.1f} s, overlapping {d['overlap_s']:.1f} s; "
+              f"weights {d['memory']['weights_bytes']/2**30:.2f} GiB, sample peak {reg.get('sample',{}).get('peak_work_bytes',0)/2**30:.2f} GiB "
+              f"(frag {reg.get('sample',{}).get('max_fragmentation_bytes',0)/2**30:.2f}), decode peak {reg.get('decode',{}).get('peak_work_bytes',0)/2**30:.2f} GiB "
+              f"(frag {reg.get('decode',{}).get('max_fragmentation_bytes',0)/2**30:.2f}), LoRA cache {reg.get('lora_cache',{}).get('bytes_held',0)/2**30:.2f} GiB"
+              + (f"; FAILED: {d.get('failure')}" if d.get('failed') else ""))
 PY
 }
 
@@ -133,6 +163,59 @@ print(f"runtime-b1 LoRA: {l.get('switches')} switches applied, {switches} set ch
 PY
   [ -n "${SKIP_LORA_BENCH:-}" ] || OUT=$OUT WORK=$WORK BIN=$SDXL bash scripts/bench_lora.sh 20 > "$OUT/lora-bench-run.log" 2>&1 || echo "bench_lora failed" | tee -a "$OUT/summary.txt"
   tail -12 "$OUT/lora-bench.txt" 2>/dev/null | tee -a "$OUT/summary.txt"
+elif [ "$MODE" = pipeline ]; then
+  mkdir -p "$WORK/loras"
+  [ -f "$WORK/loras/full_b.safetensors" ] || python3 scripts/make_test_loras.py --full --out "$WORK/loras" > "$OUT/lora-make.log" 2>&1
+  mkbatch "$WORK/mixed.json" 16 16 "$WORK/loras"
+  [ -n "${SKIP_SERIAL:-}" ] || run serial "$WORK/mixed.json" --order file --max-batch 1 --no-cuda-graphs --no-overlap --writer-threads 1
+  run no-overlap "$WORK/mixed.json" --max-batch 1 --no-overlap
+  run overlap "$WORK/mixed.json" --max-batch 1
+  compare no-overlap overlap
+  [ -n "${SKIP_CAPS:-}" ] || run cap24-overlap "$WORK/mixed.json" --max-batch 4 --vram-limit 24GiB
+  [ -n "${SKIP_CAPS:-}" ] || run cap12-overlap "$WORK/mixed.json" --max-batch 4 --vram-limit 12GiB
+  stage_summary
+elif [ "$MODE" = x2 ]; then
+  mkdir -p "$WORK/loras"
+  [ -f "$WORK/loras/full_b.safetensors" ] || python3 scripts/make_test_loras.py --full --out "$WORK/loras" > "$OUT/lora-make.log" 2>&1
+  mkbatch "$WORK/mixed.json" 16 16 "$WORK/loras"
+  mkbatch "$WORK/mixed64.json" 32 32 "$WORK/loras"
+  GPU=0 run serial "$WORK/mixed.json" --order file --max-batch 1 --no-cuda-graphs --no-overlap --writer-threads 1 &
+  GPU=1 run no-overlap "$WORK/mixed.json" --max-batch 1 --no-overlap &
+  wait
+  GPU=0 run overlap "$WORK/mixed.json" --max-batch 1 &
+  GPU=1 run cap24-overlap "$WORK/mixed.json" --max-batch 4 --vram-limit 24GiB &
+  wait
+  GPU=0 run gpu0 "$WORK/mixed64.json" --max-batch 1 &
+  GPU=1 run cap12-overlap "$WORK/mixed.json" --max-batch 4 --vram-limit 12GiB &
+  wait
+  run gpu01 "$WORK/mixed64.json" --max-batch 1 --devices 0,1
+  compare serial overlap
+  compare no-overlap overlap
+  compare gpu0 gpu01
+  python3 - "$WORK/serial/report.json" "$WORK/no-overlap/report.json" "$WORK/overlap/report.json" "$WORK/gpu0/report.json" "$WORK/gpu01/report.json" <<'PY' | tee -a "$OUT/summary.txt" || true
+import json, sys
+s, n, o, a, b = (json.load(open(p)) for p in sys.argv[1:6])
+print(f"runtime vs serial: {o['images_per_hour']:.0f} / {s['images_per_hour']:.0f} = {o['images_per_hour'] / s['images_per_hour']:.2f}x; "
+      f"overlap vs no-overlap: {o['images_per_hour']:.0f} / {n['images_per_hour']:.0f} = {o['images_per_hour'] / n['images_per_hour']:.2f}x")
+print(f"scaling: {a['images_per_hour']:.0f} images/hour on 1 GPU, {b['images_per_hour']:.0f} on 2 GPUs = "
+      f"{b['images_per_hour'] / a['images_per_hour']:.2f}x (load {a['load_s']:.1f} s / {b['load_s']:.1f} s, not counted)")
+PY
+  stage_summary
+  grep -h "warn\|error" "$WORK"/*.log | sort | uniq -c | sort -rn | head -20 | tee -a "$OUT/summary.txt"
+elif [ "$MODE" = multi ]; then
+  mkdir -p "$WORK/loras"
+  [ -f "$WORK/loras/full_b.safetensors" ] || python3 scripts/make_test_loras.py --full --out "$WORK/loras" > "$OUT/lora-make.log" 2>&1
+  mkbatch "$WORK/mixed64.json" 32 32 "$WORK/loras"
+  run gpu0 "$WORK/mixed64.json" --max-batch 1 --devices 0
+  run gpu01 "$WORK/mixed64.json" --max-batch 1 --devices 0,1
+  compare gpu0 gpu01
+  python3 - "$WORK/gpu0/report.json" "$WORK/gpu01/report.json" <<'PY' | tee -a "$OUT/summary.txt"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+print(f"scaling: {a['images_per_hour']:.0f} images/hour on 1 GPU, {b['images_per_hour']:.0f} on 2 GPUs = "
+      f"{b['images_per_hour'] / a['images_per_hour']:.2f}x (load {a['load_s']:.1f} s / {b['load_s']:.1f} s, not counted)")
+PY
+  stage_summary
 else
-  echo "mode: check | mixed | caps" >&2; exit 2
+  echo "mode: check | mixed | caps | pipeline | multi" >&2; exit 2
 fi

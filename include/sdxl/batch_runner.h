@@ -17,13 +17,34 @@
 //    goes on; an IoError (disk full, permissions) stops the run after writing
 //    the report.
 // Writes report.json (report-shard-K-of-N.json with shards) and report.html.
-// torch-free: the caller passes the generator as functions. Not thread-safe.
+//
+// The pipeline: each device (a lane) runs three threads, one per stage —
+// text encode, sampling, VAE decode — handing batches on through queues of
+// one, so the decode of a batch and the text encode of the next overlap the
+// sampling of the one between. Memory stays bounded: a lane holds at most
+// three batches, and takes a new one only while the budget covers its
+// estimated peak plus that of the batch still in flight; a batch size never
+// measured runs alone (and is measured). A LoRA switch waits for the earlier
+// batches' sampling (the weights change), after loading the files ahead.
+// After an out-of-memory the lane runs one batch at a time.
+//
+// Several devices (--devices): one lane per device, each with its own model
+// replica, all taking whole batches from one queue (priorities hold across
+// devices; a lane prefers the LoRA set it has applied; an idle lane takes the
+// next batch, so the device with the shortest queue gets it). A device that
+// fails — a lost device, or `lane_failures` failed batches in a row while
+// another device still works — is given up: its batches go back to the queue
+// and the others finish the run; the report says what happened.
+//
+// torch-free: the caller passes the generator as functions. run_batch itself
+// is called from one thread.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -54,6 +75,28 @@ struct ProgressInfo {
   std::string extra;               // e.g. the LoRA cache hit rate
 };
 
+// One device's pipeline: the three stages as functions, each called on its own
+// thread (text -> sample -> decode). Handles are the stages' opaque results.
+using StageHandle = std::shared_ptr<void>;
+struct StagedGenerator {
+  std::function<StageHandle(const std::vector<GenerationParams>&)> encode;
+  std::function<StageHandle(const StageHandle&, const StepHook&)> sample;
+  std::function<std::vector<GeneratedImage>(const StageHandle&)> decode;  // one image per params entry
+  // Optional: loads a batch's LoRA files ahead of its encode (no weight changes).
+  std::function<void(const std::vector<GenerationParams>&)> prefetch;
+};
+
+// A device and its pipeline.
+struct DeviceLane {
+  std::string name;  // "cuda:0", "cpu": report and progress
+  StagedGenerator stages;
+  DeviceHooks device;
+  std::function<void()> start;  // optional: loads the model; called on the lane's thread when work is waiting
+  std::function<std::string()> device_name;  // optional, after its first image
+  std::function<double()> load_seconds;      // optional
+  std::function<LoraStats()> lora_stats;     // optional
+};
+
 struct RunOptions {
   std::filesystem::path out_dir;
   bool force = false;
@@ -61,6 +104,7 @@ struct RunOptions {
   int shard_index = 0, shard_count = 1;
   const std::atomic<bool>* stop = nullptr;
   std::string model_name;
+  // The one-device overload of run_batch takes its device from these four.
   std::function<std::string()> device_name;            // called after the first image
   std::function<double()> load_seconds;                 // idem
   std::function<LoraStats()> lora_stats;                // optional: LoRA cache counters for the report
@@ -75,6 +119,8 @@ struct RunOptions {
   int release_every = 0;         // free cached device blocks every N images (0: only after an OOM)
   int writer_threads = 2;        // PNG encode + write
   DeviceHooks device;
+  bool overlap = true;           // pipeline: stages of consecutive batches at once (false: one batch at a time)
+  int lane_failures = 3;         // failed batches in a row after which a device is given up (if another works)
   WorkEstimator* estimator = nullptr;  // measured memory/time, refined during the run
   std::function<void(const ProgressInfo&)> on_progress;  // after each image
   std::function<std::string()> status_extra;             // appended to progress (LoRA hit rate)
@@ -83,6 +129,7 @@ struct RunOptions {
 struct RunResult {
   int total = 0, done = 0, skipped = 0, failed = 0, not_started = 0;
   int batches = 0, oom_recoveries = 0, retries = 0, deadlines_missed = 0;
+  int devices_failed = 0;
   std::string stop_reason;  // "" when every image was attempted
   std::filesystem::path report_path;
   ExitCode exit_code() const {
@@ -93,7 +140,11 @@ struct RunResult {
 // Generates compatible images together; returns one image per params entry, in order.
 using GenerateBatchFn = std::function<std::vector<GeneratedImage>(const std::vector<GenerationParams>&, const StepHook&)>;
 
+// One device, the whole generation in one function (run as the sample stage).
 RunResult run_batch(const BatchFile& batch, const RunOptions& opts, const GenerateBatchFn& generate);
+// One lane per device (opts.device, device_name, load_seconds and lora_stats
+// are not used: each lane brings its own).
+RunResult run_batch(const BatchFile& batch, const RunOptions& opts, std::vector<DeviceLane> lanes);
 
 // --dry-run: the plan without a model: what is left to make (resume applied),
 // in queue order, grouped into batches with the estimated memory and time.

@@ -54,6 +54,10 @@ class TimeoutError : public TaskError {
 // Whether an error message is an out-of-memory of CUDA, cuBLAS/cuDNN or the
 // CPU allocator (TorchScript turns them all into a generic error).
 bool is_out_of_memory_message(const std::string& message);
+// Whether an error message says the device itself is gone or unusable (a
+// sticky CUDA error: illegal address, launch failure, ECC, device lost),
+// after which nothing more can run on it in this process.
+bool is_device_lost_message(const std::string& message);
 
 // I/O failure writing outputs (disk full, permissions): fatal for the run.
 class IoError : public Error {

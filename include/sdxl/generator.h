@@ -1,7 +1,8 @@
 // Generator: the resident SDXL model on one device and the text -> sample ->
 // decode path for one image. Loading throws ModelError naming the file; a
 // generate() failure throws TaskError (or UsageError for sizes outside the
-// model's limits). Not thread-safe: one caller at a time. The header is
+// model's limits). One caller at a time, except the three stage calls (see
+// encode_batch). The header is
 // torch-free (pImpl) so the CLI does not compile torch headers.
 #pragma once
 
@@ -57,6 +58,10 @@ struct MemorySnapshot {
 // TimeoutError cancels the batch; its memory is freed as the stack unwinds).
 using StepHook = std::function<void(int step, int total)>;
 
+// Opaque results of the first two stages (see Generator::encode_batch).
+struct EncodedBatch;
+struct SampledBatch;
+
 struct GeneratedImage {
   int width = 0, height = 0;
   std::vector<std::uint8_t> rgb;           // height * width * 3
@@ -66,6 +71,9 @@ struct GeneratedImage {
   std::vector<std::pair<std::string, std::string>> lora_hashes;  // applied LoRAs: name, A1111 short hash
   double lora_s = 0;                                              // switching the LoRA set (load + merge)
 };
+
+// CUDA devices this process can use (0 without CUDA).
+int cuda_device_count();
 
 class Generator {
  public:
@@ -81,6 +89,24 @@ class Generator {
   // per step; each image's noise comes from its own seed, so an image is the
   // same whatever batch it is in. A CUDA out-of-memory throws OutOfMemoryError.
   std::vector<GeneratedImage> generate_batch(const std::vector<GenerationParams>& params, const StepHook& hook = {});
+
+  // The three stages of generate_batch as separate calls, so that a runner can
+  // overlap them on three threads (batch_runner's pipeline). On CUDA each stage
+  // runs on its own stream: text on a normal-priority one, sampling on a
+  // high-priority one, decode on a third; a stage hands its tensors to the
+  // next with an event and record_stream. Each call may run on its own thread
+  // concurrently with the other two, with one rule: encode_batch of a batch
+  // whose LoRA set differs from the previous batch's changes the weights, so
+  // it must wait until sample_batch of every earlier batch has returned.
+  //  1. LoRA set, tokenize, text encoders (prompt errors come from here).
+  std::shared_ptr<EncodedBatch> encode_batch(const std::vector<GenerationParams>& params);
+  //  2. Sampling (and the hires pass): latents. `hook` runs between steps.
+  std::shared_ptr<SampledBatch> sample_batch(const std::shared_ptr<EncodedBatch>& encoded, const StepHook& hook = {});
+  //  3. VAE decode and the copy to host memory: one image per params entry.
+  std::vector<GeneratedImage> decode_batch(const std::shared_ptr<SampledBatch>& sampled);
+  // Loads the LoRA files `params` will need into the cache ahead of
+  // encode_batch (no weight changes: safe while another batch samples).
+  void prefetch_loras(const std::vector<GenerationParams>& params);
 
   // Makes `loras` the applied set (switching only when it differs from the
   // current one); returns each LoRA's name and short hash. Throws UsageError

@@ -5,6 +5,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -26,7 +27,8 @@ namespace sdxl::cli {
 struct RunArgs {
   ModelOptions model;
   std::string batch_file, out_dir, lock_file, max_runtime, shard, vram_limit, timeout, aging = "15m", order = "queue";
-  bool force = false, skip_invalid = false, dry_run = false, no_progress = false;
+  std::string devices;
+  bool force = false, skip_invalid = false, dry_run = false, no_progress = false, no_overlap = false;
   int max_batch = 1, retries = 1, release_every = 0, writer_threads = 2;
   double safety = 1.2, retry_backoff = 2.0, progress_interval = 10.0;
 };
@@ -69,6 +71,11 @@ CLI::App* add_run(CLI::App& app, std::shared_ptr<RunArgs>& args) {
                   "queue: priorities, deadlines, aging, fewest LoRA switches; file: the batch file's order (a baseline)")
       ->capture_default_str()
       ->check(CLI::IsMember({"queue", "file"}));
+  cmd->add_option("--devices", args->devices,
+                  "GPUs to use together: all, or indices like 0,1 (one model copy and pipeline per GPU; "
+                  "default: --device alone)");
+  cmd->add_flag("--no-overlap", args->no_overlap,
+                "One batch at a time per device (no text/sample/decode overlap between batches): a baseline");
   cmd->add_flag("--no-progress", args->no_progress, "No progress bar on a terminal (plain lines instead)");
   cmd->add_option("--progress-interval", args->progress_interval, "Seconds between plain progress lines when not on a terminal")
       ->capture_default_str()->check(CLI::Range(0.0, 86400.0));
@@ -87,6 +94,35 @@ extern "C" void on_stop_signal(int sig) {
   }
   const char msg[] = "\nsdxl-batch: stopping after the image in flight (signal again to abort)\n";
   [[maybe_unused]] ssize_t n = ::write(STDERR_FILENO, msg, sizeof msg - 1);
+}
+
+// --devices: "all" (every CUDA device), or indices "0,1" -> "cuda:0", "cuda:1";
+// empty: the one --device.
+std::vector<std::string> resolve_devices(const std::string& spec, const std::string& device) {
+  if (spec.empty()) return {device};
+  std::vector<std::string> out;
+  const int count = cuda_device_count();
+  if (spec == "all") {
+    if (count == 0) throw UsageError("--devices all: no CUDA device is visible");
+    for (int i = 0; i < count; ++i) out.push_back("cuda:" + std::to_string(i));
+    return out;
+  }
+  std::stringstream ss(spec);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos)
+      throw UsageError("--devices '" + spec + "': expected all, or GPU indices like 0,1 (got '" + item + "')");
+    const int index = std::stoi(item);
+    if (index >= count)
+      throw UsageError("--devices '" + spec + "': GPU " + item + " does not exist (" + std::to_string(count) +
+                       " CUDA device(s) visible)");
+    const std::string name = "cuda:" + item;
+    if (std::find(out.begin(), out.end(), name) != out.end())
+      throw UsageError("--devices '" + spec + "': GPU " + item + " is listed twice");
+    out.push_back(name);
+  }
+  if (out.empty()) throw UsageError("--devices '" + spec + "': no GPU listed");
+  return out;
 }
 
 std::filesystem::path relative_to_batch(const std::filesystem::path& batch, const std::string& p) {
@@ -261,47 +297,71 @@ int run_run(const RunArgs& a) {
 
   ModelOptions model_opts = a.model;
   model_opts.finish();
-  std::unique_ptr<Generator> gen;  // loaded on the first image that needs it
-  auto generator = [&]() -> Generator& {
-    if (!gen) {
-      gen = std::make_unique<Generator>(model_dir, model_opts.runtime);
-      gen->set_lora_registry(batch.lora_registry);
-    }
-    return *gen;
-  };
+  o.overlap = !a.no_overlap;
   o.stop = &g_stop;
-  o.device_name = [&] { return generator().device_name(); };
-  o.load_seconds = [&] { return generator().load_seconds(); };
-  // The device hooks load the model on first use, i.e. only when an image is left to make.
-  o.device.memory = [&] { return generator().memory(); };
-  o.device.reset_peak = [&] { generator().reset_peak_memory(); };
-  o.device.release_cached = [&] { generator().release_cached_memory(); };
-  auto first_use = [&, applied = false]() mutable -> Generator& {
-    Generator& g = generator();
-    if (!applied && vram_limit > 0) {
-      g.set_memory_limit(vram_limit);
-      spdlog::info("device memory budget {} (--vram-limit)", format_bytes(vram_limit));
-    }
-    applied = true;
-    return g;
+  // One lane per device, each with its own model copy, loaded on the lane's
+  // thread when there is an image left to make (several GPUs load at once).
+  struct LaneModel {
+    std::string device;
+    std::unique_ptr<Generator> gen;
+    std::atomic<Generator*> ready{nullptr};
   };
+  const std::vector<std::string> device_names = resolve_devices(a.devices, model_opts.runtime.device);
+  std::vector<std::unique_ptr<LaneModel>> models;
+  std::vector<DeviceLane> lanes;
+  for (const std::string& dev : device_names) {
+    models.push_back(std::make_unique<LaneModel>());
+    LaneModel& lm = *models.back();
+    lm.device = dev;
+    DeviceLane lane;
+    lane.name = dev;
+    lane.start = [&lm, &model_dir, &model_opts, &batch, vram_limit] {
+      RuntimeOptions ro = model_opts.runtime;
+      ro.device = lm.device;
+      lm.gen = std::make_unique<Generator>(model_dir, ro);
+      lm.gen->set_lora_registry(batch.lora_registry);
+      if (vram_limit > 0) {
+        lm.gen->set_memory_limit(vram_limit);
+        spdlog::info("{}: device memory budget {} (--vram-limit)", lm.device, format_bytes(vram_limit));
+      }
+      lm.ready = lm.gen.get();
+    };
+    lane.device_name = [&lm] { return lm.ready ? lm.ready.load()->device_name() : std::string(); };
+    lane.load_seconds = [&lm] { return lm.ready ? lm.ready.load()->load_seconds() : 0.0; };
+    lane.lora_stats = [&lm] { return lm.ready ? lm.ready.load()->lora_stats() : LoraStats{}; };
+    lane.device.memory = [&lm] { return lm.gen->memory(); };
+    lane.device.reset_peak = [&lm] { lm.gen->reset_peak_memory(); };
+    lane.device.release_cached = [&lm] { lm.gen->release_cached_memory(); };
+    lane.stages.prefetch = [&lm](const std::vector<GenerationParams>& ps) { lm.gen->prefetch_loras(ps); };
+    lane.stages.encode = [&lm](const std::vector<GenerationParams>& ps) -> StageHandle { return lm.gen->encode_batch(ps); };
+    lane.stages.sample = [&lm](const StageHandle& h, const StepHook& hook) -> StageHandle {
+      return lm.gen->sample_batch(std::static_pointer_cast<EncodedBatch>(h), hook);
+    };
+    lane.stages.decode = [&lm](const StageHandle& h) {
+      return lm.gen->decode_batch(std::static_pointer_cast<SampledBatch>(h));
+    };
+    lanes.push_back(std::move(lane));
+  }
+  if (lanes.size() > 1) spdlog::info("{} devices: {}", lanes.size(), a.devices);
   Progress progress(!a.no_progress && Progress::stderr_is_terminal(), a.progress_interval);
   o.on_progress = [&](const ProgressInfo& info) { progress.update(info); };
-  o.lora_stats = [&] { return gen ? gen->lora_stats() : LoraStats{}; };
   o.status_extra = [&]() -> std::string {
-    if (!gen) return "";
-    const LoraStats ls = gen->lora_stats();
-    if (ls.hits + ls.misses == 0) return "";
+    std::uint64_t hits = 0, misses = 0;
+    for (const auto& lm : models) {
+      if (!lm->ready) continue;
+      const LoraStats ls = lm->ready.load()->lora_stats();
+      hits += ls.hits;
+      misses += ls.misses;
+    }
+    if (hits + misses == 0) return "";
     char buf[64];
-    std::snprintf(buf, sizeof buf, "LoRA hits %.0f%%", 100.0 * ls.hits / static_cast<double>(ls.hits + ls.misses));
+    std::snprintf(buf, sizeof buf, "LoRA hits %.0f%%", 100.0 * static_cast<double>(hits) / static_cast<double>(hits + misses));
     return buf;
   };
   spdlog::info("batch {}: {} task(s) -> {}", batch_path.string(), batch.tasks.size(), out_dir.string());
   RunResult r;
   try {
-    r = run_batch(batch, o, [&](const std::vector<GenerationParams>& ps, const StepHook& hook) {
-      return first_use().generate_batch(ps, hook);
-    });
+    r = run_batch(batch, o, std::move(lanes));
   } catch (...) {
     progress.finish();
     save_estimates(estimator, estimates_path);

@@ -124,7 +124,7 @@ std::shared_ptr<const LoadedLora> LoraCache::get(const LoraRef& ref, const std::
   ++stats_.misses;
   const auto t0 = Clock::now();
   auto lora = load(ref, key);
-  device_synchronize(device_);
+  stream_synchronize(device_);  // this stage's stream only: sampling goes on meanwhile
   const double s = std::chrono::duration<double>(Clock::now() - t0).count();
   stats_.load_s += s;
   spdlog::info("LoRA '{}' ({}, {} layers, {:.1f} MiB, hash {}) loaded in {:.3f} s", lora->name, lora->format,

@@ -4,7 +4,7 @@
 // are keyed by canonical path + size + mtime, so an edited file reloads.
 // Loading throws UsageError naming the file and tensor (bad format, NaN/Inf,
 // non-float dtype, factors that fit no weight; unmatched keys with `strict`).
-// Not thread-safe: one generator owns one cache.
+// Not thread-safe: one generator owns one cache and uses it from its text stage.
 #pragma once
 
 #include <torch/types.h>

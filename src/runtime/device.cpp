@@ -1,6 +1,7 @@
 #include "runtime/device.h"
 
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAStream.h>
 #include <ATen/cuda/CUDAContextLight.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -51,6 +52,10 @@ std::string dtype_name(torch::Dtype dtype) {
 
 void device_synchronize(const torch::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
+void stream_synchronize(const torch::Device& device) {
+  if (device.is_cuda()) c10::cuda::getCurrentCUDAStream(device.index()).synchronize();
 }
 
 std::uint64_t device_peak_bytes(const torch::Device& device) {

@@ -18,6 +18,9 @@ torch::Dtype parse_dtype(const std::string& name);
 std::string dtype_name(torch::Dtype dtype);
 // Blocks until queued work on the device is done (no-op on CPU): stage timings.
 void device_synchronize(const torch::Device& device);
+// Blocks until the work queued on this thread's current stream is done (no-op
+// on CPU): a pipeline stage waits for its own stream, not the others'.
+void stream_synchronize(const torch::Device& device);
 // Peak bytes allocated by the CUDA caching allocator since the last reset, or
 // the process's peak resident set size on CPU.
 std::uint64_t device_peak_bytes(const torch::Device& device);

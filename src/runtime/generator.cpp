@@ -4,9 +4,12 @@
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/cuda.h>
 #include <torch/script.h>
 
 #include <chrono>
+#include <mutex>
+#include <shared_mutex>
 
 #include "image/upscale.h"
 #include "image/vae_decode.h"
@@ -15,6 +18,7 @@
 #include "lora/lora_patcher.h"
 #include "model/sdxl_model.h"
 #include "runtime/device.h"
+#include "runtime/stage_stream.h"
 #include "runtime/unet_runner.h"
 #include "sampling/samplers.h"
 #include "sdxl/error.h"
@@ -44,6 +48,8 @@ torch::Tensor apply_guidance(const torch::Tensor& uncond, const torch::Tensor& c
 
 }  // namespace
 
+int cuda_device_count() { return torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0; }
+
 struct Generator::Impl {
   std::unique_ptr<SdxlModel> model;
   std::unique_ptr<UnetRunner> unet;
@@ -58,6 +64,20 @@ struct Generator::Impl {
   std::vector<LoraRef> applied;
   std::vector<std::pair<std::string, std::string>> applied_hashes;
   bool memory_limited = false;  // --vram-limit given: LoRA originals stay in host memory
+  // The pipeline's streams (see encode_batch) and the lock that keeps the
+  // text and decode stages (shared) off the device while the sampling stage
+  // captures a CUDA graph (exclusive).
+  StageStream text_stream, sample_stream, decode_stream;
+  std::shared_mutex device_mu;
+  // The LoRA cache's counters as last published by the text stage, for
+  // readers on other threads (progress, report).
+  mutable std::mutex stats_mu;
+  LoraStats stats_copy;
+  void publish_lora_stats() {
+    if (!lora_cache) return;
+    std::lock_guard lk(stats_mu);
+    stats_copy = lora_cache->stats();
+  }
 
   void ensure_lora_state() {
     if (patcher) return;
@@ -82,7 +102,10 @@ Generator::Generator(const std::filesystem::path& model_dir, const RuntimeOption
   if (opts.threads > 0) at::set_num_threads(opts.threads);
   impl_->opts = opts;
   impl_->model = SdxlModel::load(cfg, device, opts.dtype);
-  impl_->unet = std::make_unique<UnetRunner>(*impl_->model, opts.cuda_graphs);
+  impl_->unet = std::make_unique<UnetRunner>(*impl_->model, opts.cuda_graphs, &impl_->device_mu);
+  impl_->text_stream = StageStream(device, /*high_priority=*/false);
+  impl_->sample_stream = StageStream(device, /*high_priority=*/true);
+  impl_->decode_stream = StageStream(device, /*high_priority=*/false);
   impl_->vae_tiling = parse_vae_tiling(opts.vae_tiling);
   device_synchronize(device);
   impl_->load_s = seconds_since(t0);
@@ -100,7 +123,10 @@ std::uint64_t Generator::memory_in_use_bytes() const { return device_memory_in_u
 
 void Generator::set_lora_registry(LoraRegistry registry) { impl_->lora_registry = std::move(registry); }
 
-LoraStats Generator::lora_stats() const { return impl_->lora_cache ? impl_->lora_cache->stats() : LoraStats{}; }
+LoraStats Generator::lora_stats() const {
+  std::lock_guard lk(impl_->stats_mu);
+  return impl_->stats_copy;
+}
 
 std::vector<std::pair<std::string, std::string>> Generator::set_loras(const std::vector<LoraRef>& loras) {
   Impl& im = *impl_;
@@ -119,7 +145,7 @@ std::vector<std::pair<std::string, std::string>> Generator::set_loras(const std:
   }
   const auto t1 = Clock::now();
   im.patcher->apply(set);
-  device_synchronize(im.model->device);
+  stream_synchronize(im.model->device);
   auto& st = im.lora_cache->stats();
   const double merge_s = seconds_since(t1);
   st.merge_s += merge_s;
@@ -132,6 +158,7 @@ std::vector<std::pair<std::string, std::string>> Generator::set_loras(const std:
                im.patcher->patched_weights(), st.bytes_held / 1048576.0, st.hits, st.misses, st.evictions);
   im.applied = loras;
   im.applied_hashes = hashes;
+  im.publish_lora_stats();
   return hashes;
 }
 
@@ -158,13 +185,78 @@ struct TextInputs {
   size_t chunks = 1;
 };
 
+// Device errors as the runner's error types: an out-of-memory (TorchScript
+// reports it as a generic error) or a task error.
+template <typename F>
+auto translating_device_errors(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const c10::OutOfMemoryError& e) {
+    throw OutOfMemoryError(std::string("out of device memory: ") + e.what_without_backtrace());
+  } catch (const c10::Error& e) {
+    const std::string what = e.what_without_backtrace();
+    if (is_out_of_memory_message(what)) throw OutOfMemoryError(what);
+    throw TaskError(what);
+  }
+}
+
 }  // namespace
 
-std::vector<GeneratedImage> Generator::generate_batch(const std::vector<GenerationParams>& ps, const StepHook& hook) {
-  if (ps.empty()) return {};
+// Images whose prompts need different chunk counts cannot share a context
+// tensor (padding one to the other's length would change its image): they
+// run as separate sub-batches, in order.
+struct SubBatch {
+  std::vector<size_t> idx;        // into the batch's params
+  std::vector<std::int64_t> seeds;
+  torch::Tensor context, pooled;  // CFG order [negatives, positives]
+  torch::Tensor latents;          // after sampling
+};
+
+struct EncodedBatch {
+  std::vector<GenerationParams> params;
+  std::vector<SubBatch> subs;
+  std::vector<RgbImage> init_images;
+  SamplerPlan plan, hires_plan;
+  bool cfg_on = false, img2img = false;
+  std::vector<GeneratedImage> out;  // LoRA hashes and text seconds filled in
+  StageEvent ready;                 // on the text stream, after the last encoder kernel
+};
+
+struct SampledBatch {
+  std::shared_ptr<EncodedBatch> encoded;
+  int out_w = 0, out_h = 0;
+  StageEvent ready;  // on the sample stream, after the last sampling kernel
+};
+
+void Generator::prefetch_loras(const std::vector<GenerationParams>& ps) {
+  Impl& im = *impl_;
+  std::vector<LoraRef> loras;
+  if (!ps.empty()) {
+    loras = ps.front().loras;
+    for (const auto& t : extract_lora_tags(ps.front().prompt).tags)
+      loras.push_back(resolve_lora(t.name, t.weight, im.lora_registry, im.opts.lora_dirs));
+  }
+  if (loras.empty() || loras == im.applied) return;
+  im.ensure_lora_state();
+  const StageStream::Scope on(im.text_stream);
+  std::vector<std::string> keep;
+  for (const auto& r : im.applied) keep.push_back(lora_cache_key(r.path));
+  for (const auto& r : loras) keep.push_back(lora_cache_key(r.path));
+  translating_device_errors([&] {
+    for (const auto& r : loras) im.lora_cache->get(r, keep);
+    return 0;
+  });
+  im.publish_lora_stats();
+}
+
+std::shared_ptr<EncodedBatch> Generator::encode_batch(const std::vector<GenerationParams>& ps) {
+  if (ps.empty()) throw UsageError("an empty batch");
   check_compatible(ps);
-  SdxlModel& m = *impl_->model;
+  Impl& im = *impl_;
+  SdxlModel& m = *im.model;
   const ModelConfig& cfg = m.config;
+  auto eb = std::make_shared<EncodedBatch>();
+  eb->params = ps;
   const GenerationParams& p0 = ps.front();
   // LoRAs from the parameters and the prompt's tags (the tags leave the text);
   // every image of a batch uses the same set (the queue groups by it).
@@ -173,8 +265,7 @@ std::vector<GeneratedImage> Generator::generate_batch(const std::vector<Generati
   for (size_t i = 0; i < ps.size(); ++i) {
     const PromptLoras tagged = extract_lora_tags(ps[i].prompt);
     std::vector<LoraRef> mine = ps[i].loras;
-    for (const auto& t : tagged.tags)
-      mine.push_back(resolve_lora(t.name, t.weight, impl_->lora_registry, impl_->opts.lora_dirs));
+    for (const auto& t : tagged.tags) mine.push_back(resolve_lora(t.name, t.weight, im.lora_registry, im.opts.lora_dirs));
     if (i == 0) loras = mine;
     else if (!(mine == loras))
       throw UsageError("a batch mixes LoRA sets; group images by batch_group_key()");
@@ -183,27 +274,26 @@ std::vector<GeneratedImage> Generator::generate_batch(const std::vector<Generati
   for (const auto& p : ps) check_task_size(cfg, p);
   check_generation_size(cfg, p0.width, p0.height, static_cast<int>(ps.size()));
   const SamplerChoice choice = parse_sampler_choice(p0.sampler, p0.schedule);
-  SamplerPlan plan = make_sampler_plan(cfg.scheduler, choice, p0.steps);
-  const bool img2img = !p0.init_image.empty();
-  if (img2img) plan_apply_strength(plan, p0.strength);
-  SamplerPlan hires_plan;
+  eb->plan = make_sampler_plan(cfg.scheduler, choice, p0.steps);
+  eb->img2img = !p0.init_image.empty();
+  if (eb->img2img) plan_apply_strength(eb->plan, p0.strength);
   if (p0.hires_on()) {
-    hires_plan = make_sampler_plan(cfg.scheduler, choice, p0.hires_steps());
-    plan_apply_strength(hires_plan, p0.hires.denoise);
+    eb->hires_plan = make_sampler_plan(cfg.scheduler, choice, p0.hires_steps());
+    plan_apply_strength(eb->hires_plan, p0.hires.denoise);
   }
-  std::vector<RgbImage> init_images(ps.size());
-  if (img2img) {
+  if (eb->img2img) {
+    eb->init_images.resize(ps.size());
     for (size_t i = 0; i < ps.size(); ++i) {
       const GenerationParams& p = ps[i];
-      init_images[i] = read_png_rgb(p.init_image);
-      if (init_images[i].width != p.width || init_images[i].height != p.height)
-        throw UsageError("init image '" + p.init_image + "' is " + std::to_string(init_images[i].width) + "x" +
-                         std::to_string(init_images[i].height) + " but the task asks for " + std::to_string(p.width) +
-                         "x" + std::to_string(p.height) +
+      eb->init_images[i] = read_png_rgb(p.init_image);
+      if (eb->init_images[i].width != p.width || eb->init_images[i].height != p.height)
+        throw UsageError("init image '" + p.init_image + "' is " + std::to_string(eb->init_images[i].width) + "x" +
+                         std::to_string(eb->init_images[i].height) + " but the task asks for " +
+                         std::to_string(p.width) + "x" + std::to_string(p.height) +
                          ": resize the image first, or leave width/height unset to take its size");
     }
   }
-  const bool cfg_on = p0.cfg > 1.0;
+  eb->cfg_on = p0.cfg > 1.0;
 
   // Tokenize every prompt first: an over-long prompt fails before any device work.
   std::vector<TextInputs> text(ps.size());
@@ -212,7 +302,7 @@ std::vector<GeneratedImage> Generator::generate_batch(const std::vector<Generati
     ti.pos = tokenize_sdxl_prompt(m, prompts[i]);
     for (const auto& w : ti.pos.warnings) spdlog::warn("prompt, character {}: {}", w.position, w.message);
     ti.chunks = ti.pos.chunk_count();
-    ti.neg_text = cfg_on && !ps[i].negative_prompt.empty();
+    ti.neg_text = eb->cfg_on && !ps[i].negative_prompt.empty();
     if (ti.neg_text) {
       ti.neg = tokenize_sdxl_prompt(m, ps[i].negative_prompt);
       for (const auto& w : ti.neg.warnings) spdlog::warn("negative prompt, character {}: {}", w.position, w.message);
@@ -223,9 +313,8 @@ std::vector<GeneratedImage> Generator::generate_batch(const std::vector<Generati
                        "' was checked for at most " + std::to_string(cfg.limits.context_chunks_max) +
                        " (model.json /limits/context_chunks_max): shorten the prompt (see `sdxl-batch tokens`)");
   }
-  // Images whose prompts need different chunk counts cannot share a context
-  // tensor; padding one to the other's length would change its image. They run
-  // as separate sub-batches, in order.
+  const StageStream::Scope on(im.text_stream);
+  std::shared_lock device_lock(im.device_mu);  // not while a CUDA graph is being captured
   const auto t_lora = Clock::now();
   std::vector<std::pair<std::string, std::string>> lora_hashes;
   try {
@@ -236,34 +325,37 @@ std::vector<GeneratedImage> Generator::generate_batch(const std::vector<Generati
     throw TaskError(what);
   }
   const double lora_s = seconds_since(t_lora);
-  std::vector<GeneratedImage> out(ps.size());
-  for (auto& g : out) {
+  eb->out.resize(ps.size());
+  for (auto& g : eb->out) {
     g.lora_hashes = lora_hashes;
     g.lora_s = lora_s / static_cast<double>(ps.size());
   }
-  std::vector<bool> done(ps.size(), false);
+  std::vector<bool> grouped(ps.size(), false);
   for (size_t first = 0; first < ps.size(); ++first) {
-    if (done[first]) continue;
-    std::vector<size_t> idx;
+    if (grouped[first]) continue;
+    SubBatch sub;
     for (size_t i = first; i < ps.size(); ++i)
-      if (!done[i] && text[i].chunks == text[first].chunks) idx.push_back(i);
-    for (size_t i : idx) done[i] = true;
-    const int64_t b = static_cast<int64_t>(idx.size());
-    std::vector<std::int64_t> seeds;
-    for (size_t i : idx) seeds.push_back(ps[i].seed);
+      if (!grouped[i] && text[i].chunks == text[first].chunks) sub.idx.push_back(i);
+    for (size_t i : sub.idx) {
+      grouped[i] = true;
+      sub.seeds.push_back(ps[i].seed);
+    }
+    eb->subs.push_back(std::move(sub));
+  }
+  translating_device_errors([&] {
     c10::InferenceMode inference;
-    try {
-      // Stage 1: text conditioning (A1111 prompt rules), per image so an
-      // image's embedding never depends on its batch; CFG order [negatives, positives].
-      auto t0 = Clock::now();
+    // Text conditioning (A1111 prompt rules), per image so an image's
+    // embedding never depends on its batch; CFG order [negatives, positives].
+    const auto t0 = Clock::now();
+    for (SubBatch& sub : eb->subs) {
       std::vector<torch::Tensor> ctx_pos, ctx_neg, pool_pos, pool_neg;
-      for (size_t i : idx) {
+      for (size_t i : sub.idx) {
         TextInputs& ti = text[i];
         pad_sdxl_prompt(m, ti.pos, ti.chunks);
         const PromptEmbeds pos = encode_prompt_tokens(m, ti.pos);
         ctx_pos.push_back(pos.context);
         pool_pos.push_back(pos.pooled);
-        if (cfg_on) {
+        if (eb->cfg_on) {
           PromptEmbeds neg = zero_embeds(pos);
           if (ti.neg_text) {
             pad_sdxl_prompt(m, ti.neg, ti.chunks);
@@ -273,24 +365,50 @@ std::vector<GeneratedImage> Generator::generate_batch(const std::vector<Generati
           pool_neg.push_back(neg.pooled);
         }
       }
-      torch::Tensor context = torch::cat(ctx_pos), pooled = torch::cat(pool_pos);
-      if (cfg_on) {
-        context = torch::cat({torch::cat(ctx_neg), context});
-        pooled = torch::cat({torch::cat(pool_neg), pooled});
+      sub.context = torch::cat(ctx_pos);
+      sub.pooled = torch::cat(pool_pos);
+      if (eb->cfg_on) {
+        sub.context = torch::cat({torch::cat(ctx_neg), sub.context});
+        sub.pooled = torch::cat({torch::cat(pool_neg), sub.pooled});
       }
-      device_synchronize(m.device);
-      const double text_s = seconds_since(t0);
+    }
+    eb->ready = im.text_stream.record();
+    stream_synchronize(m.device);
+    const double text_s = seconds_since(t0);
+    for (auto& g : eb->out) g.seconds.text = text_s;
+    return 0;
+  });
+  return eb;
+}
 
-      // Stage 2: sampling. Each image's generator (its seed) draws its initial
-      // noise and then the noise ancestral / SDE samplers draw, as diffusers'
-      // list of generators does.
-      t0 = Clock::now();
+std::shared_ptr<SampledBatch> Generator::sample_batch(const std::shared_ptr<EncodedBatch>& eb, const StepHook& hook) {
+  Impl& im = *impl_;
+  SdxlModel& m = *im.model;
+  const ModelConfig& cfg = m.config;
+  const GenerationParams& p0 = eb->params.front();
+  const bool cfg_on = eb->cfg_on;
+  auto sb = std::make_shared<SampledBatch>();
+  sb->encoded = eb;
+  sb->out_w = p0.width;
+  sb->out_h = p0.height;
+  const StageStream::Scope on(im.sample_stream);
+  im.sample_stream.wait(eb->ready);  // the text stage's tensors are written
+  translating_device_errors([&] {
+    c10::InferenceMode inference;
+    const auto t0 = Clock::now();
+    for (SubBatch& sub : eb->subs) {
+      im.sample_stream.hand_over(sub.context);
+      im.sample_stream.hand_over(sub.pooled);
+      const int64_t b = static_cast<int64_t>(sub.idx.size());
+      // Sampling. Each image's generator (its seed) draws its initial noise
+      // and then the noise ancestral / SDE samplers draw, as diffusers' list
+      // of generators does.
       const int64_t rows = cfg_on ? 2 * b : b;
-      UnetRunner& unet = *impl_->unet;
+      UnetRunner& unet = *im.unet;
       // The UNet with CFG at a size (SDXL's time_ids: original = target = that size, crop 0).
       auto model_at = [&](int width, int height) -> ModelFn {
         torch::Tensor time_ids = sdxl_time_ids(width, height, m.dtype, m.device).repeat({rows, 1});
-        unet.bind(context, pooled, time_ids);
+        unet.bind(sub.context, sub.pooled, time_ids);
         return [&, rows](const torch::Tensor& x_in, double timestep) {
           torch::Tensor x = cfg_on ? torch::cat({x_in, x_in}) : x_in;
           torch::Tensor t = torch::full({rows}, timestep, torch::TensorOptions().dtype(torch::kFloat32).device(m.device));
@@ -300,77 +418,105 @@ std::vector<GeneratedImage> Generator::generate_batch(const std::vector<Generati
           return apply_guidance(halves[0], halves[1], p0.cfg, p0.guidance_rescale);
         };
       };
-      std::vector<at::Generator> gens = cpu_generators(seeds);
+      std::vector<at::Generator> gens = cpu_generators(sub.seeds);
       const int64_t h = p0.height / cfg.vae_downsample, w = p0.width / cfg.vae_downsample;
       torch::Tensor latents;
-      if (!img2img) {
-        latents = randn_per_image(gens, {b, cfg.latent_channels, h, w}, m.dtype, m.device) * plan.init_noise_sigma;
+      if (!eb->img2img) {
+        latents = randn_per_image(gens, {b, cfg.latent_channels, h, w}, m.dtype, m.device) * eb->plan.init_noise_sigma;
       } else {
         // StableDiffusionXLImg2ImgPipeline.prepare_latents: add_noise at the first kept timestep.
         std::vector<torch::Tensor> inits;
-        for (size_t i : idx)
-          inits.push_back(vae_encode_rgb8(m, init_images[i].rgb.data(), init_images[i].width, init_images[i].height));
+        for (size_t i : sub.idx)
+          inits.push_back(vae_encode_rgb8(m, eb->init_images[i].rgb.data(), eb->init_images[i].width,
+                                          eb->init_images[i].height));
         const torch::Tensor init = torch::cat(inits);
-        latents = add_noise(plan, init, randn_per_image(gens, init.sizes(), m.dtype, m.device));
+        latents = add_noise(eb->plan, init, randn_per_image(gens, init.sizes(), m.dtype, m.device));
       }
-      latents = sample(plan, latents, model_at(p0.width, p0.height), gens, hook);
-
-      int out_w = p0.width, out_h = p0.height;
+      latents = sample(eb->plan, latents, model_at(p0.width, p0.height), gens, hook);
       if (p0.hires_on()) {
         // Hires fix: upscale the first result, then an img2img pass at the new
         // size with fresh generators of the same seeds (A1111 re-seeds the second pass).
-        out_w = p0.hires_width();
-        out_h = p0.hires_height();
+        sb->out_w = p0.hires_width();
+        sb->out_h = p0.hires_height();
         torch::Tensor up;
         if (is_latent_upscaler(p0.hires.upscaler)) {
-          up = upscale_latents(latents, out_h / cfg.vae_downsample, out_w / cfg.vae_downsample, p0.hires.upscaler);
+          up = upscale_latents(latents, sb->out_h / cfg.vae_downsample, sb->out_w / cfg.vae_downsample,
+                               p0.hires.upscaler);
         } else {
           std::vector<torch::Tensor> ups;
           for (int64_t k = 0; k < b; ++k) {
-            const std::vector<std::uint8_t> first_pass =
-                vae_decode_rgb8(m, latents.slice(0, k, k + 1), impl_->vae_tiling);
-            const std::vector<std::uint8_t> big = resize_nearest_rgb8(first_pass.data(), p0.width, p0.height, out_w, out_h);
-            ups.push_back(vae_encode_rgb8(m, big.data(), out_w, out_h));
+            const std::vector<std::uint8_t> first_pass = vae_decode_rgb8(m, latents.slice(0, k, k + 1), im.vae_tiling);
+            const std::vector<std::uint8_t> big =
+                resize_nearest_rgb8(first_pass.data(), p0.width, p0.height, sb->out_w, sb->out_h);
+            ups.push_back(vae_encode_rgb8(m, big.data(), sb->out_w, sb->out_h));
           }
           up = torch::cat(ups);
         }
-        std::vector<at::Generator> gens2 = cpu_generators(seeds);
-        latents = add_noise(hires_plan, up, randn_per_image(gens2, up.sizes(), m.dtype, m.device));
-        latents = sample(hires_plan, latents, model_at(out_w, out_h), gens2, hook);
+        std::vector<at::Generator> gens2 = cpu_generators(sub.seeds);
+        latents = add_noise(eb->hires_plan, up, randn_per_image(gens2, up.sizes(), m.dtype, m.device));
+        latents = sample(eb->hires_plan, latents, model_at(sb->out_w, sb->out_h), gens2, hook);
       }
-      device_synchronize(m.device);
-      const double sample_s = seconds_since(t0);
+      sub.latents = latents;
+      // The text stage's tensors are done with; the encoded batch lives on
+      // (the decode stage reads its bookkeeping), its device memory need not.
+      sub.context = torch::Tensor();
+      sub.pooled = torch::Tensor();
+    }
+    sb->ready = im.sample_stream.record();
+    stream_synchronize(m.device);
+    const double sample_s = seconds_since(t0);
+    for (auto& g : eb->out) g.seconds.sample = sample_s;
+    return 0;
+  });
+  return sb;
+}
 
-      // Stage 3: decode, one image at a time (the decoder's peak is per image).
-      t0 = Clock::now();
-      const torch::Tensor lat_cpu = latents.to(torch::kCPU).to(torch::kFloat32).contiguous();
-      for (int64_t k = 0; k < b; ++k) {
-        GeneratedImage& g = out[idx[static_cast<size_t>(k)]];
-        g.width = out_w;
-        g.height = out_h;
-        const torch::Tensor one = lat_cpu.slice(0, k, k + 1);
+std::vector<GeneratedImage> Generator::decode_batch(const std::shared_ptr<SampledBatch>& sb) {
+  Impl& im = *impl_;
+  SdxlModel& m = *im.model;
+  EncodedBatch& eb = *sb->encoded;
+  const StageStream::Scope on(im.decode_stream);
+  std::shared_lock device_lock(im.device_mu);  // not while a CUDA graph is being captured
+  im.decode_stream.wait(sb->ready);            // the sampling stage's latents are written
+  translating_device_errors([&] {
+    c10::InferenceMode inference;
+    // Decode one image at a time (the decoder's peak is per image).
+    const auto t0 = Clock::now();
+    for (SubBatch& sub : eb.subs) {
+      im.decode_stream.hand_over(sub.latents);
+      const torch::Tensor lat_cpu = sub.latents.to(torch::kCPU).to(torch::kFloat32).contiguous();
+      for (size_t k = 0; k < sub.idx.size(); ++k) {
+        GeneratedImage& g = eb.out[sub.idx[k]];
+        const auto kk = static_cast<int64_t>(k);
+        g.width = sb->out_w;
+        g.height = sb->out_h;
+        const torch::Tensor one = lat_cpu.slice(0, kk, kk + 1);
         g.latent_shape.assign(one.sizes().begin(), one.sizes().end());
         g.latents.assign(one.data_ptr<float>(), one.data_ptr<float>() + one.numel());
-        g.rgb = vae_decode_rgb8(m, latents.slice(0, k, k + 1), impl_->vae_tiling);
+        g.rgb = vae_decode_rgb8(m, sub.latents.slice(0, kk, kk + 1), im.vae_tiling);
       }
-      device_synchronize(m.device);
-      const double decode_s = seconds_since(t0);
-      for (size_t i : idx) out[i].seconds = StageSeconds{text_s, sample_s, decode_s};
-    } catch (const c10::OutOfMemoryError& e) {
-      throw OutOfMemoryError(std::string("out of device memory: ") + e.what_without_backtrace());
-    } catch (const c10::Error& e) {
-      const std::string what = e.what_without_backtrace();
-      if (is_out_of_memory_message(what)) throw OutOfMemoryError(what);
-      throw TaskError(what);
+      sub.latents = torch::Tensor();
     }
-  }
-  return out;
+    stream_synchronize(m.device);
+    const double decode_s = seconds_since(t0);
+    for (auto& g : eb.out) g.seconds.decode = decode_s;
+    return 0;
+  });
+  return std::move(eb.out);
+}
+
+std::vector<GeneratedImage> Generator::generate_batch(const std::vector<GenerationParams>& ps, const StepHook& hook) {
+  if (ps.empty()) return {};
+  return decode_batch(sample_batch(encode_batch(ps), hook));
 }
 
 MemorySnapshot Generator::memory() const { return device_memory_snapshot(impl_->model->device); }
 void Generator::reset_peak_memory() { device_reset_peak(impl_->model->device); }
 void Generator::release_cached_memory() {
-  impl_->unet->release();  // a captured graph holds its own memory pool
+  // A captured graph holds its own memory pool; it is dropped by the sampling
+  // stage before its next batch (it may be replaying it right now).
+  impl_->unet->request_release();
+  std::shared_lock device_lock(impl_->device_mu);  // not while a CUDA graph is being captured
   device_release_cached(impl_->model->device);
 }
 void Generator::set_memory_limit(std::uint64_t bytes) {

@@ -27,12 +27,16 @@ struct UnetRunner::Graph {
   torch::Tensor x, t, context, pooled, time_ids, out;
 };
 
-UnetRunner::UnetRunner(SdxlModel& model, bool cuda_graphs)
-    : model_(model), graphs_(cuda_graphs && model.device.is_cuda()) {}
+UnetRunner::UnetRunner(SdxlModel& model, bool cuda_graphs, std::shared_mutex* device_mu)
+    : model_(model), graphs_(cuda_graphs && model.device.is_cuda()), device_mu_(device_mu) {}
 
 UnetRunner::~UnetRunner() = default;
 
 void UnetRunner::bind(const torch::Tensor& context, const torch::Tensor& pooled, const torch::Tensor& time_ids) {
+  if (release_requested_.exchange(false) && graph_) {
+    release();
+    c10::cuda::CUDACachingAllocator::emptyCache();  // the graph's private pool, back to the driver
+  }
   context_ = context;
   pooled_ = pooled;
   time_ids_ = time_ids;
@@ -88,6 +92,10 @@ torch::Tensor UnetRunner::operator()(const torch::Tensor& x, const torch::Tensor
   stream_wait(side, current);  // the static inputs are filled on `current`
   // The graph allocates from its own pool: hand the plain step's cached blocks
   // back first, so a tight budget (--vram-limit) holds one copy, not two.
+  // The other pipeline stages stay off the device during the capture (they
+  // hold this lock shared), and the capture is thread-local besides.
+  std::unique_lock<std::shared_mutex> exclusive;
+  if (device_mu_) exclusive = std::unique_lock<std::shared_mutex>(*device_mu_);
   c10::cuda::CUDACachingAllocator::emptyCache();
   bool capturing = false;
   // The guard outlives the try: capture_end() must run on the capturing stream,
@@ -95,7 +103,7 @@ torch::Tensor UnetRunner::operator()(const torch::Tensor& x, const torch::Tensor
   // later CUDA call fails.
   c10::cuda::CUDAStreamGuard guard(side);
   try {
-    g->graph.capture_begin();
+    g->graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
     capturing = true;
     g->out = model_.unet.forward({g->x, g->t, g->context, g->pooled, g->time_ids}).toTensor();
     capturing = false;

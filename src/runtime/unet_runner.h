@@ -7,13 +7,15 @@
 // The captured kernels are the ones the interpreter launches, so images match
 // the uncaptured path (checked on the GPU by scripts/gpu_runtime.sh). A graph
 // that cannot be captured falls back to plain calls with a warning.
-// Not thread-safe; one per model bundle.
+// Not thread-safe (the sampling stage's); one per model bundle.
 #pragma once
 
 #include <torch/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <shared_mutex>
 #include <vector>
 
 #include "model/sdxl_model.h"
@@ -22,7 +24,9 @@ namespace sdxl {
 
 class UnetRunner {
  public:
-  UnetRunner(SdxlModel& model, bool cuda_graphs);
+  // `device_mu` (optional): taken exclusively while a graph is captured; the
+  // other pipeline stages hold it shared while they use the device.
+  UnetRunner(SdxlModel& model, bool cuda_graphs, std::shared_mutex* device_mu = nullptr);
   ~UnetRunner();
   UnetRunner(const UnetRunner&) = delete;
   UnetRunner& operator=(const UnetRunner&) = delete;
@@ -33,6 +37,8 @@ class UnetRunner {
   torch::Tensor operator()(const torch::Tensor& x, const torch::Tensor& t);
   // Drops captured graphs and their memory pool (then empty the allocator cache).
   void release();
+  // release() at the next bind(), from any thread (the graph may be replaying now).
+  void request_release() { release_requested_ = true; }
 
   bool graphs_enabled() const { return graphs_; }
   int captures() const { return captures_; }
@@ -48,6 +54,8 @@ class UnetRunner {
   int calls_for_key_ = 0;
   bool conditioning_copied_ = false;  // the graph's static conditioning holds the bound tensors
   int captures_ = 0, replays_ = 0;
+  std::shared_mutex* device_mu_ = nullptr;
+  std::atomic<bool> release_requested_{false};
 };
 
 }  // namespace sdxl

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <mutex>
 #include <fstream>
 #include <thread>
 #include <nlohmann/json.hpp>
@@ -289,12 +290,14 @@ namespace {
 // `per_image * n` bytes above that; beyond `limit` it runs out of memory like
 // the CUDA allocator would.
 struct FakeDevice {
+  std::mutex mu;  // the runner's stage threads and its dispatcher call in concurrently
   std::uint64_t limit = 10000, weights = 4000, per_image = 1000, allocated = 4000, peak = 4000;
   int ooms = 0;
   int releases = 0;
   sdxl::DeviceHooks hooks() {
     sdxl::DeviceHooks h;
     h.memory = [this] {
+      std::lock_guard lk(mu);
       sdxl::MemorySnapshot m;
       m.allocated = allocated;
       m.reserved = allocated + 100;
@@ -303,11 +306,18 @@ struct FakeDevice {
       m.limit = limit;
       return m;
     };
-    h.reset_peak = [this] { peak = allocated; };
-    h.release_cached = [this] { ++releases; };
+    h.reset_peak = [this] {
+      std::lock_guard lk(mu);
+      peak = allocated;
+    };
+    h.release_cached = [this] {
+      std::lock_guard lk(mu);
+      ++releases;
+    };
     return h;
   }
   void run(size_t n) {
+    std::lock_guard lk(mu);
     const std::uint64_t need = weights + per_image * n;
     if (need > limit) {
       ++ooms;
@@ -504,4 +514,280 @@ TEST(OutOfMemoryMessages, AreRecognised) {
   EXPECT_TRUE(sdxl::is_out_of_memory_message("CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate(handle)"));
   EXPECT_TRUE(sdxl::is_out_of_memory_message("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1"));
   EXPECT_FALSE(sdxl::is_out_of_memory_message("shape mismatch: [2, 4] vs [2, 5]"));
+}
+
+TEST(DeviceLostMessages, AreRecognised) {
+  EXPECT_TRUE(sdxl::is_device_lost_message("CUDA error: an illegal memory access was encountered"));
+  EXPECT_TRUE(sdxl::is_device_lost_message("CUDA error: unspecified launch failure"));
+  EXPECT_FALSE(sdxl::is_device_lost_message("CUDA out of memory. Tried to allocate 2.00 GiB"));
+  EXPECT_FALSE(sdxl::is_device_lost_message("shape mismatch: [2, 4] vs [2, 5]"));
+}
+
+namespace {
+
+// A fake staged device: each stage sleeps a little and records, under a lock,
+// when it ran; sampling "uses" the LoRA set applied by the text stage.
+struct StagedFake {
+  std::string name;
+  std::mutex mu;
+  int stage_ms[3] = {5, 30, 10};
+  int alive_handles = 0, max_alive_handles = 0;   // batches between encode and the end of decode
+  int sampling = 0;
+  std::string applied_lora;                        // set by encode on a switch
+  bool switched_while_sampling = false;
+  std::vector<std::string> encode_order, sample_order, decode_order;
+  std::vector<std::pair<double, double>> sample_times, decode_times;
+  std::function<void(const std::vector<sdxl::GenerationParams>&)> fail_sample;  // may throw
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  int prefetches = 0;
+
+  double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+  struct Handle {
+    Handle(std::vector<sdxl::GenerationParams> p, StagedFake* o) : ps(std::move(p)), owner(o) {}
+    Handle(const Handle&) = delete;
+    Handle& operator=(const Handle&) = delete;
+    std::vector<sdxl::GenerationParams> ps;
+    StagedFake* owner;
+    ~Handle() {
+      std::lock_guard lk(owner->mu);
+      --owner->alive_handles;
+    }
+  };
+  sdxl::DeviceLane lane() {
+    sdxl::DeviceLane l;
+    l.name = name;
+    l.device_name = [this] { return name; };
+    l.stages.prefetch = [this](const std::vector<sdxl::GenerationParams>&) {
+      std::lock_guard lk(mu);
+      ++prefetches;
+    };
+    l.stages.encode = [this](const std::vector<sdxl::GenerationParams>& ps) -> sdxl::StageHandle {
+      std::this_thread::sleep_for(std::chrono::milliseconds(stage_ms[0]));
+      std::lock_guard lk(mu);
+      const std::string lora = sdxl::lora_set_key(ps[0]);
+      if (lora != applied_lora) {
+        if (sampling > 0) switched_while_sampling = true;
+        applied_lora = lora;
+      }
+      encode_order.push_back(ps[0].prompt);
+      ++alive_handles;
+      max_alive_handles = std::max(max_alive_handles, alive_handles);
+      return std::make_shared<Handle>(ps, this);
+    };
+    l.stages.sample = [this](const sdxl::StageHandle& h, const sdxl::StepHook& hook) -> sdxl::StageHandle {
+      auto* hd = static_cast<Handle*>(h.get());
+      double start;
+      {
+        std::lock_guard lk(mu);
+        ++sampling;
+        start = now();
+        sample_order.push_back(hd->ps[0].prompt);
+      }
+      struct Done {
+        StagedFake* f;
+        ~Done() {
+          std::lock_guard lk(f->mu);
+          --f->sampling;
+        }
+      } done{this};
+      if (fail_sample) fail_sample(hd->ps);
+      std::this_thread::sleep_for(std::chrono::milliseconds(stage_ms[1]));
+      if (hook) hook(1, 1);
+      std::lock_guard lk(mu);
+      sample_times.emplace_back(start, now());
+      return h;
+    };
+    l.stages.decode = [this](const sdxl::StageHandle& h) {
+      auto* hd = static_cast<Handle*>(h.get());
+      const double start = now();
+      std::this_thread::sleep_for(std::chrono::milliseconds(stage_ms[2]));
+      std::lock_guard lk(mu);
+      decode_times.emplace_back(start, now());
+      decode_order.push_back(hd->ps[0].prompt);
+      return grey_images(hd->ps, static_cast<std::uint8_t>(hd->ps[0].seed * 7 + 3));
+    };
+    return l;
+  }
+};
+
+// Seconds during which a decode and a sampling ran at the same time.
+double overlap_s(const StagedFake& f) {
+  double s = 0;
+  for (const auto& [d0, d1] : f.decode_times)
+    for (const auto& [s0, s1] : f.sample_times) s += std::max(0.0, std::min(d1, s1) - std::max(d0, s0));
+  return s;
+}
+
+}  // namespace
+
+TEST_F(Fixture, PipelineOverlapsStagesInOrderWithBoundedBatchesInFlight) {
+  auto bf = batch(many_tasks(8));
+  StagedFake dev;
+  dev.name = "fake0";
+  sdxl::RunOptions o;
+  o.queue.max_batch = 1;
+  o.out_dir = dir / "out";
+  o.model_name = "fake";
+  std::vector<sdxl::DeviceLane> lanes;
+  lanes.push_back(dev.lane());
+  auto r = sdxl::run_batch(bf, o, std::move(lanes));
+  EXPECT_EQ(r.done, 8);
+  EXPECT_EQ(dev.encode_order, dev.sample_order);
+  EXPECT_EQ(dev.sample_order, dev.decode_order) << "each stage keeps the queue's order";
+  EXPECT_LE(dev.max_alive_handles, 3) << "at most three batches between the text stage and the end of decode";
+  EXPECT_GT(overlap_s(dev), 0.02) << "decodes ran while the next batch sampled";
+  auto report = nlohmann::json::parse(std::ifstream(dir / "out" / "report.json"));
+  ASSERT_EQ(report["devices"].size(), 1u);
+  EXPECT_GT(report["devices"][0]["overlap_s"].get<double>(), 0.0);
+  EXPECT_EQ(report["devices"][0]["images"], 8);
+  const auto& b = report["batches"][1];
+  EXPECT_LE(b["text"][0].get<double>(), b["sample"][0].get<double>());
+  EXPECT_LE(b["sample"][1].get<double>(), b["decode"][0].get<double>() + 1e-9);
+  EXPECT_EQ(manifest_lines().size(), 8u);
+}
+
+TEST_F(Fixture, WithoutOverlapOneBatchAtATime) {
+  auto bf = batch(many_tasks(5));
+  StagedFake dev;
+  dev.name = "fake0";
+  sdxl::RunOptions o;
+  o.queue.max_batch = 1;
+  o.overlap = false;
+  o.out_dir = dir / "out";
+  o.model_name = "fake";
+  std::vector<sdxl::DeviceLane> lanes;
+  lanes.push_back(dev.lane());
+  auto r = sdxl::run_batch(bf, o, std::move(lanes));
+  EXPECT_EQ(r.done, 5);
+  EXPECT_EQ(dev.max_alive_handles, 1);
+  EXPECT_EQ(overlap_s(dev), 0.0);
+}
+
+TEST_F(Fixture, ALoraSwitchWaitsForTheEarlierBatchesSampling) {
+  // Alternating LoRA sets in file order: every batch switches.
+  std::string tasks = R"({"version": 1, "tasks": [)";
+  for (int i = 0; i < 6; ++i)
+    tasks += std::string(i ? "," : "") + R"({"id": "t)" + std::to_string(i) + R"(", "prompt": "p)" + std::to_string(i) +
+             (i % 2 ? R"( <lora:style:0.8>)" : "") + R"(", "seed": )" + std::to_string(i) + "}";
+  tasks += "]}";
+  auto bf = batch(tasks);
+  StagedFake dev;
+  dev.name = "fake0";
+  sdxl::RunOptions o;
+  o.queue.max_batch = 1;
+  o.queue.file_order = true;
+  o.out_dir = dir / "out";
+  o.model_name = "fake";
+  std::vector<sdxl::DeviceLane> lanes;
+  lanes.push_back(dev.lane());
+  auto r = sdxl::run_batch(bf, o, std::move(lanes));
+  EXPECT_EQ(r.done, 6);
+  EXPECT_FALSE(dev.switched_while_sampling) << "weights changed under a running sampler";
+  EXPECT_EQ(dev.prefetches, 5) << "the files of each new set were loaded ahead";
+}
+
+TEST_F(Fixture, TwoDevicesShareTheQueueAndTheImagesAreTheSame) {
+  auto bf = batch(R"({"version": 1, "tasks": [
+    {"id": "low", "prompt": "low", "seed": 1, "count": 6, "priority": "low"},
+    {"id": "high", "prompt": "high", "seed": 100, "count": 6, "priority": "high"}]})");
+  // One device first, for the reference images.
+  StagedFake solo;
+  solo.name = "gpu0";
+  sdxl::RunOptions o;
+  o.queue.max_batch = 1;
+  o.model_name = "fake";
+  o.out_dir = dir / "one";
+  std::vector<sdxl::DeviceLane> one;
+  one.push_back(solo.lane());
+  ASSERT_EQ(sdxl::run_batch(bf, o, std::move(one)).done, 12);
+
+  StagedFake a, b;
+  a.name = "gpu0";
+  b.name = "gpu1";
+  o.out_dir = dir / "two";
+  std::vector<sdxl::DeviceLane> two;
+  two.push_back(a.lane());
+  two.push_back(b.lane());
+  auto r = sdxl::run_batch(bf, o, std::move(two));
+  EXPECT_EQ(r.done, 12);
+  EXPECT_GT(a.decode_order.size(), 0u);
+  EXPECT_GT(b.decode_order.size(), 0u) << "both devices made images";
+  EXPECT_EQ(a.decode_order.size() + b.decode_order.size(), 12u);
+  // Priorities hold across devices: each device took every high image it got
+  // before any low one (the queue is shared, so no low image was taken while a
+  // high one waited).
+  for (const StagedFake* f : {&a, &b}) {
+    bool seen_low = false;
+    for (const auto& p : f->encode_order) {
+      if (p == "low") seen_low = true;
+      else EXPECT_FALSE(seen_low) << f->name << " took a high image after a low one";
+    }
+  }
+  // Same images as on one device.
+  for (const auto& e : fs::directory_iterator(dir / "one")) {
+    if (e.path().extension() != ".png") continue;
+    EXPECT_EQ(sdxl::sha256_file_hex(e.path()), sdxl::sha256_file_hex(dir / "two" / e.path().filename()))
+        << e.path().filename();
+  }
+  auto report = nlohmann::json::parse(std::ifstream(dir / "two" / "report.json"));
+  ASSERT_EQ(report["devices"].size(), 2u);
+  EXPECT_EQ(report["devices"][0]["images"].get<int>() + report["devices"][1]["images"].get<int>(), 12);
+  std::set<std::string> used;
+  for (const auto& im : report["images"]) used.insert(im["device"].get<std::string>());
+  EXPECT_EQ(used, (std::set<std::string>{"gpu0", "gpu1"}));
+}
+
+TEST_F(Fixture, ALostDeviceGivesItsImagesToTheOthers) {
+  auto bf = batch(many_tasks(10));
+  StagedFake good, bad;
+  good.name = "gpu0";
+  bad.name = "gpu1";
+  bad.fail_sample = [](const std::vector<sdxl::GenerationParams>&) {
+    throw sdxl::TaskError("CUDA error: an illegal memory access was encountered");
+  };
+  sdxl::RunOptions o;
+  o.queue.max_batch = 1;
+  o.retries = 0;
+  o.out_dir = dir / "out";
+  o.model_name = "fake";
+  std::vector<sdxl::DeviceLane> lanes;
+  lanes.push_back(good.lane());
+  lanes.push_back(bad.lane());
+  auto r = sdxl::run_batch(bf, o, std::move(lanes));
+  EXPECT_EQ(r.done, 10) << "the working device finished the batch";
+  EXPECT_EQ(r.failed, 0) << "the lost device's images were not counted as failed attempts";
+  EXPECT_EQ(r.devices_failed, 1);
+  EXPECT_EQ(good.decode_order.size(), 10u);
+  auto report = nlohmann::json::parse(std::ifstream(dir / "out" / "report.json"));
+  EXPECT_TRUE(report["devices"][1]["failed"].get<bool>());
+  EXPECT_NE(report["devices"][1]["failure"].get<std::string>().find("illegal memory access"), std::string::npos);
+  ASSERT_EQ(report["device_events"].size(), 1u);
+  EXPECT_EQ(report["device_events"][0]["device"], "gpu1");
+}
+
+TEST_F(Fixture, ADeviceThatKeepsRunningOutOfMemoryIsGivenUp) {
+  auto bf = batch(many_tasks(9));
+  StagedFake good, small;
+  good.name = "gpu0";
+  small.name = "gpu1";
+  small.fail_sample = [](const std::vector<sdxl::GenerationParams>&) {
+    throw sdxl::OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB");
+  };
+  sdxl::RunOptions o;
+  o.queue.max_batch = 1;
+  o.retries = 5;
+  o.retry_backoff_s = 0.01;
+  o.lane_failures = 3;
+  o.out_dir = dir / "out";
+  o.model_name = "fake";
+  std::vector<sdxl::DeviceLane> lanes;
+  lanes.push_back(good.lane());
+  lanes.push_back(small.lane());
+  auto r = sdxl::run_batch(bf, o, std::move(lanes));
+  EXPECT_EQ(r.done, 9);
+  EXPECT_EQ(r.failed, 0);
+  EXPECT_EQ(r.devices_failed, 1);
+  auto report = nlohmann::json::parse(std::ifstream(dir / "out" / "report.json"));
+  EXPECT_TRUE(report["devices"][1]["failed"].get<bool>());
+  EXPECT_EQ(report["devices"][1]["images"], 0);
 }
