@@ -1,6 +1,9 @@
 #include "model/sdxl_model.h"
 
 #include <spdlog/spdlog.h>
+#include <torch/csrc/jit/ir/ir.h>
+
+#include <functional>
 
 #include "runtime/device.h"
 #include "sdxl/error.h"
@@ -26,10 +29,39 @@ torch::jit::Module load_module(const ModelConfig& cfg, const std::string& rel, c
   m.eval();
   if (cast) m.to(device, dtype);
   else m.to(device);
+  if (const int n = retarget_device_literals(m, device); n > 0)
+    spdlog::debug("{}: {} device literal(s) of the traced code moved to {}", rel, n, device.str());
   return m;
 }
 
 }  // namespace
+
+// Device literals of traced code: a module traced on cuda:0 creates some
+// tensors with `device=cuda:0` written into its graph (the text encoders'
+// causal mask, for one), which module.to() does not change. On another GPU
+// (--devices) those become cuda:N here, before the graphs first run. CPU
+// literals stay: they are deliberate host-side scalars.
+int retarget_device_literals(torch::jit::Module& m, const torch::Device& device) {
+  if (!device.is_cuda()) return 0;
+  int changed = 0;
+  std::function<void(torch::jit::Block*)> visit = [&](torch::jit::Block* block) {
+    for (torch::jit::Node* n : block->nodes()) {
+      if (n->kind() == c10::prim::Constant && n->outputs().size() == 1 &&
+          n->output()->type()->kind() == c10::TypeKind::DeviceObjType && n->hasAttribute(c10::attr::value)) {
+        const c10::Device literal(n->s(c10::attr::value));
+        if (literal.is_cuda() && literal != device) {
+          n->s_(c10::attr::value, device.str());
+          ++changed;
+        }
+      }
+      for (torch::jit::Block* b : n->blocks()) visit(b);
+    }
+  };
+  for (const torch::jit::Module& sub : m.modules())
+    for (const torch::jit::Method& method : sub.get_methods()) visit(method.graph()->block());
+  return changed;
+}
+
 
 std::unique_ptr<SdxlModel> SdxlModel::load(const ModelConfig& config, const torch::Device& device,
                                            const std::string& dtype_override) {

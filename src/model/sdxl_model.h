@@ -14,6 +14,11 @@
 
 namespace sdxl {
 
+// Device literals (`device=cuda:0`) in the graphs of a traced module become
+// `device` when both are CUDA devices; returns how many changed. The loader
+// calls it so that a model traced on GPU 0 runs on any GPU (--devices).
+int retarget_device_literals(torch::jit::Module& module, const torch::Device& device);
+
 struct SdxlModel {
   ModelConfig config;
   torch::Device device{torch::kCPU};
