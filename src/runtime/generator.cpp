@@ -84,6 +84,7 @@ Generator::Generator(const std::filesystem::path& model_dir, const RuntimeOption
   impl_->model = SdxlModel::load(cfg, device, opts.dtype);
   impl_->unet = std::make_unique<UnetRunner>(*impl_->model, opts.cuda_graphs);
   impl_->vae_tiling = parse_vae_tiling(opts.vae_tiling);
+  set_vae_decode_dtype(*impl_->model, opts.vae_dtype);
   device_synchronize(device);
   impl_->load_s = seconds_since(t0);
   spdlog::info("loaded model '{}' ({}, {}) on {} in {:.2f} s", cfg.name, cfg.source, dtype_name(impl_->model->dtype),
@@ -351,7 +352,8 @@ std::vector<GeneratedImage> Generator::generate_batch(const std::vector<Generati
         const torch::Tensor one = lat_cpu.slice(0, k, k + 1);
         g.latent_shape.assign(one.sizes().begin(), one.sizes().end());
         g.latents.assign(one.data_ptr<float>(), one.data_ptr<float>() + one.numel());
-        g.rgb = vae_decode_rgb8(m, latents.slice(0, k, k + 1), impl_->vae_tiling);
+        g.rgb = vae_decode_rgb8(m, latents.slice(0, k, k + 1), impl_->vae_tiling, {},
+                                "seed " + std::to_string(ps[idx[static_cast<size_t>(k)]].seed));
       }
       device_synchronize(m.device);
       const double decode_s = seconds_since(t0);
