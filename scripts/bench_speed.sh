@@ -66,6 +66,9 @@ if [ -n "$SMOKE" ]; then
       { echo "bench_speed: tiny export failed, see $OUT/export.log"; exit 1; }
   fi
 else
+  # A warm machine may hold an export without its diffusers copy (gpu_runtime.sh): export again.
+  w=${WORK:-/tmp/sdxl-gpu}
+  [ -f "$w/full-diffusers/model_index.json" ] || rm -f "$w/full/model.json"
   SDXL_SAVE_DIFFUSERS=1 SDXL_PREPARE_KEEP_GOING=1 source scripts/gpu_prepare.sh   # sets OUT WORK SDXL MODEL
   set +e
   PY=python3
