@@ -33,6 +33,8 @@ struct RuntimeOptions {
   bool cuda_graphs = true;
   // VAE decode in tiles: "auto" (whole, tiles after an out-of-memory), "always", "never".
   std::string vae_tiling = "auto";
+  // VAE decode dtype: "auto" (the compute dtype), fp32, fp16, bf16; NaN/Inf output is decoded again in fp32.
+  std::string vae_dtype = "auto";
   // LoRAs: where prompt tags <lora:NAME:W> are looked up (after the registry),
   // the factor cache's budget (0 = 30% of the memory free after the weights),
   // and whether keys that map to no weight are an error instead of a warning.

@@ -27,6 +27,11 @@ void add_model_options(CLI::App& cmd, ModelOptions& o, bool model_required) {
                  "VAE decode in overlapping tiles: auto (only after an out-of-memory), always, never")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "always", "never"}));
+  cmd.add_option("--vae-dtype", o.runtime.vae_dtype,
+                 "VAE decode dtype: auto (as exported: fp32 for GPU exports, like diffusers), fp32, fp16, bf16; an image whose decode has NaN/Inf "
+                 "is decoded again in fp32")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "fp32", "fp16", "bf16"}));
   cmd.add_option("--lora-dir", o.lora_dirs, "Directory where <lora:NAME:W> prompt tags find NAME.safetensors (repeatable)");
   cmd.add_option("--lora-cache", o.lora_cache,
                  "Device memory for cached LoRA factors, e.g. 2G (default: 30% of the memory free after the weights)");

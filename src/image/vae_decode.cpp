@@ -30,12 +30,35 @@ std::vector<int64_t> tile_starts(int64_t size, int tile, int overlap) {
   return starts;
 }
 
-torch::Tensor vae_decode_image(SdxlModel& model, const torch::Tensor& latents) {
-  const torch::Tensor z = latents.to(model.vae_dtype) / model.config.vae_scaling_factor;
-  return run_module(model.vae_decoder, "vae_decoder", {z}).toTensor().to(torch::kFloat32);
+void set_vae_decode_dtype(SdxlModel& model, const std::string& option) {
+  torch::Dtype want;
+  // auto: as exported (fp32 for the GPU exports: diffusers upcasts SDXL's VAE
+  // too, and an fp16 decode would change every image against it).
+  if (option == "auto") want = model.vae_decode_dtype;
+  else if (option == "fp32" || option == "fp16" || option == "bf16") want = parse_dtype(option);
+  else throw UsageError("--vae-dtype '" + option + "': expected auto, fp32, fp16 or bf16");
+  if (want == model.vae_decode_dtype) return;
+  int rewritten = 0;
+  model.vae_decoder = retyped_module(model.vae_decoder, model.vae_decode_dtype, want, &rewritten);
+  spdlog::info("VAE decoder: {} -> {} ({} dtype constant(s) of the trace rewritten); NaN/Inf output is decoded again in fp32",
+               dtype_name(model.vae_decode_dtype), dtype_name(want), rewritten);
+  model.vae_decode_dtype = want;
 }
 
 namespace {
+
+// One decoder and the dtype it runs in.
+struct Decoder {
+  torch::jit::Module* module;
+  torch::Dtype dtype;
+};
+
+Decoder main_decoder(SdxlModel& model) { return {&model.vae_decoder, model.vae_decode_dtype}; }
+
+torch::Tensor decode_whole(SdxlModel& model, const Decoder& d, const torch::Tensor& latents) {
+  const torch::Tensor z = latents.to(d.dtype) / model.config.vae_scaling_factor;
+  return run_module(*d.module, "vae_decoder", {z}).toTensor().to(torch::kFloat32);
+}
 
 // Weight of each pixel along one side of a tile: 1 inside, a linear ramp
 // (0 -> 1) over `ramp` pixels at an edge that has a neighbour.
@@ -47,9 +70,7 @@ torch::Tensor ramp_weights(int64_t length, int64_t ramp, bool ramp_start, bool r
   return w;
 }
 
-}  // namespace
-
-torch::Tensor vae_decode_image_tiled(SdxlModel& model, const torch::Tensor& latents, const TileGrid& grid) {
+torch::Tensor decode_tiled(SdxlModel& model, const Decoder& d, const torch::Tensor& latents, const TileGrid& grid) {
   const int64_t h = latents.size(2), w = latents.size(3);
   const int64_t f = model.config.vae_downsample;
   const auto ys = tile_starts(h, grid.tile, grid.overlap), xs = tile_starts(w, grid.tile, grid.overlap);
@@ -61,7 +82,7 @@ torch::Tensor vae_decode_image_tiled(SdxlModel& model, const torch::Tensor& late
     for (int64_t x0 : xs) {
       const int64_t th = std::min<int64_t>(grid.tile, h - y0), tw = std::min<int64_t>(grid.tile, w - x0);
       const torch::Tensor tile = latents.slice(2, y0, y0 + th).slice(3, x0, x0 + tw);
-      const torch::Tensor img = vae_decode_image(model, tile);
+      const torch::Tensor img = decode_whole(model, d, tile);
       const torch::Tensor wy = ramp_weights(th * f, ramp, y0 > 0, y0 + th < h, latents.device());
       const torch::Tensor wx = ramp_weights(tw * f, ramp, x0 > 0, x0 + tw < w, latents.device());
       const torch::Tensor wt = (wy.view({1, 1, -1, 1}) * wx.view({1, 1, 1, -1}));
@@ -72,10 +93,37 @@ torch::Tensor vae_decode_image_tiled(SdxlModel& model, const torch::Tensor& late
   return acc / wsum;
 }
 
+// Whole, or tiled (on request, or after an out-of-memory unless `never`);
+// `what` gains ", tiled" when tiles were used.
+torch::Tensor decode_any(SdxlModel& model, const Decoder& d, const torch::Tensor& latents, VaeTiling tiling,
+                         const TileGrid& grid, std::string& what) {
+  if (tiling == VaeTiling::kAlways) return decode_tiled(model, d, latents, grid);
+  try {
+    return decode_whole(model, d, latents);
+  } catch (const OutOfMemoryError& e) {
+    if (tiling == VaeTiling::kNever) throw;
+    spdlog::warn("VAE decode ran out of memory; freeing cached blocks and decoding in tiles of {} px: {}",
+                 grid.tile * model.config.vae_downsample, e.what());
+    device_release_cached(model.device);
+    what += ", tiled";
+    return decode_tiled(model, d, latents, grid);
+  }
+}
+
+}  // namespace
+
+torch::Tensor vae_decode_image(SdxlModel& model, const torch::Tensor& latents) {
+  return decode_whole(model, main_decoder(model), latents);
+}
+
+torch::Tensor vae_decode_image_tiled(SdxlModel& model, const torch::Tensor& latents, const TileGrid& grid) {
+  return decode_tiled(model, main_decoder(model), latents, grid);
+}
+
 std::vector<std::uint8_t> image_to_rgb8(const torch::Tensor& decoded, const std::string& what) {
   torch::Tensor image = (decoded / 2 + 0.5).clamp(0, 1).to(torch::kCPU).to(torch::kFloat32);
   if (torch::isnan(image).any().item<bool>())
-    throw TaskError("VAE decode produced NaN values (" + what + "); re-export the model with an fp32 VAE");
+    throw TaskError("VAE decode produced NaN values (" + what + "): the latents or the VAE's weights are not finite");
   // [1, 3, H, W] -> [H, W, 3] uint8 with numpy's rounding (half to even).
   torch::Tensor hwc = (image[0].permute({1, 2, 0}) * 255).round().to(torch::kUInt8).contiguous();
   const auto* p = hwc.data_ptr<std::uint8_t>();
@@ -83,18 +131,21 @@ std::vector<std::uint8_t> image_to_rgb8(const torch::Tensor& decoded, const std:
 }
 
 std::vector<std::uint8_t> vae_decode_rgb8(SdxlModel& model, const torch::Tensor& latents, VaeTiling tiling,
-                                          const TileGrid& grid) {
-  const std::string what = "in " + std::string(c10::toString(model.vae_dtype));
-  if (tiling == VaeTiling::kAlways) return image_to_rgb8(vae_decode_image_tiled(model, latents, grid), what);
-  try {
-    return image_to_rgb8(vae_decode_image(model, latents), what);
-  } catch (const OutOfMemoryError& e) {
-    if (tiling == VaeTiling::kNever) throw;
-    spdlog::warn("VAE decode ran out of memory; freeing cached blocks and decoding in tiles of {} px: {}",
-                 grid.tile * model.config.vae_downsample, e.what());
-    device_release_cached(model.device);
-    return image_to_rgb8(vae_decode_image_tiled(model, latents, grid), what + ", tiled");
+                                          const TileGrid& grid, const std::string& label) {
+  const Decoder main = main_decoder(model);
+  std::string what = "in " + dtype_name(main.dtype);
+  torch::Tensor image = decode_any(model, main, latents, tiling, grid, what);
+  if (main.dtype != torch::kFloat32 && !torch::isfinite(image).all().item<bool>()) {
+    const std::string name = label.empty() ? "an image" : label;
+    spdlog::warn("VAE decode in {} gave NaN/Inf values for {}; decoding it again in fp32 (--vae-dtype fp32 or bf16 "
+                 "avoids the second decode when this happens often)",
+                 dtype_name(main.dtype), name);
+    ++model.vae_fp32_redecodes;
+    what = "in fp32 after NaN/Inf " + what;
+    image = decode_any(model, Decoder{&vae_decoder_fp32_module(model), torch::kFloat32}, latents, tiling, grid, what);
   }
+  if (!label.empty()) what = label + ", " + what;
+  return image_to_rgb8(image, what);
 }
 
 }  // namespace sdxl

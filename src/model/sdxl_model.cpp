@@ -1,9 +1,11 @@
 #include "model/sdxl_model.h"
 
 #include <spdlog/spdlog.h>
+#include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/ir/ir.h>
 
 #include <functional>
+#include <unordered_set>
 
 #include "runtime/device.h"
 #include "sdxl/error.h"
@@ -71,10 +73,10 @@ std::unique_ptr<SdxlModel> SdxlModel::load(const ModelConfig& config, const torc
   const torch::Dtype exported = parse_dtype(config.dtype);
   m->dtype = dtype_override.empty() ? exported : parse_dtype(dtype_override);
   const bool cast = m->dtype != exported;
+  // The VAE stays as exported; the decode dtype is chosen apart (--vae-dtype,
+  // set_vae_decode_dtype in image/vae_decode.h).
   m->vae_dtype = parse_dtype(config.vae_dtype);
-  // fp16 VAE decode overflows on SDXL; an fp16 request keeps the exported (upcast) VAE.
-  const bool cast_vae = cast && m->dtype != torch::kFloat16;
-  if (cast_vae) m->vae_dtype = m->dtype;
+  m->vae_decode_dtype = m->vae_dtype;
   if (device.is_cuda() && config.export_device == "cpu")
     spdlog::warn("model '{}' was exported on the CPU; traced modules may hold CPU constants. "
                  "If generation fails, re-export with scripts/export_sdxl.py --device cuda",
@@ -89,7 +91,7 @@ std::unique_ptr<SdxlModel> SdxlModel::load(const ModelConfig& config, const torc
   m->text_encoder = load_module(config, config.text_encoders[0].file, device, m->dtype, cast);
   m->text_encoder_2 = load_module(config, config.text_encoders[1].file, device, m->dtype, cast);
   m->unet = load_module(config, config.unet_file, device, m->dtype, cast);
-  m->vae_decoder = load_module(config, config.vae_decoder_file, device, m->vae_dtype, cast_vae);
+  m->vae_decoder = load_module(config, config.vae_decoder_file, device, m->vae_dtype, false);
   return m;
 }
 
@@ -102,6 +104,63 @@ torch::jit::Module& vae_encoder_module(SdxlModel& model) {
     model.vae_encoder = load_module(model.config, model.config.vae_encoder_file, model.device, model.vae_dtype, cast);
   }
   return *model.vae_encoder;
+}
+
+torch::jit::Module& vae_decoder_fp32_module(SdxlModel& model) {
+  if (!model.vae_decoder_fp32) {
+    torch::jit::Module m = load_module(model.config, model.config.vae_decoder_file, model.device, model.vae_dtype, false);
+    model.vae_decoder_fp32 = model.vae_dtype == torch::kFloat32 ? m : retyped_module(m, model.vae_dtype, torch::kFloat32);
+  }
+  return *model.vae_decoder_fp32;
+}
+
+namespace {
+
+// Replaces every constant `dtype` argument equal to `from` by `to` in a block
+// and its sub-blocks; returns how many.
+int rewrite_dtype_constants(torch::jit::Graph& graph, torch::jit::Block* block, std::int64_t from, std::int64_t to) {
+  int n = 0;
+  for (torch::jit::Node* node : block->nodes()) {
+    for (torch::jit::Block* sub : node->blocks()) n += rewrite_dtype_constants(graph, sub, from, to);
+    const c10::FunctionSchema* schema = node->maybeSchema();
+    if (schema == nullptr) continue;
+    const auto& args = schema->arguments();
+    for (size_t i = 0; i < args.size() && i < node->inputs().size(); ++i) {
+      if (args[i].name() != "dtype") continue;
+      torch::jit::Value* v = node->input(i);
+      if (v->node()->kind() != c10::prim::Constant) continue;
+      const std::optional<c10::IValue> iv = torch::jit::toIValue(v);
+      if (!iv || !iv->isInt() || iv->toInt() != from) continue;
+      torch::jit::WithInsertPoint here(node);
+      node->replaceInput(i, graph.insertConstant(to));
+      ++n;
+    }
+  }
+  return n;
+}
+
+}  // namespace
+
+torch::jit::Module retyped_module(const torch::jit::Module& module, torch::Dtype from, torch::Dtype to, int* rewritten) {
+  torch::jit::Module copy = module.clone();  // own graphs and tensors
+  int n = 0;
+  if (from != to) {
+    std::unordered_set<const torch::jit::Graph*> seen;  // submodules of one type share their graphs
+    for (const torch::jit::Module& sub : copy.modules()) {
+      for (const torch::jit::Method& method : sub.get_methods()) {
+        const std::shared_ptr<torch::jit::Graph> g = method.graph();
+        if (seen.insert(g.get()).second) n += rewrite_dtype_constants(*g, g->block(), static_cast<std::int64_t>(from),
+                                                                      static_cast<std::int64_t>(to));
+      }
+    }
+    // Floating tensors only (Module::to(dtype) would cast integer buffers too).
+    for (at::Tensor p : copy.parameters())
+      if (p.is_floating_point()) p.set_data(p.to(to));
+    for (at::Tensor b : copy.buffers())
+      if (b.is_floating_point()) b.set_data(b.to(to));
+  }
+  if (rewritten != nullptr) *rewritten = n;
+  return copy;
 }
 
 c10::IValue run_module(torch::jit::Module& module, const char* name, std::vector<c10::IValue> inputs) {

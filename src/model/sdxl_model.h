@@ -23,11 +23,14 @@ struct SdxlModel {
   ModelConfig config;
   torch::Device device{torch::kCPU};
   torch::Dtype dtype = torch::kFloat32;      // text encoders + UNet
-  torch::Dtype vae_dtype = torch::kFloat32;  // VAE (fp32 when the export upcasts it)
+  torch::Dtype vae_dtype = torch::kFloat32;  // the exported VAE's (fp32 when the export upcasts it); the encoder's
   torch::jit::Module text_encoder;
   torch::jit::Module text_encoder_2;
   torch::jit::Module unet;
-  torch::jit::Module vae_decoder;
+  torch::jit::Module vae_decoder;                      // runs in vae_decode_dtype (set_vae_decode_dtype)
+  torch::Dtype vae_decode_dtype = torch::kFloat32;     // --vae-dtype; vae_dtype until it is set
+  std::optional<torch::jit::Module> vae_decoder_fp32;  // fp32 re-decode of NaN/Inf output, loaded on first need
+  int vae_fp32_redecodes = 0;                          // how many decodes were redone in fp32
   std::optional<torch::jit::Module> vae_encoder;  // loaded on first use (img2img, pixel-space hires fix)
   std::unique_ptr<ClipTokenizer> tokenizer;
   std::unique_ptr<ClipTokenizer> tokenizer_2;
@@ -40,6 +43,19 @@ struct SdxlModel {
 // The VAE encoder, loaded on first call (in the VAE's dtype). Throws
 // ModelError when the model directory has no vae_encoder.ts.
 torch::jit::Module& vae_encoder_module(SdxlModel& model);
+
+// The fp32 VAE decoder (the fallback after a NaN/Inf decode), loaded on first
+// call; retyped when the export's VAE is not fp32.
+torch::jit::Module& vae_decoder_fp32_module(SdxlModel& model);
+
+// A deep copy of a traced module that runs in `to` instead of `from`: floating
+// parameters and buffers are cast, and the dtype constants the trace baked into
+// its graphs (every `dtype` argument equal to `from`, e.g. the wrapper's
+// `z.to(float32)`) are rewritten to `to`. A plain Module::to(dtype) leaves those
+// constants, so the cast module fails ("expected scalar type Float but found
+// BFloat16"). Returns the copy; `rewritten`, when given, counts the constants.
+torch::jit::Module retyped_module(const torch::jit::Module& module, torch::Dtype from, torch::Dtype to,
+                                  int* rewritten = nullptr);
 
 // Runs module.forward(inputs); a failure becomes a TaskError that names the
 // module and keeps the original message (an out-of-memory shows in it).

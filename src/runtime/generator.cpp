@@ -107,6 +107,7 @@ Generator::Generator(const std::filesystem::path& model_dir, const RuntimeOption
   impl_->sample_stream = StageStream(device, /*high_priority=*/true);
   impl_->decode_stream = StageStream(device, /*high_priority=*/false);
   impl_->vae_tiling = parse_vae_tiling(opts.vae_tiling);
+  set_vae_decode_dtype(*impl_->model, opts.vae_dtype);
   device_synchronize(device);
   impl_->load_s = seconds_since(t0);
   spdlog::info("loaded model '{}' ({}, {}) on {} in {:.2f} s", cfg.name, cfg.source, dtype_name(impl_->model->dtype),
@@ -493,7 +494,8 @@ std::vector<GeneratedImage> Generator::decode_batch(const std::shared_ptr<Sample
         const torch::Tensor one = lat_cpu.slice(0, kk, kk + 1);
         g.latent_shape.assign(one.sizes().begin(), one.sizes().end());
         g.latents.assign(one.data_ptr<float>(), one.data_ptr<float>() + one.numel());
-        g.rgb = vae_decode_rgb8(m, sub.latents.slice(0, kk, kk + 1), im.vae_tiling);
+        g.rgb = vae_decode_rgb8(m, sub.latents.slice(0, kk, kk + 1), im.vae_tiling, {},
+                                "seed " + std::to_string(eb.params[sub.idx[k]].seed));
       }
       sub.latents = torch::Tensor();
     }

@@ -82,6 +82,22 @@ class Generate(unittest.TestCase):
             self.assertEqual(a.tobytes(), b.tobytes())
             self.assertTrue(a.info["parameters"].startswith(prompt + "\nSteps: 3,"))
 
+    def test_vae_dtype_bf16_is_close_to_fp32(self):
+        work = Path(ARGS.work)
+        work.mkdir(parents=True, exist_ok=True)
+        pixels = {}
+        for dt in ("fp32", "bf16"):
+            out = work / f"vae-{dt}.png"
+            r = sdxl("generate", "--model", ARGS.model, "--prompt", "a harbour", "--seed", "5", "--steps", "2",
+                     "--vae-dtype", dt, "--out", str(out))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with Image.open(out) as im:
+                pixels[dt] = im.tobytes()
+        a, b = pixels["fp32"], pixels["bf16"]
+        self.assertNotEqual(a, b, "--vae-dtype bf16 decoded in fp32")
+        mse = sum((x - y) ** 2 for x, y in zip(a, b)) / len(a)
+        self.assertLess(mse, 4.0, "bf16 decode far from fp32")  # about 50 dB measured
+
     def test_random_seed_is_recorded(self):
         out = Path(ARGS.work) / "random.png"
         r = sdxl("generate", "--model", ARGS.model, "--prompt", "x", "--steps", "2", "--out", str(out))
@@ -107,6 +123,7 @@ class BadInput(unittest.TestCase):
         self.assert_fails(sdxl("generate", "--prompt", "x"), 2, "--model")
         self.assert_fails(sdxl("generate", "--model", ARGS.model, "--prompt", "x", "--device", "tpu"), 2, "tpu")
         self.assert_fails(sdxl("generate", "--model", ARGS.model, "--prompt", "x", "--width", "100"), 2, "width 100")
+        self.assert_fails(sdxl("generate", "--model", ARGS.model, "--prompt", "x", "--vae-dtype", "fp8"), 2, "--vae-dtype", "fp8")
         self.assert_fails(sdxl(), 2)
         self.assert_fails(sdxl("frobnicate"), 2, "frobnicate")
 
