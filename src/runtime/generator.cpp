@@ -82,7 +82,7 @@ Generator::Generator(const std::filesystem::path& model_dir, const RuntimeOption
   if (opts.threads > 0) at::set_num_threads(opts.threads);
   impl_->opts = opts;
   impl_->model = SdxlModel::load(cfg, device, opts.dtype);
-  impl_->unet = std::make_unique<UnetRunner>(*impl_->model, opts.cuda_graphs);
+  impl_->unet = std::make_unique<UnetRunner>(*impl_->model, opts.cuda_graphs, opts.unet_backend);
   impl_->vae_tiling = parse_vae_tiling(opts.vae_tiling);
   device_synchronize(device);
   impl_->load_s = seconds_since(t0);
