@@ -21,6 +21,14 @@ keys of that component, so LoRA keys map without a prefix):
                       timestep to float32; output is in the model dtype)
   vae_decoder.ts     latent / scaling_factor [B,4,h,w] -> image [B,3,8h,8w] in [-1,1]
   vae_encoder.ts     image [B,3,H,W] in [-1,1] -> latent mean [B,4,H/8,W/8] (unscaled)
+  unet.pt2           (--aoti) the same UNet wrapper, torch.export'ed and compiled by
+                     AOTInductor for --device; same inputs as unet.ts, but each must
+                     have the recorded dtype and be contiguous. The package holds
+                     NO weights (aot_inductor.package_constants_in_so=False): the
+                     loader takes unet.ts's parameters as user-managed constants,
+                     so they live once in memory and LoRA patches reach both
+                     (AOTInductor inlines a few tiny tensors, e.g. conv_out.bias, as
+                     literals: those are not constants and LoRAs must not touch them).
 
 The UNet is traced at a latent size that is NOT a multiple of 2**num_upsamplers,
 so the graph carries diffusers' forward_upsample_size path: every up-sampler
@@ -505,6 +513,141 @@ def summarize_checks(results: list[dict]) -> dict:
     return per
 
 
+# --- AOTInductor ----------------------------------------------------------------------------
+@contextlib.contextmanager
+def upsample_to_skip_size(unet):
+    """diffusers picks the up-sampler path with `any(dim % 2**num_upsamplers)` on the latent
+    size; under torch.export with a dynamic size that is a guard no size range satisfies.
+    A factor no latent size can be a multiple of makes it always take the
+    forward_upsample_size path -- the one unet.ts was traced on (see the module docstring),
+    which interpolates to each skip connection's size."""
+    n = unet.num_upsamplers
+    unet.num_upsamplers = 40  # 2**40: no latent size in the limits is a multiple of it
+    try:
+        yield
+    finally:
+        unet.num_upsamplers = n
+
+
+def parse_aoti_size(text: str | None, limits: dict, vae_down: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """Latent (height, width) ranges: the model's limits, or one fixed WxH in pixels."""
+    if not text or text == "dynamic":
+        return ((limits["height_min"] // vae_down, limits["height_max"] // vae_down),
+                (limits["width_min"] // vae_down, limits["width_max"] // vae_down))
+    try:
+        w, h = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise SystemExit(f"--aoti-size: '{text}' is not 'dynamic' or WIDTHxHEIGHT in pixels (e.g. 1024x1024)")
+    for name, v, lo, hi in (("width", w, limits["width_min"], limits["width_max"]),
+                            ("height", h, limits["height_min"], limits["height_max"])):
+        if v % limits["size_multiple"] or not lo <= v <= hi:
+            raise SystemExit(f"--aoti-size: {name} {v} must be a multiple of {limits['size_multiple']} "
+                             f"in [{lo}, {hi}] (the model's limits)")
+    return ((h // vae_down, h // vae_down), (w // vae_down, w // vae_down))
+
+
+def parse_inductor_configs(items: list[str]) -> dict:
+    """--aoti-config KEY=VALUE (VALUE as a Python literal, else a string)."""
+    import ast
+
+    cfg = {}
+    for it in items:
+        if "=" not in it:
+            raise SystemExit(f"--aoti-config: '{it}' is not KEY=VALUE")
+        k, v = it.split("=", 1)
+        try:
+            cfg[k.strip()] = ast.literal_eval(v)
+        except (ValueError, SyntaxError):
+            cfg[k.strip()] = v
+    return cfg
+
+
+def export_unet_aoti(unet, dtype, device: str, out_dir: Path, limits: dict, vae_down: int, ctx_dim: int,
+                     pdim: int, size: str | None, extra_configs: dict, gen: torch.Generator) -> dict:
+    """torch.export the UNet wrapper with a dynamic batch (1 .. 2*batch_max rows: CFG doubles
+    them), context length (77 .. 77*context_chunks_max tokens) and latent size (the limits, or
+    one fixed size), compile it with AOTInductor into out_dir/unet.pt2 without its weights,
+    and return what model.json records under unet.aoti."""
+    import torch._inductor
+
+    (h_lo, h_hi), (w_lo, w_hi) = parse_aoti_size(size, limits, vae_down)
+    rows_max = 2 * limits["batch_max"]
+    tok_max = 77 * limits["context_chunks_max"]
+    # Example: batch 2, two chunks, a latent size inside the range that is not a multiple of 4
+    # (sizes equal to a bound of a range, or to 1, would be specialised by export).
+    def example(lo, hi):
+        if lo == hi:
+            return lo
+        v = min(lo + 1, hi)
+        return v + 1 if v % 4 == 0 and v + 1 <= hi else v
+    lh, lw = example(h_lo, h_hi), example(w_lo, w_hi)
+    k = 2 if tok_max >= 154 else 1
+    inp = unet_inputs(2, lw * vae_down, lh * vae_down, k, ctx_dim, pdim, dtype, device, gen)
+    Dim = torch.export.Dim
+    rows = Dim("rows", min=1, max=rows_max)
+    tokens = Dim("tokens", min=77, max=tok_max) if tok_max > 77 else None
+    hd = Dim("latent_h", min=h_lo, max=h_hi) if h_hi > h_lo else None
+    wd = Dim("latent_w", min=w_lo, max=w_hi) if w_hi > w_lo else None
+    dynamic = tuple({i: d for i, d in dims.items() if d is not None}
+                    for dims in ({0: rows, 2: hd, 3: wd}, {0: rows}, {0: rows, 1: tokens}, {0: rows}, {0: rows}))
+    wrapper = UNetTS(unet, dtype).eval()
+    t0 = time.time()
+    with upsample_to_skip_size(unet), torch.no_grad():
+        ep = torch.export.export(wrapper, inp, dynamic_shapes=dynamic, strict=False)
+    t_export = time.time() - t0
+    log(f"  torch.export unet: {t_export:.1f}s (rows 1..{rows_max}, tokens 77..{tok_max}, "
+        f"latent {h_lo}..{h_hi} x {w_lo}..{w_hi})")
+    configs = {"aot_inductor.package_constants_in_so": False}
+    configs.update(extra_configs)
+    t0 = time.time()
+    pkg = torch._inductor.aoti_compile_and_package(ep, package_path=str(out_dir / "unet.pt2"),
+                                                   inductor_configs=configs)
+    t_compile = time.time() - t0
+    log(f"  aoti_compile_and_package unet: {t_compile:.1f}s, {Path(pkg).stat().st_size / 2**20:.1f} MiB "
+        f"(weights not included)")
+
+    # Load it as sdxl-batch does (constants = the module's own parameters, user-managed)
+    # and compare with the eager wrapper at the range's corners.
+    runner = torch._inductor.aoti_load_package(pkg)
+    params = dict(wrapper.named_parameters())
+    params.update(dict(wrapper.named_buffers()))
+    fqns = set(runner.get_constant_fqns())
+    if not fqns <= set(params):
+        raise SystemExit(f"unet.pt2: constants that are no parameter of the UNet: {sorted(fqns - set(params))[:5]}")
+    runner.load_constants({n: params[n] for n in fqns}, check_full_update=True, user_managed=True)
+    rtol = 1e-4 if dtype == torch.float32 else 2e-2
+    checks = []
+    for (b, hh, ww, kk) in {(1, h_lo, w_lo, 1), (2, lh, lw, k), (rows_max, h_lo, w_lo, 1),
+                             (1, h_hi, w_hi, tok_max // 77)}:
+        x = unet_inputs(b, ww * vae_down, hh * vae_down, kk, ctx_dim, pdim, dtype, device, gen)
+        with torch.no_grad():
+            got = runner(*x)
+            got = got[0] if isinstance(got, (list, tuple)) else got
+            want = wrapper(*x)
+        d = float((got.float() - want.float()).abs().max())
+        scale = float(want.float().abs().max())
+        ok = bool(torch.isfinite(got).all()) and d <= rtol * max(1.0, scale)
+        checks.append(dict(rows=b, latent_h=hh, latent_w=ww, tokens=77 * kk, max_abs_diff=d, ok=ok))
+        log(f"  check unet.pt2 rows {b:2d} latent {hh}x{ww} tokens {77 * kk}: max|diff| {d:.3g} "
+            f"(|ref| {scale:.3g}) {'ok' if ok else 'FAILED'}")
+    del runner
+    if not all(c["ok"] for c in checks):
+        raise SystemExit("unet.pt2 does not match the eager UNet (see the check lines above)")
+    return {
+        "file": "unet.pt2",
+        "device": device,
+        "dtype": {v: k for k, v in DTYPES.items()}[dtype],
+        "rows": [1, rows_max],
+        "tokens": [77, tok_max],
+        "latent_height": [h_lo, h_hi],
+        "latent_width": [w_lo, w_hi],
+        "constants": len(fqns),
+        "inductor_configs": {k: repr(v) if not isinstance(v, (bool, int, float, str)) else v
+                             for k, v in configs.items()},
+        "seconds": {"export": round(t_export, 1), "compile": round(t_compile, 1)},
+    }
+
+
 # --- main -------------------------------------------------------------------------------
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -523,6 +666,15 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=None,
                     help="torch CPU threads (default: 1 for --tiny on cpu, whose tensors are too small to gain "
                          "from more and which runs >10x slower with OpenMP on a busy 2-core box; else torch's)")
+    ap.add_argument("--aoti", action="store_true",
+                    help="also compile the UNet with torch.export + AOTInductor into unet.pt2 (minutes; "
+                         "for --device; run it with sdxl-batch --unet-backend aoti)")
+    ap.add_argument("--aoti-size", metavar="dynamic|WxH", default="dynamic",
+                    help="latent size of unet.pt2: dynamic within the model's limits (default), or one "
+                         "fixed size in pixels, e.g. 1024x1024 (other sizes then run on unet.ts)")
+    ap.add_argument("--aoti-config", metavar="KEY=VALUE", action="append", default=[],
+                    help="extra torch._inductor config for the AOTI compile (repeatable), "
+                         "e.g. max_autotune=True")
     a = ap.parse_args()
     threads = a.threads if a.threads is not None else (1 if (a.tiny and a.device == "cpu") else 0)
     if threads > 0:
@@ -661,6 +813,13 @@ def export(a, kind, dtype_name, dtype, device, out: Path, tmp: Path, t_start: fl
     if vae_dtype != vae_orig_dtype:
         vae.to(vae_orig_dtype)
 
+    aoti_meta = None
+    if a.aoti:
+        t0 = time.time()
+        aoti_meta = export_unet_aoti(unet, dtype, device, tmp, limits, vae_down, ctx_dim, pdim, a.aoti_size,
+                                     parse_inductor_configs(a.aoti_config), gen)
+        timings["aoti_unet"] = time.time() - t0
+
     # tokenizers (random sources wrote them already)
     sc = pipe.scheduler.config
     files = {}
@@ -686,7 +845,8 @@ def export(a, kind, dtype_name, dtype, device, out: Path, tmp: Path, t_start: fl
              "pooled_dim": pdim},
         ],
         "unet": {"file": "unet.ts", "in_channels": int(unet.config.in_channels), "context_dim": ctx_dim,
-                 "pooled_dim": pdim, "time_ids_dim": 6, "parameters": count_params(unet)},
+                 "pooled_dim": pdim, "time_ids_dim": 6, "parameters": count_params(unet),
+                 **({"aoti": aoti_meta} if aoti_meta else {})},
         "vae_decoder": {"file": "vae_decoder.ts"},
         "vae_encoder": {"file": "vae_encoder.ts"},
         "scheduler": {k: sc[k] for k in ("num_train_timesteps", "beta_start", "beta_end", "beta_schedule",

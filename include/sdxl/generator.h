@@ -31,6 +31,9 @@ struct RuntimeOptions {
   // Capture the UNet step as a CUDA graph and replay it (CUDA only; falls back
   // to plain calls when capture fails).
   bool cuda_graphs = true;
+  // The UNet's backend: "torchscript" (unet.ts) or "aoti" (unet.pt2 from
+  // export_sdxl.py --aoti, AOTInductor; shapes outside its compiled ranges run on unet.ts).
+  std::string unet_backend = "torchscript";
   // VAE decode in tiles: "auto" (whole, tiles after an out-of-memory), "always", "never".
   std::string vae_tiling = "auto";
   // VAE decode dtype: "auto" (the compute dtype), fp32, fp16, bf16; NaN/Inf output is decoded again in fp32.

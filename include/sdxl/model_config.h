@@ -38,6 +38,20 @@ struct ModelLimits {
   int context_chunks_max = 1;
 };
 
+// unet.aoti in model.json (optional; written by export_sdxl.py --aoti): the UNet
+// compiled by AOTInductor, without its weights, and the input ranges it was
+// compiled for (rows = batch rows incl. CFG, tokens = context length, latent
+// sizes in latent pixels; min == max when fixed).
+struct UnetAotiConfig {
+  std::string file;    // "" when the model has no AOTI package
+  std::string device;  // cpu | cuda: the device it was compiled for
+  std::string dtype;   // fp32 | fp16 | bf16: the dtype of its inputs and weights
+  int rows_min = 1, rows_max = 1;
+  int tokens_min = 77, tokens_max = 77;
+  int latent_height_min = 1, latent_height_max = 1;
+  int latent_width_min = 1, latent_width_max = 1;
+};
+
 struct GenerationDefaults {
   int width = 1024, height = 1024, steps = 28;
   double cfg = 7.0;
@@ -61,6 +75,7 @@ struct ModelConfig {
   int unet_context_dim = 0;
   int unet_pooled_dim = 0;
   int unet_time_ids_dim = 6;
+  UnetAotiConfig unet_aoti;  // .file empty: no unet.pt2
   std::string vae_decoder_file;
   std::string vae_encoder_file;  // optional ("" when absent)
   SchedulerConfig scheduler;

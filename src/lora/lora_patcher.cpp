@@ -1,11 +1,13 @@
 #include "lora/lora_patcher.h"
 
 #include "model/sdxl_model.h"
+#include "sdxl/error.h"
 
 namespace sdxl {
 
 LoraPatcher::LoraPatcher(SdxlModel& model, bool originals_on_host) {
   originals_on_host_ = originals_on_host && model.device.is_cuda();
+  compiled_in_ = &model.unet_params_compiled_in;
   torch::jit::Module* modules[3] = {&model.text_encoder, &model.text_encoder_2, &model.unet};
   for (int i = 0; i < 3; ++i)
     for (const auto& p : modules[i]->named_parameters(/*recurse=*/true)) params_[i].emplace(p.name, p.value);
@@ -29,7 +31,13 @@ void LoraPatcher::apply(const Applied& set) {
   // Deltas per weight, in the order the set lists them.
   std::map<std::pair<int, std::string>, std::vector<std::pair<const LoraFactor*, double>>> touched;
   for (const auto& [lora, weight] : set)
-    for (const auto& f : lora->factors) touched[{static_cast<int>(f.target), f.param}].emplace_back(&f, weight);
+    for (const auto& f : lora->factors) {
+      if (f.target == LoraTarget::kUnet && compiled_in_ && compiled_in_->count(f.param))
+        throw UsageError("LoRA '" + lora->name + "' patches the UNet's '" + f.param +
+                         "', which unet.pt2 compiled into its code (--unet-backend aoti cannot change it); "
+                         "use --unet-backend torchscript for this LoRA");
+      touched[{static_cast<int>(f.target), f.param}].emplace_back(&f, weight);
+    }
 
   // Weights no longer touched: copy the original back (bit-identical) and drop it.
   for (auto it = originals_.begin(); it != originals_.end();) {

@@ -12,6 +12,8 @@
 #include <array>
 #include <map>
 #include <memory>
+#include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -43,6 +45,7 @@ class LoraPatcher {
   std::array<std::map<std::string, torch::Tensor>, 3> params_;
   std::map<std::pair<int, std::string>, torch::Tensor> originals_;
   bool originals_on_host_ = false;
+  const std::set<std::string>* compiled_in_ = nullptr;  // SdxlModel::unet_params_compiled_in
 };
 
 }  // namespace sdxl

@@ -119,6 +119,28 @@ ModelConfig parse_model_config(const std::string& json_text, const std::filesyst
     r.fail("/unet/context_dim", "must equal the sum of the text encoders' hidden_dim");
   if (c.unet_pooled_dim != c.text_encoders[1].pooled_dim)
     r.fail("/unet/pooled_dim", "must equal /text_encoders/1/pooled_dim");
+  if (u.has("aoti")) {
+    Reader a = u.child("aoti");
+    UnetAotiConfig& x = c.unet_aoti;
+    x.file = a.str("file");
+    x.device = a.one_of("device", {"cpu", "cuda"});
+    x.dtype = a.one_of("dtype", {"fp32", "fp16", "bf16"});
+    auto range = [&](const char* key, int lo, int hi, int& mn, int& mx) {
+      const json& v = a.raw(key);
+      const std::string ptr = a.at(key);
+      if (!v.is_array() || v.size() != 2 || !v[0].is_number_integer() || !v[1].is_number_integer())
+        a.fail(ptr, "must be [min, max] (integers)");
+      const auto v0 = v[0].get<long long>(), v1 = v[1].get<long long>();
+      if (v0 < lo || v1 > hi || v0 > v1)
+        a.fail(ptr, "must satisfy " + std::to_string(lo) + " <= min <= max <= " + std::to_string(hi));
+      mn = static_cast<int>(v0);
+      mx = static_cast<int>(v1);
+    };
+    range("rows", 1, 1 << 16, x.rows_min, x.rows_max);
+    range("tokens", 1, 1 << 20, x.tokens_min, x.tokens_max);
+    range("latent_height", 1, 1 << 16, x.latent_height_min, x.latent_height_max);
+    range("latent_width", 1, 1 << 16, x.latent_width_min, x.latent_width_max);
+  }
   c.vae_decoder_file = r.child("vae_decoder").str("file");
   if (r.has("vae_encoder")) c.vae_encoder_file = r.child("vae_encoder").str("file");
 
@@ -180,6 +202,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::filesyst
     need(c.text_encoders[0].file, "/text_encoders/0/file");
     need(c.text_encoders[1].file, "/text_encoders/1/file");
     need(c.unet_file, "/unet/file");
+    if (!c.unet_aoti.file.empty()) need(c.unet_aoti.file, "/unet/aoti/file");
     need(c.vae_decoder_file, "/vae_decoder/file");
     for (int i = 0; i < 2; ++i) {
       for (const char* f : {"vocab.json", "merges.txt"})

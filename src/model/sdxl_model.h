@@ -8,6 +8,8 @@
 
 #include <memory>
 #include <optional>
+#include <set>
+#include <string>
 
 #include "sdxl/clip_tokenizer.h"
 #include "sdxl/model_config.h"
@@ -34,6 +36,10 @@ struct SdxlModel {
   std::optional<torch::jit::Module> vae_encoder;  // loaded on first use (img2img, pixel-space hires fix)
   std::unique_ptr<ClipTokenizer> tokenizer;
   std::unique_ptr<ClipTokenizer> tokenizer_2;
+  // With --unet-backend aoti: UNet parameters that unet.pt2 compiled into its code
+  // as literals (AOTInductor inlines some tiny tensors, e.g. conv_out.bias) instead
+  // of reading them from unet.ts's tensors; a LoRA must not patch them.
+  std::set<std::string> unet_params_compiled_in;
 
   // dtype_override: "" keeps model.json's dtype, else the modules are cast.
   static std::unique_ptr<SdxlModel> load(const ModelConfig& config, const torch::Device& device,

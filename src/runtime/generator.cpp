@@ -102,7 +102,7 @@ Generator::Generator(const std::filesystem::path& model_dir, const RuntimeOption
   if (opts.threads > 0) at::set_num_threads(opts.threads);
   impl_->opts = opts;
   impl_->model = SdxlModel::load(cfg, device, opts.dtype);
-  impl_->unet = std::make_unique<UnetRunner>(*impl_->model, opts.cuda_graphs, &impl_->device_mu);
+  impl_->unet = std::make_unique<UnetRunner>(*impl_->model, opts.cuda_graphs, opts.unet_backend, &impl_->device_mu);
   impl_->text_stream = StageStream(device, /*high_priority=*/false);
   impl_->sample_stream = StageStream(device, /*high_priority=*/true);
   impl_->decode_stream = StageStream(device, /*high_priority=*/false);

@@ -27,8 +27,29 @@ struct UnetRunner::Graph {
   torch::Tensor x, t, context, pooled, time_ids, out;
 };
 
-UnetRunner::UnetRunner(SdxlModel& model, bool cuda_graphs, std::shared_mutex* device_mu)
-    : model_(model), graphs_(cuda_graphs && model.device.is_cuda()), device_mu_(device_mu) {}
+UnetRunner::UnetRunner(SdxlModel& model, bool cuda_graphs, const std::string& backend, std::shared_mutex* device_mu)
+    : model_(model), graphs_(cuda_graphs && model.device.is_cuda()), device_mu_(device_mu) {
+  if (backend == "aoti") aoti_ = std::make_unique<AotiUnet>(model);
+  else if (backend != "torchscript")
+    throw UsageError("--unet-backend '" + backend + "' is not one of: torchscript, aoti");
+}
+
+torch::Tensor UnetRunner::call(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,
+                               const torch::Tensor& pooled, const torch::Tensor& time_ids) {
+  if (aoti_) {
+    if (aoti_->covers(x, context)) {
+      ++aoti_calls_;
+      return aoti_->run(x, t, context, pooled, time_ids);
+    }
+    std::vector<std::int64_t> key(x.sizes().begin(), x.sizes().end());
+    key.push_back(context.size(1));
+    if (fallback_logged_.insert(key).second)
+      spdlog::info("unet.pt2 was compiled for {}; latents [{}, {}, {}, {}] with {} tokens run on {}", aoti_->ranges(),
+                   x.size(0), x.size(1), x.size(2), x.size(3), context.size(1), model_.config.unet_file);
+    ++fallback_calls_;
+  }
+  return run_module(model_.unet, "unet", {x, t, context, pooled, time_ids}).toTensor();
+}
 
 UnetRunner::~UnetRunner() = default;
 
@@ -51,7 +72,7 @@ void UnetRunner::release() {
 }
 
 torch::Tensor UnetRunner::operator()(const torch::Tensor& x, const torch::Tensor& t) {
-  if (!graphs_) return run_module(model_.unet, "unet", {x, t, context_, pooled_, time_ids_}).toTensor();
+  if (!graphs_) return call(x, t, context_, pooled_, time_ids_);
 
   std::vector<std::int64_t> key(x.sizes().begin(), x.sizes().end());
   key.insert(key.end(), context_.sizes().begin(), context_.sizes().end());
@@ -78,7 +99,7 @@ torch::Tensor UnetRunner::operator()(const torch::Tensor& x, const torch::Tensor
     return graph_->out;
   }
   // First call of a shape: a plain call (it also warms up cuBLAS/cuDNN).
-  if (calls_for_key_ < 2) return run_module(model_.unet, "unet", {x, t, context_, pooled_, time_ids_}).toTensor();
+  if (calls_for_key_ < 2) return call(x, t, context_, pooled_, time_ids_);
 
   // Second call: capture it on a side stream, then replay for this step.
   auto g = std::make_unique<Graph>();
@@ -105,7 +126,7 @@ torch::Tensor UnetRunner::operator()(const torch::Tensor& x, const torch::Tensor
   try {
     g->graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
     capturing = true;
-    g->out = model_.unet.forward({g->x, g->t, g->context, g->pooled, g->time_ids}).toTensor();
+    g->out = call(g->x, g->t, g->context, g->pooled, g->time_ids);
     capturing = false;
     g->graph.capture_end();
   } catch (const std::exception& e) {
@@ -128,7 +149,7 @@ torch::Tensor UnetRunner::operator()(const torch::Tensor& x, const torch::Tensor
     c10::cuda::CUDACachingAllocator::emptyCache();
     graphs_ = false;
     spdlog::warn("CUDA graph capture of the UNet failed, continuing without graphs: {}", e.what());
-    return run_module(model_.unet, "unet", {x, t, context_, pooled_, time_ids_}).toTensor();
+    return call(x, t, context_, pooled_, time_ids_);
   }
   guard.reset_stream(current);
   stream_wait(current, side);

@@ -7,6 +7,10 @@
 // The captured kernels are the ones the interpreter launches, so images match
 // the uncaptured path (checked on the GPU by scripts/gpu_runtime.sh). A graph
 // that cannot be captured falls back to plain calls with a warning.
+// Backends: "torchscript" (unet.ts) or "aoti" (unet.pt2, see model/aoti_unet.h;
+// it shares unet.ts's weights, so LoRA patches apply to both). With aoti, a
+// shape outside the package's compiled ranges runs on unet.ts (logged once per
+// shape); CUDA graphs capture whichever backend the shape runs on.
 // Not thread-safe (the sampling stage's); one per model bundle.
 #pragma once
 
@@ -16,17 +20,23 @@
 #include <cstdint>
 #include <memory>
 #include <shared_mutex>
+#include <set>
+#include <string>
 #include <vector>
 
+#include "model/aoti_unet.h"
 #include "model/sdxl_model.h"
 
 namespace sdxl {
 
 class UnetRunner {
  public:
+  // backend: "torchscript" or "aoti"; anything else throws UsageError, aoti on a
+  // model without unet.pt2 (or for another device/dtype) throws ModelError.
   // `device_mu` (optional): taken exclusively while a graph is captured; the
   // other pipeline stages hold it shared while they use the device.
-  UnetRunner(SdxlModel& model, bool cuda_graphs, std::shared_mutex* device_mu = nullptr);
+  UnetRunner(SdxlModel& model, bool cuda_graphs, const std::string& backend = "torchscript",
+             std::shared_mutex* device_mu = nullptr);
   ~UnetRunner();
   UnetRunner(const UnetRunner&) = delete;
   UnetRunner& operator=(const UnetRunner&) = delete;
@@ -41,12 +51,21 @@ class UnetRunner {
   void request_release() { release_requested_ = true; }
 
   bool graphs_enabled() const { return graphs_; }
+  const char* backend() const { return aoti_ ? "aoti" : "torchscript"; }
+  int aoti_calls() const { return aoti_calls_; }
+  int fallback_calls() const { return fallback_calls_; }  // aoti backend, shape outside unet.pt2's ranges
   int captures() const { return captures_; }
   int replays() const { return replays_; }
 
  private:
   struct Graph;
+  // One UNet call on the selected backend (no graph).
+  torch::Tensor call(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,
+                     const torch::Tensor& pooled, const torch::Tensor& time_ids);
   SdxlModel& model_;
+  std::unique_ptr<AotiUnet> aoti_;
+  std::set<std::vector<std::int64_t>> fallback_logged_;
+  int aoti_calls_ = 0, fallback_calls_ = 0;
   bool graphs_;
   torch::Tensor context_, pooled_, time_ids_;
   std::unique_ptr<Graph> graph_;

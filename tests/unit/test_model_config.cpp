@@ -111,3 +111,33 @@ TEST(ModelConfig, SizeLimits) {
   EXPECT_THROW(sdxl::check_generation_size(c, 2048, 512, 1), sdxl::UsageError);
   EXPECT_THROW(sdxl::check_generation_size(c, 256, 256, 9), sdxl::UsageError);
 }
+
+TEST(ModelConfig, AotiPackageIsOptionalAndValidated) {
+  auto c = sdxl::parse_model_config(valid().dump(), "/m", "/m/model.json", false);
+  EXPECT_TRUE(c.unet_aoti.file.empty());  // model.json files from before --aoti stay valid
+
+  auto j = valid();
+  j["unet"]["aoti"] = nlohmann::json::parse(R"({"file": "unet.pt2", "device": "cpu", "dtype": "fp32",
+      "rows": [1, 16], "tokens": [77, 308], "latent_height": [32, 192], "latent_width": [40, 128]})");
+  c = sdxl::parse_model_config(j.dump(), "/m", "/m/model.json", false);
+  EXPECT_EQ(c.unet_aoti.file, "unet.pt2");
+  EXPECT_EQ(c.unet_aoti.device, "cpu");
+  EXPECT_EQ(c.unet_aoti.rows_max, 16);
+  EXPECT_EQ(c.unet_aoti.tokens_max, 308);
+  EXPECT_EQ(c.unet_aoti.latent_height_min, 32);
+  EXPECT_EQ(c.unet_aoti.latent_width_min, 40);
+  EXPECT_EQ(c.unet_aoti.latent_width_max, 128);
+
+  auto bad = j;
+  bad["unet"]["aoti"]["latent_width"] = nlohmann::json::array({128, 40});
+  EXPECT_NE(error_of(bad).find("/unet/aoti/latent_width must satisfy"), std::string::npos) << error_of(bad);
+  bad = j;
+  bad["unet"]["aoti"]["rows"] = 16;
+  EXPECT_NE(error_of(bad).find("/unet/aoti/rows must be [min, max]"), std::string::npos) << error_of(bad);
+  bad = j;
+  bad["unet"]["aoti"]["device"] = "mps";
+  EXPECT_NE(error_of(bad).find("/unet/aoti/device is 'mps'"), std::string::npos) << error_of(bad);
+  bad = j;
+  bad["unet"]["aoti"].erase("dtype");
+  EXPECT_NE(error_of(bad).find("/unet/aoti/dtype is missing"), std::string::npos) << error_of(bad);
+}

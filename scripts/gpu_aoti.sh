@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# On the GPU machine: the AOTInductor UNet backend (--unet-backend aoti) on the
+# full-size SDXL architecture, fp16, against the TorchScript UNet.
+#   1. build (cmake --preset gpu) and export $WORK/full-aoti with --aoti (AOTInductor
+#      compiles the UNet for cuda; compile time and package size in export-aoti.log);
+#   2. the same batch (1024x1024, 28 steps, CFG 7: one cold image, two warm) with
+#      --unet-backend torchscript, aoti, and aoti without CUDA graphs;
+#   3. PSNR of the aoti seed-1 image against the torchscript one, and the same with a
+#      rank-64 LoRA (make_test_loras.py --full) applied: both backends share the weights.
+# Extra arguments go to the export (e.g. --aoti-size 1024x1024, --aoti-config max_autotune=True).
+# Results in $OUT (default bench/tmp): summary.txt, build.log, export-aoti.log, run-*.log, *.png.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/bench/tmp}
+WORK=${WORK:-/tmp/sdxl-gpu}
+mkdir -p "$OUT" "$WORK"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$OUT/summary.txt"
+( cmake --preset gpu -DCMAKE_CXX_COMPILER_LAUNCHER= && cmake --build --preset gpu -j "$(nproc)" ) > "$OUT/build.log" 2>&1 &
+build_pid=$!
+t0=$(date +%s)
+if [ ! -f "$WORK/full-aoti/unet.pt2" ]; then
+  python3 scripts/export_sdxl.py --random-full --dtype fp16 --device cuda --out "$WORK/full-aoti" \
+    --check none --aoti --force "$@" > "$OUT/export-aoti.log" 2>&1 || { tail -40 "$OUT/export-aoti.log"; exit 1; }
+fi
+echo "export with --aoti: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/summary.txt"
+grep -E "torch.export unet|aoti_compile_and_package|check unet.pt2" "$OUT/export-aoti.log" | tee -a "$OUT/summary.txt" || true
+wait $build_pid || { tail -30 "$OUT/build.log"; exit 1; }
+SDXL=$PWD/build/gpu/sdxl-batch
+[ -f "$WORK/loras/full_a.safetensors" ] || python3 scripts/make_test_loras.py --full --out "$WORK/loras" > "$OUT/lora-make.log" 2>&1
+
+cat > "$WORK/aoti-batch.json" <<JSON
+{"version": 1,
+ "defaults": {"negative": "blurry, lowres", "steps": 28, "cfg": 7.0, "width": 1024, "height": 1024},
+ "tasks": [
+  {"id": "cold", "prompt": "comic panel, a lighthouse keeper in a storm, bold ink lines", "seed": 0},
+  {"id": "warm", "prompt": "comic panel, a lighthouse keeper in a storm, bold ink lines", "seed": 1, "count": 2},
+  {"id": "lora", "prompt": "comic panel, a lighthouse keeper in a storm, bold ink lines", "seed": 1,
+   "loras": [{"path": "$WORK/loras/full_a.safetensors", "weight": 0.8}]}]}
+JSON
+for v in "torchscript" "aoti" "aoti --no-cuda-graphs"; do
+  tag=$(echo "$v" | tr ' ' '_' | tr -d '-')
+  rm -rf "$WORK/run-$tag"
+  $SDXL run "$WORK/aoti-batch.json" --model "$WORK/full-aoti" --device cuda --order file --out "$WORK/run-$tag" \
+    --unet-backend $v > "$OUT/run-$tag.log" 2>&1 || { tail -30 "$OUT/run-$tag.log"; exit 1; }
+  cp "$WORK/run-$tag/warm-0-1.png" "$OUT/$tag-seed1.png"
+  cp "$WORK/run-$tag/lora-0-1.png" "$OUT/$tag-lora-seed1.png"
+  python3 -c "import json,sys; r=json.load(open(sys.argv[1])); w=[i for i in r['images'] if i['task']=='warm']; c=[i for i in r['images'] if i['task']=='cold']; print(f'{sys.argv[2]:24s} load {r[\"load_s\"]:.1f} s, cold {c[0][\"total_s\"]:.3f} s, warm s/image {min(i[\"total_s\"] for i in w):.3f} (sample {min(i[\"sample_s\"] for i in w):.3f}), peak {r[\"peak_memory_bytes\"]/2**30:.2f} GiB')" \
+    "$WORK/run-$tag/report.json" "$v" | tee -a "$OUT/summary.txt"
+done
+for s in seed1 lora-seed1; do
+  echo "aoti vs torchscript ($s):" | tee -a "$OUT/summary.txt"
+  python3 scripts/compare_images.py "$OUT/aoti-$s.png" "$OUT/torchscript-$s.png" --min-psnr 0 | tee -a "$OUT/summary.txt"
+done
+echo "the LoRA's change (torchscript, then aoti): base vs lora" | tee -a "$OUT/summary.txt"
+python3 scripts/compare_images.py "$OUT/torchscript-seed1.png" "$OUT/torchscript-lora-seed1.png" --min-psnr 0 | tee -a "$OUT/summary.txt"
+python3 scripts/compare_images.py "$OUT/aoti-seed1.png" "$OUT/aoti-lora-seed1.png" --min-psnr 0 | tee -a "$OUT/summary.txt"

@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""The AOTInductor UNet backend end to end (ctest labels e2e, slow): export the tiny
+model with --aoti (torch.export + aoti_compile_and_package, C++ compiled for the
+CPU), then generate with --unet-backend aoti and torchscript and compare; the
+same with a LoRA (its change to the aoti image must be the change it makes to the
+torchscript image); switching a LoRA on and off inside one aoti run; clear errors
+for a model without unet.pt2 and for a dtype it was not compiled for.
+
+Tolerance: both backends run the same fp32 weights, but AOTInductor's generated
+C++ kernels fuse and vectorise the UNet's ops, so sums are taken in another order
+(about 1e-6 relative per call). After 3 sampler steps and the VAE this moves at
+most a few 8-bit pixel levels: the images must agree within MAX_LEVELS levels
+and PSNR >= MIN_PSNR dB (identical images: inf); measured: max 1 level, 90 dB.
+The test LoRA (kohya_unet at 0.8) moves the tiny model's image by about 5 levels
+on average and up to 50, far more than the backends differ; its change on aoti
+must equal its change on torchscript within that tolerance.
+
+    test_aoti.py --binary B --python PY --source REPO --loras DIR --work DIR [--model-dir DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+import unittest
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+ARGS: argparse.Namespace
+COMMON = ["--seed", "11", "--steps", "3", "--cfg", "5", "--width", "256", "--height", "256", "--threads", "1"]
+MAX_LEVELS = 3
+MIN_PSNR = 45.0
+
+
+def sdxl(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.run([ARGS.binary, *args], capture_output=True, text=True, timeout=900, env=env)
+
+
+def pixels(png: Path) -> np.ndarray:
+    with Image.open(png) as im:
+        return np.asarray(im.convert("RGB")).astype(np.int32)
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    mse = float(((a - b) ** 2).mean())
+    return math.inf if mse == 0 else 10 * math.log10(255.0**2 / mse)
+
+
+def export_tiny_aoti(out: Path) -> float:
+    """The tiny model with unet.pt2; returns the seconds of the AOTI part (export + compile + check)."""
+    cmd = [ARGS.python, str(Path(ARGS.source) / "scripts" / "export_sdxl.py"), "--tiny", "--out", str(out),
+           "--check", "none", "--aoti", "--force"]
+    t0 = time.time()
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=3000)
+    if r.returncode != 0:
+        raise RuntimeError(f"export failed ({time.time() - t0:.0f}s): {r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    for line in r.stdout.splitlines():
+        if "torch.export unet" in line or "aoti_compile_and_package" in line or "check unet.pt2" in line \
+                or line.strip().startswith("build "):
+            print(line, flush=True)
+    meta = json.loads((out / "model.json").read_text())
+    print(f"tiny export with --aoti: {time.time() - t0:.1f}s wall; unet.aoti = {json.dumps(meta['unet']['aoti'])}",
+          flush=True)
+    return sum(meta["unet"]["aoti"]["seconds"].values())
+
+
+class Aoti(unittest.TestCase):
+    model: Path
+
+    @classmethod
+    def setUpClass(cls):
+        cls.work = Path(ARGS.work)
+        if ARGS.model_dir:
+            cls.model = Path(ARGS.model_dir)
+        else:
+            cls.model = cls.work / "tiny-aoti"
+            export_tiny_aoti(cls.model)
+        cls.out = cls.work / "images"
+        shutil.rmtree(cls.out, ignore_errors=True)
+        cls.out.mkdir(parents=True)
+
+    def gen(self, name: str, backend: str, *extra: str) -> np.ndarray:
+        png = self.out / f"{name}-{backend}.png"
+        if not png.exists():
+            t0 = time.time()
+            r = sdxl("generate", "--model", str(self.model), "--prompt", "a lighthouse in a storm", *COMMON,
+                     "--unet-backend", backend, "--out", str(png), *extra)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            if backend == "aoti":
+                self.assertIn("UNet backend aoti", r.stderr)
+                self.assertNotIn("run on unet.ts", r.stderr)  # 256x256 is inside the compiled ranges
+            print(f"  {png.name}: {time.time() - t0:.1f}s", flush=True)
+        return pixels(png)
+
+    def assertClose(self, a: np.ndarray, b: np.ndarray, what: str):
+        diff = int(np.abs(a - b).max())
+        p = psnr(a, b)
+        print(f"  {what}: max |diff| {diff} levels, PSNR {p:.1f} dB", flush=True)
+        self.assertLessEqual(diff, MAX_LEVELS, what)
+        self.assertGreaterEqual(p, MIN_PSNR, what)
+
+    def test_aoti_image_matches_torchscript(self):
+        self.assertClose(self.gen("base", "aoti"), self.gen("base", "torchscript"), "aoti vs torchscript")
+
+    def test_lora_changes_aoti_image_as_it_changes_torchscript_image(self):
+        lora = ["--lora", str(Path(ARGS.loras) / "kohya_unet.safetensors") + ":0.8"]
+        ts_base, ts_lora = self.gen("base", "torchscript"), self.gen("lora", "torchscript", *lora)
+        ao_base, ao_lora = self.gen("base", "aoti"), self.gen("lora", "aoti", *lora)
+        ts_change = ts_lora - ts_base
+        ao_change = ao_lora - ao_base
+        moved, moved_max = float(np.abs(ts_change).mean()), int(np.abs(ts_change).max())
+        off = float(np.abs(ao_change - ts_change).mean())
+        print(f"  the LoRA moves the torchscript image by {moved:.2f} levels on average (max {moved_max}); "
+              f"its change on aoti differs by {off:.4f} levels on average "
+              f"(max {int(np.abs(ao_change - ts_change).max())})", flush=True)
+        # The LoRA must move the image well beyond the backends' tolerance, or the comparison says nothing.
+        self.assertGreater(moved_max, 5 * MAX_LEVELS, "the test LoRA barely changes the image")
+        self.assertGreater(moved, 1.0, "the test LoRA barely changes the image")
+        self.assertClose(ao_lora, ts_lora, "aoti+LoRA vs torchscript+LoRA")
+        self.assertFalse(np.array_equal(ao_lora, ao_base), "the LoRA did not reach the aoti UNet")
+        self.assertLessEqual(int(np.abs(ao_change - ts_change).max()), 2 * MAX_LEVELS, "LoRA change differs")
+        self.assertLess(off, 0.05 * moved, "the LoRA changes the aoti image otherwise than the torchscript one")
+
+    def test_switching_lora_off_in_one_aoti_run_restores_the_base_image(self):
+        work = self.work / "switch"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        prompt = "a red door"
+        batch = {"version": 1, "defaults": {"steps": 3, "width": 256, "height": 256},
+                 "tasks": [{"id": "a-base", "prompt": prompt, "seed": 5},
+                           {"id": "b-lora", "prompt": prompt, "seed": 5,
+                            "loras": [{"path": str(Path(ARGS.loras) / "locon.safetensors"), "weight": 1.0}]},
+                           {"id": "c-base", "prompt": prompt, "seed": 5}]}
+        cfg = work / "switch.json"
+        cfg.write_text(json.dumps(batch))
+        out = work / "out"
+        r = sdxl("run", str(cfg), "--model", str(self.model), "--out", str(out), "--threads", "1",
+                 "--order", "file", "--unet-backend", "aoti")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        a, b, c = (pixels(out / f"{t}-0-5.png") for t in ("a-base", "b-lora", "c-base"))
+        self.assertFalse(np.array_equal(a, b), "the LoRA did not reach the aoti UNet")
+        self.assertTrue(np.array_equal(a, c), "the base image after a LoRA differs: the aoti constants drifted")
+
+    def test_model_without_package_is_a_clear_error(self):
+        r = sdxl("generate", "--model", ARGS.plain_model, "--prompt", "x", *COMMON, "--unet-backend", "aoti",
+                 "--out", str(self.out / "never.png"))
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("has no unet.pt2", r.stderr)
+        self.assertIn("export_sdxl.py --aoti", r.stderr)
+
+    def test_other_dtype_than_compiled_is_a_clear_error(self):
+        r = sdxl("generate", "--model", str(self.model), "--prompt", "x", *COMMON, "--unet-backend", "aoti",
+                 "--dtype", "bf16", "--out", str(self.out / "never.png"))
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("was compiled for fp32, the model runs in bf16", r.stderr)
+
+    def test_unknown_backend_is_refused(self):
+        r = sdxl("generate", "--model", str(self.model), "--prompt", "x", "--unet-backend", "tensorrt")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--unet-backend", r.stderr)
+
+
+def main() -> int:
+    global ARGS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--binary", required=True)
+    ap.add_argument("--python", required=True, help="the Python with torch and diffusers (for the export)")
+    ap.add_argument("--source", required=True)
+    ap.add_argument("--loras", required=True)
+    ap.add_argument("--plain-model", required=True, help="a model directory without unet.pt2")
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--model-dir", help="use this --aoti export instead of making one (debugging)")
+    ARGS, rest = ap.parse_known_args()
+    ARGS.loras = str(Path(ARGS.loras).resolve())
+    Path(ARGS.work).mkdir(parents=True, exist_ok=True)
+    return 0 if unittest.main(argv=[sys.argv[0], *rest], exit=False).result.wasSuccessful() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
