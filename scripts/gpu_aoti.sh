@@ -2,34 +2,18 @@
 # On the GPU machine: the AOTInductor UNet backend (--unet-backend aoti) on the
 # full-size SDXL architecture, fp16, against the TorchScript UNet.
 #   1. build (cmake --preset gpu) and export $WORK/full-aoti with --aoti (AOTInductor
-#      compiles the UNet for cuda; compile time and package size in export-aoti.log);
+#      compiles the UNet for cuda; compile time and package size in export.log);
 #   2. the same batch (1024x1024, 28 steps, CFG 7: one cold image, two warm) with
 #      --unet-backend torchscript, aoti, and aoti without CUDA graphs;
 #   3. PSNR of the aoti seed-1 image against the torchscript one, and the same with a
 #      rank-64 LoRA (make_test_loras.py --full) applied: both backends share the weights.
 # Extra arguments go to the export (e.g. --aoti-size 1024x1024, --aoti-config max_autotune=True).
-# Results in $OUT (default bench/tmp): summary.txt, build.log, export-aoti.log, run-*.log, *.png.
+# Results in $OUT (default bench/tmp): summary.txt, build.log, export.log, run-*.log, *.png.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/bench/tmp}
-WORK=${WORK:-/tmp/sdxl-gpu}
-mkdir -p "$OUT" "$WORK"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$OUT/summary.txt"
-( cmake --preset gpu -DCMAKE_CXX_COMPILER_LAUNCHER= && cmake --build --preset gpu -j "$(nproc)" ) > "$OUT/build.log" 2>&1 &
-build_pid=$!
-t0=$(date +%s)
-if [ ! -f "$WORK/full-aoti/unet.pt2" ]; then
-  python3 scripts/export_sdxl.py --random-full --dtype fp16 --device cuda --out "$WORK/full-aoti" \
-    --check none --aoti --force "$@" > "$OUT/export-aoti.log" 2>&1 || { tail -40 "$OUT/export-aoti.log"; exit 1; }
-fi
-echo "export with --aoti: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/summary.txt"
-grep -E "torch.export unet|aoti_compile_and_package|check unet.pt2" "$OUT/export-aoti.log" | tee -a "$OUT/summary.txt" || true
-wait $build_pid || { tail -30 "$OUT/build.log"; exit 1; }
-SDXL=$PWD/build/gpu/sdxl-batch
+SDXL_MODEL_NAME=full-aoti SDXL_EXPORT_DONE_FILE=unet.pt2 SDXL_EXPORT_ARGS="--aoti $*"
+source scripts/gpu_prepare.sh  # wheels, build, export with --aoti into $WORK/full-aoti (log: export.log)
+grep -E "torch.export unet|aoti_compile_and_package|check unet.pt2" "$OUT/export.log" | tee -a "$OUT/summary.txt" || true
 [ -f "$WORK/loras/full_a.safetensors" ] || python3 scripts/make_test_loras.py --full --out "$WORK/loras" > "$OUT/lora-make.log" 2>&1
 
 cat > "$WORK/aoti-batch.json" <<JSON

@@ -6,6 +6,9 @@
 # $WORK/full-diffusers when SDXL_SAVE_DIFFUSERS=1; SDXL_EXPORT_CHECK=quick|full
 # compares the traces with eager, default none).
 # SDXL_PREPARE_KEEP_GOING=1: a failed build sets SDXL_BUILD_FAILED=1 instead of exiting.
+# SDXL_MODEL_NAME (full) names the export folder under $WORK; SDXL_EXPORT_ARGS
+# adds export arguments (e.g. --aoti), and then the export is redone unless
+# SDXL_EXPORT_DONE_FILE (model.json) is already there.
 # Logs: $OUT/build.log, $OUT/export.log; times appended to $OUT/summary.txt.
 set -euo pipefail
 OUT=${OUT:-$PWD/bench/tmp}
@@ -19,8 +22,9 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 ( cmake --preset gpu -DCMAKE_CXX_COMPILER_LAUNCHER= && cmake --build --preset gpu -j "$(nproc)" ) > "$OUT/build.log" 2>&1 &
 build_pid=$!
 t0=$(date +%s)
-if [ ! -f "$WORK/full/model.json" ]; then
-  python3 scripts/export_sdxl.py --random-full --dtype fp16 --device cuda --out "$WORK/full" \
+MODEL_NAME=${SDXL_MODEL_NAME:-full}
+if [ ! -f "$WORK/$MODEL_NAME/${SDXL_EXPORT_DONE_FILE:-model.json}" ]; then
+  python3 scripts/export_sdxl.py --random-full --dtype fp16 --device cuda --out "$WORK/$MODEL_NAME" ${SDXL_EXPORT_ARGS:-} \
     ${SDXL_SAVE_DIFFUSERS:+--save-diffusers "$WORK/full-diffusers"} --check "${SDXL_EXPORT_CHECK:-none}" --force \
     --json-report "$WORK/export-checks.json" > "$OUT/export.log" 2>&1
 fi
@@ -35,4 +39,4 @@ if ! wait $build_pid; then
 fi
 echo "build+export wall: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/summary.txt"
 SDXL=$PWD/build/gpu/sdxl-batch
-MODEL=$WORK/full
+MODEL=$WORK/$MODEL_NAME
