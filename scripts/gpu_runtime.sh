@@ -5,6 +5,7 @@
 #   OUT=DIR bash scripts/gpu_runtime.sh mixed   # the 32-image mixed batch, serial vs runtime, caps
 #   OUT=DIR bash scripts/gpu_runtime.sh pipeline  # the mixed batch: serial, runtime without / with stage overlap
 #   OUT=DIR bash scripts/gpu_runtime.sh multi   # 64 images on GPU 0, then on GPUs 0 and 1 (a 2-GPU machine)
+#   OUT=DIR bash scripts/gpu_runtime.sh order   # same 3 images in two orders, graphs on/off: identical PNGs?
 #   OUT=DIR bash scripts/gpu_runtime.sh x2      # pipeline + caps + multi in one call on a 2-GPU machine
 #                                               # (single-GPU runs go two at a time, one per GPU)
 # check: the same 3 images with and without CUDA graphs (identical PNGs? s/image),
@@ -174,6 +175,20 @@ elif [ "$MODE" = pipeline ]; then
   [ -n "${SKIP_CAPS:-}" ] || run cap24-overlap "$WORK/mixed.json" --max-batch 4 --vram-limit 24GiB
   [ -n "${SKIP_CAPS:-}" ] || run cap12-overlap "$WORK/mixed.json" --max-batch 4 --vram-limit 12GiB
   stage_summary
+elif [ "$MODE" = order ]; then
+  # An image must not depend on whether it is the first of its size on its GPU.
+  mkbatch "$WORK/fwd.json" 3 0
+  python3 - "$WORK/fwd.json" "$WORK/rev.json" <<'PY'
+import json, sys
+b = json.load(open(sys.argv[1])); b["tasks"].reverse(); json.dump(b, open(sys.argv[2], "w"), indent=1)
+PY
+  run fwd-graphs "$WORK/fwd.json" --order file
+  run rev-graphs "$WORK/rev.json" --order file
+  run fwd-plain "$WORK/fwd.json" --order file --no-cuda-graphs
+  run rev-plain "$WORK/rev.json" --order file --no-cuda-graphs
+  compare fwd-graphs rev-graphs
+  compare fwd-plain rev-plain
+  compare fwd-plain fwd-graphs
 elif [ "$MODE" = x2 ]; then
   mkdir -p "$WORK/loras"
   [ -f "$WORK/loras/full_b.safetensors" ] || python3 scripts/make_test_loras.py --full --out "$WORK/loras" > "$OUT/lora-make.log" 2>&1
@@ -217,5 +232,5 @@ print(f"scaling: {a['images_per_hour']:.0f} images/hour on 1 GPU, {b['images_per
 PY
   stage_summary
 else
-  echo "mode: check | mixed | caps | pipeline | multi" >&2; exit 2
+  echo "mode: check | mixed | caps | pipeline | multi | order | x2" >&2; exit 2
 fi

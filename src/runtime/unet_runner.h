@@ -65,6 +65,7 @@ class UnetRunner {
   SdxlModel& model_;
   std::unique_ptr<AotiUnet> aoti_;
   std::set<std::vector<std::int64_t>> fallback_logged_;
+  std::set<std::vector<std::int64_t>> warmed_;  // shapes whose first (discarded) call was made
   int aoti_calls_ = 0, fallback_calls_ = 0;
   bool graphs_;
   torch::Tensor context_, pooled_, time_ids_;
