@@ -102,6 +102,12 @@ for p in sorted(glob.glob(os.path.join(sys.argv[1], "*", "report.json"))):
 PY
 }
 
+# The two rank-64 LoRAs of the mixed batches, made once per machine.
+need_loras() {
+  mkdir -p "$WORK/loras"
+  [ -f "$WORK/loras/full_b.safetensors" ] || python3 scripts/make_test_loras.py --full --out "$WORK/loras" > "$OUT/lora-make.log" 2>&1
+}
+
 mkbatch() {  # mkbatch FILE N_1024 N_PORTRAIT [LORA_DIR]: with LORA_DIR, three LoRA sets (none, a, b) in turn
   python3 - "$@" <<'PY'
 import json, sys
@@ -136,8 +142,7 @@ if [ "$MODE" = check ]; then
   run four-b4-12g "$WORK/four.json" --max-batch 4 --vram-limit 12GiB
   grep -h "warn\|error" "$WORK"/*.log | sort | uniq -c | sort -rn | head -20 | tee -a "$OUT/summary.txt"
 elif [ "$MODE" = caps ]; then  # the mixed batch's serial baseline, the capped runs and the LoRA bench only
-  mkdir -p "$WORK/loras"
-  [ -f "$WORK/loras/full_b.safetensors" ] || python3 scripts/make_test_loras.py --full --out "$WORK/loras" > "$OUT/lora-make.log" 2>&1
+  need_loras
   mkbatch "$WORK/mixed.json" 16 16 "$WORK/loras"
   [ -n "${SKIP_SERIAL:-}" ] || run serial "$WORK/mixed.json" --order file --max-batch 1 --no-cuda-graphs --writer-threads 1
   run cap24-b4 "$WORK/mixed.json" --max-batch 4 --vram-limit 24GiB
@@ -146,8 +151,7 @@ elif [ "$MODE" = caps ]; then  # the mixed batch's serial baseline, the capped r
   [ -n "${SKIP_LORA_BENCH:-}" ] || OUT=$OUT WORK=$WORK BIN=$SDXL bash scripts/bench_lora.sh 20 > "$OUT/lora-bench-run.log" 2>&1 || echo "bench_lora failed" | tee -a "$OUT/summary.txt"
   tail -12 "$OUT/lora-bench.txt" 2>/dev/null | tee -a "$OUT/summary.txt"
 elif [ "$MODE" = mixed ]; then
-  mkdir -p "$WORK/loras"
-  [ -f "$WORK/loras/full_b.safetensors" ] || python3 scripts/make_test_loras.py --full --out "$WORK/loras" > "$OUT/lora-make.log" 2>&1
+  need_loras
   mkbatch "$WORK/mixed.json" 16 16 "$WORK/loras"
   [ -n "${SKIP_SERIAL:-}" ] || run serial "$WORK/mixed.json" --order file --max-batch 1 --no-cuda-graphs --writer-threads 1
   run runtime-b1 "$WORK/mixed.json" --max-batch 1
@@ -165,8 +169,7 @@ PY
   [ -n "${SKIP_LORA_BENCH:-}" ] || OUT=$OUT WORK=$WORK BIN=$SDXL bash scripts/bench_lora.sh 20 > "$OUT/lora-bench-run.log" 2>&1 || echo "bench_lora failed" | tee -a "$OUT/summary.txt"
   tail -12 "$OUT/lora-bench.txt" 2>/dev/null | tee -a "$OUT/summary.txt"
 elif [ "$MODE" = pipeline ]; then
-  mkdir -p "$WORK/loras"
-  [ -f "$WORK/loras/full_b.safetensors" ] || python3 scripts/make_test_loras.py --full --out "$WORK/loras" > "$OUT/lora-make.log" 2>&1
+  need_loras
   mkbatch "$WORK/mixed.json" 16 16 "$WORK/loras"
   [ -n "${SKIP_SERIAL:-}" ] || run serial "$WORK/mixed.json" --order file --max-batch 1 --no-cuda-graphs --no-overlap --writer-threads 1
   run no-overlap "$WORK/mixed.json" --max-batch 1 --no-overlap
@@ -190,8 +193,7 @@ PY
   compare fwd-plain rev-plain
   compare fwd-plain fwd-graphs
 elif [ "$MODE" = x2 ]; then
-  mkdir -p "$WORK/loras"
-  [ -f "$WORK/loras/full_b.safetensors" ] || python3 scripts/make_test_loras.py --full --out "$WORK/loras" > "$OUT/lora-make.log" 2>&1
+  need_loras
   mkbatch "$WORK/mixed.json" 16 16 "$WORK/loras"
   mkbatch "$WORK/mixed64.json" 32 32 "$WORK/loras"
   GPU=0 run serial "$WORK/mixed.json" --order file --max-batch 1 --no-cuda-graphs --no-overlap --writer-threads 1 &
@@ -218,8 +220,7 @@ PY
   stage_summary
   grep -h "warn\|error" "$WORK"/*.log | sort | uniq -c | sort -rn | head -20 | tee -a "$OUT/summary.txt"
 elif [ "$MODE" = multi ]; then
-  mkdir -p "$WORK/loras"
-  [ -f "$WORK/loras/full_b.safetensors" ] || python3 scripts/make_test_loras.py --full --out "$WORK/loras" > "$OUT/lora-make.log" 2>&1
+  need_loras
   mkbatch "$WORK/mixed64.json" 32 32 "$WORK/loras"
   run gpu0 "$WORK/mixed64.json" --max-batch 1 --devices 0
   run gpu01 "$WORK/mixed64.json" --max-batch 1 --devices 0,1

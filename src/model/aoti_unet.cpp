@@ -95,16 +95,11 @@ bool AotiUnet::covers(const torch::Tensor& x, const torch::Tensor& context) cons
 
 torch::Tensor AotiUnet::run(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,
                             const torch::Tensor& pooled, const torch::Tensor& time_ids) {
-  auto fail = [](const std::string& what) {
-    const std::string msg = "unet (aoti) failed: " + what;
-    if (is_out_of_memory_message(what)) throw OutOfMemoryError(msg);
-    throw TaskError(msg);
-  };
   // The compiled code assumes the export's dtypes and contiguous strides (it does not check them).
   const auto dt = model_.dtype;
   std::vector<at::Tensor> inputs{x.to(dt).contiguous(), t.to(torch::kFloat32).contiguous(), context.to(dt).contiguous(),
                                  pooled.to(dt).contiguous(), time_ids.to(dt).contiguous()};
-  try {
+  return translate_device_errors("unet (aoti)", [&] {
     std::vector<at::Tensor> out;
     if (model_.device.is_cuda()) {
       c10::cuda::CUDAGuard guard(model_.device);
@@ -113,16 +108,9 @@ torch::Tensor AotiUnet::run(const torch::Tensor& x, const torch::Tensor& t, cons
     } else {
       out = loader_->run(inputs);
     }
-    if (out.size() != 1) fail("expected 1 output, got " + std::to_string(out.size()));
+    if (out.size() != 1) throw TaskError("unet (aoti) failed: expected 1 output, got " + std::to_string(out.size()));
     return out[0];
-  } catch (const Error&) {
-    throw;
-  } catch (const c10::Error& e) {
-    fail(e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    fail(e.what());
-  }
-  return {};
+  });
 }
 
 }  // namespace sdxl

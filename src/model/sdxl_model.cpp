@@ -164,20 +164,7 @@ torch::jit::Module retyped_module(const torch::jit::Module& module, torch::Dtype
 }
 
 c10::IValue run_module(torch::jit::Module& module, const char* name, std::vector<c10::IValue> inputs) {
-  auto fail = [name](const std::string& what) {
-    const std::string msg = std::string(name) + " failed: " + what;
-    // A CUDA out-of-memory inside TorchScript arrives as a generic error.
-    if (is_out_of_memory_message(what)) throw OutOfMemoryError(msg);
-    throw TaskError(msg);
-  };
-  try {
-    return module.forward(std::move(inputs));
-  } catch (const c10::Error& e) {
-    fail(e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    fail(e.what());
-  }
-  return {};
+  return translate_device_errors(name, [&] { return module.forward(std::move(inputs)); });
 }
 
 }  // namespace sdxl

@@ -186,21 +186,6 @@ struct TextInputs {
   size_t chunks = 1;
 };
 
-// Device errors as the runner's error types: an out-of-memory (TorchScript
-// reports it as a generic error) or a task error.
-template <typename F>
-auto translating_device_errors(F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const c10::OutOfMemoryError& e) {
-    throw OutOfMemoryError(std::string("out of device memory: ") + e.what_without_backtrace());
-  } catch (const c10::Error& e) {
-    const std::string what = e.what_without_backtrace();
-    if (is_out_of_memory_message(what)) throw OutOfMemoryError(what);
-    throw TaskError(what);
-  }
-}
-
 }  // namespace
 
 // Images whose prompts need different chunk counts cannot share a context
@@ -243,7 +228,7 @@ void Generator::prefetch_loras(const std::vector<GenerationParams>& ps) {
   std::vector<std::string> keep;
   for (const auto& r : im.applied) keep.push_back(lora_cache_key(r.path));
   for (const auto& r : loras) keep.push_back(lora_cache_key(r.path));
-  translating_device_errors([&] {
+  translate_device_errors(nullptr, [&] {
     for (const auto& r : loras) im.lora_cache->get(r, keep);
     return 0;
   });
@@ -318,13 +303,8 @@ std::shared_ptr<EncodedBatch> Generator::encode_batch(const std::vector<Generati
   std::shared_lock device_lock(im.device_mu);  // not while a CUDA graph is being captured
   const auto t_lora = Clock::now();
   std::vector<std::pair<std::string, std::string>> lora_hashes;
-  try {
-    lora_hashes = set_loras(loras);
-  } catch (const c10::Error& e) {  // e.g. no room for the LoRA factors under --vram-limit
-    const std::string what = std::string("applying LoRAs: ") + e.what_without_backtrace();
-    if (is_out_of_memory_message(what)) throw OutOfMemoryError(what);
-    throw TaskError(what);
-  }
+  // e.g. no room for the LoRA factors under --vram-limit: an out-of-memory
+  lora_hashes = translate_device_errors("applying LoRAs", [&] { return set_loras(loras); });
   const double lora_s = seconds_since(t_lora);
   eb->out.resize(ps.size());
   for (auto& g : eb->out) {
@@ -343,7 +323,7 @@ std::shared_ptr<EncodedBatch> Generator::encode_batch(const std::vector<Generati
     }
     eb->subs.push_back(std::move(sub));
   }
-  translating_device_errors([&] {
+  translate_device_errors(nullptr, [&] {
     c10::InferenceMode inference;
     // Text conditioning (A1111 prompt rules), per image so an image's
     // embedding never depends on its batch; CFG order [negatives, positives].
@@ -394,7 +374,7 @@ std::shared_ptr<SampledBatch> Generator::sample_batch(const std::shared_ptr<Enco
   sb->out_h = p0.height;
   const StageStream::Scope on(im.sample_stream);
   im.sample_stream.wait(eb->ready);  // the text stage's tensors are written
-  translating_device_errors([&] {
+  translate_device_errors(nullptr, [&] {
     c10::InferenceMode inference;
     const auto t0 = Clock::now();
     for (SubBatch& sub : eb->subs) {
@@ -479,7 +459,7 @@ std::vector<GeneratedImage> Generator::decode_batch(const std::shared_ptr<Sample
   const StageStream::Scope on(im.decode_stream);
   std::shared_lock device_lock(im.device_mu);  // not while a CUDA graph is being captured
   im.decode_stream.wait(sb->ready);            // the sampling stage's latents are written
-  translating_device_errors([&] {
+  translate_device_errors(nullptr, [&] {
     c10::InferenceMode inference;
     // Decode one image at a time (the decoder's peak is per image).
     const auto t0 = Clock::now();
