@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <future>
+#include <mutex>
 
 #include "runtime/device.h"
 #include "sdxl/error.h"
@@ -15,6 +17,38 @@ namespace sdxl {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// A1111 short hash of a file by cache key (path, size, mtime), for the whole
+// process: kept after an eviction, and shared by the caches of all GPUs, so a
+// file of hundreds of MiB is hashed once per run however many lanes load it.
+// A lane asking while another hashes the same file waits for that result.
+// Returns the hash and the seconds this call spent hashing (0 if it waited or hit).
+std::pair<std::string, double> short_hash_once(const std::string& key, const SafetensorsFile& f) {
+  static std::mutex mu;
+  static std::map<std::string, std::shared_future<std::string>> hashes;
+  std::promise<std::string> mine;
+  std::shared_future<std::string> theirs;
+  {
+    std::lock_guard lk(mu);
+    auto it = hashes.find(key);
+    if (it != hashes.end()) theirs = it->second;
+    else hashes.emplace(key, mine.get_future().share());
+  }
+  if (theirs.valid()) return {theirs.get(), 0.0};
+  const auto t0 = Clock::now();
+  try {
+    std::string h = lora_short_hash(f);
+    mine.set_value(h);
+    return {h, std::chrono::duration<double>(Clock::now() - t0).count()};
+  } catch (...) {
+    {
+      std::lock_guard lk(mu);
+      hashes.erase(key);  // the next asker tries again
+    }
+    mine.set_exception(std::current_exception());
+    throw;
+  }
+}
 
 torch::Dtype float_dtype(const SafetensorsTensor& t, const std::string& label) {
   if (t.dtype == "F32") return torch::kFloat32;
@@ -71,14 +105,11 @@ std::shared_ptr<LoadedLora> LoraCache::load(const LoraRef& ref, const std::strin
   out->name = ref.name;
   out->path = ref.path;
   out->format = map.format;
-  if (auto h = hashes_.find(key); h != hashes_.end()) {
-    out->short_hash = h->second;
-  } else {
-    const auto t0 = Clock::now();
-    out->short_hash = hashes_[key] = lora_short_hash(f);
-    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  {
+    const auto [hash, s] = short_hash_once(key, f);
+    out->short_hash = hash;
     stats_.hash_s += s;
-    spdlog::debug("LoRA '{}': hashed {:.1f} MiB in {:.3f} s", label, f.data_section().size() / 1048576.0, s);
+    if (s > 0) spdlog::debug("LoRA '{}': hashed {:.1f} MiB in {:.3f} s", label, f.data_section().size() / 1048576.0, s);
   }
   for (const auto& l : map.layers) {
     LoraFactor fac;

@@ -58,8 +58,6 @@ class LoraCache {
   bool strict_;
   std::list<std::string> lru_;  // front = most recent
   std::map<std::string, Entry> entries_;
-  // A1111 short hashes by key; kept after eviction (hashing a 400 MB file takes a while).
-  std::map<std::string, std::string> hashes_;
   LoraStats stats_;
 };
 
