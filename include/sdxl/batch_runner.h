@@ -44,6 +44,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -95,6 +96,9 @@ struct DeviceLane {
   std::function<std::string()> device_name;  // optional, after its first image
   std::function<double()> load_seconds;      // optional
   std::function<LoraStats()> lora_stats;     // optional
+  // optional: named counters of the device's engine for the report
+  // (devices[].engine), e.g. CUDA graph captures and replays
+  std::function<std::map<std::string, double>()> engine_counters;
 };
 
 struct RunOptions {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -120,6 +121,9 @@ class Generator {
   // Names that prompt tags and batch tasks resolve first (a batch file's "loras").
   void set_lora_registry(LoraRegistry registry);
   LoraStats lora_stats() const;
+  // The UNet runner's counters: graph captures / replays / graphs held,
+  // AOTInductor calls and fallbacks (for the report's devices[].engine).
+  std::map<std::string, double> engine_counters() const;
 
   const ModelConfig& model() const;
   std::string device_name() const;

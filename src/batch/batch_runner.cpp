@@ -1047,6 +1047,10 @@ RunResult run_batch(const BatchFile& batch, const RunOptions& o, std::vector<Dev
                                                  {"decode", {{"peak_work_bytes", l->decode_peak},
                                                               {"max_fragmentation_bytes", l->decode_frag}}}}}}}};
     if (!l->failure.empty()) d["failure"] = l->failure;
+    if (l->dl.engine_counters) {
+      const auto counters = l->dl.engine_counters();
+      if (!counters.empty()) d["engine"] = counters;
+    }
     if (l->dl.lora_stats) {
       const LoraStats s = l->dl.lora_stats();
       if (s.hits + s.misses > 0) {

@@ -329,6 +329,9 @@ int run_run(const RunArgs& a) {
     lane.device_name = [&lm] { return lm.ready ? lm.ready.load()->device_name() : std::string(); };
     lane.load_seconds = [&lm] { return lm.ready ? lm.ready.load()->load_seconds() : 0.0; };
     lane.lora_stats = [&lm] { return lm.ready ? lm.ready.load()->lora_stats() : LoraStats{}; };
+    lane.engine_counters = [&lm] {
+      return lm.ready ? lm.ready.load()->engine_counters() : std::map<std::string, double>{};
+    };
     lane.device.memory = [&lm] { return lm.gen->memory(); };
     lane.device.reset_peak = [&lm] { lm.gen->reset_peak_memory(); };
     lane.device.release_cached = [&lm] { lm.gen->release_cached_memory(); };

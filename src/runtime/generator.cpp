@@ -124,6 +124,18 @@ std::uint64_t Generator::memory_in_use_bytes() const { return device_memory_in_u
 
 void Generator::set_lora_registry(LoraRegistry registry) { impl_->lora_registry = std::move(registry); }
 
+std::map<std::string, double> Generator::engine_counters() const {
+  const UnetRunner& u = *impl_->unet;
+  std::map<std::string, double> c{{"unet_graph_captures", u.captures()},
+                                  {"unet_graph_replays", u.replays()},
+                                  {"unet_graphs_held", u.graphs_held()}};
+  if (std::string(u.backend()) == "aoti") {
+    c["unet_aoti_calls"] = u.aoti_calls();
+    c["unet_aoti_fallback_calls"] = u.fallback_calls();
+  }
+  return c;
+}
+
 LoraStats Generator::lora_stats() const {
   std::lock_guard lk(impl_->stats_mu);
   return impl_->stats_copy;

@@ -25,6 +25,8 @@ void stream_wait(const c10::cuda::CUDAStream& waiter, const c10::cuda::CUDAStrea
 struct UnetRunner::Graph {
   at::cuda::CUDAGraph graph;
   torch::Tensor x, t, context, pooled, time_ids, out;
+  std::uint64_t last_used = 0;
+  std::uint64_t bind_generation = 0;  // the bind() whose conditioning the static inputs hold
 };
 
 UnetRunner::UnetRunner(SdxlModel& model, bool cuda_graphs, const std::string& backend, std::shared_mutex* device_mu)
@@ -54,21 +56,24 @@ torch::Tensor UnetRunner::call(const torch::Tensor& x, const torch::Tensor& t, c
 UnetRunner::~UnetRunner() = default;
 
 void UnetRunner::bind(const torch::Tensor& context, const torch::Tensor& pooled, const torch::Tensor& time_ids) {
-  if (release_requested_.exchange(false) && graph_) {
+  if (release_requested_.exchange(false) && !graphs_by_key_.empty()) {
     release();
-    c10::cuda::CUDACachingAllocator::emptyCache();  // the graph's private pool, back to the driver
+    c10::cuda::CUDACachingAllocator::emptyCache();  // the graphs' private pool, back to the driver
   }
   context_ = context;
   pooled_ = pooled;
   time_ids_ = time_ids;
-  calls_for_key_ = 0;
-  conditioning_copied_ = false;
+  ++bind_generation_;
+  plain_key_.clear();
+  plain_calls_ = 0;
 }
 
 void UnetRunner::release() {
-  graph_.reset();
-  graph_key_.clear();
-  calls_for_key_ = 0;
+  graphs_by_key_.clear();  // the last graph of the pool frees it
+  graphs_held_ = 0;
+  pool_ = {0, 0};
+  plain_key_.clear();
+  plain_calls_ = 0;
 }
 
 torch::Tensor UnetRunner::operator()(const torch::Tensor& x, const torch::Tensor& t) {
@@ -81,31 +86,36 @@ torch::Tensor UnetRunner::operator()(const torch::Tensor& x, const torch::Tensor
   if (warmed_.insert(key).second) (void)call(x, t, context_, pooled_, time_ids_);
   if (!graphs_) return call(x, t, context_, pooled_, time_ids_);
 
-  if (key != graph_key_) {
-    if (graph_) {
-      graph_.reset();  // another shape: its private pool goes back to the allocator...
-      c10::cuda::CUDACachingAllocator::emptyCache();  // ...and to the driver, for the next pool
+  if (auto it = graphs_by_key_.find(key); it != graphs_by_key_.end()) {
+    Graph& g = *it->second;
+    g.last_used = ++use_clock_;
+    g.x.copy_(x);
+    g.t.copy_(t);
+    if (g.bind_generation != bind_generation_) {  // once per bind(), not per step
+      g.context.copy_(context_);
+      g.pooled.copy_(pooled_);
+      g.time_ids.copy_(time_ids_);
+      g.bind_generation = bind_generation_;
     }
-    graph_key_ = key;
-    calls_for_key_ = 0;
-  }
-  ++calls_for_key_;
-  if (graph_) {
-    graph_->x.copy_(x);
-    graph_->t.copy_(t);
-    if (!conditioning_copied_) {  // once per bind(), not per step
-      graph_->context.copy_(context_);
-      graph_->pooled.copy_(pooled_);
-      graph_->time_ids.copy_(time_ids_);
-      conditioning_copied_ = true;
-    }
-    graph_->graph.replay();
+    g.graph.replay();
     ++replays_;
-    return graph_->out;
+    return g.out;
   }
-  // First call of a shape: a plain call (the graph is captured at the second).
-  if (calls_for_key_ < 2) return call(x, t, context_, pooled_, time_ids_);
+  // A shape without a graph: a plain call first (the graph is captured at the second).
+  if (key != plain_key_) {
+    plain_key_ = key;
+    plain_calls_ = 0;
+  }
+  if (++plain_calls_ < 2) return call(x, t, context_, pooled_, time_ids_);
 
+  // Room for one more graph: drop the least recently used.
+  if (graphs_by_key_.size() >= kMaxGraphs) {
+    auto lru = graphs_by_key_.begin();
+    for (auto it = graphs_by_key_.begin(); it != graphs_by_key_.end(); ++it)
+      if (it->second->last_used < lru->second->last_used) lru = it;
+    graphs_by_key_.erase(lru);
+    graphs_held_ = static_cast<int>(graphs_by_key_.size());
+  }
   // Second call: capture it on a side stream, then replay for this step.
   auto g = std::make_unique<Graph>();
   g->x = x.clone();
@@ -123,13 +133,17 @@ torch::Tensor UnetRunner::operator()(const torch::Tensor& x, const torch::Tensor
   std::unique_lock<std::shared_mutex> exclusive;
   if (device_mu_) exclusive = std::unique_lock<std::shared_mutex>(*device_mu_);
   c10::cuda::CUDACachingAllocator::emptyCache();
+  // Every graph of this runner allocates from one pool: they replay one at a
+  // time, and each one's output stays allocated (held in Graph::out), so a
+  // later capture reuses only the earlier ones' temporaries.
+  if (pool_ == std::pair<unsigned long long, unsigned long long>{0, 0}) pool_ = at::cuda::graph_pool_handle();
   bool capturing = false;
   // The guard outlives the try: capture_end() must run on the capturing stream,
   // also when the forward threw, or the stream stays in capture mode and every
   // later CUDA call fails.
   c10::cuda::CUDAStreamGuard guard(side);
   try {
-    g->graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+    g->graph.capture_begin(pool_, cudaStreamCaptureModeThreadLocal);
     capturing = true;
     g->out = call(g->x, g->t, g->context, g->pooled, g->time_ids);
     capturing = false;
@@ -151,6 +165,7 @@ torch::Tensor UnetRunner::operator()(const torch::Tensor& x, const torch::Tensor
     guard.reset_stream(current);
     stream_wait(current, side);
     g.reset();
+    release();
     c10::cuda::CUDACachingAllocator::emptyCache();
     graphs_ = false;
     spdlog::warn("CUDA graph capture of the UNet failed, continuing without graphs: {}", e.what());
@@ -159,13 +174,16 @@ torch::Tensor UnetRunner::operator()(const torch::Tensor& x, const torch::Tensor
   guard.reset_stream(current);
   stream_wait(current, side);
   ++captures_;
-  spdlog::debug("captured the UNet step as a CUDA graph for latents [{}, {}, {}, {}]", x.size(0), x.size(1), x.size(2),
-                x.size(3));
-  graph_ = std::move(g);
-  conditioning_copied_ = true;  // cloned from the bound tensors above
-  graph_->graph.replay();
+  spdlog::debug("captured the UNet step as a CUDA graph for latents [{}, {}, {}, {}] ({} graph(s) held)", x.size(0),
+                x.size(1), x.size(2), x.size(3), graphs_by_key_.size() + 1);
+  g->bind_generation = bind_generation_;  // cloned from the bound tensors above
+  g->last_used = ++use_clock_;
+  Graph& kept = *g;
+  graphs_by_key_[key] = std::move(g);
+  graphs_held_ = static_cast<int>(graphs_by_key_.size());
+  kept.graph.replay();
   ++replays_;
-  return graph_->out;
+  return kept.out;
 }
 
 }  // namespace sdxl

@@ -4,6 +4,10 @@
 // shape runs the TorchScript module as usual, the second captures that same
 // call into a CUDA graph, and every later step replays it: the interpreter's
 // per-op CPU cost (most of a step at batch 1, see bench/results) is paid once.
+// Graphs are kept per shape (up to kMaxGraphs, least recently used dropped) and
+// share one memory pool: they never replay at the same time, so the pool holds
+// the largest shape's activations, not their sum, and a batch file that
+// alternates sizes captures each size once instead of at every switch.
 // The captured kernels are the ones the interpreter launches, so images match
 // the uncaptured path (checked on the GPU by scripts/gpu_runtime.sh). A graph
 // that cannot be captured falls back to plain calls with a warning.
@@ -20,7 +24,9 @@
 #include <cstdint>
 #include <memory>
 #include <shared_mutex>
+#include <map>
 #include <set>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -45,6 +51,7 @@ class UnetRunner {
   // Noise prediction for latents x [rows, 4, h, w] at timestep t [rows]. With a
   // graph the result is its static output: use it before the next call.
   torch::Tensor operator()(const torch::Tensor& x, const torch::Tensor& t);
+  static constexpr size_t kMaxGraphs = 8;
   // Drops captured graphs and their memory pool (then empty the allocator cache).
   void release();
   // release() at the next bind(), from any thread (the graph may be replaying now).
@@ -52,10 +59,12 @@ class UnetRunner {
 
   bool graphs_enabled() const { return graphs_; }
   const char* backend() const { return aoti_ ? "aoti" : "torchscript"; }
+  // Counters, readable from any thread.
   int aoti_calls() const { return aoti_calls_; }
   int fallback_calls() const { return fallback_calls_; }  // aoti backend, shape outside unet.pt2's ranges
   int captures() const { return captures_; }
   int replays() const { return replays_; }
+  int graphs_held() const { return graphs_held_; }
 
  private:
   struct Graph;
@@ -66,14 +75,18 @@ class UnetRunner {
   std::unique_ptr<AotiUnet> aoti_;
   std::set<std::vector<std::int64_t>> fallback_logged_;
   std::set<std::vector<std::int64_t>> warmed_;  // shapes whose first (discarded) call was made
-  int aoti_calls_ = 0, fallback_calls_ = 0;
+  std::atomic<int> aoti_calls_{0}, fallback_calls_{0};
   bool graphs_;
   torch::Tensor context_, pooled_, time_ids_;
-  std::unique_ptr<Graph> graph_;
-  std::vector<std::int64_t> graph_key_;
-  int calls_for_key_ = 0;
-  bool conditioning_copied_ = false;  // the graph's static conditioning holds the bound tensors
-  int captures_ = 0, replays_ = 0;
+  // Captured graphs by shape (latents sizes + context sizes), with the step at
+  // which each was last used (for the LRU drop); one shared memory pool.
+  std::map<std::vector<std::int64_t>, std::unique_ptr<Graph>> graphs_by_key_;
+  std::pair<unsigned long long, unsigned long long> pool_{0, 0};  // at::cuda::MempoolId_t
+  std::uint64_t use_clock_ = 0;
+  std::uint64_t bind_generation_ = 0;  // a graph copies the bound conditioning once per bind()
+  std::vector<std::int64_t> plain_key_;  // the shape of the plain calls so far in this bind()
+  int plain_calls_ = 0;
+  std::atomic<int> captures_{0}, replays_{0}, graphs_held_{0};
   std::shared_mutex* device_mu_ = nullptr;
   std::atomic<bool> release_requested_{false};
 };
