@@ -8,6 +8,9 @@
 #   OUT=DIR bash scripts/gpu_runtime.sh order   # same 3 images in two orders, graphs on/off: identical PNGs?
 #   OUT=DIR bash scripts/gpu_runtime.sh x2      # pipeline + caps + multi in one call on a 2-GPU machine
 #                                               # (single-GPU runs go two at a time, one per GPU)
+#   OUT=DIR bash scripts/gpu_runtime.sh scale   # 2-GPU machine: 64 images on GPU 0 alone, on GPUs 0,1 in
+#                                               # one process, and as two processes (--shard 0/2, 1/2);
+#                                               # then the mixed batch: serial vs runtime (batch 1 and 4)
 # check: the same 3 images with and without CUDA graphs (identical PNGs? s/image),
 #        4 images at --max-batch 4 against the same seeds at batch 1 (PSNR),
 #        4 images at --max-batch 4 under --vram-limit 12GiB (admission, OOM count).
@@ -74,14 +77,15 @@ a, b, label = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 ma = {(l["task"], l["index"]): l for l in map(json.loads, (a / "manifest.jsonl").read_text().splitlines())}
 mb = {(l["task"], l["index"]): l for l in map(json.loads, (b / "manifest.jsonl").read_text().splitlines())}
 same, worst, maxd = 0, float("inf"), 0
-for k, la in ma.items():
-    lb = mb[k]
+common = [k for k in ma if k in mb]  # shards hold part of the images
+for k in common:
+    la, lb = ma[k], mb[k]
     if la["sha256"] == lb["sha256"]:
         same += 1; continue
     x = np.asarray(Image.open(a / la["file"])).astype(np.float64); y = np.asarray(Image.open(b / lb["file"])).astype(np.float64)
     mse = ((x - y) ** 2).mean(); maxd = max(maxd, np.abs(x - y).max())
     worst = min(worst, 10 * math.log10(255 ** 2 / mse))
-print(f"{label}: {same}/{len(ma)} PNGs identical; others: worst PSNR {worst:.1f} dB, max pixel diff {maxd:.0f}")
+print(f"{label}: {same}/{len(common)} PNGs identical; others: worst PSNR {worst:.1f} dB, max pixel diff {maxd:.0f}")
 PY
 }
 
@@ -219,6 +223,48 @@ print(f"scaling: {a['images_per_hour']:.0f} images/hour on 1 GPU, {b['images_per
 PY
   stage_summary
   grep -h "warn\|error" "$WORK"/*.log | sort | uniq -c | sort -rn | head -20 | tee -a "$OUT/summary.txt"
+elif [ "$MODE" = scale ]; then
+  need_loras
+  mkbatch "$WORK/mixed.json" 16 16 "$WORK/loras"
+  mkbatch "$WORK/mixed64.json" 32 32 "$WORK/loras"
+  run gpu0 "$WORK/mixed64.json" --max-batch 1 --devices 0
+  run gpu01 "$WORK/mixed64.json" --max-batch 1 --devices 0,1
+  GPU=0 run shard0 "$WORK/mixed64.json" --max-batch 1 --shard 0/2 &
+  GPU=1 run shard1 "$WORK/mixed64.json" --max-batch 1 --shard 1/2 &
+  wait
+  compare gpu0 gpu01
+  compare gpu0 shard0
+  compare gpu0 shard1
+  python3 - "$WORK/gpu0/report.json" "$WORK/gpu01/report.json" "$WORK/shard0/report.json" "$WORK/shard1/report.json" <<'PY' | tee -a "$OUT/summary.txt"
+import json, sys
+a, b, s0, s1 = (json.load(open(p)) for p in sys.argv[1:5])
+two = (s0["images_done"] + s1["images_done"]) * 3600 / max(s0["run_s"], s1["run_s"])
+print(f"scaling: {a['images_per_hour']:.0f} images/hour on 1 GPU; 2 GPUs in one process {b['images_per_hour']:.0f} = "
+      f"{b['images_per_hour'] / a['images_per_hour']:.2f}x; 2 processes (one per GPU, --shard) {two:.0f} = {two / a['images_per_hour']:.2f}x "
+      f"(load not counted: {a['load_s']:.1f} / {b['load_s']:.1f} / {s0['load_s']:.1f}+{s1['load_s']:.1f} s)")
+for name, r in (("gpu0", a), ("gpu01", b), ("shard0", s0), ("shard1", s1)):
+    l = r.get("lora", {})
+    for d in r.get("devices", []):
+        print(f"  {name} {d['name']}: {d['images']} images, sampling {d['sample_s'] / max(1, d['images']):.3f} s/image, "
+              f"text {d['text_s']:.1f} s, decode {d['decode_s']:.1f} s, busy {d['busy_fraction']:.0%}, engine {d.get('engine', {})}")
+    print(f"  {name} LoRA: load {l.get('load_s', 0):.2f} s (hash {l.get('hash_s', 0):.2f} s), merge {l.get('merge_s', 0):.2f} s, switches {l.get('switches')}")
+PY
+  GPU=0 run serial "$WORK/mixed.json" --order file --max-batch 1 --no-cuda-graphs --no-overlap --writer-threads 1 &
+  GPU=1 run runtime-b4 "$WORK/mixed.json" --max-batch 4 &
+  wait
+  GPU=0 run runtime-b1 "$WORK/mixed.json" --max-batch 1 &
+  GPU=1 run runtime-b4-24g "$WORK/mixed.json" --max-batch 4 --vram-limit 24GiB &
+  wait
+  compare serial runtime-b1
+  python3 - "$WORK"/{serial,runtime-b1,runtime-b4,runtime-b4-24g}/report.json <<'PY' | tee -a "$OUT/summary.txt" || true
+import json, sys
+s, *rs = (json.load(open(p)) for p in sys.argv[1:])
+for name, r in zip(("runtime-b1", "runtime-b4", "runtime-b4-24g"), rs):
+    print(f"{name} vs serial: {r['images_per_hour']:.0f} / {s['images_per_hour']:.0f} = {r['images_per_hour'] / s['images_per_hour']:.2f}x; "
+          f"batch sizes {sorted(set(b['size'] for b in r['batches']))}; engine {[d.get('engine') for d in r.get('devices', [])]}")
+PY
+  stage_summary
+  grep -h "warn\|error" "$WORK"/*.log | sort | uniq -c | sort -rn | head -20 | tee -a "$OUT/summary.txt"
 elif [ "$MODE" = multi ]; then
   need_loras
   mkbatch "$WORK/mixed64.json" 32 32 "$WORK/loras"
@@ -233,5 +279,5 @@ print(f"scaling: {a['images_per_hour']:.0f} images/hour on 1 GPU, {b['images_per
 PY
   stage_summary
 else
-  echo "mode: check | mixed | caps | pipeline | multi | order | x2" >&2; exit 2
+  echo "mode: check | mixed | caps | pipeline | multi | order | x2 | scale" >&2; exit 2
 fi
