@@ -11,6 +11,8 @@
 #   OUT=DIR bash scripts/gpu_runtime.sh scale   # 2-GPU machine: 64 images on GPU 0 alone, on GPUs 0,1 in
 #                                               # one process, and as two processes (--shard 0/2, 1/2);
 #                                               # then the mixed batch: serial vs runtime (batch 1 and 4)
+#   OUT=DIR bash scripts/gpu_runtime.sh single  # 1 H200: UNet profile (gpu_unet_profile.py), the mixed
+#                                               # batch serial vs runtime b1/b4, 64 images at b4 and b1
 # check: the same 3 images with and without CUDA graphs (identical PNGs? s/image),
 #        4 images at --max-batch 4 against the same seeds at batch 1 (PSNR),
 #        4 images at --max-batch 4 under --vram-limit 12GiB (admission, OOM count).
@@ -47,6 +49,9 @@ run() {
     > "$WORK/$name.log" 2>&1 || echo "$name: exit $?" | tee -a "$OUT/summary.txt"
   local wall; wall=$(python3 -c "import time,sys; print(time.time()-float(sys.argv[1]))" "$t0")
   kill "$upid" 2>/dev/null || true
+  # with --shard K/N the report is report-shard-K-of-N.json: link it as report.json
+  local rep; rep=$(ls "$WORK/$name"/report*.json 2>/dev/null | head -1)
+  [ -z "$rep" ] || [ "$rep" = "$WORK/$name/report.json" ] || cp "$rep" "$WORK/$name/report.json"
   cp "$WORK/$name/report.json" "$OUT/report-$name.json" 2>/dev/null || true
   python3 - "$WORK/$name/report.json" "$util" "$name" "$wall" "$*" <<'PY' | tee -a "$OUT/summary.txt" || true
 import json, sys
@@ -103,6 +108,28 @@ for p in sorted(glob.glob(os.path.join(sys.argv[1], "*", "report.json"))):
               f"(frag {reg.get('sample',{}).get('max_fragmentation_bytes',0)/2**30:.2f}), decode peak {reg.get('decode',{}).get('peak_work_bytes',0)/2**30:.2f} GiB "
               f"(frag {reg.get('decode',{}).get('max_fragmentation_bytes',0)/2**30:.2f}), LoRA cache {reg.get('lora_cache',{}).get('bytes_held',0)/2**30:.2f} GiB"
               + (f"; FAILED: {d.get('failure')}" if d.get('failed') else ""))
+PY
+}
+
+# Per run and device: sampling seconds per image over all batches, and the
+# steady state (batches after the first of each size: no cold shape).
+sample_steady() {
+  python3 - "$WORK" <<'PY' | tee -a "$OUT/summary.txt" || true
+import json, sys, glob, os
+for p in sorted(glob.glob(os.path.join(sys.argv[1], "*", "report.json"))):
+    r = json.load(open(p)); name = os.path.basename(os.path.dirname(p))
+    for dev in sorted({b.get("device", "") for b in r["batches"]}):
+        bs = sorted((b for b in r["batches"] if b.get("device", "") == dev and "sample" in b), key=lambda b: b["sample"][0])
+        seen, cold, warm, n_warm = set(), 0.0, 0.0, 0
+        for b in bs:
+            key = (b["group"].split("|")[0], b["size"]); s = b["sample"][1] - b["sample"][0]  # the UNet shape
+            if key in seen: warm += s; n_warm += b["size"]
+            else: seen.add(key); cold += s
+        n = sum(b["size"] for b in bs)
+        eng = next((d.get("engine", {}) for d in r.get("devices", []) if d["name"] == dev), {})
+        print(f"{name:>14} {dev}: sampling {sum(b['sample'][1] - b['sample'][0] for b in bs) / max(1, n):.3f} s/image overall; "
+              f"steady {warm / max(1, n_warm):.3f} s/image over {n_warm} images; first batch of each of {len(seen)} shapes {cold:.1f} s; "
+              f"first UNet calls {eng.get('unet_first_call_s', 0):.1f} s, captures {eng.get('unet_capture_s', 0):.1f} s")
 PY
 }
 
@@ -235,7 +262,7 @@ elif [ "$MODE" = scale ]; then
   compare gpu0 gpu01
   compare gpu0 shard0
   compare gpu0 shard1
-  python3 - "$WORK/gpu0/report.json" "$WORK/gpu01/report.json" "$WORK/shard0/report.json" "$WORK/shard1/report.json" <<'PY' | tee -a "$OUT/summary.txt"
+  python3 - "$WORK/gpu0/report.json" "$WORK/gpu01/report.json" "$WORK/shard0/report.json" "$WORK/shard1/report.json" <<'PY' | tee -a "$OUT/summary.txt" || true
 import json, sys
 a, b, s0, s1 = (json.load(open(p)) for p in sys.argv[1:5])
 two = (s0["images_done"] + s1["images_done"]) * 3600 / max(s0["run_s"], s1["run_s"])
@@ -249,6 +276,7 @@ for name, r in (("gpu0", a), ("gpu01", b), ("shard0", s0), ("shard1", s1)):
               f"text {d['text_s']:.1f} s, decode {d['decode_s']:.1f} s, busy {d['busy_fraction']:.0%}, engine {d.get('engine', {})}")
     print(f"  {name} LoRA: load {l.get('load_s', 0):.2f} s (hash {l.get('hash_s', 0):.2f} s), merge {l.get('merge_s', 0):.2f} s, switches {l.get('switches')}")
 PY
+  sample_steady
   GPU=0 run serial "$WORK/mixed.json" --order file --max-batch 1 --no-cuda-graphs --no-overlap --writer-threads 1 &
   GPU=1 run runtime-b4 "$WORK/mixed.json" --max-batch 4 &
   wait
@@ -265,6 +293,31 @@ for name, r in zip(("runtime-b1", "runtime-b4", "runtime-b4-24g"), rs):
 PY
   stage_summary
   grep -h "warn\|error" "$WORK"/*.log | sort | uniq -c | sort -rn | head -20 | tee -a "$OUT/summary.txt"
+elif [ "$MODE" = single ]; then
+  # One H200: where the UNet's time goes, then the mixed batch serial vs the
+  # runtime at batch 1 and 4 (each run alone on the GPU), then 64 images of
+  # 1024x1024 at --max-batch 4 and 1.
+  timeout 240 python3 scripts/gpu_unet_profile.py "$MODEL" --json "$OUT/unet-profile.json" 2>&1 | tail -40 | tee -a "$OUT/summary.txt" || true
+  need_loras
+  mkbatch "$WORK/mixed.json" 16 16 "$WORK/loras"
+  mkbatch "$WORK/plain64.json" 64 0
+  run serial "$WORK/mixed.json" --order file --max-batch 1 --no-cuda-graphs --no-overlap --writer-threads 1
+  run runtime-b1 "$WORK/mixed.json" --max-batch 1
+  run runtime-b4 "$WORK/mixed.json" --max-batch 4
+  compare serial runtime-b1
+  run plain64-b4 "$WORK/plain64.json" --max-batch 4
+  run plain64-b1 "$WORK/plain64.json" --max-batch 1
+  compare plain64-b1 plain64-b4
+  python3 - "$WORK"/{serial,runtime-b1,runtime-b4}/report.json <<'PY' | tee -a "$OUT/summary.txt" || true
+import json, sys
+s, *rs = (json.load(open(p)) for p in sys.argv[1:])
+for name, r in zip(("runtime-b1", "runtime-b4"), rs):
+    print(f"{name} vs serial: {r['images_per_hour']:.0f} / {s['images_per_hour']:.0f} = {r['images_per_hour'] / s['images_per_hour']:.2f}x; "
+          f"batch sizes {sorted(set(b['size'] for b in r['batches']))}; engine {[d.get('engine') for d in r.get('devices', [])]}")
+PY
+  sample_steady
+  stage_summary
+  grep -h "warn\|error" "$WORK"/*.log | sort | uniq -c | sort -rn | head -20 | tee -a "$OUT/summary.txt"
 elif [ "$MODE" = multi ]; then
   need_loras
   mkbatch "$WORK/mixed64.json" 32 32 "$WORK/loras"
@@ -279,5 +332,5 @@ print(f"scaling: {a['images_per_hour']:.0f} images/hour on 1 GPU, {b['images_per
 PY
   stage_summary
 else
-  echo "mode: check | mixed | caps | pipeline | multi | order | x2 | scale" >&2; exit 2
+  echo "mode: check | mixed | caps | pipeline | multi | order | x2 | scale | single" >&2; exit 2
 fi

@@ -128,7 +128,9 @@ std::map<std::string, double> Generator::engine_counters() const {
   const UnetRunner& u = *impl_->unet;
   std::map<std::string, double> c{{"unet_graph_captures", u.captures()},
                                   {"unet_graph_replays", u.replays()},
-                                  {"unet_graphs_held", u.graphs_held()}};
+                                  {"unet_graphs_held", u.graphs_held()},
+                                  {"unet_first_call_s", u.first_call_seconds()},
+                                  {"unet_capture_s", u.capture_seconds()}};
   if (std::string(u.backend()) == "aoti") {
     c["unet_aoti_calls"] = u.aoti_calls();
     c["unet_aoti_fallback_calls"] = u.fallback_calls();

@@ -8,6 +8,8 @@
 #include <spdlog/spdlog.h>
 #include <torch/script.h>
 
+#include <chrono>
+
 #include "sdxl/error.h"
 
 namespace sdxl {
@@ -83,7 +85,14 @@ torch::Tensor UnetRunner::operator()(const torch::Tensor& x, const torch::Tensor
   // can differ from every later call by a rounding step (2 of 32 images one
   // level off, always the first of a size), so without it an image would
   // depend on whether it came first on its GPU.
-  if (warmed_.insert(key).second) (void)call(x, t, context_, pooled_, time_ids_);
+  if (warmed_.insert(key).second) {
+    // Timed (one sync per shape and process): a new shape's first call pays
+    // for kernel loading and cuDNN / cuBLAS plan choice; the report shows it.
+    const auto t0 = std::chrono::steady_clock::now();
+    (void)call(x, t, context_, pooled_, time_ids_);
+    if (model_.device.is_cuda()) c10::cuda::getCurrentCUDAStream(model_.device.index()).synchronize();
+    first_call_us_ += std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+  }
   if (!graphs_) return call(x, t, context_, pooled_, time_ids_);
 
   if (auto it = graphs_by_key_.find(key); it != graphs_by_key_.end()) {
@@ -117,6 +126,7 @@ torch::Tensor UnetRunner::operator()(const torch::Tensor& x, const torch::Tensor
     graphs_held_ = static_cast<int>(graphs_by_key_.size());
   }
   // Second call: capture it on a side stream, then replay for this step.
+  const auto capture_t0 = std::chrono::steady_clock::now();
   auto g = std::make_unique<Graph>();
   g->x = x.clone();
   g->t = t.clone();
@@ -174,6 +184,7 @@ torch::Tensor UnetRunner::operator()(const torch::Tensor& x, const torch::Tensor
   guard.reset_stream(current);
   stream_wait(current, side);
   ++captures_;
+  capture_us_ += std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - capture_t0).count();
   spdlog::debug("captured the UNet step as a CUDA graph for latents [{}, {}, {}, {}] ({} graph(s) held)", x.size(0),
                 x.size(1), x.size(2), x.size(3), graphs_by_key_.size() + 1);
   g->bind_generation = bind_generation_;  // cloned from the bound tensors above

@@ -65,6 +65,9 @@ class UnetRunner {
   int captures() const { return captures_; }
   int replays() const { return replays_; }
   int graphs_held() const { return graphs_held_; }
+  // Seconds spent in each new shape's first (discarded) call, and capturing graphs.
+  double first_call_seconds() const { return static_cast<double>(first_call_us_) / 1e6; }
+  double capture_seconds() const { return static_cast<double>(capture_us_) / 1e6; }
 
  private:
   struct Graph;
@@ -87,6 +90,7 @@ class UnetRunner {
   std::vector<std::int64_t> plain_key_;  // the shape of the plain calls so far in this bind()
   int plain_calls_ = 0;
   std::atomic<int> captures_{0}, replays_{0}, graphs_held_{0};
+  std::atomic<std::int64_t> first_call_us_{0}, capture_us_{0};
   std::shared_mutex* device_mu_ = nullptr;
   std::atomic<bool> release_requested_{false};
 };
