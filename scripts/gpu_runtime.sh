@@ -13,6 +13,7 @@
 #                                               # then the mixed batch: serial vs runtime (batch 1 and 4)
 #   OUT=DIR bash scripts/gpu_runtime.sh single  # 1 H200: UNet profile (gpu_unet_profile.py), the mixed
 #                                               # batch serial vs runtime b1/b4, 64 images at b4 and b1
+#   OUT=DIR bash scripts/gpu_runtime.sh trace   # per-step UNet times of 2+2 images (SDXL_TRACE_STEPS=1)
 # check: the same 3 images with and without CUDA graphs (identical PNGs? s/image),
 #        4 images at --max-batch 4 against the same seeds at batch 1 (PSNR),
 #        4 images at --max-batch 4 under --vram-limit 12GiB (admission, OOM count).
@@ -318,6 +319,29 @@ PY
   sample_steady
   stage_summary
   grep -h "warn\|error" "$WORK"/*.log | sort | uniq -c | sort -rn | head -20 | tee -a "$OUT/summary.txt"
+elif [ "$MODE" = trace ]; then
+  # Per-step timing of the first batches of two shapes (SDXL_TRACE_STEPS=1:
+  # a sync around every UNet call), with and without CUDA graphs; then the
+  # UNet profile (gpu_unet_profile.py) unless SKIP_PROFILE is set.
+  mkbatch "$WORK/trace.json" 2 2
+  for g in graphs plain; do
+    flags=(--max-batch 1 --order file); [ $g = plain ] && flags+=(--no-cuda-graphs)
+    rm -rf "$WORK/trace-$g"
+    SDXL_TRACE_STEPS=1 timeout 120 "$SDXL" --log-level info run "$WORK/trace.json" --model "$MODEL" --device cuda \
+      --out "$WORK/trace-$g" --no-progress "${flags[@]}" > "$WORK/trace-$g.log" 2>&1 || echo "trace-$g: exit $?"
+    grep -E "trace:|captured|loaded model" "$WORK/trace-$g.log" | sed "s/^[0-9-]* //" > "$OUT/trace-$g.txt"
+    python3 - "$WORK/trace-$g.log" "$g" <<'PY' | tee -a "$OUT/summary.txt"
+import re, sys
+calls = [(m.group(1), float(m.group(2)), float(m.group(3))) for m in
+         re.finditer(r"latents \[([^\]]+)\] t=[\d.]+: UNet call ([\d.]+) ms, sampler between calls ([\d.]+) ms", open(sys.argv[1]).read())]
+print(f"{sys.argv[2]}: {len(calls)} UNet calls")
+for i, (shape, ms, gap) in enumerate(calls):
+    if i % 28 in (0, 1, 2, 27) or ms > 150 or gap > 50:
+        print(f"  call {i:3d} image {i // 28} [{shape}]: UNet {ms:.1f} ms, between {gap:.1f} ms")
+PY
+    cp "$WORK/trace-$g/report.json" "$OUT/report-trace-$g.json" 2>/dev/null || true
+  done
+  [ -n "${SKIP_PROFILE:-}" ] || timeout 200 python3 scripts/gpu_unet_profile.py "$MODEL" --json "$OUT/unet-profile.json" 2>&1 | tail -40 | tee -a "$OUT/summary.txt" || true
 elif [ "$MODE" = multi ]; then
   need_loras
   mkbatch "$WORK/mixed64.json" 32 32 "$WORK/loras"
@@ -332,5 +356,5 @@ print(f"scaling: {a['images_per_hour']:.0f} images/hour on 1 GPU, {b['images_per
 PY
   stage_summary
 else
-  echo "mode: check | mixed | caps | pipeline | multi | order | x2 | scale | single" >&2; exit 2
+  echo "mode: check | mixed | caps | pipeline | multi | order | x2 | scale | single | trace" >&2; exit 2
 fi

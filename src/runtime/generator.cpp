@@ -8,6 +8,7 @@
 #include <torch/script.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <mutex>
 #include <shared_mutex>
 
@@ -53,6 +54,7 @@ int cuda_device_count() { return torch::cuda::is_available() ? static_cast<int>(
 struct Generator::Impl {
   std::unique_ptr<SdxlModel> model;
   std::unique_ptr<UnetRunner> unet;
+  Clock::time_point trace_last_call_end;  // SDXL_TRACE_STEPS (sampling stage only)
   VaeTiling vae_tiling = VaeTiling::kAuto;
   double load_s = 0;
   RuntimeOptions opts;
@@ -405,9 +407,29 @@ std::shared_ptr<SampledBatch> Generator::sample_batch(const std::shared_ptr<Enco
         torch::Tensor time_ids = sdxl_time_ids(width, height, m.dtype, m.device).repeat({rows, 1});
         unet.bind(sub.context, sub.pooled, time_ids);
         return [&, rows](const torch::Tensor& x_in, double timestep) {
+          // SDXL_TRACE_STEPS=1 (a diagnostic): synchronise around each UNet
+          // call and log its time, and the time since the previous call ended
+          // (the sampler's own work), per step at info level.
+          static const bool trace = std::getenv("SDXL_TRACE_STEPS") != nullptr;
+          Clock::time_point t_call;
+          if (trace) {
+            stream_synchronize(m.device);
+            t_call = Clock::now();
+          }
           torch::Tensor x = cfg_on ? torch::cat({x_in, x_in}) : x_in;
           torch::Tensor t = torch::full({rows}, timestep, torch::TensorOptions().dtype(torch::kFloat32).device(m.device));
           torch::Tensor eps = unet(x, t);
+          if (trace) {
+            stream_synchronize(m.device);
+            const auto now = Clock::now();
+            spdlog::info("trace: latents [{}, {}, {}, {}] t={:.1f}: UNet call {:.1f} ms, sampler between calls {:.1f} ms",
+                         x.size(0), x.size(1), x.size(2), x.size(3), timestep,
+                         std::chrono::duration<double, std::milli>(now - t_call).count(),
+                         im.trace_last_call_end == Clock::time_point{}
+                             ? 0.0
+                             : std::chrono::duration<double, std::milli>(t_call - im.trace_last_call_end).count());
+            im.trace_last_call_end = now;
+          }
           if (!cfg_on) return eps.clone();  // a graph's output is overwritten by the next step
           auto halves = eps.chunk(2);       // [uncond, cond]
           return apply_guidance(halves[0], halves[1], p0.cfg, p0.guidance_rescale);
@@ -426,6 +448,12 @@ std::shared_ptr<SampledBatch> Generator::sample_batch(const std::shared_ptr<Enco
                                           eb->init_images[i].height));
         const torch::Tensor init = torch::cat(inits);
         latents = add_noise(eb->plan, init, randn_per_image(gens, init.sizes(), m.dtype, m.device));
+      }
+      if (std::getenv("SDXL_TRACE_STEPS")) {
+        stream_synchronize(m.device);
+        spdlog::info("trace: {} image(s) of {}x{}: noise and set-up {:.1f} ms", b, p0.width, p0.height,
+                     std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+        im.trace_last_call_end = Clock::time_point{};
       }
       latents = sample(eb->plan, latents, model_at(p0.width, p0.height), gens, hook);
       if (p0.hires_on()) {
