@@ -91,6 +91,18 @@ struct Generator::Impl {
   }
 };
 
+namespace {
+
+// TorchScript's executor settings are per thread (a thread_local in libtorch):
+// set on the thread that loads the model, they would not reach the pipeline's
+// stage threads, which then ran the optimising profiling executor. That cost
+// 5-6 s of graph optimisation at the second UNet call of every new shape and
+// batch size (measured on the H200: bench/results/2026-11-30-cold-shapes-h200.md).
+// Every entry point that runs a module calls this first.
+void apply_thread_settings(const RuntimeOptions& opts) { torch::jit::setGraphExecutorOptimize(opts.jit_optimize); }
+
+}  // namespace
+
 Generator::Generator(const std::filesystem::path& model_dir, const RuntimeOptions& opts) : impl_(std::make_unique<Impl>()) {
   const auto t0 = Clock::now();
   const ModelConfig cfg = load_model_config(model_dir);
@@ -99,7 +111,7 @@ Generator::Generator(const std::filesystem::path& model_dir, const RuntimeOption
   // (fusing pointwise ops), which changes fp16 results from about the 4th call
   // on: the same seed would give another image depending on its place in the
   // run. By default the graphs run as traced so every image is reproducible.
-  torch::jit::setGraphExecutorOptimize(opts.jit_optimize);
+  apply_thread_settings(opts);
   at::globalContext().setBenchmarkCuDNN(opts.cudnn_benchmark);
   if (opts.threads > 0) at::set_num_threads(opts.threads);
   impl_->opts = opts;
@@ -255,6 +267,7 @@ std::shared_ptr<EncodedBatch> Generator::encode_batch(const std::vector<Generati
   if (ps.empty()) throw UsageError("an empty batch");
   check_compatible(ps);
   Impl& im = *impl_;
+  apply_thread_settings(im.opts);
   SdxlModel& m = *im.model;
   const ModelConfig& cfg = m.config;
   auto eb = std::make_shared<EncodedBatch>();
@@ -380,6 +393,7 @@ std::shared_ptr<EncodedBatch> Generator::encode_batch(const std::vector<Generati
 
 std::shared_ptr<SampledBatch> Generator::sample_batch(const std::shared_ptr<EncodedBatch>& eb, const StepHook& hook) {
   Impl& im = *impl_;
+  apply_thread_settings(im.opts);
   SdxlModel& m = *im.model;
   const ModelConfig& cfg = m.config;
   const GenerationParams& p0 = eb->params.front();
@@ -496,6 +510,7 @@ std::shared_ptr<SampledBatch> Generator::sample_batch(const std::shared_ptr<Enco
 
 std::vector<GeneratedImage> Generator::decode_batch(const std::shared_ptr<SampledBatch>& sb) {
   Impl& im = *impl_;
+  apply_thread_settings(im.opts);
   SdxlModel& m = *im.model;
   EncodedBatch& eb = *sb->encoded;
   const StageStream::Scope on(im.decode_stream);
