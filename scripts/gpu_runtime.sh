@@ -266,7 +266,8 @@ elif [ "$MODE" = scale ]; then
   python3 - "$WORK/gpu0/report.json" "$WORK/gpu01/report.json" "$WORK/shard0/report.json" "$WORK/shard1/report.json" <<'PY' | tee -a "$OUT/summary.txt" || true
 import json, sys
 a, b, s0, s1 = (json.load(open(p)) for p in sys.argv[1:5])
-two = (s0["images_done"] + s1["images_done"]) * 3600 / max(s0["run_s"], s1["run_s"])
+# images_per_hour counts from the model load's end (run_s includes the load): the same for the pair
+two = (s0["images_done"] + s1["images_done"]) * 3600 / max(s0["run_s"] - s0["load_s"], s1["run_s"] - s1["load_s"])
 print(f"scaling: {a['images_per_hour']:.0f} images/hour on 1 GPU; 2 GPUs in one process {b['images_per_hour']:.0f} = "
       f"{b['images_per_hour'] / a['images_per_hour']:.2f}x; 2 processes (one per GPU, --shard) {two:.0f} = {two / a['images_per_hour']:.2f}x "
       f"(load not counted: {a['load_s']:.1f} / {b['load_s']:.1f} / {s0['load_s']:.1f}+{s1['load_s']:.1f} s)")
