@@ -18,8 +18,6 @@ Fails when a PSNR is below --min-psnr (40 dB) or a size is wrong.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import subprocess
 import sys
 import time
@@ -28,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from parity_common import finish, parse_args, reference_pipeline
 from PIL import Image
 
 PROMPT, NEGATIVE, SEED, CFG, W, H = "comic panel, a red fox on a train", "blurry", 7, 5.0, 256, 256
@@ -41,26 +40,13 @@ HIRES_SCALE, HIRES_STEPS, HIRES_DENOISE, BASE_STEPS = 1.5, 6, 0.5, 6
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--binary", required=True)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--diffusers", required=True)
-    ap.add_argument("--work", required=True)
-    ap.add_argument("--source", required=True)
-    ap.add_argument("--min-psnr", type=float, default=40.0)
-    a = ap.parse_args()
-    sys.path.insert(0, str(Path(a.source) / "scripts"))
+    a, work = parse_args(__doc__)
     from a1111_schedulers import make_scheduler  # noqa: E402
     from compare_images import load_rgb, psnr  # noqa: E402
-    from diffusers import StableDiffusionXLImg2ImgPipeline, StableDiffusionXLPipeline  # noqa: E402
+    from diffusers import StableDiffusionXLImg2ImgPipeline  # noqa: E402
     from reference_sdxl import a1111_embeds  # noqa: E402
 
-    torch.set_num_threads(1)
-    work = Path(a.work)
-    work.mkdir(parents=True, exist_ok=True)
-    pipe = StableDiffusionXLPipeline.from_pretrained(a.diffusers, dtype=torch.float32, local_files_only=True,
-                                                     add_watermarker=False)
-    pipe.set_progress_bar_config(disable=True)
+    pipe = reference_pipeline(a.diffusers)
     i2i = StableDiffusionXLImg2ImgPipeline(**{k: v for k, v in pipe.components.items()}, add_watermarker=False)
     i2i.set_progress_bar_config(disable=True)
     base_config = dict(pipe.scheduler.config)
@@ -143,15 +129,10 @@ def main() -> int:
             img, ref_lat = img2img_ref("DPM++ 2M SDE", "Karras", up, HIRES_STEPS, HIRES_DENOISE)
             record("hires", upscaler, png, lat, img, ref_lat, (W2, H2))
     print(f"\nreference time {time.time() - t0:.1f} s")
-    print(f"{'kind':8} {'case':26} {'size':8} {'latent max|d|':>14} {'PSNR dB':>8}")
-    for r_ in rows:
-        print(f"{r_['kind']:8} {r_['case']:26} {r_['size']:8} {r_['latent_max_abs']:>14.3e} {r_['psnr_db']:>8.2f}")
-    (work / "parity_img2img.json").write_text(json.dumps(rows, indent=1))
-    if failed:
-        print(f"FAIL: a case is below {a.min_psnr} dB or has the wrong size")
-        return 1
-    print(f"all {len(rows)} cases >= {a.min_psnr} dB")
-    return 0
+    return finish(rows, [("kind", "kind", "<8"), ("case", "case", "<26"), ("size", "size", "<8"),
+                         ("latent max|d|", "latent_max_abs", ">14.3e"), ("PSNR dB", "psnr_db", ">8.2f")],
+                  work / "parity_img2img.json", failed, "a case is below {min_psnr} dB or has the wrong size", "",
+                  a.min_psnr)
 
 
 if __name__ == "__main__":

@@ -14,11 +14,12 @@ LoRA leaves the image unchanged.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+from parity_common import finish, parse_args
 
 PROMPT = "comic panel, a lighthouse keeper in a storm, bold ink lines"
 NEG = "blurry"
@@ -36,21 +37,11 @@ CASES = [
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--binary", required=True)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--diffusers", required=True)
-    ap.add_argument("--work", required=True)
-    ap.add_argument("--source", required=True)
-    ap.add_argument("--min-psnr", type=float, default=40.0)
-    ap.add_argument("--loras", help="existing make_test_loras.py output (default: make them under --work)")
-    a = ap.parse_args()
+    a, work = parse_args(__doc__, lambda ap: ap.add_argument(
+        "--loras", help="existing make_test_loras.py output (default: make them under --work)"))
     src = Path(a.source)
-    sys.path.insert(0, str(src / "scripts"))
     from compare_images import load_rgb, psnr  # noqa: E402
 
-    work = Path(a.work)
-    work.mkdir(parents=True, exist_ok=True)
     loras = Path(a.loras) if a.loras else work / "loras"
     if not a.loras:
         subprocess.run([sys.executable, str(src / "scripts" / "make_test_loras.py"), "--out", str(loras)], check=True,
@@ -96,16 +87,10 @@ def main() -> int:
         failed |= not ok
         rows.append({"case": name, "loras": ", ".join(f"{s}:{w}" for s, w in specs + tag_specs),
                      "ref_layers": sum(layers.values()), "psnr_db": p, "psnr_vs_no_lora_db": p_base, "ok": ok})
-    print(f"{'case':22} {'LoRAs (file:weight)':44} {'layers':>6} {'PSNR dB':>8} {'vs no-LoRA':>10}")
-    for r in rows:
-        print(f"{r['case']:22} {r['loras']:44} {r['ref_layers']:>6} {r['psnr_db']:>8.2f} {r['psnr_vs_no_lora_db']:>10.2f}"
-              f"{'' if r['ok'] else '  FAIL'}")
-    (work / "parity_lora.json").write_text(json.dumps(rows, indent=1))
-    if failed:
-        print(f"FAIL: a case is below {a.min_psnr} dB, or its LoRA did not change the image")
-        return 1
-    print(f"all {len(rows)} cases >= {a.min_psnr} dB and changed by their LoRAs")
-    return 0
+    return finish(rows, [("case", "case", "<22"), ("LoRAs (file:weight)", "loras", "<44"), ("layers", "ref_layers", ">6"),
+                         ("PSNR dB", "psnr_db", ">8.2f"), ("vs no-LoRA", "psnr_vs_no_lora_db", ">10.2f")],
+                  work / "parity_lora.json", failed, "a case is below {min_psnr} dB, or its LoRA did not change the image",
+                  " and changed by their LoRAs", a.min_psnr)
 
 
 if __name__ == "__main__":

@@ -14,41 +14,24 @@ is below --min-psnr (40 dB). The reference pipeline is loaded once.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
+from parity_common import finish, parse_args, reference_pipeline
 
 PROMPT, NEGATIVE, SEED, STEPS, CFG, W, H = "comic panel, a lighthouse in a storm", "blurry", 42, 8, 5.0, 256, 256
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--binary", required=True)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--diffusers", required=True)
-    ap.add_argument("--work", required=True)
-    ap.add_argument("--source", required=True)
-    ap.add_argument("--min-psnr", type=float, default=40.0)
-    ap.add_argument("--only", help="run only this sampler (A1111 name)")
-    a = ap.parse_args()
-    sys.path.insert(0, str(Path(a.source) / "scripts"))
+    a, work = parse_args(__doc__, lambda ap: ap.add_argument("--only", help="run only this sampler (A1111 name)"))
     from a1111_schedulers import SCHEDULES, VALID, make_scheduler  # noqa: E402
     from compare_images import load_rgb, psnr  # noqa: E402
-    from diffusers import StableDiffusionXLPipeline  # noqa: E402
     from reference_sdxl import a1111_embeds  # noqa: E402
 
-    torch.set_num_threads(1)
-    work = Path(a.work)
-    work.mkdir(parents=True, exist_ok=True)
-    pipe = StableDiffusionXLPipeline.from_pretrained(a.diffusers, dtype=torch.float32, local_files_only=True,
-                                                     add_watermarker=False)
-    pipe.set_progress_bar_config(disable=True)
+    pipe = reference_pipeline(a.diffusers)
     base_config = dict(pipe.scheduler.config)
     with torch.inference_mode():
         embeds = a1111_embeds(pipe, PROMPT, NEGATIVE, True)
@@ -111,17 +94,11 @@ def main() -> int:
                 print(f"{sampler} / {schedule}: expected exit 2 listing the valid schedules, got {r.returncode}: {r.stderr}")
                 failed = True
 
-    print(f"\n{'sampler':13} {'schedule':12} {'rescale':>7} {'latent max|d|':>14} {'PSNR dB':>8}")
-    for r_ in rows:
-        print(f"{r_['sampler']:13} {r_['schedule']:12} {r_['guidance_rescale']:>7} {r_['latent_max_abs']:>14.3e} "
-              f"{r_['psnr_db']:>8.2f}")
-    print(f"refused as diffusers does not support them: {', '.join(refused)}")
-    (work / "parity_samplers.json").write_text(json.dumps(rows, indent=1))
-    if failed:
-        print(f"FAIL: a case is below {a.min_psnr} dB or a refusal is wrong")
-        return 1
-    print(f"all {len(rows)} cases >= {a.min_psnr} dB")
-    return 0
+    print(f"refused as diffusers does not support them: {', '.join(refused)}\n")
+    return finish(rows, [("sampler", "sampler", "<13"), ("schedule", "schedule", "<12"), ("rescale", "guidance_rescale", ">7"),
+                         ("latent max|d|", "latent_max_abs", ">14.3e"), ("PSNR dB", "psnr_db", ">8.2f")],
+                  work / "parity_samplers.json", failed, "a case is below {min_psnr} dB or a refusal is wrong", "",
+                  a.min_psnr)
 
 
 if __name__ == "__main__":

@@ -10,13 +10,12 @@ latents and the PSNR of the images. Fails when any PSNR < --min-psnr (40 dB).
 """
 from __future__ import annotations
 
-import argparse
-import json
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+from parity_common import finish, parse_args
 
 CASES = [
     # name, prompt, negative, seed, steps, cfg, width, height
@@ -34,19 +33,9 @@ CASES = [
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--binary", required=True)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--diffusers", required=True)
-    ap.add_argument("--work", required=True)
-    ap.add_argument("--source", required=True)
-    ap.add_argument("--min-psnr", type=float, default=40.0)
-    a = ap.parse_args()
-    sys.path.insert(0, str(Path(a.source) / "scripts"))
+    a, work = parse_args(__doc__)
     from compare_images import load_rgb, psnr  # noqa: E402
 
-    work = Path(a.work)
-    work.mkdir(parents=True, exist_ok=True)
     rows, failed = [], False
     for name, prompt, negative, seed, steps, cfg, w, h in CASES:
         ours_png, ours_lat = work / f"{name}-sdxl.png", work / f"{name}-sdxl.npy"
@@ -75,16 +64,10 @@ def main() -> int:
                "pixel_max_abs": int(np.abs(ia.astype(int) - ib.astype(int)).max()), "psnr_db": p}
         rows.append(row)
         failed |= not (p >= a.min_psnr)
-    print(f"{'case':16} {'size':8} {'steps':>5} {'cfg':>4} {'latent max|d|':>14} {'pixel max|d|':>12} {'PSNR dB':>8}")
-    for r_ in rows:
-        print(f"{r_['case']:16} {r_['size']:8} {r_['steps']:>5} {r_['cfg']:>4} {r_['latent_max_abs']:>14.3e} "
-              f"{r_['pixel_max_abs']:>12} {r_['psnr_db']:>8.2f}")
-    (work / "parity.json").write_text(json.dumps(rows, indent=1))
-    if failed:
-        print(f"FAIL: a case is below {a.min_psnr} dB")
-        return 1
-    print(f"all {len(rows)} cases >= {a.min_psnr} dB")
-    return 0
+    return finish(rows, [("case", "case", "<16"), ("size", "size", "<8"), ("steps", "steps", ">5"), ("cfg", "cfg", ">4"),
+                         ("latent max|d|", "latent_max_abs", ">14.3e"), ("pixel max|d|", "pixel_max_abs", ">12"),
+                         ("PSNR dB", "psnr_db", ">8.2f")],
+                  work / "parity.json", failed, "a case is below {min_psnr} dB", "", a.min_psnr)
 
 
 if __name__ == "__main__":

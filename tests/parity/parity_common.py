@@ -1,0 +1,59 @@
+"""What the parity scripts (tests/parity/parity_*.py) share: their command line,
+the reference pipeline, and the closing table, JSON and verdict."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def parse_args(doc: str, extra=None) -> tuple[argparse.Namespace, Path]:
+    """The options every parity script takes (plus `extra(ap)`'s); puts the
+    repository's scripts/ on sys.path and makes --work. Returns (args, work)."""
+    ap = argparse.ArgumentParser(description=doc)
+    ap.add_argument("--binary", required=True, help="the sdxl-batch executable")
+    ap.add_argument("--model", required=True, help="the exported model directory")
+    ap.add_argument("--diffusers", required=True, help="the same weights as a diffusers pipeline")
+    ap.add_argument("--work", required=True, help="scratch directory (images, latents, the JSON)")
+    ap.add_argument("--source", required=True, help="the repository (for scripts/)")
+    ap.add_argument("--min-psnr", type=float, default=40.0)
+    if extra:
+        extra(ap)
+    a = ap.parse_args()
+    sys.path.insert(0, str(Path(a.source) / "scripts"))
+    work = Path(a.work)
+    work.mkdir(parents=True, exist_ok=True)
+    return a, work
+
+
+def reference_pipeline(diffusers_dir: str):
+    """diffusers' StableDiffusionXLPipeline in fp32 on the CPU, one thread, no
+    watermark, no progress bar: the reference every parity test compares with."""
+    import torch
+    from diffusers import StableDiffusionXLPipeline
+
+    torch.set_num_threads(1)
+    pipe = StableDiffusionXLPipeline.from_pretrained(diffusers_dir, dtype=torch.float32, local_files_only=True,
+                                                     add_watermarker=False)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def finish(rows: list[dict], columns: list[tuple[str, str, str]], json_path: Path, failed: bool, fail_why: str,
+           ok_what: str, min_psnr: float) -> int:
+    """Prints rows as a table (columns: header, key, format spec such as '>8.2f'),
+    writes them to json_path, and returns the exit code with a FAIL / all-passed line."""
+    def width(spec: str) -> str:
+        digits = "".join(c for c in spec.split(".")[0] if c.isdigit())
+        return ("<" if spec.startswith("<") else ">") + digits
+
+    print(" ".join(f"{h:{width(s)}}" for h, _, s in columns))
+    for r in rows:
+        print(" ".join(f"{r[k]:{s}}" for _, k, s in columns) + ("" if r.get("ok", True) else "  FAIL"))
+    json_path.write_text(json.dumps(rows, indent=1))
+    if failed:
+        print(f"FAIL: {fail_why.format(min_psnr=min_psnr)}")
+        return 1
+    print(f"all {len(rows)} cases >= {min_psnr} dB{ok_what}")
+    return 0
