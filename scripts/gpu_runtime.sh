@@ -14,6 +14,8 @@
 #   OUT=DIR bash scripts/gpu_runtime.sh single  # 1 H200: UNet profile (gpu_unet_profile.py), the mixed
 #                                               # batch serial vs runtime b1/b4, 64 images at b4 and b1
 #   OUT=DIR bash scripts/gpu_runtime.sh trace   # per-step UNet times of 2+2 images (SDXL_TRACE_STEPS=1)
+#   OUT=DIR bash scripts/gpu_runtime.sh alloc   # the mixed batch at b4, uncapped / 24 / 12 GiB, default
+#                                               # allocator vs expandable segments (not yet run)
 # check: the same 3 images with and without CUDA graphs (identical PNGs? s/image),
 #        4 images at --max-batch 4 against the same seeds at batch 1 (PSNR),
 #        4 images at --max-batch 4 under --vram-limit 12GiB (admission, OOM count).
@@ -320,6 +322,27 @@ PY
   sample_steady
   stage_summary
   grep -h "warn\|error" "$WORK"/*.log | sort | uniq -c | sort -rn | head -20 | tee -a "$OUT/summary.txt"
+elif [ "$MODE" = alloc ]; then
+  # Issue 6: the caching allocator's settings by measurement. The mixed batch
+  # at --max-batch 4, uncapped and under 24 / 12 GiB, with the default
+  # allocator and with expandable segments (PYTORCH_CUDA_ALLOC_CONF, read by
+  # libtorch's allocator in the C++ program too): images/hour, peak reserved
+  # and fragmentation (reserved - allocated) per region, OOM count.
+  need_loras
+  mkbatch "$WORK/mixed.json" 16 16 "$WORK/loras"
+  for conf in default expandable; do
+    for cap in none 24GiB 12GiB; do
+      flags=(--max-batch 4); [ $cap = none ] || flags+=(--vram-limit $cap)
+      if [ $conf = expandable ]; then
+        PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True run "alloc-$conf-$cap" "$WORK/mixed.json" "${flags[@]}"
+      else
+        run "alloc-$conf-$cap" "$WORK/mixed.json" "${flags[@]}"
+      fi
+    done
+  done
+  compare alloc-default-none alloc-expandable-none
+  stage_summary
+  grep -h "warn\|error" "$WORK"/*.log | sort | uniq -c | sort -rn | head -20 | tee -a "$OUT/summary.txt"
 elif [ "$MODE" = trace ]; then
   # Per-step timing of the first batches of two shapes (SDXL_TRACE_STEPS=1:
   # a sync around every UNet call), with and without CUDA graphs; then the
@@ -357,5 +380,5 @@ print(f"scaling: {a['images_per_hour']:.0f} images/hour on 1 GPU, {b['images_per
 PY
   stage_summary
 else
-  echo "mode: check | mixed | caps | pipeline | multi | order | x2 | scale | single | trace" >&2; exit 2
+  echo "mode: check | mixed | caps | pipeline | multi | order | x2 | scale | single | trace | alloc" >&2; exit 2
 fi
