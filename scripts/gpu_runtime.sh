@@ -257,10 +257,11 @@ elif [ "$MODE" = scale ]; then
   need_loras
   mkbatch "$WORK/mixed.json" 16 16 "$WORK/loras"
   mkbatch "$WORK/mixed64.json" 32 32 "$WORK/loras"
-  run gpu0 "$WORK/mixed64.json" --max-batch 1 --devices 0
-  run gpu01 "$WORK/mixed64.json" --max-batch 1 --devices 0,1
-  GPU=0 run shard0 "$WORK/mixed64.json" --max-batch 1 --shard 0/2 &
-  GPU=1 run shard1 "$WORK/mixed64.json" --max-batch 1 --shard 1/2 &
+  # SCALE_FLAGS: extra flags of these four runs (e.g. --deterministic-cudnn)
+  run gpu0 "$WORK/mixed64.json" --max-batch 1 --devices 0 ${SCALE_FLAGS:-}
+  run gpu01 "$WORK/mixed64.json" --max-batch 1 --devices 0,1 ${SCALE_FLAGS:-}
+  GPU=0 run shard0 "$WORK/mixed64.json" --max-batch 1 --shard 0/2 ${SCALE_FLAGS:-} &
+  GPU=1 run shard1 "$WORK/mixed64.json" --max-batch 1 --shard 1/2 ${SCALE_FLAGS:-} &
   wait
   compare gpu0 gpu01
   compare gpu0 shard0

@@ -29,6 +29,9 @@ struct RuntimeOptions {
   // its place in the run.
   bool jit_optimize = false;
   bool cudnn_benchmark = false;  // let cuDNN time convolution algorithms per shape
+  // Ask cuDNN for deterministic algorithms only (its split-K "segment_k"
+  // convolutions may sum in a varying order). Off by default until measured.
+  bool deterministic_cudnn = false;
   // Capture the UNet step as a CUDA graph and replay it (CUDA only; falls back
   // to plain calls when capture fails).
   bool cuda_graphs = true;

@@ -21,6 +21,8 @@ void add_model_options(CLI::App& cmd, ModelOptions& o, bool model_required) {
   cmd.add_flag("--jit-optimize", o.runtime.jit_optimize,
                "Let TorchScript fuse ops after its first calls (fp16 results then depend on the call count)");
   cmd.add_flag("--cudnn-benchmark", o.runtime.cudnn_benchmark, "Let cuDNN pick convolution algorithms by timing them");
+  cmd.add_flag("--deterministic-cudnn", o.runtime.deterministic_cudnn,
+               "Use only cuDNN algorithms that give the same bits every run (may be slower; not yet measured)");
   cmd.add_flag("--cuda-graphs,!--no-cuda-graphs", o.runtime.cuda_graphs,
                "Replay the UNet step as a captured CUDA graph (CUDA only; default on)");
   cmd.add_option("--unet-backend", o.runtime.unet_backend,

@@ -113,6 +113,7 @@ Generator::Generator(const std::filesystem::path& model_dir, const RuntimeOption
   // run. By default the graphs run as traced so every image is reproducible.
   apply_thread_settings(opts);
   at::globalContext().setBenchmarkCuDNN(opts.cudnn_benchmark);
+  at::globalContext().setDeterministicCuDNN(opts.deterministic_cudnn);
   if (opts.threads > 0) at::set_num_threads(opts.threads);
   impl_->opts = opts;
   impl_->model = SdxlModel::load(cfg, device, opts.dtype);

@@ -3,6 +3,7 @@
 // where the model loads must hold on those threads too: with it lost, the
 // stage threads ran the optimising executor, which re-optimised the UNet graph
 // at the second call of every new shape (5-6 s on the H200 each time).
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
@@ -66,6 +67,18 @@ TEST_P(GeneratorThreads, ExecutorSettingReachesEveryStageThread) {
   EXPECT_EQ(after_decode, optimize);
   ASSERT_EQ(images.size(), 1u);
   EXPECT_EQ(images[0].rgb.size(), 256u * 256u * 3u);
+}
+
+// --deterministic-cudnn reaches libtorch's (process-wide) cuDNN setting, and
+// a Generator without it leaves cuDNN free to pick any algorithm.
+TEST_F(GeneratorThreads, DeterministicCudnnOptionIsApplied) {
+  sdxl::RuntimeOptions opts;
+  opts.deterministic_cudnn = true;
+  { sdxl::Generator gen(model_, opts); }
+  EXPECT_TRUE(at::globalContext().deterministicCuDNN());
+  opts.deterministic_cudnn = false;
+  { sdxl::Generator gen(model_, opts); }
+  EXPECT_FALSE(at::globalContext().deterministicCuDNN());
 }
 
 INSTANTIATE_TEST_SUITE_P(JitOptimize, GeneratorThreads, ::testing::Values(false, true),
