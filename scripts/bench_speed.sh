@@ -17,15 +17,15 @@
 #      report.json: model load excluded);
 #   3. diffusers eager batch 1 and batch 4 (scripts/bench_diffusers_sdxl.py,
 #      one warm-up call excluded, BENCH_DIFFUSERS_CALLS timed calls);
-#   4. diffusers with torch.compile of the UNet (mode BENCH_COMPILE_MODE,
+#   4. sdxl-batch --max-batch 4 on BENCH_IMAGES_MB4 (64) images;
+#   5. diffusers with torch.compile of the UNet (mode BENCH_COMPILE_MODE,
 #      "default"), batch 1; compile time reported apart;
-#   5. sdxl-batch --max-batch 4 on BENCH_IMAGES_MB4 (16) images;
 #   6. scripts/bench_table.py: s/image, images/hour, achieved TFLOP/s
 #      (389 TFLOP per image at 28 steps), fraction of the hardware limit,
 #      peak memory, ratio to the best diffusers row -> stdout and $OUT/table.md.
 #
 # Environment: OUT (results; default bench/tmp), WORK (scratch; /tmp/sdxl-gpu),
-# BENCH_IMAGES (64), BENCH_IMAGES_MB4 (16), BENCH_DIFFUSERS_CALLS (2),
+# BENCH_IMAGES (64), BENCH_IMAGES_MB4 (64), BENCH_DIFFUSERS_CALLS (2),
 # BENCH_COMPILE_MODE (default | max-autotune-no-cudagraphs | ...),
 # BENCH_SDXL_FLAGS (extra flags of both sdxl-batch rows, e.g. "--vae-dtype fp32"),
 # BENCH_DEADLINE_S (every step must end this many seconds after the start; 570),
@@ -76,7 +76,7 @@ else
   # shellcheck disable=SC2054  # "fp16,bf16" is one argument
   DEVICE=cuda SIZE=1024 STEPS=28 DTYPE=fp16 MATMUL=(--n 8192 --reps 20 --device cuda --dtypes fp16,bf16)
   N1=${BENCH_IMAGES:-64}
-  N4=${BENCH_IMAGES_MB4:-16}
+  N4=${BENCH_IMAGES_MB4:-64}
   DEADLINE=${BENCH_DEADLINE_S:-570}
   COMPILE_ARGS=(--compile-mode "$COMPILE_MODE")
 fi
@@ -176,12 +176,12 @@ if ! skipped matmul; then
       > "$OUT/matmul.log" 2>&1 || echo "   matmul peak: failed (exit $?), see matmul.log" | tee -a "$OUT/summary.txt"
   fi
 fi
-# Expected on the H200: build + export ~220 s, matmul ~10, --max-batch 1 ~90
-# (64 x 1.3 s + load), diffusers eager ~45, compile 80-140, --max-batch 4 ~30.
-# Each box keeps a reserve for the rows after it, except for the compile row
-# (the least predictable, so it runs last but one and gets what is left).
-skipped sdxl-mb1 || sdxl_row sdxl-mb1 "$N1" "$(box 200 80)" --max-batch 1
-skipped diffusers-eager || diffusers_row diffusers-eager "eager:1,eager:4" "$(box 120 35)"
-skipped diffusers-compile || diffusers_row diffusers-compile "compile:1" "$(box 300 35)" "${COMPILE_ARGS[@]}"
-skipped sdxl-mb4 || sdxl_row sdxl-mb4 "$N4" "$(box 90)" --max-batch 4
+# Expected on the H200: build + export 60-220 s, matmul ~10, --max-batch 1 ~90
+# (64 x 1.3 s + load), diffusers eager ~45, --max-batch 4 ~90 (64 images),
+# compile 80-140. Each box keeps a reserve for the rows after it, except for
+# the compile row (the least predictable, so it runs last and gets what is left).
+skipped sdxl-mb1 || sdxl_row sdxl-mb1 "$N1" "$(box 200 150)" --max-batch 1
+skipped diffusers-eager || diffusers_row diffusers-eager "eager:1,eager:4" "$(box 120 120)"
+skipped sdxl-mb4 || sdxl_row sdxl-mb4 "$N4" "$(box 150 30)" --max-batch 4
+skipped diffusers-compile || diffusers_row diffusers-compile "compile:1" "$(box 300)" "${COMPILE_ARGS[@]}"
 echo "bench_speed: done in $(( $(date +%s) - T_START )) s; table in $OUT/table.md" | tee -a "$OUT/summary.txt"
