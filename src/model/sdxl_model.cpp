@@ -13,8 +13,11 @@
 namespace sdxl {
 namespace {
 
+// `cast`: the module was exported in `exported` and runs in `dtype`: its
+// floating weights are converted and the dtype constants its trace baked in
+// rewritten (retyped_module), so `--dtype bf16` works on an fp16 or fp32 export.
 torch::jit::Module load_module(const ModelConfig& cfg, const std::string& rel, const torch::Device& device,
-                               torch::Dtype dtype, bool cast) {
+                               torch::Dtype dtype, bool cast, torch::Dtype exported) {
   const auto path = cfg.path_of(rel);
   torch::jit::Module m;
   try {
@@ -29,8 +32,13 @@ torch::jit::Module load_module(const ModelConfig& cfg, const std::string& rel, c
                      " (was it exported with scripts/export_sdxl.py and torch " + cfg.torch_version + "?)");
   }
   m.eval();
-  if (cast) m.to(device, dtype);
-  else m.to(device);
+  if (cast) {
+    int rewritten = 0;
+    m = retyped_module(m, exported, dtype, &rewritten);
+    spdlog::debug("{}: cast from {} to {}, {} dtype constant(s) of the trace rewritten", rel, c10::toString(exported),
+                  c10::toString(dtype), rewritten);
+  }
+  m.to(device);
   if (const int n = retarget_device_literals(m, device); n > 0)
     spdlog::debug("{}: {} device literal(s) of the traced code moved to {}", rel, n, device.str());
   return m;
@@ -88,10 +96,10 @@ std::unique_ptr<SdxlModel> SdxlModel::load(const ModelConfig& config, const torc
       ClipTokenizer::from_dir(config.path_of(config.text_encoders[0].tokenizer), config.text_encoders[0].pad_token));
   m->tokenizer_2 = std::make_unique<ClipTokenizer>(
       ClipTokenizer::from_dir(config.path_of(config.text_encoders[1].tokenizer), config.text_encoders[1].pad_token));
-  m->text_encoder = load_module(config, config.text_encoders[0].file, device, m->dtype, cast);
-  m->text_encoder_2 = load_module(config, config.text_encoders[1].file, device, m->dtype, cast);
-  m->unet = load_module(config, config.unet_file, device, m->dtype, cast);
-  m->vae_decoder = load_module(config, config.vae_decoder_file, device, m->vae_dtype, false);
+  m->text_encoder = load_module(config, config.text_encoders[0].file, device, m->dtype, cast, exported);
+  m->text_encoder_2 = load_module(config, config.text_encoders[1].file, device, m->dtype, cast, exported);
+  m->unet = load_module(config, config.unet_file, device, m->dtype, cast, exported);
+  m->vae_decoder = load_module(config, config.vae_decoder_file, device, m->vae_dtype, false, m->vae_dtype);
   return m;
 }
 
@@ -100,15 +108,17 @@ torch::jit::Module& vae_encoder_module(SdxlModel& model) {
     if (model.config.vae_encoder_file.empty())
       throw ModelError("model '" + model.config.name + "' has no vae_encoder.ts (needed for img2img and the hires fix "
                        "in pixel space): re-export it with scripts/export_sdxl.py");
-    const bool cast = model.vae_dtype != parse_dtype(model.config.vae_dtype);
-    model.vae_encoder = load_module(model.config, model.config.vae_encoder_file, model.device, model.vae_dtype, cast);
+    const torch::Dtype exported = parse_dtype(model.config.vae_dtype);
+    model.vae_encoder = load_module(model.config, model.config.vae_encoder_file, model.device, model.vae_dtype,
+                                    model.vae_dtype != exported, exported);
   }
   return *model.vae_encoder;
 }
 
 torch::jit::Module& vae_decoder_fp32_module(SdxlModel& model) {
   if (!model.vae_decoder_fp32) {
-    torch::jit::Module m = load_module(model.config, model.config.vae_decoder_file, model.device, model.vae_dtype, false);
+    torch::jit::Module m =
+        load_module(model.config, model.config.vae_decoder_file, model.device, model.vae_dtype, false, model.vae_dtype);
     model.vae_decoder_fp32 = model.vae_dtype == torch::kFloat32 ? m : retyped_module(m, model.vae_dtype, torch::kFloat32);
   }
   return *model.vae_decoder_fp32;
