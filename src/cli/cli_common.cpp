@@ -19,7 +19,8 @@ void add_model_options(CLI::App& cmd, ModelOptions& o, bool model_required) {
   cmd.add_option("--threads", o.runtime.threads, "CPU threads for torch (0 = torch's default)")
       ->check(CLI::Range(0, 1024));
   cmd.add_flag("--jit-optimize", o.runtime.jit_optimize,
-               "Let TorchScript fuse ops after its first calls (fp16 results then depend on the call count)");
+               "Let TorchScript fuse ops after its first calls: seconds of optimisation at each new shape, and fp16 results "
+               "then depend on the call count");
   cmd.add_flag("--cudnn-benchmark", o.runtime.cudnn_benchmark, "Let cuDNN pick convolution algorithms by timing them");
   cmd.add_flag("--deterministic-cudnn", o.runtime.deterministic_cudnn,
                "Use only cuDNN algorithms that give the same bits every run (may be slower; not yet measured)");
