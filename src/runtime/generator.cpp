@@ -34,6 +34,23 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+// The end of a stage: waits for its work on the device (so the time is the
+// device's, not the launch's) and gives every image of the batch that time.
+void stamp_stage(const torch::Device& device, Clock::time_point t0, std::vector<GeneratedImage>& out,
+                 double StageSeconds::*stage) {
+  stream_synchronize(device);
+  const double s = seconds_since(t0);
+  for (auto& g : out) g.seconds.*stage = s;
+}
+
+// SDXL_TRACE_STEPS=1 (a diagnostic): the sampling stage synchronises around
+// each UNet call and logs its time, and the time since the previous call ended
+// (the sampler's own work), at info level.
+bool trace_steps() {
+  static const bool on = std::getenv("SDXL_TRACE_STEPS") != nullptr;
+  return on;
+}
+
 // CFG, then diffusers' rescale_noise_cfg when guidance_rescale > 0
 // (pipeline_stable_diffusion_xl.py: std over all but the batch dim, unbiased).
 torch::Tensor apply_guidance(const torch::Tensor& uncond, const torch::Tensor& cond, double scale, double rescale) {
@@ -384,9 +401,7 @@ std::shared_ptr<EncodedBatch> Generator::encode_batch(const std::vector<Generati
       }
     }
     eb->ready = im.text_stream.record();
-    stream_synchronize(m.device);
-    const double text_s = seconds_since(t0);
-    for (auto& g : eb->out) g.seconds.text = text_s;
+    stamp_stage(m.device, t0, eb->out, &StageSeconds::text);
     return 0;
   });
   return eb;
@@ -422,10 +437,7 @@ std::shared_ptr<SampledBatch> Generator::sample_batch(const std::shared_ptr<Enco
         torch::Tensor time_ids = sdxl_time_ids(width, height, m.dtype, m.device).repeat({rows, 1});
         unet.bind(sub.context, sub.pooled, time_ids);
         return [&, rows](const torch::Tensor& x_in, double timestep) {
-          // SDXL_TRACE_STEPS=1 (a diagnostic): synchronise around each UNet
-          // call and log its time, and the time since the previous call ended
-          // (the sampler's own work), per step at info level.
-          static const bool trace = std::getenv("SDXL_TRACE_STEPS") != nullptr;
+          const bool trace = trace_steps();
           Clock::time_point t_call;
           if (trace) {
             stream_synchronize(m.device);
@@ -464,7 +476,7 @@ std::shared_ptr<SampledBatch> Generator::sample_batch(const std::shared_ptr<Enco
         const torch::Tensor init = torch::cat(inits);
         latents = add_noise(eb->plan, init, randn_per_image(gens, init.sizes(), m.dtype, m.device));
       }
-      if (std::getenv("SDXL_TRACE_STEPS")) {
+      if (trace_steps()) {
         stream_synchronize(m.device);
         spdlog::info("trace: {} image(s) of {}x{}: noise and set-up {:.1f} ms", b, p0.width, p0.height,
                      std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
@@ -501,9 +513,7 @@ std::shared_ptr<SampledBatch> Generator::sample_batch(const std::shared_ptr<Enco
       sub.pooled = torch::Tensor();
     }
     sb->ready = im.sample_stream.record();
-    stream_synchronize(m.device);
-    const double sample_s = seconds_since(t0);
-    for (auto& g : eb->out) g.seconds.sample = sample_s;
+    stamp_stage(m.device, t0, eb->out, &StageSeconds::sample);
     return 0;
   });
   return sb;
@@ -537,9 +547,7 @@ std::vector<GeneratedImage> Generator::decode_batch(const std::shared_ptr<Sample
       }
       sub.latents = torch::Tensor();
     }
-    stream_synchronize(m.device);
-    const double decode_s = seconds_since(t0);
-    for (auto& g : eb.out) g.seconds.decode = decode_s;
+    stamp_stage(m.device, t0, eb.out, &StageSeconds::decode);
     return 0;
   });
   return std::move(eb.out);

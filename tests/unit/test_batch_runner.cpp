@@ -5,6 +5,7 @@
 #include <chrono>
 #include <mutex>
 #include <fstream>
+#include <functional>
 #include <thread>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -608,19 +609,26 @@ double overlap_s(const StagedFake& f) {
   return s;
 }
 
+// Runs bf with one lane per fake (named gpu0, gpu1, ... unless named before),
+// one image per batch, images and report in `out`.
+sdxl::RunResult run_on(const sdxl::BatchFile& bf, const std::vector<StagedFake*>& fakes, const fs::path& out,
+                       sdxl::RunOptions o = {}) {
+  o.queue.max_batch = 1;
+  o.out_dir = out;
+  o.model_name = "fake";
+  std::vector<sdxl::DeviceLane> lanes;
+  for (size_t i = 0; i < fakes.size(); ++i) {
+    if (fakes[i]->name.empty()) fakes[i]->name = "gpu" + std::to_string(i);
+    lanes.push_back(fakes[i]->lane());
+  }
+  return sdxl::run_batch(bf, o, std::move(lanes));
+}
+
 }  // namespace
 
 TEST_F(Fixture, PipelineOverlapsStagesInOrderWithBoundedBatchesInFlight) {
-  auto bf = batch(many_tasks(8));
   StagedFake dev;
-  dev.name = "fake0";
-  sdxl::RunOptions o;
-  o.queue.max_batch = 1;
-  o.out_dir = dir / "out";
-  o.model_name = "fake";
-  std::vector<sdxl::DeviceLane> lanes;
-  lanes.push_back(dev.lane());
-  auto r = sdxl::run_batch(bf, o, std::move(lanes));
+  auto r = run_on(batch(many_tasks(8)), {&dev}, dir / "out");
   EXPECT_EQ(r.done, 8);
   EXPECT_EQ(dev.encode_order, dev.sample_order);
   EXPECT_EQ(dev.sample_order, dev.decode_order) << "each stage keeps the queue's order";
@@ -637,17 +645,10 @@ TEST_F(Fixture, PipelineOverlapsStagesInOrderWithBoundedBatchesInFlight) {
 }
 
 TEST_F(Fixture, WithoutOverlapOneBatchAtATime) {
-  auto bf = batch(many_tasks(5));
   StagedFake dev;
-  dev.name = "fake0";
   sdxl::RunOptions o;
-  o.queue.max_batch = 1;
   o.overlap = false;
-  o.out_dir = dir / "out";
-  o.model_name = "fake";
-  std::vector<sdxl::DeviceLane> lanes;
-  lanes.push_back(dev.lane());
-  auto r = sdxl::run_batch(bf, o, std::move(lanes));
+  auto r = run_on(batch(many_tasks(5)), {&dev}, dir / "out", o);
   EXPECT_EQ(r.done, 5);
   EXPECT_EQ(dev.max_alive_handles, 1);
   EXPECT_EQ(overlap_s(dev), 0.0);
@@ -660,17 +661,10 @@ TEST_F(Fixture, ALoraSwitchWaitsForTheEarlierBatchesSampling) {
     tasks += std::string(i ? "," : "") + R"({"id": "t)" + std::to_string(i) + R"(", "prompt": "p)" + std::to_string(i) +
              (i % 2 ? R"( <lora:style:0.8>)" : "") + R"(", "seed": )" + std::to_string(i) + "}";
   tasks += "]}";
-  auto bf = batch(tasks);
   StagedFake dev;
-  dev.name = "fake0";
   sdxl::RunOptions o;
-  o.queue.max_batch = 1;
   o.queue.file_order = true;
-  o.out_dir = dir / "out";
-  o.model_name = "fake";
-  std::vector<sdxl::DeviceLane> lanes;
-  lanes.push_back(dev.lane());
-  auto r = sdxl::run_batch(bf, o, std::move(lanes));
+  auto r = run_on(batch(tasks), {&dev}, dir / "out", o);
   EXPECT_EQ(r.done, 6);
   EXPECT_FALSE(dev.switched_while_sampling) << "weights changed under a running sampler";
   EXPECT_EQ(dev.prefetches, 5) << "the files of each new set were loaded ahead";
@@ -682,23 +676,10 @@ TEST_F(Fixture, TwoDevicesShareTheQueueAndTheImagesAreTheSame) {
     {"id": "high", "prompt": "high", "seed": 100, "count": 6, "priority": "high"}]})");
   // One device first, for the reference images.
   StagedFake solo;
-  solo.name = "gpu0";
-  sdxl::RunOptions o;
-  o.queue.max_batch = 1;
-  o.model_name = "fake";
-  o.out_dir = dir / "one";
-  std::vector<sdxl::DeviceLane> one;
-  one.push_back(solo.lane());
-  ASSERT_EQ(sdxl::run_batch(bf, o, std::move(one)).done, 12);
+  ASSERT_EQ(run_on(bf, {&solo}, dir / "one").done, 12);
 
   StagedFake a, b;
-  a.name = "gpu0";
-  b.name = "gpu1";
-  o.out_dir = dir / "two";
-  std::vector<sdxl::DeviceLane> two;
-  two.push_back(a.lane());
-  two.push_back(b.lane());
-  auto r = sdxl::run_batch(bf, o, std::move(two));
+  auto r = run_on(bf, {&a, &b}, dir / "two");
   EXPECT_EQ(r.done, 12);
   EXPECT_GT(a.decode_order.size(), 0u);
   EXPECT_GT(b.decode_order.size(), 0u) << "both devices made images";
@@ -728,22 +709,13 @@ TEST_F(Fixture, TwoDevicesShareTheQueueAndTheImagesAreTheSame) {
 }
 
 TEST_F(Fixture, ALostDeviceGivesItsImagesToTheOthers) {
-  auto bf = batch(many_tasks(10));
   StagedFake good, bad;
-  good.name = "gpu0";
-  bad.name = "gpu1";
   bad.fail_sample = [](const std::vector<sdxl::GenerationParams>&) {
     throw sdxl::TaskError("CUDA error: an illegal memory access was encountered");
   };
   sdxl::RunOptions o;
-  o.queue.max_batch = 1;
   o.retries = 0;
-  o.out_dir = dir / "out";
-  o.model_name = "fake";
-  std::vector<sdxl::DeviceLane> lanes;
-  lanes.push_back(good.lane());
-  lanes.push_back(bad.lane());
-  auto r = sdxl::run_batch(bf, o, std::move(lanes));
+  auto r = run_on(batch(many_tasks(10)), {&good, &bad}, dir / "out", o);
   EXPECT_EQ(r.done, 10) << "the working device finished the batch";
   EXPECT_EQ(r.failed, 0) << "the lost device's images were not counted as failed attempts";
   EXPECT_EQ(r.devices_failed, 1);
@@ -756,24 +728,15 @@ TEST_F(Fixture, ALostDeviceGivesItsImagesToTheOthers) {
 }
 
 TEST_F(Fixture, ADeviceThatKeepsRunningOutOfMemoryIsGivenUp) {
-  auto bf = batch(many_tasks(9));
   StagedFake good, small;
-  good.name = "gpu0";
-  small.name = "gpu1";
   small.fail_sample = [](const std::vector<sdxl::GenerationParams>&) {
     throw sdxl::OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB");
   };
   sdxl::RunOptions o;
-  o.queue.max_batch = 1;
   o.retries = 5;
   o.retry_backoff_s = 0.01;
   o.lane_failures = 3;
-  o.out_dir = dir / "out";
-  o.model_name = "fake";
-  std::vector<sdxl::DeviceLane> lanes;
-  lanes.push_back(good.lane());
-  lanes.push_back(small.lane());
-  auto r = sdxl::run_batch(bf, o, std::move(lanes));
+  auto r = run_on(batch(many_tasks(9)), {&good, &small}, dir / "out", o);
   EXPECT_EQ(r.done, 9);
   EXPECT_EQ(r.failed, 0);
   EXPECT_EQ(r.devices_failed, 1);

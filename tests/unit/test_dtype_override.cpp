@@ -16,19 +16,11 @@
 #include "model/sdxl_model.h"
 #include "sdxl/generator.h"
 #include "sdxl/model_config.h"
+#include "tiny_model_test.h"
 
 namespace {
 
-class DtypeOverride : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const char* fixtures = std::getenv("SDXL_FIXTURES_DIR");
-    if (!fixtures) GTEST_SKIP() << "SDXL_FIXTURES_DIR is not set (run through ctest)";
-    model_ = std::filesystem::path(fixtures) / "tiny-model";
-    at::set_num_threads(1);
-  }
-  std::filesystem::path model_;
-};
+using DtypeOverride = sdxl::testing::TinyModelTest<>;
 
 TEST_F(DtypeOverride, Bf16OnAnFp32ExportCastsFloatingWeightsOnly) {
   const sdxl::ModelConfig cfg = sdxl::load_model_config(model_);

@@ -13,19 +13,11 @@
 #include <thread>
 
 #include "sdxl/generator.h"
+#include "tiny_model_test.h"
 
 namespace {
 
-class GeneratorThreads : public ::testing::TestWithParam<bool> {
- protected:
-  void SetUp() override {
-    const char* fixtures = std::getenv("SDXL_FIXTURES_DIR");
-    if (!fixtures) GTEST_SKIP() << "SDXL_FIXTURES_DIR is not set (run through ctest)";
-    model_ = std::filesystem::path(fixtures) / "tiny-model";
-    at::set_num_threads(1);
-  }
-  std::filesystem::path model_;
-};
+using GeneratorThreads = sdxl::testing::TinyModelTest<::testing::TestWithParam<bool>>;
 
 TEST_P(GeneratorThreads, ExecutorSettingReachesEveryStageThread) {
   const bool optimize = GetParam();

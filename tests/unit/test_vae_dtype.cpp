@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "image/vae_decode.h"
+#include "tiny_model_test.h"
 #include "model/sdxl_model.h"
 #include "sdxl/error.h"
 
@@ -19,13 +20,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-class VaeDtype : public ::testing::Test {
+class VaeDtype : public sdxl::testing::TinyModelTest<> {
  protected:
   void SetUp() override {
-    const char* fixtures = std::getenv("SDXL_FIXTURES_DIR");
-    if (!fixtures) GTEST_SKIP() << "SDXL_FIXTURES_DIR is not set (run through ctest)";
-    at::set_num_threads(1);
-    cfg_ = sdxl::load_model_config(fs::path(fixtures) / "tiny-model");
+    TinyModelTest::SetUp();
+    if (IsSkipped()) return;
+    cfg_ = sdxl::load_model_config(model_);
     ASSERT_EQ(cfg_.vae_dtype, "fp32");
     // Smooth latents (like a sampled image's), 16x12 latent pixels = 128x96 px.
     torch::manual_seed(5);
