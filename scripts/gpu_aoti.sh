@@ -6,7 +6,9 @@
 #   2. the same batch (1024x1024, 28 steps, CFG 7: one cold image, two warm) with
 #      --unet-backend torchscript, aoti, and aoti without CUDA graphs;
 #   3. PSNR of the aoti seed-1 image against the torchscript one, and the same with a
-#      rank-64 LoRA (make_test_loras.py --full) applied: both backends share the weights.
+#      rank-64 LoRA (make_test_loras.py --full) applied: both backends share the weights;
+#   4. AOTI_B4_IMAGES (16; 0 skips) images of 1024x1024 at --max-batch 4 with each
+#      backend: the sustained rate (model load excluded) and sampling s/image.
 # Extra arguments go to the export (e.g. --aoti-size 1024x1024, --aoti-config max_autotune=True).
 # Results in $OUT (default bench/tmp): summary.txt, build.log, export.log, run-*.log, *.png.
 set -euo pipefail
@@ -42,3 +44,33 @@ done
 echo "the LoRA's change (torchscript, then aoti): base vs lora" | tee -a "$OUT/summary.txt"
 python3 scripts/compare_images.py "$OUT/torchscript-seed1.png" "$OUT/torchscript-lora-seed1.png" --min-psnr 0 | tee -a "$OUT/summary.txt"
 python3 scripts/compare_images.py "$OUT/aoti-seed1.png" "$OUT/aoti-lora-seed1.png" --min-psnr 0 | tee -a "$OUT/summary.txt"
+N4=${AOTI_B4_IMAGES:-16}
+if (( N4 > 0 )); then
+  python3 - "$WORK/aoti-b4.json" "$N4" <<'PY'
+import json, sys
+tasks = [{"id": f"b4_{i:02d}", "prompt": f"comic panel {i}, a lighthouse keeper in a storm, bold ink lines", "seed": 3000 + i}
+         for i in range(int(sys.argv[2]))]
+json.dump({"version": 1, "defaults": {"negative": "blurry, lowres", "steps": 28, "cfg": 7.0, "width": 1024, "height": 1024},
+           "tasks": tasks}, open(sys.argv[1], "w"), indent=1)
+PY
+  for v in torchscript aoti; do
+    rm -rf "$WORK/b4-$v"
+    $SDXL run "$WORK/aoti-b4.json" --model "$WORK/full-aoti" --device cuda --out "$WORK/b4-$v" --max-batch 4 --no-progress \
+      --unet-backend $v > "$OUT/b4-$v.log" 2>&1 || { tail -30 "$OUT/b4-$v.log"; continue; }
+    cp "$WORK/b4-$v/report.json" "$OUT/report-b4-$v.json"
+    python3 - "$WORK/b4-$v/report.json" "$v" <<'PY' | tee -a "$OUT/summary.txt"
+import json, sys
+r = json.load(open(sys.argv[1])); bs = [b for b in r["batches"] if "sample" in b]
+seen, warm, n_warm = set(), 0.0, 0
+for b in sorted(bs, key=lambda b: b["sample"][0]):
+    s = b["sample"][1] - b["sample"][0]
+    if b["size"] in seen: warm += s; n_warm += b["size"]
+    else: seen.add(b["size"])
+print(f"b4 {sys.argv[2]:12s}: {r['images_done']} images, {r['images_per_hour']:.0f} images/hour = {3600 / r['images_per_hour']:.3f} s/image "
+      f"(load {r['load_s']:.1f} s excluded); steady sampling {warm / max(1, n_warm):.3f} s/image over {n_warm} images; "
+      f"peak {r['memory']['peak_allocated_bytes'] / 2**30:.2f} GiB; engine {[d.get('engine') for d in r.get('devices', [])]}")
+PY
+  done
+  python3 scripts/compare_images.py "$WORK/b4-aoti/b4_00-0-3000.png" "$WORK/b4-torchscript/b4_00-0-3000.png" --min-psnr 0 2>/dev/null | tee -a "$OUT/summary.txt" || true
+fi
+

@@ -15,7 +15,7 @@
 #                                               # batch serial vs runtime b1/b4, 64 images at b4 and b1
 #   OUT=DIR bash scripts/gpu_runtime.sh trace   # per-step UNet times of 2+2 images (SDXL_TRACE_STEPS=1)
 #   OUT=DIR bash scripts/gpu_runtime.sh alloc   # the mixed batch at b4, uncapped / 24 / 12 GiB, default
-#                                               # allocator vs expandable segments (not yet run)
+#                                               # allocator vs expandable segments (ALLOC_CAPS picks caps)
 # check: the same 3 images with and without CUDA graphs (identical PNGs? s/image),
 #        4 images at --max-batch 4 against the same seeds at batch 1 (PSNR),
 #        4 images at --max-batch 4 under --vram-limit 12GiB (admission, OOM count).
@@ -256,25 +256,39 @@ PY
 elif [ "$MODE" = scale ]; then
   need_loras
   mkbatch "$WORK/mixed.json" 16 16 "$WORK/loras"
-  mkbatch "$WORK/mixed64.json" 32 32 "$WORK/loras"
+  # SCALE_IMAGES (32): images per size of the scaling batch (2 sizes); SCALE_SHARDS=0
+  # leaves out the two-process control, SCALE_MIXED=0 the mixed batch after it.
+  n_scale=${SCALE_IMAGES:-32}
+  mkbatch "$WORK/mixed64.json" "$n_scale" "$n_scale" "$WORK/loras"
+  echo "scaling batch: $((2 * n_scale)) images, flags: ${SCALE_FLAGS:-none}" | tee -a "$OUT/summary.txt"
   # SCALE_FLAGS: extra flags of these four runs (e.g. --deterministic-cudnn)
   run gpu0 "$WORK/mixed64.json" --max-batch 1 --devices 0 ${SCALE_FLAGS:-}
   run gpu01 "$WORK/mixed64.json" --max-batch 1 --devices 0,1 ${SCALE_FLAGS:-}
-  GPU=0 run shard0 "$WORK/mixed64.json" --max-batch 1 --shard 0/2 ${SCALE_FLAGS:-} &
-  GPU=1 run shard1 "$WORK/mixed64.json" --max-batch 1 --shard 1/2 ${SCALE_FLAGS:-} &
-  wait
   compare gpu0 gpu01
-  compare gpu0 shard0
-  compare gpu0 shard1
-  python3 - "$WORK/gpu0/report.json" "$WORK/gpu01/report.json" "$WORK/shard0/report.json" "$WORK/shard1/report.json" <<'PY' | tee -a "$OUT/summary.txt" || true
+  reports=("$WORK/gpu0/report.json" "$WORK/gpu01/report.json")
+  if [ "${SCALE_SHARDS:-1}" != 0 ]; then
+    GPU=0 run shard0 "$WORK/mixed64.json" --max-batch 1 --shard 0/2 ${SCALE_FLAGS:-} &
+    GPU=1 run shard1 "$WORK/mixed64.json" --max-batch 1 --shard 1/2 ${SCALE_FLAGS:-} &
+    wait
+    compare gpu0 shard0
+    compare gpu0 shard1
+    reports+=("$WORK/shard0/report.json" "$WORK/shard1/report.json")
+  fi
+  python3 - "${reports[@]}" <<'PY' | tee -a "$OUT/summary.txt" || true
 import json, sys
-a, b, s0, s1 = (json.load(open(p)) for p in sys.argv[1:5])
-# images_per_hour counts from the model load's end (run_s includes the load): the same for the pair
-two = (s0["images_done"] + s1["images_done"]) * 3600 / max(s0["run_s"] - s0["load_s"], s1["run_s"] - s1["load_s"])
-print(f"scaling: {a['images_per_hour']:.0f} images/hour on 1 GPU; 2 GPUs in one process {b['images_per_hour']:.0f} = "
-      f"{b['images_per_hour'] / a['images_per_hour']:.2f}x; 2 processes (one per GPU, --shard) {two:.0f} = {two / a['images_per_hour']:.2f}x "
-      f"(load not counted: {a['load_s']:.1f} / {b['load_s']:.1f} / {s0['load_s']:.1f}+{s1['load_s']:.1f} s)")
-for name, r in (("gpu0", a), ("gpu01", b), ("shard0", s0), ("shard1", s1)):
+a, b, *shards = (json.load(open(p)) for p in sys.argv[1:])
+line = (f"scaling: {a['images_per_hour']:.0f} images/hour on 1 GPU; 2 GPUs in one process {b['images_per_hour']:.0f} = "
+        f"{b['images_per_hour'] / a['images_per_hour']:.2f}x")
+if shards:
+    s0, s1 = shards
+    # images_per_hour counts from the model load's end (run_s includes the load): the same for the pair
+    two = (s0["images_done"] + s1["images_done"]) * 3600 / max(s0["run_s"] - s0["load_s"], s1["run_s"] - s1["load_s"])
+    line += f"; 2 processes (one per GPU, --shard) {two:.0f} = {two / a['images_per_hour']:.2f}x"
+# with the model load counted: the whole command, images over run_s
+line += (f"; load counted: {a['images_done'] * 3600 / a['run_s']:.0f} vs {b['images_done'] * 3600 / b['run_s']:.0f} = "
+         f"{(b['images_done'] / b['run_s']) / (a['images_done'] / a['run_s']):.2f}x (load {a['load_s']:.1f} / {b['load_s']:.1f} s)")
+print(line)
+for name, r in zip(("gpu0", "gpu01", "shard0", "shard1"), (a, b, *shards)):
     l = r.get("lora", {})
     for d in r.get("devices", []):
         print(f"  {name} {d['name']}: {d['images']} images, sampling {d['sample_s'] / max(1, d['images']):.3f} s/image, "
@@ -282,6 +296,7 @@ for name, r in (("gpu0", a), ("gpu01", b), ("shard0", s0), ("shard1", s1)):
     print(f"  {name} LoRA: load {l.get('load_s', 0):.2f} s (hash {l.get('hash_s', 0):.2f} s), merge {l.get('merge_s', 0):.2f} s, switches {l.get('switches')}")
 PY
   sample_steady
+  if [ "${SCALE_MIXED:-1}" = 0 ]; then stage_summary; exit 0; fi
   GPU=0 run serial "$WORK/mixed.json" --order file --max-batch 1 --no-cuda-graphs --no-overlap --writer-threads 1 &
   GPU=1 run runtime-b4 "$WORK/mixed.json" --max-batch 4 &
   wait
@@ -331,8 +346,10 @@ elif [ "$MODE" = alloc ]; then
   # and fragmentation (reserved - allocated) per region, OOM count.
   need_loras
   mkbatch "$WORK/mixed.json" 16 16 "$WORK/loras"
+  # ALLOC_CAPS ("none 24GiB 12GiB"): the caps to run, each with both allocators.
+  caps=(${ALLOC_CAPS:-none 24GiB 12GiB})
   for conf in default expandable; do
-    for cap in none 24GiB 12GiB; do
+    for cap in "${caps[@]}"; do
       flags=(--max-batch 4); [ $cap = none ] || flags+=(--vram-limit $cap)
       if [ $conf = expandable ]; then
         PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True run "alloc-$conf-$cap" "$WORK/mixed.json" "${flags[@]}"
@@ -341,7 +358,7 @@ elif [ "$MODE" = alloc ]; then
       fi
     done
   done
-  compare alloc-default-none alloc-expandable-none
+  for cap in "${caps[@]}"; do compare "alloc-default-$cap" "alloc-expandable-$cap"; done
   stage_summary
   grep -h "warn\|error" "$WORK"/*.log | sort | uniq -c | sort -rn | head -20 | tee -a "$OUT/summary.txt"
 elif [ "$MODE" = trace ]; then
