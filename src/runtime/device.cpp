@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <torch/cuda.h>
@@ -81,6 +82,38 @@ std::uint64_t device_memory_in_use(const torch::Device& device) {
     std::fclose(f);
   }
   return static_cast<std::uint64_t>(resident) * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+AllocatorChoice choose_cuda_allocator(const std::string& mode, const char* env_alloc_conf,
+                                      const char* env_cuda_alloc_conf) {
+  if (mode != "expandable" && mode != "default")
+    throw UsageError("--cuda-allocator '" + mode + "': expected expandable or default");
+  for (const auto& [name, value] : {std::pair{"PYTORCH_ALLOC_CONF", env_alloc_conf}, {"PYTORCH_CUDA_ALLOC_CONF", env_cuda_alloc_conf}})
+    if (value && *value) return {"", std::string(value) + " (" + name + ")"};
+  if (mode == "expandable") return {"expandable_segments:True", "expandable_segments:True"};
+  return {"", "default"};
+}
+
+namespace {
+std::once_flag g_alloc_once;
+std::mutex g_alloc_mu;
+std::string g_alloc_settings;
+}  // namespace
+
+void configure_cuda_allocator(const std::string& mode) {
+  const AllocatorChoice c =
+      choose_cuda_allocator(mode, std::getenv("PYTORCH_ALLOC_CONF"), std::getenv("PYTORCH_CUDA_ALLOC_CONF"));
+  std::call_once(g_alloc_once, [&] {
+    // Before the first allocation: expandable segments apply to segments made after it.
+    if (!c.apply.empty()) c10::CachingAllocator::setAllocatorSettings(c.apply);
+    std::lock_guard lk(g_alloc_mu);
+    g_alloc_settings = c.report;
+  });
+}
+
+std::string cuda_allocator_settings() {
+  std::lock_guard lk(g_alloc_mu);
+  return g_alloc_settings;
 }
 
 namespace {

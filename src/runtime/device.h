@@ -31,6 +31,9 @@ std::uint64_t device_memory_in_use(const torch::Device& device);
 MemorySnapshot device_memory_snapshot(const torch::Device& device);
 // Frees the caching allocator's unused cached blocks (no-op on CPU).
 void device_release_cached(const torch::Device& device);
+// Applies --cuda-allocator MODE (choose_cuda_allocator) once per process, before
+// the first CUDA allocation; later calls change nothing.
+void configure_cuda_allocator(const std::string& mode);
 // Caps the caching allocator at `bytes` (setMemoryFraction of the card); 0 lifts
 // the cap. No-op on CPU. Throws UsageError when larger than the card.
 void device_set_memory_limit(const torch::Device& device, std::uint64_t bytes);

@@ -124,6 +124,7 @@ Generator::Generator(const std::filesystem::path& model_dir, const RuntimeOption
   const auto t0 = Clock::now();
   const ModelConfig cfg = load_model_config(model_dir);
   const torch::Device device = parse_device(opts.device);
+  if (device.is_cuda()) configure_cuda_allocator(opts.cuda_allocator);
   // TorchScript's profiling executor re-optimises a graph after its first calls
   // (fusing pointwise ops), which changes fp16 results from about the 4th call
   // on: the same seed would give another image depending on its place in the

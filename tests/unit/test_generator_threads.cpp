@@ -61,8 +61,8 @@ TEST_P(GeneratorThreads, ExecutorSettingReachesEveryStageThread) {
   EXPECT_EQ(images[0].rgb.size(), 256u * 256u * 3u);
 }
 
-// --deterministic-cudnn reaches libtorch's (process-wide) cuDNN setting, and
-// a Generator without it leaves cuDNN free to pick any algorithm.
+// --deterministic-cudnn (the default) reaches libtorch's (process-wide) cuDNN
+// setting, and --no-deterministic-cudnn leaves cuDNN free to pick any algorithm.
 TEST_F(GeneratorThreads, DeterministicCudnnOptionIsApplied) {
   sdxl::RuntimeOptions opts;
   opts.deterministic_cudnn = true;
