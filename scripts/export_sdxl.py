@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import faulthandler
 import json
 import math
 import os
@@ -608,6 +609,7 @@ def export_unet_aoti(unet, dtype, device: str, out_dir: Path, limits: dict, vae_
 
     # Load it as sdxl-batch does (constants = the module's own parameters, user-managed)
     # and compare with the eager wrapper at the range's corners.
+    log("  loading unet.pt2 (aoti_load_package) for its check")
     runner = torch._inductor.aoti_load_package(pkg)
     params = dict(wrapper.named_parameters())
     params.update(dict(wrapper.named_buffers()))
@@ -650,6 +652,9 @@ def export_unet_aoti(unet, dtype, device: str, out_dir: Path, limits: dict, vae_
 
 # --- main -------------------------------------------------------------------------------
 def main() -> int:
+    # A crash in native code (e.g. the AOTInductor loader on CUDA, see
+    # scripts/gpu_aoti_probe.py) then names the Python line it came from.
+    faulthandler.enable()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--tiny", action="store_true")

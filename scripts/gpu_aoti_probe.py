@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Where does an AOTInductor package without its weights fail on CUDA?
+
+export_sdxl.py --aoti on the GPU machine (2026-11-30) compiled the full UNet
+(244.6 s) and then died with a segmentation fault in the check that loads the
+package the way sdxl-batch does (constants not in the .so, the module's own
+parameters handed over with load_constants(..., user_managed=True)). This probe
+compiles a small module with the UNet's ingredients (conv, group norm, linear,
+SDPA attention, fp16, a dynamic batch) once per variant and runs each load in a
+child process with faulthandler on, so one crash does not hide the others:
+
+  variant            constants in .so   load_constants
+  in_so              yes                none (the package's own)
+  managed            no                 user_managed=True   (export_sdxl.py / sdxl-batch)
+  copied             no                 user_managed=False
+  in_so_update       yes                user_managed=True
+
+Usage (GPU machine): python3 scripts/gpu_aoti_probe.py --out DIR [--device cuda] [--gdb]
+Prints one line per variant: ok with the max difference to eager, or how it died
+(with --gdb and gdb installed, the child runs under gdb and the native backtrace
+of the crash is printed too).
+
+Measured on the GPU machine (torch 2.11.0+cu130, H200, 2026-11-30): the "in_so"
+variant, the plain documented use, already dies with SIGSEGV inside
+AOTIModelPackageLoader's constructor (torch/export/pt2_archive/_package.py
+_load_aoti); the same script passes all four variants on the CPU.
+"""
+import shutil
+import argparse
+import faulthandler
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+VARIANTS = {"in_so": (True, None), "managed": (False, True), "copied": (False, False), "in_so_update": (True, True)}
+
+
+def build(device: str, dtype):
+    import torch
+    import torch.nn.functional as F
+
+    class Block(torch.nn.Module):
+        def __init__(self, c=64, heads=2):
+            super().__init__()
+            self.heads = heads
+            self.conv = torch.nn.Conv2d(4, c, 3, padding=1)
+            self.norm = torch.nn.GroupNorm(32, c)
+            self.qkv = torch.nn.Linear(c, 3 * c)
+            self.ctx = torch.nn.Linear(32, 2 * c)
+            self.out = torch.nn.Linear(c, c)
+            self.conv_out = torch.nn.Conv2d(c, 4, 3, padding=1)
+
+        def forward(self, x, context):
+            h = F.silu(self.norm(self.conv(x)))
+            b, c, hh, ww = h.shape
+            t = h.flatten(2).transpose(1, 2)
+            q, k, v = self.qkv(t).chunk(3, dim=-1)
+            ck, cv = self.ctx(context).chunk(2, dim=-1)
+            k = torch.cat([k, ck], 1)
+            v = torch.cat([v, cv], 1)
+            split = lambda z: z.unflatten(-1, (self.heads, -1)).transpose(1, 2)  # noqa: E731
+            a = F.scaled_dot_product_attention(split(q), split(k), split(v)).transpose(1, 2).flatten(2)
+            t = t + self.out(a)
+            return self.conv_out(t.transpose(1, 2).reshape(b, c, hh, ww)) + x
+
+    torch.manual_seed(0)
+    m = Block().to(device=device, dtype=dtype).eval()
+    g = torch.Generator(device="cpu").manual_seed(1)
+    inp = (torch.randn(2, 4, 16, 16, generator=g).to(device, dtype), torch.randn(2, 77, 32, generator=g).to(device, dtype))
+    return m, inp
+
+
+def compile_variant(name: str, out: Path, device: str) -> str:
+    import torch
+    import torch._inductor
+    in_so, _ = VARIANTS[name]
+    m, inp = build(device, torch.float16)
+    rows = torch.export.Dim("rows", min=1, max=8)
+    with torch.no_grad():
+        ep = torch.export.export(m, inp, dynamic_shapes=({0: rows}, {0: rows}), strict=False)
+    t0 = time.time()
+    pkg = torch._inductor.aoti_compile_and_package(ep, package_path=str(out / f"{name}.pt2"),
+                                                   inductor_configs={"aot_inductor.package_constants_in_so": in_so})
+    print(f"  {name}: compiled in {time.time() - t0:.1f} s", flush=True)
+    return pkg
+
+
+def child(name: str, pkg: str, device: str) -> None:
+    faulthandler.enable()
+    import torch
+    import torch._inductor
+    _, managed = VARIANTS[name]
+    m, inp = build(device, torch.float16)
+    print(f"    {name}: aoti_load_package", flush=True)
+    runner = torch._inductor.aoti_load_package(pkg)
+    if managed is not None:
+        params = dict(m.named_parameters())
+        params.update(dict(m.named_buffers()))
+        fqns = runner.get_constant_fqns()
+        print(f"    {name}: load_constants({len(fqns)} fqns, user_managed={managed})", flush=True)
+        runner.load_constants({n: params[n] for n in fqns}, check_full_update=True, user_managed=managed)
+    print(f"    {name}: call", flush=True)
+    with torch.no_grad():
+        got = runner(*inp)
+        got = got[0] if isinstance(got, (list, tuple)) else got
+        want = m(*inp)
+    torch.cuda.synchronize() if device == "cuda" else None
+    print(json.dumps({"variant": name, "max_abs_diff": float((got.float() - want.float()).abs().max())}), flush=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--child", nargs=2, metavar=("VARIANT", "PKG"))
+    ap.add_argument("--gdb", action="store_true", help="run each load under gdb (if installed): native backtrace")
+    a = ap.parse_args()
+    if a.child:
+        child(a.child[0], a.child[1], a.device)
+        return 0
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    faulthandler.enable()
+    for name in VARIANTS:
+        try:
+            pkg = compile_variant(name, out, a.device)
+        except Exception as e:  # noqa: BLE001 - report and go on with the next variant
+            print(f"{name}: compile failed: {type(e).__name__}: {e}", flush=True)
+            continue
+        cmd = [sys.executable, __file__, "--out", str(out), "--device", a.device, "--child", name, pkg]
+        if a.gdb and shutil.which("gdb"):
+            cmd = ["gdb", "-q", "-batch", "-ex", "run", "-ex", "bt 40", "--args", *cmd]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        lines = (p.stdout + p.stderr).strip().splitlines()
+        result = next((json.loads(x) for x in lines if x.startswith("{")), None)
+        if p.returncode == 0 and result:
+            print(f"{name}: ok, max|diff| vs eager {result['max_abs_diff']:.3g}", flush=True)
+        else:
+            print(f"{name}: FAILED (exit {p.returncode}); last lines:", flush=True)
+            print("\n".join("   " + x for x in lines[-60:]), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
