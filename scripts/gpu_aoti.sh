@@ -60,16 +60,12 @@ PY
     cp "$WORK/b4-$v/report.json" "$OUT/report-b4-$v.json"
     python3 - "$WORK/b4-$v/report.json" "$v" <<'PY' | tee -a "$OUT/summary.txt"
 import json, sys
-r = json.load(open(sys.argv[1])); bs = [b for b in r["batches"] if "sample" in b]
-seen, warm, n_warm = set(), 0.0, 0
-for b in sorted(bs, key=lambda b: b["sample"][0]):
-    s = b["sample"][1] - b["sample"][0]
-    if b["size"] in seen: warm += s; n_warm += b["size"]
-    else: seen.add(b["size"])
+r = json.load(open(sys.argv[1]))
 print(f"b4 {sys.argv[2]:12s}: {r['images_done']} images, {r['images_per_hour']:.0f} images/hour = {3600 / r['images_per_hour']:.3f} s/image "
-      f"(load {r['load_s']:.1f} s excluded); steady sampling {warm / max(1, n_warm):.3f} s/image over {n_warm} images; "
-      f"peak {r['memory']['peak_allocated_bytes'] / 2**30:.2f} GiB; engine {[d.get('engine') for d in r.get('devices', [])]}")
+      f"(load {r['load_s']:.1f} s excluded); peak {r['memory']['peak_allocated_bytes'] / 2**30:.2f} GiB; "
+      f"engine {[d.get('engine') for d in r.get('devices', [])]}")
 PY
+    python3 scripts/steady_sampling.py "$WORK/b4-$v/report.json" | tee -a "$OUT/summary.txt"
   done
   python3 scripts/compare_images.py "$WORK/b4-aoti/b4_00-0-3000.png" "$WORK/b4-torchscript/b4_00-0-3000.png" --min-psnr 0 2>/dev/null | tee -a "$OUT/summary.txt" || true
 fi

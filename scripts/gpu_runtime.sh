@@ -117,23 +117,7 @@ PY
 # Per run and device: sampling seconds per image over all batches, and the
 # steady state (batches after the first of each size: no cold shape).
 sample_steady() {
-  python3 - "$WORK" <<'PY' | tee -a "$OUT/summary.txt" || true
-import json, sys, glob, os
-for p in sorted(glob.glob(os.path.join(sys.argv[1], "*", "report.json"))):
-    r = json.load(open(p)); name = os.path.basename(os.path.dirname(p))
-    for dev in sorted({b.get("device", "") for b in r["batches"]}):
-        bs = sorted((b for b in r["batches"] if b.get("device", "") == dev and "sample" in b), key=lambda b: b["sample"][0])
-        seen, cold, warm, n_warm = set(), 0.0, 0.0, 0
-        for b in bs:
-            key = (b["group"].split("|")[0], b["size"]); s = b["sample"][1] - b["sample"][0]  # the UNet shape
-            if key in seen: warm += s; n_warm += b["size"]
-            else: seen.add(key); cold += s
-        n = sum(b["size"] for b in bs)
-        eng = next((d.get("engine", {}) for d in r.get("devices", []) if d["name"] == dev), {})
-        print(f"{name:>14} {dev}: sampling {sum(b['sample'][1] - b['sample'][0] for b in bs) / max(1, n):.3f} s/image overall; "
-              f"steady {warm / max(1, n_warm):.3f} s/image over {n_warm} images; first batch of each of {len(seen)} shapes {cold:.1f} s; "
-              f"first UNet calls {eng.get('unet_first_call_s', 0):.1f} s, captures {eng.get('unet_capture_s', 0):.1f} s")
-PY
+  python3 scripts/steady_sampling.py "$WORK"/*/report.json | tee -a "$OUT/summary.txt" || true
 }
 
 # The two rank-64 LoRAs of the mixed batches, made once per machine.

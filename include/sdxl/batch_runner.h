@@ -112,6 +112,7 @@ struct RunOptions {
   std::function<std::string()> device_name;            // called after the first image
   std::function<double()> load_seconds;                 // idem
   std::function<LoraStats()> lora_stats;                // optional: LoRA cache counters for the report
+  std::function<std::string()> allocator;               // optional: the CUDA allocator settings, for the report
   // Tasks left out by --skip-invalid: reported as failed with these errors.
   std::vector<std::pair<std::string, std::string>> invalid_tasks;  // task id (or pointer), error
 

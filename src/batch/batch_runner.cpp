@@ -1092,7 +1092,7 @@ RunResult run_batch(const BatchFile& batch, const RunOptions& o, std::vector<Dev
                                        {"peak_reserved_bytes", peak_reserved},
                                        {"max_fragmentation_bytes", max_fragmentation},
                                        {"limit_bytes", limit},
-                                       {"allocator", cuda_allocator_settings()},
+                                       {"allocator", o.allocator ? o.allocator() : std::string()},
                                        {"safety_factor", o.safety}}},
                            {"queue", {{"batches", res.batches},
                                       {"max_batch", o.queue.max_batch},

@@ -299,6 +299,7 @@ int run_run(const RunArgs& a) {
   model_opts.finish();
   o.overlap = !a.no_overlap;
   o.stop = &g_stop;
+  o.allocator = [] { return cuda_allocator_settings(); };  // set by the first CUDA generator
   // One lane per device, each with its own model copy, loaded on the lane's
   // thread when there is an image left to make (several GPUs load at once).
   struct LaneModel {

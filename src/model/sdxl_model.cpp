@@ -13,11 +13,11 @@
 namespace sdxl {
 namespace {
 
-// `cast`: the module was exported in `exported` and runs in `dtype`: its
-// floating weights are converted and the dtype constants its trace baked in
-// rewritten (retyped_module), so `--dtype bf16` works on an fp16 or fp32 export.
+// A module exported in `exported` that runs in another `dtype` has its floating
+// weights converted and the dtype constants its trace baked in rewritten
+// (retyped_module), so `--dtype bf16` works on an fp16 or fp32 export.
 torch::jit::Module load_module(const ModelConfig& cfg, const std::string& rel, const torch::Device& device,
-                               torch::Dtype dtype, bool cast, torch::Dtype exported) {
+                               torch::Dtype exported, torch::Dtype dtype) {
   const auto path = cfg.path_of(rel);
   torch::jit::Module m;
   try {
@@ -32,7 +32,7 @@ torch::jit::Module load_module(const ModelConfig& cfg, const std::string& rel, c
                      " (was it exported with scripts/export_sdxl.py and torch " + cfg.torch_version + "?)");
   }
   m.eval();
-  if (cast) {
+  if (dtype != exported) {
     int rewritten = 0;
     m = retyped_module(m, exported, dtype, &rewritten);
     spdlog::debug("{}: cast from {} to {}, {} dtype constant(s) of the trace rewritten", rel, c10::toString(exported),
@@ -80,7 +80,6 @@ std::unique_ptr<SdxlModel> SdxlModel::load(const ModelConfig& config, const torc
   m->device = device;
   const torch::Dtype exported = parse_dtype(config.dtype);
   m->dtype = dtype_override.empty() ? exported : parse_dtype(dtype_override);
-  const bool cast = m->dtype != exported;
   // The VAE stays as exported; the decode dtype is chosen apart (--vae-dtype,
   // set_vae_decode_dtype in image/vae_decode.h).
   m->vae_dtype = parse_dtype(config.vae_dtype);
@@ -96,10 +95,10 @@ std::unique_ptr<SdxlModel> SdxlModel::load(const ModelConfig& config, const torc
       ClipTokenizer::from_dir(config.path_of(config.text_encoders[0].tokenizer), config.text_encoders[0].pad_token));
   m->tokenizer_2 = std::make_unique<ClipTokenizer>(
       ClipTokenizer::from_dir(config.path_of(config.text_encoders[1].tokenizer), config.text_encoders[1].pad_token));
-  m->text_encoder = load_module(config, config.text_encoders[0].file, device, m->dtype, cast, exported);
-  m->text_encoder_2 = load_module(config, config.text_encoders[1].file, device, m->dtype, cast, exported);
-  m->unet = load_module(config, config.unet_file, device, m->dtype, cast, exported);
-  m->vae_decoder = load_module(config, config.vae_decoder_file, device, m->vae_dtype, false, m->vae_dtype);
+  m->text_encoder = load_module(config, config.text_encoders[0].file, device, exported, m->dtype);
+  m->text_encoder_2 = load_module(config, config.text_encoders[1].file, device, exported, m->dtype);
+  m->unet = load_module(config, config.unet_file, device, exported, m->dtype);
+  m->vae_decoder = load_module(config, config.vae_decoder_file, device, m->vae_dtype, m->vae_dtype);
   return m;
 }
 
@@ -108,9 +107,8 @@ torch::jit::Module& vae_encoder_module(SdxlModel& model) {
     if (model.config.vae_encoder_file.empty())
       throw ModelError("model '" + model.config.name + "' has no vae_encoder.ts (needed for img2img and the hires fix "
                        "in pixel space): re-export it with scripts/export_sdxl.py");
-    const torch::Dtype exported = parse_dtype(model.config.vae_dtype);
-    model.vae_encoder = load_module(model.config, model.config.vae_encoder_file, model.device, model.vae_dtype,
-                                    model.vae_dtype != exported, exported);
+    model.vae_encoder = load_module(model.config, model.config.vae_encoder_file, model.device,
+                                    parse_dtype(model.config.vae_dtype), model.vae_dtype);
   }
   return *model.vae_encoder;
 }
@@ -118,7 +116,7 @@ torch::jit::Module& vae_encoder_module(SdxlModel& model) {
 torch::jit::Module& vae_decoder_fp32_module(SdxlModel& model) {
   if (!model.vae_decoder_fp32) {
     torch::jit::Module m =
-        load_module(model.config, model.config.vae_decoder_file, model.device, model.vae_dtype, false, model.vae_dtype);
+        load_module(model.config, model.config.vae_decoder_file, model.device, model.vae_dtype, model.vae_dtype);
     model.vae_decoder_fp32 = model.vae_dtype == torch::kFloat32 ? m : retyped_module(m, model.vae_dtype, torch::kFloat32);
   }
   return *model.vae_decoder_fp32;

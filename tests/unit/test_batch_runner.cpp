@@ -107,6 +107,15 @@ TEST_F(Fixture, FreshRunThenRerunSkipsEverything) {
   EXPECT_EQ(report["images_skipped"], 5);
 }
 
+// The report says which CUDA allocator settings ran (what cmd_run's hook returns).
+TEST_F(Fixture, ReportNamesTheAllocatorSettings) {
+  sdxl::RunOptions o;
+  o.allocator = [] { return std::string("expandable_segments:True"); };
+  run(batch(kBatch), o);
+  auto report = nlohmann::json::parse(std::ifstream(dir / "out" / "report.json"));
+  EXPECT_EQ(report["memory"]["allocator"], "expandable_segments:True");
+}
+
 TEST_F(Fixture, RandomSeedsComeBackFromTheManifest) {
   auto bf = batch(kBatch);
   run(bf);

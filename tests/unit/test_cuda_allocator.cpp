@@ -1,7 +1,11 @@
 // --cuda-allocator: what the run applies to the CUDA caching allocator and
 // what its report says, with and without the user's environment variables.
+#include <c10/core/AllocatorConfig.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
+#include "runtime/device.h"
 #include "sdxl/error.h"
 #include "sdxl/generator.h"
 
@@ -36,6 +40,21 @@ TEST(CudaAllocator, UnknownModeIsAUsageErrorNamingIt) {
   } catch (const sdxl::UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("'huge'"), std::string::npos) << e.what();
   }
+}
+
+// The real path: the choice reaches libtorch's allocator configuration (no GPU
+// needed to parse it), once per process, and the report reads what was applied.
+TEST(CudaAllocator, ConfigureAppliesExpandableSegmentsOnceToLibtorch) {
+  if (std::getenv("PYTORCH_ALLOC_CONF") || std::getenv("PYTORCH_CUDA_ALLOC_CONF"))
+    GTEST_SKIP() << "an allocator setting in the environment wins over --cuda-allocator";
+  ASSERT_EQ(sdxl::cuda_allocator_settings(), "") << "nothing configured yet in this process";
+  ASSERT_FALSE(c10::CachingAllocator::AcceleratorAllocatorConfig::use_expandable_segments());
+  sdxl::configure_cuda_allocator("expandable");
+  EXPECT_TRUE(c10::CachingAllocator::AcceleratorAllocatorConfig::use_expandable_segments());
+  EXPECT_EQ(sdxl::cuda_allocator_settings(), "expandable_segments:True");
+  sdxl::configure_cuda_allocator("default");  // a second device's generator changes nothing
+  EXPECT_TRUE(c10::CachingAllocator::AcceleratorAllocatorConfig::use_expandable_segments());
+  EXPECT_EQ(sdxl::cuda_allocator_settings(), "expandable_segments:True");
 }
 
 // Deterministic cuDNN is the default: the same seed gives the same PNG on every GPU.
