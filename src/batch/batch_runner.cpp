@@ -321,6 +321,7 @@ struct Lane {
   bool alive = true, overlap = true, started = false;
   std::string failure;                 // why it was given up
   std::string current_lora;            // the LoRA set of the last batch taken in
+  std::string prefetched_lora;         // the last set whose files were loaded ahead
   std::vector<BatchPtr> in_flight;     // taken in, not finished
   std::vector<BatchPtr> active;        // in the sample or decode stage now
   int unsampled = 0;                   // in_flight not through the sample stage yet
@@ -670,6 +671,34 @@ RunResult run_batch(const BatchFile& batch, const RunOptions& o, std::vector<Dev
     return false;
   };
 
+  // Loads the files (read, hash, upload) of the LoRA set `set` used by `ps`
+  // ahead of its switch, once per set. Only the lane's text thread calls it
+  // (so `prefetched_lora` needs no lock), without `mu`. A bad file is said by
+  // the text stage later. Returns whether it loaded.
+  auto load_ahead = [](Lane& l, const std::string& set, const std::vector<GenerationParams>& ps) -> bool {
+    if (!l.dl.stages.prefetch || set == l.prefetched_lora) return false;
+    l.prefetched_lora = set;
+    try {
+      l.dl.stages.prefetch(ps);
+    } catch (const std::exception& e) {
+      spdlog::debug("{}: loading LoRAs ahead failed ({}); the text stage will say why", l.dl.name, e.what());
+    }
+    return true;
+  };
+  // While lane `l` waits for room, the queue head's LoRA set loads, so that
+  // its switch does not idle the device later. Returns whether it loaded
+  // something (then the caller looks again: the queue may have changed).
+  auto prefetch_head = [&](Lane& l, std::unique_lock<std::mutex>& lk, double now) -> bool {
+    if (!l.dl.stages.prefetch || queue.empty()) return false;
+    const QueuedImage head = queue.ordered(now, l.current_lora).front();
+    if (head.lora_set == l.current_lora || head.lora_set == l.prefetched_lora) return false;
+    const std::vector<GenerationParams> ps{work[head.handle].params};
+    lk.unlock();
+    load_ahead(l, head.lora_set, ps);
+    lk.lock();
+    return true;
+  };
+
   // The next batch for lane `l` (null: nothing more for it). Waits while the
   // lane has no room: memory for the batch on top of what is in flight, at
   // most two batches in flight (one sampling, one decoding), a probe alone.
@@ -712,7 +741,7 @@ RunResult run_batch(const BatchFile& batch, const RunOptions& o, std::vector<Dev
         else unknown_in_flight = true;
       }
       if (busy && (!o.overlap || !l.overlap || l.in_flight.size() >= 2 || (budget && unknown_in_flight))) {
-        cv.wait_for(lk, std::chrono::milliseconds(200));
+        if (!prefetch_head(l, lk, now)) cv.wait_for(lk, std::chrono::milliseconds(200));
         continue;
       }
       const std::uint64_t limit_free = budget ? (before.limit > l.base_allocated ? before.limit - l.base_allocated : 0) : UINT64_MAX;
@@ -723,7 +752,7 @@ RunResult run_batch(const BatchFile& batch, const RunOptions& o, std::vector<Dev
       std::optional<std::uint64_t> head_est;
       if (budget) head_est = o.estimator->peak_bytes(hw, hh, 1);
       if (busy && budget && (!head_est || static_cast<double>(*head_est) * o.safety > static_cast<double>(free_work))) {
-        cv.wait_for(lk, std::chrono::milliseconds(200));  // it runs when the lane is empty
+        if (!prefetch_head(l, lk, now)) cv.wait_for(lk, std::chrono::milliseconds(200));  // it runs when the lane is empty
         continue;
       }
       // Deadlines that cannot be met any more are said once, early.
@@ -801,15 +830,10 @@ RunResult run_batch(const BatchFile& batch, const RunOptions& o, std::vector<Dev
       }
       if (!b) break;
       if (b->lora_switch) {
-        // The files load (read, hash, upload) while the earlier batches sample;
-        // the merge waits for them. A bad file fails in encode below.
-        if (l.dl.stages.prefetch) {
-          try {
-            l.dl.stages.prefetch(b->params);
-          } catch (const std::exception& e) {
-            spdlog::debug("{}: loading LoRAs ahead failed ({}); the text stage will say why", l.dl.name, e.what());
-          }
-        }
+        // The files load (read, hash, upload) while the earlier batches sample,
+        // unless they did while the lane waited; the merge waits for them. A
+        // bad file fails in encode below.
+        load_ahead(l, b->picked.front().lora_set, b->params);
         std::unique_lock lk(mu);
         cv.wait(lk, [&] { return l.unsampled <= 1 || !l.alive; });
         if (!l.alive) {

@@ -540,6 +540,7 @@ struct StagedFake {
   std::function<void(const std::vector<sdxl::GenerationParams>&)> fail_sample;  // may throw
   std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
   int prefetches = 0;
+  std::vector<std::pair<double, std::string>> prefetch_log;  // when, and the first prompt
 
   double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
   struct Handle {
@@ -557,9 +558,10 @@ struct StagedFake {
     sdxl::DeviceLane l;
     l.name = name;
     l.device_name = [this] { return name; };
-    l.stages.prefetch = [this](const std::vector<sdxl::GenerationParams>&) {
+    l.stages.prefetch = [this](const std::vector<sdxl::GenerationParams>& ps) {
       std::lock_guard lk(mu);
       ++prefetches;
+      prefetch_log.emplace_back(now(), ps.front().prompt);
     };
     l.stages.encode = [this](const std::vector<sdxl::GenerationParams>& ps) -> sdxl::StageHandle {
       std::this_thread::sleep_for(std::chrono::milliseconds(stage_ms[0]));
@@ -677,6 +679,31 @@ TEST_F(Fixture, ALoraSwitchWaitsForTheEarlierBatchesSampling) {
   EXPECT_EQ(r.done, 6);
   EXPECT_FALSE(dev.switched_while_sampling) << "weights changed under a running sampler";
   EXPECT_EQ(dev.prefetches, 5) << "the files of each new set were loaded ahead";
+}
+
+TEST_F(Fixture, ALaneWaitingForRoomLoadsTheNextLoraSetAhead) {
+  // One batch at a time (no overlap): the lane waits while each batch runs.
+  // The next set's files must load during that wait, not after the batch.
+  std::string tasks = R"({"version": 1, "tasks": [)";
+  for (int i = 0; i < 6; ++i)
+    tasks += std::string(i ? "," : "") + R"({"id": "t)" + std::to_string(i) + R"(", "prompt": "p)" + std::to_string(i) +
+             (i % 2 ? R"( <lora:style:0.8>)" : "") + R"(", "seed": )" + std::to_string(i) + "}";
+  tasks += "]}";
+  StagedFake dev;
+  dev.stage_ms[1] = 60;
+  sdxl::RunOptions o;
+  o.queue.file_order = true;
+  o.overlap = false;
+  auto r = run_on(batch(tasks), {&dev}, dir / "out", o);
+  EXPECT_EQ(r.done, 6);
+  EXPECT_FALSE(dev.switched_while_sampling);
+  ASSERT_EQ(dev.prefetch_log.size(), 5u) << "each switch's set loaded once";
+  ASSERT_EQ(dev.decode_times.size(), 6u);
+  for (size_t i = 0; i < dev.prefetch_log.size(); ++i) {
+    EXPECT_EQ(dev.prefetch_log[i].second, dev.sample_order[i + 1]) << "the set of the batch after the running one";
+    EXPECT_LT(dev.prefetch_log[i].first, dev.decode_times[i].second)
+        << "batch " << i + 1 << "'s LoRAs loaded only after batch " << i << " was done";
+  }
 }
 
 TEST_F(Fixture, TwoDevicesShareTheQueueAndTheImagesAreTheSame) {
