@@ -14,19 +14,26 @@ child process with faulthandler on, so one crash does not hide the others:
   managed            no                 user_managed=True   (export_sdxl.py / sdxl-batch)
   copied             no                 user_managed=False
   in_so_update       yes                user_managed=True
+  direct             yes                none; in_so's package unzipped by hand and its .so
+                                        loaded with torch._C._aoti.AOTIModelContainerRunner*
+                                        (the runner without the package loader)
 
 Usage (GPU machine): python3 scripts/gpu_aoti_probe.py --out DIR [--device cuda] [--gdb]
-Prints one line per variant: ok with the max difference to eager, or how it died
-(with --gdb and gdb installed, the child runs under gdb and the native backtrace
-of the crash is printed too).
+                     [--ld-debug] [--variants in_so,managed,...]
+Prints one line per variant: ok with the max difference to eager, or how it died.
+--gdb runs the child under gdb, or cuda-gdb where gdb is not installed (the GPU
+machine has only cuda-gdb, which also debugs host code), and prints the native
+backtrace of the crash; --ld-debug runs it with LD_DEBUG=files, so the last
+shared objects opened before the crash are printed too.
 
 Measured on the GPU machine (torch 2.11.0+cu130, H200, 2026-11-30): the "in_so"
 variant, the plain documented use, already dies with SIGSEGV inside
 AOTIModelPackageLoader's constructor (torch/export/pt2_archive/_package.py
 _load_aoti); the same script passes all four variants on the CPU.
 """
-import shutil
 import argparse
+import os
+import shutil
 import faulthandler
 import json
 import subprocess
@@ -34,7 +41,8 @@ import sys
 import time
 from pathlib import Path
 
-VARIANTS = {"in_so": (True, None), "managed": (False, True), "copied": (False, False), "in_so_update": (True, True)}
+VARIANTS = {"in_so": (True, None), "managed": (False, True), "copied": (False, False), "in_so_update": (True, True),
+            "direct": (True, None)}
 
 
 def build(device: str, dtype):
@@ -93,8 +101,27 @@ def child(name: str, pkg: str, device: str) -> None:
     import torch._inductor
     _, managed = VARIANTS[name]
     m, inp = build(device, torch.float16)
-    print(f"    {name}: aoti_load_package", flush=True)
-    runner = torch._inductor.aoti_load_package(pkg)
+    if name == "direct":
+        import tempfile
+        import zipfile
+
+        d = Path(tempfile.mkdtemp(prefix="aoti-direct-"))
+        zipfile.ZipFile(pkg).extractall(d)
+        so = next(d.rglob("*.so"))
+        print(f"    {name}: {so.name}, files {sorted(f.suffix for f in so.parent.iterdir())}", flush=True)
+        if device == "cuda":
+            print(f"    {name}: AOTIModelContainerRunnerCuda", flush=True)
+            try:
+                r = torch._C._aoti.AOTIModelContainerRunnerCuda(str(so), 1, "cuda", str(so.parent))
+            except TypeError:
+                r = torch._C._aoti.AOTIModelContainerRunnerCuda(str(so), 1, "cuda")
+        else:
+            print(f"    {name}: AOTIModelContainerRunnerCpu", flush=True)
+            r = torch._C._aoti.AOTIModelContainerRunnerCpu(str(so), 1)
+        runner = lambda *xs: r.run(list(xs))  # noqa: E731
+    else:
+        print(f"    {name}: aoti_load_package", flush=True)
+        runner = torch._inductor.aoti_load_package(pkg)
     if managed is not None:
         params = dict(m.named_parameters())
         params.update(dict(m.named_buffers()))
@@ -115,7 +142,9 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--child", nargs=2, metavar=("VARIANT", "PKG"))
-    ap.add_argument("--gdb", action="store_true", help="run each load under gdb (if installed): native backtrace")
+    ap.add_argument("--gdb", action="store_true", help="run each load under gdb or cuda-gdb: native backtrace")
+    ap.add_argument("--ld-debug", action="store_true", help="run each load with LD_DEBUG=files")
+    ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of " + ", ".join(VARIANTS))
     a = ap.parse_args()
     if a.child:
         child(a.child[0], a.child[1], a.device)
@@ -123,23 +152,42 @@ def main() -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     faulthandler.enable()
-    for name in VARIANTS:
+    names = [v for v in a.variants.split(",") if v]
+    if unknown := [v for v in names if v not in VARIANTS]:
+        ap.error(f"--variants: unknown {', '.join(unknown)} (known: {', '.join(VARIANTS)})")
+    debugger = (shutil.which("gdb") or shutil.which("cuda-gdb")) if a.gdb else None
+    if a.gdb and not debugger:
+        print("--gdb: neither gdb nor cuda-gdb is on the PATH; running without", flush=True)
+    for name in names:
         try:
-            pkg = compile_variant(name, out, a.device)
+            # "direct" loads in_so's package another way: compiled once
+            pkg = str(out / "in_so.pt2") if name == "direct" and (out / "in_so.pt2").exists() else compile_variant(name, out, a.device)
         except Exception as e:  # noqa: BLE001 - report and go on with the next variant
             print(f"{name}: compile failed: {type(e).__name__}: {e}", flush=True)
             continue
         cmd = [sys.executable, __file__, "--out", str(out), "--device", a.device, "--child", name, pkg]
-        if a.gdb and shutil.which("gdb"):
-            cmd = ["gdb", "-q", "-batch", "-ex", "run", "-ex", "bt 40", "--args", *cmd]
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        if debugger:
+            cmd = [debugger, "-q", "-batch", "-ex", "set pagination off", "-ex", "handle SIGPIPE nostop noprint",
+                   "-ex", "run", "-ex", "bt 40", "-ex", "info registers rip", "-ex", "x/4i $pc", "--args", *cmd]
+        ld_log = out / f"{name}.ld-debug"
+        env = dict(os.environ, LD_DEBUG="files", LD_DEBUG_OUTPUT=str(ld_log)) if a.ld_debug else None
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
         lines = (p.stdout + p.stderr).strip().splitlines()
         result = next((json.loads(x) for x in lines if x.startswith("{")), None)
-        if p.returncode == 0 and result:
+        # Under a debugger the exit status is the debugger's (its "bt" fails
+        # on a program that exited): the child's result line decides.
+        if result and (p.returncode == 0 or debugger):
             print(f"{name}: ok, max|diff| vs eager {result['max_abs_diff']:.3g}", flush=True)
         else:
             print(f"{name}: FAILED (exit {p.returncode}); last lines:", flush=True)
-            print("\n".join("   " + x for x in lines[-60:]), flush=True)
+            print("\n".join("   " + x for x in lines[-(120 if debugger else 60):]), flush=True)
+            if a.ld_debug:  # one file per process (LD_DEBUG_OUTPUT.PID): the child's is the newest
+                logs = sorted(out.glob(f"{ld_log.name}.*"), key=lambda f: f.stat().st_mtime)
+                if logs:
+                    tail = logs[-1].read_text(errors="replace").splitlines()
+                    opened = [x for x in tail if "file=" in x]
+                    print(f"   last shared objects opened ({logs[-1].name}):", flush=True)
+                    print("\n".join("     " + x.strip() for x in opened[-15:]), flush=True)
     return 0
 
 

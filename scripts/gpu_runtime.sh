@@ -14,6 +14,9 @@
 #   OUT=DIR bash scripts/gpu_runtime.sh single  # 1 H200: UNet profile (gpu_unet_profile.py), the mixed
 #                                               # batch serial vs runtime b1/b4, 64 images at b4 and b1
 #   OUT=DIR bash scripts/gpu_runtime.sh trace   # per-step UNet times of 2+2 images (SDXL_TRACE_STEPS=1)
+#   OUT=DIR bash scripts/gpu_runtime.sh defaults  # 2-GPU machine: the mixed batch with the program's
+#                                               # defaults, serial vs runtime b1/b4, b4 under 24 / 12 GiB,
+#                                               # two runs at a time; PNGs across caps; idle gaps
 #   OUT=DIR bash scripts/gpu_runtime.sh alloc   # the mixed batch at b4, uncapped / 24 / 12 GiB, default
 #                                               # allocator vs expandable segments (ALLOC_CAPS picks caps)
 # check: the same 3 images with and without CUDA graphs (identical PNGs? s/image),
@@ -319,6 +322,42 @@ for name, r in zip(("runtime-b1", "runtime-b4"), rs):
     print(f"{name} vs serial: {r['images_per_hour']:.0f} / {s['images_per_hour']:.0f} = {r['images_per_hour'] / s['images_per_hour']:.2f}x; "
           f"batch sizes {sorted(set(b['size'] for b in r['batches']))}; engine {[d.get('engine') for d in r.get('devices', [])]}")
 PY
+  sample_steady
+  stage_summary
+  grep -h "warn\|error" "$WORK"/*.log | sort | uniq -c | sort -rn | head -20 | tee -a "$OUT/summary.txt"
+elif [ "$MODE" = defaults ]; then
+  # Issue 6 with the program's defaults (deterministic cuDNN, expandable
+  # segments set from C++, LoRA files loaded while a lane waits for room), on a
+  # 2-GPU machine: each run alone on its GPU, two runs at a time. The mixed
+  # batch serially and by the runtime at batch 1 and 4, then at batch 4 under
+  # 24 and 12 GiB caps; are the PNGs the same across caps and batch sizes;
+  # where the device sat idle (scripts/stage_gaps.py). DEFAULTS_EXTRA: flags of
+  # one more batch-4 run of the mixed batch, beside the 12 GiB one, compared
+  # with runtime-b4 (e.g. "--jit-optimize").
+  need_loras
+  mkbatch "$WORK/mixed.json" 16 16 "$WORK/loras"
+  GPU=0 run serial "$WORK/mixed.json" --order file --max-batch 1 --no-cuda-graphs --no-overlap --writer-threads 1 &
+  GPU=1 run runtime-b4 "$WORK/mixed.json" --max-batch 4 &
+  wait
+  GPU=0 run runtime-b1 "$WORK/mixed.json" --max-batch 1 &
+  GPU=1 run cap24-b4 "$WORK/mixed.json" --max-batch 4 --vram-limit 24GiB &
+  wait
+  GPU=0 run cap12-b4 "$WORK/mixed.json" --max-batch 4 --vram-limit 12GiB &
+  [ -z "${DEFAULTS_EXTRA:-}" ] || GPU=1 run extra-b4 "$WORK/mixed.json" --max-batch 4 $DEFAULTS_EXTRA &
+  wait
+  compare serial runtime-b1
+  compare runtime-b1 runtime-b4
+  compare runtime-b4 cap24-b4
+  compare runtime-b4 cap12-b4
+  [ -z "${DEFAULTS_EXTRA:-}" ] || compare runtime-b4 extra-b4
+  python3 - "$WORK"/{serial,runtime-b1,runtime-b4,cap24-b4,cap12-b4}/report.json <<'PY' | tee -a "$OUT/summary.txt" || true
+import json, sys
+s, *rs = (json.load(open(p)) for p in sys.argv[1:])
+for name, r in zip(("runtime-b1", "runtime-b4", "cap24-b4", "cap12-b4"), rs):
+    print(f"{name} vs serial: {r['images_per_hour']:.0f} / {s['images_per_hour']:.0f} = {r['images_per_hour'] / s['images_per_hour']:.2f}x; "
+          f"batch sizes {sorted(set(b['size'] for b in r['batches']))}; allocator {r['memory'].get('allocator')}")
+PY
+  python3 scripts/stage_gaps.py "$WORK"/*/report.json | tee -a "$OUT/summary.txt" || true
   sample_steady
   stage_summary
   grep -h "warn\|error" "$WORK"/*.log | sort | uniq -c | sort -rn | head -20 | tee -a "$OUT/summary.txt"
