@@ -17,9 +17,16 @@ child process with faulthandler on, so one crash does not hide the others:
   direct             yes                none; in_so's package unzipped by hand and its .so
                                         loaded with torch._C._aoti.AOTIModelContainerRunner*
                                         (the runner without the package loader)
+  nostatic           yes                none; compiled with -static-libstdc++ / -static-libgcc /
+                                        -static taken out of every compile and link command
+
+--diagnose prints the C++ compiler inductor chose, every compile / link command it
+ran, what the package's .so needs and defines (ldd, libstdc++ symbols: a .so
+with its own copy of std::locale crashes in the first std::regex, which is what
+the GPU machine showed), and the libstdc++ the Python process has loaded.
 
 Usage (GPU machine): python3 scripts/gpu_aoti_probe.py --out DIR [--device cuda] [--gdb]
-                     [--ld-debug] [--variants in_so,managed,...]
+                     [--ld-debug] [--diagnose] [--variants in_so,managed,...]
 Prints one line per variant: ok with the max difference to eager, or how it died.
 --gdb runs the child under gdb, or cuda-gdb where gdb is not installed (the GPU
 machine has only cuda-gdb, which also debugs host code), and prints the native
@@ -42,7 +49,10 @@ import time
 from pathlib import Path
 
 VARIANTS = {"in_so": (True, None), "managed": (False, True), "copied": (False, False), "in_so_update": (True, True),
-            "direct": (True, None)}
+            "direct": (True, None), "nostatic": (True, None)}
+STATIC_FLAGS = ("-static-libstdc++", "-static-libgcc", "-static")
+COMMANDS: list = []  # (command line, cwd) of every compile / link inductor ran in this process
+STRIP_STATIC = [False]  # the nostatic variant's compile is running
 
 
 def build(device: str, dtype):
@@ -88,11 +98,71 @@ def compile_variant(name: str, out: Path, device: str) -> str:
     rows = torch.export.Dim("rows", min=1, max=8)
     with torch.no_grad():
         ep = torch.export.export(m, inp, dynamic_shapes=({0: rows}, {0: rows}), strict=False)
+    import torch._inductor.cpp_builder as cb
+
+    if not getattr(cb.run_compile_cmd, "_probe", False):
+        real = cb.run_compile_cmd
+
+        def logged(cmd_line, cwd):
+            if STRIP_STATIC[0]:
+                kept = [x for x in cmd_line.split() if x not in STATIC_FLAGS]
+                if len(kept) != len(cmd_line.split()):
+                    print(f"  nostatic: took {set(cmd_line.split()) & set(STATIC_FLAGS)} out of a command", flush=True)
+                cmd_line = " ".join(kept)
+            COMMANDS.append((cmd_line, cwd))
+            return real(cmd_line, cwd)
+
+        logged._probe = True
+        cb.run_compile_cmd = logged
+    STRIP_STATIC[0] = name == "nostatic"
+    if STRIP_STATIC[0]:
+        torch._inductor.config.force_disable_caches = True  # compile again, not in_so's cached .so
     t0 = time.time()
-    pkg = torch._inductor.aoti_compile_and_package(ep, package_path=str(out / f"{name}.pt2"),
-                                                   inductor_configs={"aot_inductor.package_constants_in_so": in_so})
+    try:
+        pkg = torch._inductor.aoti_compile_and_package(ep, package_path=str(out / f"{name}.pt2"),
+                                                       inductor_configs={"aot_inductor.package_constants_in_so": in_so})
+    finally:
+        STRIP_STATIC[0] = False
     print(f"  {name}: compiled in {time.time() - t0:.1f} s", flush=True)
     return pkg
+
+
+def run_text(cmd: list) -> str:
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        return (p.stdout + p.stderr).strip()
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"({cmd[0]}: {e})"
+
+
+def package_so(pkg: str, into: Path) -> Path:
+    import zipfile
+
+    into.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(pkg) as z:
+        name = next(n for n in z.namelist() if n.endswith(".so"))
+        z.extract(name, into)
+    return into / name
+
+
+def diagnose(pkg: str, out: Path) -> None:
+    import torch._inductor.cpp_builder as cb
+
+    cxx = cb.get_cpp_compiler()
+    print(f"diagnose: CXX={os.environ.get('CXX')!r}, inductor's compiler {cxx} = {shutil.which(cxx)}", flush=True)
+    print("  " + run_text([cxx, "--version"]).splitlines()[0], flush=True)
+    for lib in ("libstdc++.so", "libstdc++.a", "libgcc_s.so"):
+        print(f"  {cxx} -print-file-name={lib}: {run_text([cxx, '-print-file-name=' + lib])}", flush=True)
+    for cmd, cwd in COMMANDS:
+        print(f"  command (cwd {cwd}):\n    {cmd}", flush=True)
+    so = package_so(pkg, out / "diagnose")
+    print(f"  {so.name}: ldd:\n" + "\n".join("    " + x for x in run_text(["ldd", str(so)]).splitlines()), flush=True)
+    syms = run_text(["nm", "-C", "--defined-only", str(so)]).splitlines()
+    own = [x for x in syms if "std::locale::" in x or "codecvt" in x or "std::__cxx11::collate" in x]
+    print(f"  {so.name}: {len(syms)} defined symbols, {len(own)} of libstdc++'s locale machinery; e.g.", flush=True)
+    print("\n".join("    " + x for x in own[:8]), flush=True)
+    maps = {line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines() if "libstdc++" in line}
+    print(f"  this Python process has loaded: {sorted(maps) or 'no libstdc++'}", flush=True)
 
 
 def child(name: str, pkg: str, device: str) -> None:
@@ -144,6 +214,7 @@ def main() -> int:
     ap.add_argument("--child", nargs=2, metavar=("VARIANT", "PKG"))
     ap.add_argument("--gdb", action="store_true", help="run each load under gdb or cuda-gdb: native backtrace")
     ap.add_argument("--ld-debug", action="store_true", help="run each load with LD_DEBUG=files")
+    ap.add_argument("--diagnose", action="store_true", help="compiler, commands, the .so's libstdc++ (see above)")
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of " + ", ".join(VARIANTS))
     a = ap.parse_args()
     if a.child:
@@ -158,10 +229,17 @@ def main() -> int:
     debugger = (shutil.which("gdb") or shutil.which("cuda-gdb")) if a.gdb else None
     if a.gdb and not debugger:
         print("--gdb: neither gdb nor cuda-gdb is on the PATH; running without", flush=True)
+    diagnosed = False
     for name in names:
         try:
             # "direct" loads in_so's package another way: compiled once
-            pkg = str(out / "in_so.pt2") if name == "direct" and (out / "in_so.pt2").exists() else compile_variant(name, out, a.device)
+            if name == "direct" and (out / "in_so.pt2").exists():
+                pkg = str(out / "in_so.pt2")
+            else:
+                pkg = compile_variant(name, out, a.device)
+            if a.diagnose and not diagnosed:
+                diagnosed = True
+                diagnose(pkg, out)
         except Exception as e:  # noqa: BLE001 - report and go on with the next variant
             print(f"{name}: compile failed: {type(e).__name__}: {e}", flush=True)
             continue

@@ -17,6 +17,8 @@
 #   OUT=DIR bash scripts/gpu_runtime.sh defaults  # 2-GPU machine: the mixed batch with the program's
 #                                               # defaults, serial vs runtime b1/b4, b4 under 24 / 12 GiB,
 #                                               # two runs at a time; PNGs across caps; idle gaps
+#   OUT=DIR bash scripts/gpu_runtime.sh wscap   # 2-GPU machine: the mixed batch at b1 uncapped and under
+#                                               # 12 GiB, without and with a cuDNN workspace cap (WSCAP MiB)
 #   OUT=DIR bash scripts/gpu_runtime.sh alloc   # the mixed batch at b4, uncapped / 24 / 12 GiB, default
 #                                               # allocator vs expandable segments (ALLOC_CAPS picks caps)
 # check: the same 3 images with and without CUDA graphs (identical PNGs? s/image),
@@ -358,6 +360,30 @@ for name, r in zip(("runtime-b1", "runtime-b4", "cap24-b4", "cap12-b4"), rs):
           f"batch sizes {sorted(set(b['size'] for b in r['batches']))}; allocator {r['memory'].get('allocator')}")
 PY
   python3 scripts/stage_gaps.py "$WORK"/*/report.json | tee -a "$OUT/summary.txt" || true
+  sample_steady
+  stage_summary
+  grep -h "warn\|error" "$WORK"/*.log | sort | uniq -c | sort -rn | head -20 | tee -a "$OUT/summary.txt"
+elif [ "$MODE" = wscap ]; then
+  # Under --vram-limit 12GiB the mixed batch's images stopped matching the
+  # uncapped ones once the LoRA cache had grown (call 1 of 2026-11-30, sixth
+  # session: 15/32 identical at batch 1, all the later ones differing by 1
+  # level): cuDNN falls back to convolution algorithms whose workspace fits.
+  # Capping cuDNN's workspace everywhere (CUDNN_CONV_WSCAP_DBG, MiB) would make
+  # the choice the same under any cap that leaves that much. Two pairs, each
+  # run alone on its GPU: without the workspace cap, then with WSCAP (512).
+  need_loras
+  mkbatch "$WORK/mixed.json" 16 16 "$WORK/loras"
+  GPU=0 run b1 "$WORK/mixed.json" --max-batch 1 &
+  GPU=1 run cap12-b1 "$WORK/mixed.json" --max-batch 1 --vram-limit 12GiB &
+  wait
+  export CUDNN_CONV_WSCAP_DBG=${WSCAP:-512}
+  echo "CUDNN_CONV_WSCAP_DBG=$CUDNN_CONV_WSCAP_DBG from here" | tee -a "$OUT/summary.txt"
+  GPU=0 run ws-b1 "$WORK/mixed.json" --max-batch 1 &
+  GPU=1 run ws-cap12-b1 "$WORK/mixed.json" --max-batch 1 --vram-limit 12GiB &
+  wait
+  compare b1 cap12-b1
+  compare ws-b1 ws-cap12-b1
+  compare b1 ws-b1
   sample_steady
   stage_summary
   grep -h "warn\|error" "$WORK"/*.log | sort | uniq -c | sort -rn | head -20 | tee -a "$OUT/summary.txt"
