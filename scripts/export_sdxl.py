@@ -600,6 +600,11 @@ def export_unet_aoti(unet, dtype, device: str, out_dir: Path, limits: dict, vae_
         f"latent {h_lo}..{h_hi} x {w_lo}..{w_hi})")
     configs = {"aot_inductor.package_constants_in_so": False}
     configs.update(extra_configs)
+    # A compiler with only a static libstdc++ would put a second copy into the .so,
+    # which then crashes at load (scripts/aoti_toolchain.py says why).
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from aoti_toolchain import use_shared_libstdcxx
+    cxx_wrapper = use_shared_libstdcxx(log=lambda m: log("  " + m))
     t0 = time.time()
     pkg = torch._inductor.aoti_compile_and_package(ep, package_path=str(out_dir / "unet.pt2"),
                                                    inductor_configs=configs)
@@ -647,6 +652,7 @@ def export_unet_aoti(unet, dtype, device: str, out_dir: Path, limits: dict, vae_
         "inductor_configs": {k: repr(v) if not isinstance(v, (bool, int, float, str)) else v
                              for k, v in configs.items()},
         "seconds": {"export": round(t_export, 1), "compile": round(t_compile, 1)},
+        "libstdcxx": "shared (linked through a wrapper)" if cxx_wrapper else "the compiler's default",
     }
 
 

@@ -19,6 +19,8 @@ child process with faulthandler on, so one crash does not hide the others:
                                         (the runner without the package loader)
   nostatic           yes                none; compiled with -static-libstdc++ / -static-libgcc /
                                         -static taken out of every compile and link command
+  shared             yes                none; linked against the process's libstdc++.so.6
+                                        (scripts/aoti_toolchain.py, as export_sdxl.py --aoti does)
 
 --diagnose prints the C++ compiler inductor chose, every compile / link command it
 ran, what the package's .so needs and defines (ldd, libstdc++ symbols: a .so
@@ -49,7 +51,7 @@ import time
 from pathlib import Path
 
 VARIANTS = {"in_so": (True, None), "managed": (False, True), "copied": (False, False), "in_so_update": (True, True),
-            "direct": (True, None), "nostatic": (True, None)}
+            "direct": (True, None), "nostatic": (True, None), "shared": (True, None)}
 STATIC_FLAGS = ("-static-libstdc++", "-static-libgcc", "-static")
 COMMANDS: list = []  # (command line, cwd) of every compile / link inductor ran in this process
 STRIP_STATIC = [False]  # the nostatic variant's compile is running
@@ -115,7 +117,12 @@ def compile_variant(name: str, out: Path, device: str) -> str:
         logged._probe = True
         cb.run_compile_cmd = logged
     STRIP_STATIC[0] = name == "nostatic"
-    if STRIP_STATIC[0]:
+    if name == "shared":
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from aoti_toolchain import use_shared_libstdcxx
+
+        use_shared_libstdcxx(log=lambda m: print("  " + m, flush=True), force=True)
+    if name in ("nostatic", "shared"):
         torch._inductor.config.force_disable_caches = True  # compile again, not in_so's cached .so
     t0 = time.time()
     try:

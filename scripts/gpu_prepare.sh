@@ -19,7 +19,20 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$OUT/summary.txt"
-( cmake --preset gpu -DCMAKE_CXX_COMPILER_LAUNCHER= && cmake --build --preset gpu -j "$(nproc)" ) > "$OUT/build.log" 2>&1 &
+# A compiler with only a static libstdc++ (the GPU machine's /opt/gcc g++ 13) would
+# give sdxl-batch its own copy next to libtorch's shared libstdc++.so.6, and an
+# AOTInductor package's .so a third one, which crashes at load
+# (scripts/aoti_toolchain.py). Link the shared one, the one torch loads.
+LINK_ARGS=()
+if [[ "$(${CXX:-g++} -print-file-name=libstdc++.so)" != /* ]]; then
+  libstdcxx=$(cd scripts && python3 -c "import torch; from aoti_toolchain import loaded_libstdcxx; print(loaded_libstdcxx() or '')")
+  if [ -n "$libstdcxx" ]; then
+    mkdir -p /tmp/sdxl-libstdcxx && ln -sf "$libstdcxx" /tmp/sdxl-libstdcxx/libstdc++.so
+    LINK_ARGS=(-DCMAKE_EXE_LINKER_FLAGS=-L/tmp/sdxl-libstdcxx -DCMAKE_SHARED_LINKER_FLAGS=-L/tmp/sdxl-libstdcxx)
+    echo "${CXX:-g++} has no shared libstdc++: linking sdxl-batch against $libstdcxx" | tee -a "$OUT/summary.txt"
+  fi
+fi
+( cmake --preset gpu -DCMAKE_CXX_COMPILER_LAUNCHER= "${LINK_ARGS[@]}" && cmake --build --preset gpu -j "$(nproc)" ) > "$OUT/build.log" 2>&1 &
 build_pid=$!
 t0=$(date +%s)
 MODEL_NAME=${SDXL_MODEL_NAME:-full}
@@ -39,4 +52,5 @@ if ! wait $build_pid; then
 fi
 echo "build+export wall: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/summary.txt"
 SDXL=$PWD/build/gpu/sdxl-batch
+[ -n "$SDXL_BUILD_FAILED" ] || echo "sdxl-batch links: $(ldd "$SDXL" | grep -o 'libstdc++[^ ]* => [^ ]*' || echo 'no shared libstdc++')" | tee -a "$OUT/summary.txt"
 MODEL=$WORK/$MODEL_NAME
