@@ -45,7 +45,7 @@ struct RuntimeOptions {
   bool cuda_graphs = true;
   // The UNet's backend: "torchscript" (unet.ts) or "aoti" (unet.pt2 from
   // export_sdxl.py --aoti, AOTInductor; shapes outside its compiled ranges run on unet.ts).
-  std::string unet_backend = "torchscript";
+  std::string unet_backend = "auto";  // auto | torchscript | aoti (resolve_unet_backend)
   // VAE decode in tiles: "auto" (whole, tiles after an out-of-memory), "always", "never".
   std::string vae_tiling = "auto";
   // VAE decode dtype: "auto" (the compute dtype), fp32, fp16, bf16; NaN/Inf output is decoded again in fp32.

@@ -103,4 +103,13 @@ std::uint64_t module_file_bytes(const ModelConfig& cfg);
 // Throws UsageError naming the value if width/height/batch break the limits.
 void check_generation_size(const ModelConfig& cfg, int width, int height, int batch);
 
+// The UNet backend to run for --unet-backend `requested` (auto, torchscript,
+// aoti) on a `device` ("cpu" / "cuda") in `dtype` ("fp32" / "fp16" / "bf16"):
+// auto is aoti when the model has a unet.pt2 compiled for that device and
+// dtype, else torchscript; `why` (optional) says why auto chose as it did.
+// torchscript and aoti are returned as asked (aoti's own checks say what
+// does not fit).
+std::string resolve_unet_backend(const ModelConfig& cfg, const std::string& requested, const std::string& device,
+                                 const std::string& dtype, std::string* why = nullptr);
+
 }  // namespace sdxl

@@ -33,9 +33,10 @@ void add_model_options(CLI::App& cmd, ModelOptions& o, bool model_required) {
   cmd.add_flag("--cuda-graphs,!--no-cuda-graphs", o.runtime.cuda_graphs,
                "Replay the UNet step as a captured CUDA graph (CUDA only; default on)");
   cmd.add_option("--unet-backend", o.runtime.unet_backend,
-                 "UNet implementation: torchscript (unet.ts) or aoti (unet.pt2 from export_sdxl.py --aoti)")
+                 "UNet implementation: auto (aoti when the model has a unet.pt2 for this device and dtype, else "
+                 "torchscript), torchscript (unet.ts) or aoti (unet.pt2 from export_sdxl.py --aoti)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"torchscript", "aoti"}));
+      ->check(CLI::IsMember({"auto", "torchscript", "aoti"}));
   cmd.add_option("--vae-tiling", o.runtime.vae_tiling,
                  "VAE decode in overlapping tiles: auto (only after an out-of-memory), always, never")
       ->capture_default_str()

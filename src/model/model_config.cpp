@@ -247,4 +247,19 @@ std::uint64_t module_file_bytes(const ModelConfig& cfg) {
   return sum;
 }
 
+std::string resolve_unet_backend(const ModelConfig& cfg, const std::string& requested, const std::string& device,
+                                 const std::string& dtype, std::string* why) {
+  if (requested != "auto") {
+    if (why) *why = "asked for";
+    return requested;
+  }
+  const UnetAotiConfig& a = cfg.unet_aoti;
+  std::string reason;
+  if (a.file.empty()) reason = "the model has no unet.pt2 (export_sdxl.py --aoti)";
+  else if (a.device != device) reason = "unet.pt2 was compiled for " + a.device + ", this run is on " + device;
+  else if (a.dtype != dtype) reason = "unet.pt2 was compiled for " + a.dtype + ", this run is in " + dtype;
+  if (why) *why = reason.empty() ? "the model has a unet.pt2 for " + device + " " + dtype : reason;
+  return reason.empty() ? "aoti" : "torchscript";
+}
+
 }  // namespace sdxl

@@ -10,7 +10,9 @@
 
 #include <chrono>
 
+#include "runtime/device.h"
 #include "sdxl/error.h"
+#include "sdxl/model_config.h"
 
 namespace sdxl {
 namespace {
@@ -33,9 +35,13 @@ struct UnetRunner::Graph {
 
 UnetRunner::UnetRunner(SdxlModel& model, bool cuda_graphs, const std::string& backend, std::shared_mutex* device_mu)
     : model_(model), graphs_(cuda_graphs && model.device.is_cuda()), device_mu_(device_mu) {
-  if (backend == "aoti") aoti_ = std::make_unique<AotiUnet>(model);
-  else if (backend != "torchscript")
-    throw UsageError("--unet-backend '" + backend + "' is not one of: torchscript, aoti");
+  if (backend != "auto" && backend != "torchscript" && backend != "aoti")
+    throw UsageError("--unet-backend '" + backend + "' is not one of: auto, torchscript, aoti");
+  std::string why;
+  const std::string chosen =
+      resolve_unet_backend(model.config, backend, model.device.is_cuda() ? "cuda" : "cpu", dtype_name(model.dtype), &why);
+  if (backend == "auto") spdlog::info("--unet-backend auto: {} ({})", chosen, why);
+  if (chosen == "aoti") aoti_ = std::make_unique<AotiUnet>(model);
 }
 
 torch::Tensor UnetRunner::call(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,

@@ -149,6 +149,20 @@ class Aoti(unittest.TestCase):
         self.assertFalse(np.array_equal(a, b), "the LoRA did not reach the aoti UNet")
         self.assertTrue(np.array_equal(a, c), "the base image after a LoRA differs: the aoti constants drifted")
 
+    def test_default_backend_runs_the_package_when_it_fits(self):
+        # --unet-backend auto (the default): the package where it was compiled for
+        # this device and dtype, the TorchScript UNet otherwise (no error).
+        png = self.out / "auto.png"
+        r = sdxl("generate", "--model", str(self.model), "--prompt", "a lighthouse in a storm", *COMMON,
+                 "--out", str(png))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("--unet-backend auto: aoti", r.stderr)
+        self.assertTrue(np.array_equal(pixels(png), self.gen("base", "aoti")), "auto made another image than aoti")
+        r = sdxl("generate", "--model", str(self.model), "--prompt", "x", *COMMON, "--dtype", "bf16",
+                 "--out", str(self.out / "auto-bf16.png"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("--unet-backend auto: torchscript (unet.pt2 was compiled for fp32, this run is in bf16)", r.stderr)
+
     def test_model_without_package_is_a_clear_error(self):
         r = sdxl("generate", "--model", ARGS.plain_model, "--prompt", "x", *COMMON, "--unet-backend", "aoti",
                  "--out", str(self.out / "never.png"))

@@ -141,3 +141,23 @@ TEST(ModelConfig, AotiPackageIsOptionalAndValidated) {
   bad["unet"]["aoti"].erase("dtype");
   EXPECT_NE(error_of(bad).find("/unet/aoti/dtype is missing"), std::string::npos) << error_of(bad);
 }
+
+TEST(ModelConfig, AutoBackendTakesThePackageOnlyWhereItFits) {
+  auto j = valid();
+  const auto plain = sdxl::parse_model_config(j.dump(), "/m", "/m/model.json", false);
+  j["unet"]["aoti"] = nlohmann::json::parse(R"({"file": "unet.pt2", "device": "cuda", "dtype": "fp16",
+      "rows": [1, 16], "tokens": [77, 308], "latent_height": [128, 128], "latent_width": [128, 128]})");
+  const auto packaged = sdxl::parse_model_config(j.dump(), "/m", "/m/model.json", false);
+  std::string why;
+  EXPECT_EQ(sdxl::resolve_unet_backend(packaged, "auto", "cuda", "fp16", &why), "aoti");
+  EXPECT_NE(why.find("has a unet.pt2 for cuda fp16"), std::string::npos) << why;
+  EXPECT_EQ(sdxl::resolve_unet_backend(plain, "auto", "cuda", "fp16", &why), "torchscript");
+  EXPECT_NE(why.find("no unet.pt2"), std::string::npos) << why;
+  EXPECT_EQ(sdxl::resolve_unet_backend(packaged, "auto", "cpu", "fp16", &why), "torchscript");
+  EXPECT_NE(why.find("compiled for cuda, this run is on cpu"), std::string::npos) << why;
+  EXPECT_EQ(sdxl::resolve_unet_backend(packaged, "auto", "cuda", "bf16", &why), "torchscript");
+  EXPECT_NE(why.find("compiled for fp16, this run is in bf16"), std::string::npos) << why;
+  // Asked for by name: as asked (the aoti backend's own checks name a mismatch).
+  EXPECT_EQ(sdxl::resolve_unet_backend(plain, "aoti", "cuda", "fp16"), "aoti");
+  EXPECT_EQ(sdxl::resolve_unet_backend(packaged, "torchscript", "cuda", "fp16"), "torchscript");
+}
