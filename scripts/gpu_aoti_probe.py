@@ -21,6 +21,11 @@ child process with faulthandler on, so one crash does not hide the others:
                                         -static taken out of every compile and link command
   shared             yes                none; linked against the process's libstdc++.so.6
                                         (scripts/aoti_toolchain.py, as export_sdxl.py --aoti does)
+  graph_mt / graph_st  shared's package, loaded with run_single_threaded False / True, then a
+                                        call captured as a CUDA graph and replayed (sdxl-batch's
+                                        runner captures the UNet step; with the AOTI backend the
+                                        capture failed on the H200: "operation not permitted when
+                                        stream is capturing")
 
 --diagnose prints the C++ compiler inductor chose, every compile / link command it
 ran, what the package's .so needs and defines (ldd, libstdc++ symbols: a .so
@@ -51,7 +56,9 @@ import time
 from pathlib import Path
 
 VARIANTS = {"in_so": (True, None), "managed": (False, True), "copied": (False, False), "in_so_update": (True, True),
-            "direct": (True, None), "nostatic": (True, None), "shared": (True, None)}
+            "direct": (True, None), "nostatic": (True, None), "shared": (True, None),
+            "graph_mt": (True, None), "graph_st": (True, None)}
+GRAPH = ("graph_mt", "graph_st")  # load shared's package, then capture a CUDA graph of a call
 STATIC_FLAGS = ("-static-libstdc++", "-static-libgcc", "-static")
 COMMANDS: list = []  # (command line, cwd) of every compile / link inductor ran in this process
 STRIP_STATIC = [False]  # the nostatic variant's compile is running
@@ -117,12 +124,12 @@ def compile_variant(name: str, out: Path, device: str) -> str:
         logged._probe = True
         cb.run_compile_cmd = logged
     STRIP_STATIC[0] = name == "nostatic"
-    if name == "shared":
+    if name in ("shared", *GRAPH):
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from aoti_toolchain import use_shared_libstdcxx
 
         use_shared_libstdcxx(log=lambda m: print("  " + m, flush=True), force=True)
-    if name in ("nostatic", "shared"):
+    if name in ("nostatic", "shared", *GRAPH):
         torch._inductor.config.force_disable_caches = True  # compile again, not in_so's cached .so
     t0 = time.time()
     try:
@@ -196,9 +203,36 @@ def child(name: str, pkg: str, device: str) -> None:
             print(f"    {name}: AOTIModelContainerRunnerCpu", flush=True)
             r = torch._C._aoti.AOTIModelContainerRunnerCpu(str(so), 1)
         runner = lambda *xs: r.run(list(xs))  # noqa: E731
+    elif name in GRAPH:
+        single = name == "graph_st"
+        print(f"    {name}: aoti_load_package(run_single_threaded={single})", flush=True)
+        runner = torch._inductor.aoti_load_package(pkg, run_single_threaded=single)
     else:
         print(f"    {name}: aoti_load_package", flush=True)
         runner = torch._inductor.aoti_load_package(pkg)
+    if name in GRAPH:
+        static = [x.clone() for x in inp]
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.no_grad(), torch.cuda.stream(side):
+            runner(*static)  # warm-up outside the capture
+        torch.cuda.current_stream().wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        print(f"    {name}: capture", flush=True)
+        try:
+            with torch.no_grad(), torch.cuda.graph(g):
+                out = runner(*static)
+        except Exception as e:  # noqa: BLE001 - the finding
+            print(json.dumps({"variant": name, "capture": f"failed: {str(e).splitlines()[0][:300]}"}), flush=True)
+            return
+        out = out[0] if isinstance(out, (list, tuple)) else out
+        g.replay()
+        torch.cuda.synchronize()
+        with torch.no_grad():
+            want = m(*static)
+        print(json.dumps({"variant": name, "capture": "ok",
+                          "max_abs_diff": float((out.float() - want.float()).abs().max())}), flush=True)
+        return
     if managed is not None:
         params = dict(m.named_parameters())
         params.update(dict(m.named_buffers()))
@@ -242,6 +276,8 @@ def main() -> int:
             # "direct" loads in_so's package another way: compiled once
             if name == "direct" and (out / "in_so.pt2").exists():
                 pkg = str(out / "in_so.pt2")
+            elif name in GRAPH and (out / "shared.pt2").exists():
+                pkg = str(out / "shared.pt2")
             else:
                 pkg = compile_variant(name, out, a.device)
             if a.diagnose and not diagnosed:
@@ -261,7 +297,10 @@ def main() -> int:
         result = next((json.loads(x) for x in lines if x.startswith("{")), None)
         # Under a debugger the exit status is the debugger's (its "bt" fails
         # on a program that exited): the child's result line decides.
-        if result and (p.returncode == 0 or debugger):
+        if result and "capture" in result:
+            print(f"{name}: capture {result['capture']}"
+                  + (f", max|diff| vs eager {result['max_abs_diff']:.3g}" if "max_abs_diff" in result else ""), flush=True)
+        elif result and (p.returncode == 0 or debugger):
             print(f"{name}: ok, max|diff| vs eager {result['max_abs_diff']:.3g}", flush=True)
         else:
             print(f"{name}: FAILED (exit {p.returncode}); last lines:", flush=True)

@@ -29,8 +29,13 @@ AotiUnet::AotiUnet(SdxlModel& model) : model_(model) {
                      dtype_name(model.dtype) + " (--dtype); drop --dtype or re-export with --dtype " +
                      dtype_name(model.dtype) + " --aoti");
   try {
+    // Single-threaded: the container then runs without its own events and
+    // locks, which CUDA graph capture refuses ("operation not permitted when
+    // stream is capturing": the UNet runner's capture of an aoti step fell back
+    // to plain calls on the H200; scripts/gpu_aoti_probe.py graph_mt / graph_st
+    // captured only single-threaded). Only the sample thread calls it.
     loader_ = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
-        path.string(), "model", /*run_single_threaded=*/false, /*num_runners=*/1,
+        path.string(), "model", /*run_single_threaded=*/true, /*num_runners=*/1,
         model.device.is_cuda() ? model.device.index() : static_cast<c10::DeviceIndex>(-1));
   } catch (const c10::Error& e) {
     throw ModelError("cannot load AOTInductor package '" + path.string() + "': " + e.what_without_backtrace() +
