@@ -40,10 +40,12 @@ machine has only cuda-gdb, which also debugs host code), and prints the native
 backtrace of the crash; --ld-debug runs it with LD_DEBUG=files, so the last
 shared objects opened before the crash are printed too.
 
-Measured on the GPU machine (torch 2.11.0+cu130, H200, 2026-11-30): the "in_so"
-variant, the plain documented use, already dies with SIGSEGV inside
-AOTIModelPackageLoader's constructor (torch/export/pt2_archive/_package.py
-_load_aoti); the same script passes all four variants on the CPU.
+Measured on the GPU machine (torch 2.11.0+cu130, H200, 2026-11-30): in_so,
+direct and nostatic die with SIGSEGV at load (cuda-gdb: in the .so's own
+std::regex / std::locale code); --diagnose showed why: inductor's compiler there
+(/opt/gcc g++ 13) has only a static libstdc++, so the .so carries a second copy
+(scripts/aoti_toolchain.py). shared loads and matches eager; graph_mt's capture
+fails, graph_st's works. All variants pass on the CPU.
 """
 import argparse
 import os
