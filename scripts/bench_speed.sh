@@ -30,7 +30,10 @@
 # BENCH_SDXL_FLAGS (extra flags of both sdxl-batch rows, e.g. "--vae-dtype fp32"),
 # BENCH_DEADLINE_S (every step must end this many seconds after the start; 570),
 # BENCH_SKIP (space-separated rows to leave out: matmul sdxl-mb1 diffusers-eager
-# diffusers-compile sdxl-mb4).
+# diffusers-compile sdxl-mb4), BENCH_AOTI=1 (export with --aoti --aoti-size
+# 1024x1024 into $WORK/full-aoti, about 5 more minutes, and run the sdxl-batch
+# rows with --unet-backend aoti; to fit one call, e.g. BENCH_IMAGES=32
+# BENCH_IMAGES_MB4=32 BENCH_SKIP=diffusers-compile BENCH_DEADLINE_S=590).
 #
 # CPU smoke test of the whole pipeline (tiny model from models/tiny, exported
 # with its diffusers copy if missing; 4 images of 256x256 (its smallest size), 2 steps, fp32, device cpu;
@@ -68,7 +71,10 @@ if [ -n "$SMOKE" ]; then
 else
   # A warm machine may hold an export without its diffusers copy (gpu_runtime.sh): export again.
   w=${WORK:-/tmp/sdxl-gpu}
-  [ -f "$w/full-diffusers/model_index.json" ] || rm -f "$w/full/model.json"
+  if [ -n "${BENCH_AOTI:-}" ]; then  # the UNet also compiled by AOTInductor (unet.pt2), for 1024x1024
+    export SDXL_MODEL_NAME=full-aoti SDXL_EXPORT_DONE_FILE=unet.pt2 SDXL_EXPORT_ARGS="--aoti --aoti-size 1024x1024"
+  fi
+  [ -f "$w/full-diffusers/model_index.json" ] || rm -f "$w/${SDXL_MODEL_NAME:-full}/${SDXL_EXPORT_DONE_FILE:-model.json}"
   SDXL_SAVE_DIFFUSERS=1 SDXL_PREPARE_KEEP_GOING=1 source scripts/gpu_prepare.sh   # sets OUT WORK SDXL MODEL
   set +e
   PY=python3
@@ -136,14 +142,14 @@ sdxl_row() {
     # report.json (the row then counts the images made); -k: then SIGKILL.
     # shellcheck disable=SC2086
     timeout -k 20 "$limit" "$SDXL" --log-level info run "$WORK/$name.json" --model "$MODEL" --device "$DEVICE" \
-      --out "$dir" --no-progress "$@" ${BENCH_SDXL_FLAGS:-} > "$log" 2>&1
+      --out "$dir" --no-progress "$@" ${BENCH_AOTI:+--unet-backend aoti} ${BENCH_SDXL_FLAGS:-} > "$log" 2>&1
     rc=$?
     cp "$dir/report.json" "$OUT/report-$name.json" 2>/dev/null
   fi
   local fallbacks; fallbacks=$(grep -c "decoding it again in fp32" "$log" 2>/dev/null)
   "$PY" -c 'import json,sys; a=sys.argv; r={"tool": "sdxl-batch", "name": a[1], "report": a[2], "rc": int(a[3]),
       "limit_s": int(a[4]), "log": a[5], "vae_fallbacks": int(a[6] or 0)}; r.update({"error": a[7]} if a[7] else {}); print(json.dumps(r))' \
-    "sdxl-batch --max-batch ${name##*mb}" "$OUT/report-$name.json" "$rc" "$limit" "$log" "${fallbacks:-0}" "$why" >> "$ROWS"
+    "sdxl-batch${BENCH_AOTI:+ aoti} --max-batch ${name##*mb}" "$OUT/report-$name.json" "$rc" "$limit" "$log" "${fallbacks:-0}" "$why" >> "$ROWS"
   echo "   $name: exit $rc after $(( $(date +%s) - T_START )) s" | tee -a "$OUT/summary.txt"
 }
 
