@@ -4,9 +4,15 @@
 // Memory: the peak above what was allocated before the batch started (the
 // resident weights and the LoRA cache), per resolution. With observations at
 // two or more batch sizes the estimate is the least-squares line a + b·n, raised
-// so that it covers every observation (it is a safety bound, not an average);
-// with one size it is the measured peak per image times n (an overestimate,
-// since part of the peak does not grow with n). A resolution never measured has
+// so that it covers every observation (it is a safety bound, not an average).
+// With one size n0 measured, the part that grows with n is the sampling peak
+// (when it was measured): estimate(n) = peak + (n - n0) * sampling peak / n0,
+// and the peak itself for n <= n0 — the VAE decodes image by image, so its peak
+// (4.1 GiB of the 4.2 GiB at 1024² on the H200) hardly grows with the batch
+// (measured at 1, 2, 3 images: 4.15, 4.48, 4.05 GiB) while the sampling peak
+// does (0.36, 0.55, 0.80 GiB). Without it (older estimates.json files) the
+// whole peak scales per image, an overestimate that once made a 24 GiB cap run
+// 1024² images 3, 2, 1 at a time instead of 4. A resolution never measured has
 // no estimate: the caller runs it alone first (a probe) and measures.
 //
 // Time: seconds per image per step, per resolution and batch size, as measured
@@ -38,7 +44,10 @@ class WorkEstimator {
   WorkEstimator() = default;
   WorkEstimator(std::string device, std::string model) : device_(std::move(device)), model_(std::move(model)) {}
 
-  void observe_memory(int width, int height, int batch, std::uint64_t peak_work_bytes);
+  // peak_work_bytes: the batch's whole peak; sample_peak_bytes: that of its
+  // sampling stage alone (0: not measured).
+  void observe_memory(int width, int height, int batch, std::uint64_t peak_work_bytes,
+                      std::uint64_t sample_peak_bytes = 0);
   void observe_time(int width, int height, int batch, int steps, double seconds);
 
   // Estimated peak work bytes of a batch; nullopt when this resolution was never measured.
@@ -64,6 +73,7 @@ class WorkEstimator {
   using Res = std::pair<int, int>;
   std::string device_, model_;
   std::map<Res, std::map<int, std::uint64_t>> memory_;         // resolution -> batch -> max observed peak
+  std::map<Res, std::map<int, std::uint64_t>> sample_memory_;  // the same for the sampling stage (when measured)
   std::map<Res, std::map<int, std::vector<double>>> time_;     // resolution -> batch -> s/image/step (newest last)
 };
 

@@ -969,7 +969,7 @@ RunResult run_batch(const BatchFile& batch, const RunOptions& o, std::vector<Dev
         if (o.estimator) {
           // Only a device with an allocator budget (CUDA) has a per-batch peak,
           // and only a batch that ran alone on it measures its own.
-          if (l.dl.device.memory && m.limit > 0 && b->alone) o.estimator->observe_memory(b->est_w, b->est_h, b->n, work_peak);
+          if (l.dl.device.memory && m.limit > 0 && b->alone) o.estimator->observe_memory(b->est_w, b->est_h, b->n, work_peak, b->sample_peak);
           o.estimator->observe_time(b->est_w, b->est_h, b->n, b->params.front().steps, text + sample + decode);
         }
         for (size_t k = 0; k < b->picked.size(); ++k) {

@@ -15,10 +15,15 @@ namespace {
 constexpr size_t kTimeWindow = 8;
 }
 
-void WorkEstimator::observe_memory(int width, int height, int batch, std::uint64_t peak_work_bytes) {
+void WorkEstimator::observe_memory(int width, int height, int batch, std::uint64_t peak_work_bytes,
+                                   std::uint64_t sample_peak_bytes) {
   if (batch < 1) return;
   auto& m = memory_[{width, height}][batch];
   m = std::max(m, peak_work_bytes);
+  if (sample_peak_bytes > 0) {
+    auto& s = sample_memory_[{width, height}][batch];
+    s = std::max(s, std::min(sample_peak_bytes, peak_work_bytes));
+  }
 }
 
 void WorkEstimator::observe_time(int width, int height, int batch, int steps, double seconds) {
@@ -35,6 +40,14 @@ std::optional<std::uint64_t> WorkEstimator::peak_bytes(int width, int height, in
   if (auto exact = obs.find(batch); exact != obs.end() && obs.size() == 1) return exact->second;
   if (obs.size() == 1) {
     const auto& [n, p] = *obs.begin();
+    std::uint64_t sample = 0;
+    if (auto s = sample_memory_.find(it->first); s != sample_memory_.end())
+      if (auto sn = s->second.find(n); sn != s->second.end()) sample = sn->second;
+    if (sample > 0) {  // only the sampling part grows with the batch
+      if (batch <= n) return p;
+      const double grow = static_cast<double>(sample) / n * (batch - n);
+      return p + static_cast<std::uint64_t>(std::ceil(grow));
+    }
     const double per = static_cast<double>(p) / n;
     return static_cast<std::uint64_t>(std::ceil(per * batch));
   }
@@ -105,8 +118,12 @@ std::string WorkEstimator::to_json() const {
   nlohmann::json j = {{"format", 1}, {"device", device_}, {"model", model_}};
   nlohmann::json mem = nlohmann::json::array(), tim = nlohmann::json::array();
   for (const auto& [res, by_batch] : memory_)
-    for (const auto& [n, p] : by_batch)
-      mem.push_back({{"width", res.first}, {"height", res.second}, {"batch", n}, {"peak_work_bytes", p}});
+    for (const auto& [n, p] : by_batch) {
+      nlohmann::json m = {{"width", res.first}, {"height", res.second}, {"batch", n}, {"peak_work_bytes", p}};
+      if (auto s = sample_memory_.find(res); s != sample_memory_.end())
+        if (auto sn = s->second.find(n); sn != s->second.end()) m["sample_peak_bytes"] = sn->second;
+      mem.push_back(m);
+    }
   for (const auto& [res, by_batch] : time_)
     for (const auto& [n, v] : by_batch)
       tim.push_back({{"width", res.first}, {"height", res.second}, {"batch", n}, {"seconds_per_image_step", v}});
@@ -135,7 +152,7 @@ WorkEstimator WorkEstimator::load(const std::filesystem::path& path, const std::
     }
     for (const auto& m : j.at("memory"))
       e.observe_memory(m.at("width").get<int>(), m.at("height").get<int>(), m.at("batch").get<int>(),
-                       m.at("peak_work_bytes").get<std::uint64_t>());
+                       m.at("peak_work_bytes").get<std::uint64_t>(), m.value("sample_peak_bytes", std::uint64_t{0}));
     for (const auto& t : j.at("time")) {
       auto& v = e.time_[{t.at("width").get<int>(), t.at("height").get<int>()}][t.at("batch").get<int>()];
       for (const auto& x : t.at("seconds_per_image_step")) {

@@ -177,6 +177,27 @@ TEST(WorkEstimator, OneObservationScalesPerImage) {
   EXPECT_FALSE(e.peak_bytes(512, 512, 1)) << "another size is not guessed";
 }
 
+TEST(WorkEstimator, OneObservationGrowsByItsSamplingPartOnly) {
+  // The H200's first 1024x1024 batch alone (2026-11-30): peak 4.15 GiB, of it
+  // sampling 0.36 GiB; the VAE decode (image by image) is the rest.
+  const std::uint64_t GiB = 1ull << 30;
+  sdxl::WorkEstimator e;
+  e.observe_memory(1024, 1024, 1, 415 * GiB / 100, 36 * GiB / 100);
+  EXPECT_EQ(*e.peak_bytes(1024, 1024, 1), 415 * GiB / 100);
+  EXPECT_NEAR(static_cast<double>(*e.peak_bytes(1024, 1024, 4)), (4.15 + 3 * 0.36) * GiB, 4.0);
+  // What a 24 GiB cap leaves after the weights and the LoRA cache (~16.6 GiB):
+  // four at a time fit (the per-image rule allowed 3: 1.2 x 4 x 4.15 > 16.6).
+  EXPECT_EQ(e.max_batch(1024, 1024, 4, 166 * GiB / 10, 1.2), 4);
+  sdxl::WorkEstimator old;
+  old.observe_memory(1024, 1024, 1, 415 * GiB / 100);
+  EXPECT_EQ(old.max_batch(1024, 1024, 4, 166 * GiB / 10, 1.2), 3) << "without the split: per image, as before";
+  // Smaller than the measured batch: the measured peak (the decode does not shrink).
+  sdxl::WorkEstimator at4;
+  at4.observe_memory(1024, 1024, 4, 450 * GiB / 100, 120 * GiB / 100);
+  EXPECT_EQ(*at4.peak_bytes(1024, 1024, 2), 450 * GiB / 100);
+  EXPECT_NEAR(static_cast<double>(*at4.peak_bytes(1024, 1024, 8)), (4.5 + 1.2) * GiB, 4.0);
+}
+
 TEST(WorkEstimator, LineThroughSeveralSizesCoversEveryObservation) {
   sdxl::WorkEstimator e;
   e.observe_memory(832, 1216, 1, 1000);
@@ -206,11 +227,12 @@ TEST(WorkEstimator, TimeIsMeasuredOrScaledAndMarked) {
 TEST(WorkEstimator, SavedFiguresComeBackOnlyForTheSameDeviceAndModel) {
   const auto path = std::filesystem::temp_directory_path() / ("sdxl_est_" + std::to_string(::getpid()) + ".json");
   sdxl::WorkEstimator e("cuda/fp16", "sdxl");
-  e.observe_memory(1024, 1024, 2, 123456789);
+  e.observe_memory(1024, 1024, 2, 123456789, 23456789);
   e.observe_time(1024, 1024, 2, 28, 3.0);
   e.save(path);
   auto back = sdxl::WorkEstimator::load(path, "cuda/fp16", "sdxl");
   EXPECT_EQ(back.peak_bytes(1024, 1024, 2), e.peak_bytes(1024, 1024, 2));
+  EXPECT_EQ(back.peak_bytes(1024, 1024, 5), e.peak_bytes(1024, 1024, 5)) << "the sampling part came back too";
   ASSERT_TRUE(back.seconds_per_image(1024, 1024, 2, 28));
   std::string why;
   auto other = sdxl::WorkEstimator::load(path, "cuda/bf16", "sdxl", &why);
