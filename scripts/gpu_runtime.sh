@@ -125,6 +125,29 @@ sample_steady() {
   python3 scripts/steady_sampling.py "$WORK"/*/report.json | tee -a "$OUT/summary.txt" || true
 }
 
+# The closing figures of a mode: steady sampling, per-device stages, the logs' warnings.
+wrap_up() {
+  sample_steady
+  stage_summary
+  grep -h "warn\|error" "$WORK"/*.log | sort | uniq -c | sort -rn | head -20 | tee -a "$OUT/summary.txt"
+}
+
+# vs_serial RUN...: each run's images/hour against the serial run's ($WORK/NAME/report.json).
+vs_serial() {
+  python3 - "$WORK" "$@" <<'PY' | tee -a "$OUT/summary.txt" || true
+import json, os, sys
+work, names = sys.argv[1], sys.argv[2:]
+def load(name):
+    return json.load(open(os.path.join(work, name, "report.json")))
+s = load("serial")
+for name in names:
+    r = load(name)
+    print(f"{name} vs serial: {r['images_per_hour']:.0f} / {s['images_per_hour']:.0f} = {r['images_per_hour'] / s['images_per_hour']:.2f}x; "
+          f"batch sizes {sorted(set(b['size'] for b in r['batches']))}; allocator {r['memory'].get('allocator')}; "
+          f"engine {[d.get('engine') for d in r.get('devices', [])]}")
+PY
+}
+
 # The two rank-64 LoRAs of the mixed batches, made once per machine.
 need_loras() {
   mkdir -p "$WORK/loras"
@@ -293,13 +316,7 @@ PY
   GPU=1 run runtime-b4-24g "$WORK/mixed.json" --max-batch 4 --vram-limit 24GiB &
   wait
   compare serial runtime-b1
-  python3 - "$WORK"/{serial,runtime-b1,runtime-b4,runtime-b4-24g}/report.json <<'PY' | tee -a "$OUT/summary.txt" || true
-import json, sys
-s, *rs = (json.load(open(p)) for p in sys.argv[1:])
-for name, r in zip(("runtime-b1", "runtime-b4", "runtime-b4-24g"), rs):
-    print(f"{name} vs serial: {r['images_per_hour']:.0f} / {s['images_per_hour']:.0f} = {r['images_per_hour'] / s['images_per_hour']:.2f}x; "
-          f"batch sizes {sorted(set(b['size'] for b in r['batches']))}; engine {[d.get('engine') for d in r.get('devices', [])]}")
-PY
+  vs_serial runtime-b1 runtime-b4 runtime-b4-24g
   stage_summary
   grep -h "warn\|error" "$WORK"/*.log | sort | uniq -c | sort -rn | head -20 | tee -a "$OUT/summary.txt"
 elif [ "$MODE" = single ]; then
@@ -317,16 +334,8 @@ elif [ "$MODE" = single ]; then
   run plain64-b4 "$WORK/plain64.json" --max-batch 4
   run plain64-b1 "$WORK/plain64.json" --max-batch 1
   compare plain64-b1 plain64-b4
-  python3 - "$WORK"/{serial,runtime-b1,runtime-b4}/report.json <<'PY' | tee -a "$OUT/summary.txt" || true
-import json, sys
-s, *rs = (json.load(open(p)) for p in sys.argv[1:])
-for name, r in zip(("runtime-b1", "runtime-b4"), rs):
-    print(f"{name} vs serial: {r['images_per_hour']:.0f} / {s['images_per_hour']:.0f} = {r['images_per_hour'] / s['images_per_hour']:.2f}x; "
-          f"batch sizes {sorted(set(b['size'] for b in r['batches']))}; engine {[d.get('engine') for d in r.get('devices', [])]}")
-PY
-  sample_steady
-  stage_summary
-  grep -h "warn\|error" "$WORK"/*.log | sort | uniq -c | sort -rn | head -20 | tee -a "$OUT/summary.txt"
+  vs_serial runtime-b1 runtime-b4
+  wrap_up
 elif [ "$MODE" = defaults ]; then
   # Issue 6 with the program's defaults (deterministic cuDNN, expandable
   # segments set from C++, LoRA files loaded while a lane waits for room), on a
@@ -352,17 +361,9 @@ elif [ "$MODE" = defaults ]; then
   compare runtime-b4 cap24-b4
   compare runtime-b4 cap12-b4
   [ -z "${DEFAULTS_EXTRA:-}" ] || compare runtime-b4 extra-b4
-  python3 - "$WORK"/{serial,runtime-b1,runtime-b4,cap24-b4,cap12-b4}/report.json <<'PY' | tee -a "$OUT/summary.txt" || true
-import json, sys
-s, *rs = (json.load(open(p)) for p in sys.argv[1:])
-for name, r in zip(("runtime-b1", "runtime-b4", "cap24-b4", "cap12-b4"), rs):
-    print(f"{name} vs serial: {r['images_per_hour']:.0f} / {s['images_per_hour']:.0f} = {r['images_per_hour'] / s['images_per_hour']:.2f}x; "
-          f"batch sizes {sorted(set(b['size'] for b in r['batches']))}; allocator {r['memory'].get('allocator')}")
-PY
+  vs_serial runtime-b1 runtime-b4 cap24-b4 cap12-b4
   python3 scripts/stage_gaps.py "$WORK"/*/report.json | tee -a "$OUT/summary.txt" || true
-  sample_steady
-  stage_summary
-  grep -h "warn\|error" "$WORK"/*.log | sort | uniq -c | sort -rn | head -20 | tee -a "$OUT/summary.txt"
+  wrap_up
 elif [ "$MODE" = wscap ]; then
   # Under --vram-limit 12GiB the mixed batch's images stopped matching the
   # uncapped ones once the LoRA cache had grown (call 1 of 2026-11-30, sixth
@@ -384,9 +385,7 @@ elif [ "$MODE" = wscap ]; then
   compare b1 cap12-b1
   compare ws-b1 ws-cap12-b1
   compare b1 ws-b1
-  sample_steady
-  stage_summary
-  grep -h "warn\|error" "$WORK"/*.log | sort | uniq -c | sort -rn | head -20 | tee -a "$OUT/summary.txt"
+  wrap_up
 elif [ "$MODE" = alloc ]; then
   # Issue 6: the caching allocator's settings by measurement. The mixed batch
   # at --max-batch 4, uncapped and under 24 / 12 GiB, with the default

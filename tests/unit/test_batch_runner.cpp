@@ -665,13 +665,18 @@ TEST_F(Fixture, WithoutOverlapOneBatchAtATime) {
   EXPECT_EQ(overlap_s(dev), 0.0);
 }
 
-TEST_F(Fixture, ALoraSwitchWaitsForTheEarlierBatchesSampling) {
-  // Alternating LoRA sets in file order: every batch switches.
+// n tasks p0..p(n-1), the odd ones with a LoRA tag: in file order every batch switches sets.
+std::string alternating_lora_sets(int n) {
   std::string tasks = R"({"version": 1, "tasks": [)";
-  for (int i = 0; i < 6; ++i)
+  for (int i = 0; i < n; ++i)
     tasks += std::string(i ? "," : "") + R"({"id": "t)" + std::to_string(i) + R"(", "prompt": "p)" + std::to_string(i) +
              (i % 2 ? R"( <lora:style:0.8>)" : "") + R"(", "seed": )" + std::to_string(i) + "}";
-  tasks += "]}";
+  return tasks + "]}";
+}
+
+TEST_F(Fixture, ALoraSwitchWaitsForTheEarlierBatchesSampling) {
+  // Alternating LoRA sets in file order: every batch switches.
+  const std::string tasks = alternating_lora_sets(6);
   StagedFake dev;
   sdxl::RunOptions o;
   o.queue.file_order = true;
@@ -684,11 +689,7 @@ TEST_F(Fixture, ALoraSwitchWaitsForTheEarlierBatchesSampling) {
 TEST_F(Fixture, ALaneWaitingForRoomLoadsTheNextLoraSetAhead) {
   // One batch at a time (no overlap): the lane waits while each batch runs.
   // The next set's files must load during that wait, not after the batch.
-  std::string tasks = R"({"version": 1, "tasks": [)";
-  for (int i = 0; i < 6; ++i)
-    tasks += std::string(i ? "," : "") + R"({"id": "t)" + std::to_string(i) + R"(", "prompt": "p)" + std::to_string(i) +
-             (i % 2 ? R"( <lora:style:0.8>)" : "") + R"(", "seed": )" + std::to_string(i) + "}";
-  tasks += "]}";
+  const std::string tasks = alternating_lora_sets(6);
   StagedFake dev;
   dev.stage_ms[1] = 60;
   sdxl::RunOptions o;
