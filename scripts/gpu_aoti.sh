@@ -34,7 +34,7 @@ for v in "torchscript" "aoti" "aoti --no-cuda-graphs"; do
     --unet-backend $v > "$OUT/run-$tag.log" 2>&1 || { tail -30 "$OUT/run-$tag.log"; exit 1; }
   cp "$WORK/run-$tag/warm-0-1.png" "$OUT/$tag-seed1.png"
   cp "$WORK/run-$tag/lora-0-1.png" "$OUT/$tag-lora-seed1.png"
-  python3 -c "import json,sys; r=json.load(open(sys.argv[1])); w=[i for i in r['images'] if i['task']=='warm']; c=[i for i in r['images'] if i['task']=='cold']; print(f'{sys.argv[2]:24s} load {r[\"load_s\"]:.1f} s, cold {c[0][\"total_s\"]:.3f} s, warm s/image {min(i[\"total_s\"] for i in w):.3f} (sample {min(i[\"sample_s\"] for i in w):.3f}), peak {r[\"peak_memory_bytes\"]/2**30:.2f} GiB')" \
+  python3 -c "import json,sys; r=json.load(open(sys.argv[1])); w=[i for i in r['images'] if i['task']=='warm']; c=[i for i in r['images'] if i['task']=='cold']; e=[d.get(\"engine\", {}) for d in r.get(\"devices\", [])]; print(f'{sys.argv[2]:24s} load {r[\"load_s\"]:.1f} s, cold {c[0][\"total_s\"]:.3f} s, warm s/image {min(i[\"total_s\"] for i in w):.3f} (sample {min(i[\"sample_s\"] for i in w):.3f}), peak {r[\"peak_memory_bytes\"]/2**30:.2f} GiB; graph captures {sum(x.get(\"unet_graph_captures\", 0) for x in e):.0f}, replays {sum(x.get(\"unet_graph_replays\", 0) for x in e):.0f}, aoti calls {sum(x.get(\"unet_aoti_calls\", 0) for x in e):.0f}')" \
     "$WORK/run-$tag/report.json" "$v" | tee -a "$OUT/summary.txt"
 done
 for s in seed1 lora-seed1; do
