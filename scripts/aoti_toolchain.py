@@ -49,16 +49,16 @@ def loaded_libstdcxx() -> str | None:
     return None
 
 
-def use_shared_libstdcxx(log=print, force: bool = False) -> str | None:
+def use_shared_libstdcxx(log=print) -> str | None:
     """Points inductor's compiler at a wrapper that links the process's shared
-    libstdc++ when the compiler would link a static copy (or always, with
-    force). Returns the wrapper's path, or None when nothing was needed."""
+    libstdc++ when the compiler would link a static copy. Returns the wrapper's
+    path, or None when nothing was needed."""
     import torch  # noqa: F401 - loads libstdc++.so.6 into this process
     import torch._inductor.config as cfg
     import torch._inductor.cpp_builder as cb
 
     cxx = cb.get_cpp_compiler()
-    if not force and finds_shared_libstdcxx(cxx):
+    if finds_shared_libstdcxx(cxx):
         return None
     lib = loaded_libstdcxx()
     if lib is None:

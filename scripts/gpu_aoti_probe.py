@@ -17,15 +17,16 @@ child process with faulthandler on, so one crash does not hide the others:
   direct             yes                none; in_so's package unzipped by hand and its .so
                                         loaded with torch._C._aoti.AOTIModelContainerRunner*
                                         (the runner without the package loader)
-  nostatic           yes                none; compiled with -static-libstdc++ / -static-libgcc /
-                                        -static taken out of every compile and link command
-  shared             yes                none; linked against the process's libstdc++.so.6
-                                        (scripts/aoti_toolchain.py, as export_sdxl.py --aoti does)
-  graph_mt / graph_st  shared's package, loaded with run_single_threaded False / True, then a
+  graph_mt / graph_st  in_so's package, loaded with run_single_threaded False / True, then a
                                         call captured as a CUDA graph and replayed (sdxl-batch's
                                         runner captures the UNet step; with the AOTI backend the
                                         capture failed on the H200: "operation not permitted when
                                         stream is capturing")
+
+Every package is compiled as export_sdxl.py --aoti does: linked against the
+process's libstdc++.so.6 when the compiler has only a static one
+(scripts/aoti_toolchain.py); --compiler-default leaves the compiler as it is,
+which reproduces the crash below on such a machine.
 
 --diagnose prints the C++ compiler inductor chose, every compile / link command it
 ran, what the package's .so needs and defines (ldd, libstdc++ symbols: a .so
@@ -33,19 +34,21 @@ with its own copy of std::locale crashes in the first std::regex, which is what
 the GPU machine showed), and the libstdc++ the Python process has loaded.
 
 Usage (GPU machine): python3 scripts/gpu_aoti_probe.py --out DIR [--device cuda] [--gdb]
-                     [--ld-debug] [--diagnose] [--variants in_so,managed,...]
+                     [--ld-debug] [--diagnose] [--compiler-default] [--variants in_so,managed,...]
 Prints one line per variant: ok with the max difference to eager, or how it died.
 --gdb runs the child under gdb, or cuda-gdb where gdb is not installed (the GPU
 machine has only cuda-gdb, which also debugs host code), and prints the native
 backtrace of the crash; --ld-debug runs it with LD_DEBUG=files, so the last
 shared objects opened before the crash are printed too.
 
-Measured on the GPU machine (torch 2.11.0+cu130, H200, 2026-11-30): in_so,
-direct and nostatic die with SIGSEGV at load (cuda-gdb: in the .so's own
-std::regex / std::locale code); --diagnose showed why: inductor's compiler there
-(/opt/gcc g++ 13) has only a static libstdc++, so the .so carries a second copy
-(scripts/aoti_toolchain.py). shared loads and matches eager; graph_mt's capture
-fails, graph_st's works. All variants pass on the CPU.
+Measured on the GPU machine (torch 2.11.0+cu130, H200, 2026-11-30), with the
+compiler as it was (what --compiler-default does now): in_so, direct and a
+variant with -static* flags taken out of the commands (there were none) died
+with SIGSEGV at load (cuda-gdb: in the .so's own std::regex / std::locale code);
+--diagnose showed why: inductor's compiler there (/opt/gcc g++ 13) has only a
+static libstdc++, so the .so carries a second copy. Linked against the shared
+one, the package loads and matches eager (max |diff| 0.00195); graph_mt's
+capture fails, graph_st's works. All variants pass on the CPU.
 """
 import argparse
 import os
@@ -58,12 +61,9 @@ import time
 from pathlib import Path
 
 VARIANTS = {"in_so": (True, None), "managed": (False, True), "copied": (False, False), "in_so_update": (True, True),
-            "direct": (True, None), "nostatic": (True, None), "shared": (True, None),
-            "graph_mt": (True, None), "graph_st": (True, None)}
-GRAPH = ("graph_mt", "graph_st")  # load shared's package, then capture a CUDA graph of a call
-STATIC_FLAGS = ("-static-libstdc++", "-static-libgcc", "-static")
+            "direct": (True, None), "graph_mt": (True, None), "graph_st": (True, None)}
+GRAPH = ("graph_mt", "graph_st")  # load in_so's package, then capture a CUDA graph of a call
 COMMANDS: list = []  # (command line, cwd) of every compile / link inductor ran in this process
-STRIP_STATIC = [False]  # the nostatic variant's compile is running
 
 
 def build(device: str, dtype):
@@ -115,30 +115,14 @@ def compile_variant(name: str, out: Path, device: str) -> str:
         real = cb.run_compile_cmd
 
         def logged(cmd_line, cwd):
-            if STRIP_STATIC[0]:
-                kept = [x for x in cmd_line.split() if x not in STATIC_FLAGS]
-                if len(kept) != len(cmd_line.split()):
-                    print(f"  nostatic: took {set(cmd_line.split()) & set(STATIC_FLAGS)} out of a command", flush=True)
-                cmd_line = " ".join(kept)
             COMMANDS.append((cmd_line, cwd))
             return real(cmd_line, cwd)
 
         logged._probe = True
         cb.run_compile_cmd = logged
-    STRIP_STATIC[0] = name == "nostatic"
-    if name in ("shared", *GRAPH):
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from aoti_toolchain import use_shared_libstdcxx
-
-        use_shared_libstdcxx(log=lambda m: print("  " + m, flush=True), force=True)
-    if name in ("nostatic", "shared", *GRAPH):
-        torch._inductor.config.force_disable_caches = True  # compile again, not in_so's cached .so
     t0 = time.time()
-    try:
-        pkg = torch._inductor.aoti_compile_and_package(ep, package_path=str(out / f"{name}.pt2"),
-                                                       inductor_configs={"aot_inductor.package_constants_in_so": in_so})
-    finally:
-        STRIP_STATIC[0] = False
+    pkg = torch._inductor.aoti_compile_and_package(ep, package_path=str(out / f"{name}.pt2"),
+                                                   inductor_configs={"aot_inductor.package_constants_in_so": in_so})
     print(f"  {name}: compiled in {time.time() - t0:.1f} s", flush=True)
     return pkg
 
@@ -258,6 +242,8 @@ def main() -> int:
     ap.add_argument("--gdb", action="store_true", help="run each load under gdb or cuda-gdb: native backtrace")
     ap.add_argument("--ld-debug", action="store_true", help="run each load with LD_DEBUG=files")
     ap.add_argument("--diagnose", action="store_true", help="compiler, commands, the .so's libstdc++ (see above)")
+    ap.add_argument("--compiler-default", action="store_true",
+                    help="leave inductor's compiler as it is (no shared-libstdc++ link, see above)")
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of " + ", ".join(VARIANTS))
     a = ap.parse_args()
     if a.child:
@@ -272,14 +258,17 @@ def main() -> int:
     debugger = (shutil.which("gdb") or shutil.which("cuda-gdb")) if a.gdb else None
     if a.gdb and not debugger:
         print("--gdb: neither gdb nor cuda-gdb is on the PATH; running without", flush=True)
+    if not a.compiler_default:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from aoti_toolchain import use_shared_libstdcxx
+
+        use_shared_libstdcxx(log=lambda m: print("  " + m, flush=True))
     diagnosed = False
     for name in names:
         try:
-            # "direct" loads in_so's package another way: compiled once
-            if name == "direct" and (out / "in_so.pt2").exists():
+            # direct and the graph variants load in_so's package: compiled once
+            if name in ("direct", *GRAPH) and (out / "in_so.pt2").exists():
                 pkg = str(out / "in_so.pt2")
-            elif name in GRAPH and (out / "shared.pt2").exists():
-                pkg = str(out / "shared.pt2")
             else:
                 pkg = compile_variant(name, out, a.device)
             if a.diagnose and not diagnosed:

@@ -43,15 +43,13 @@ def gaps(report: dict, min_gap: float):
                 if s - reach >= min_gap:
                     found.append((reach, s))
             reach = max(reach, e)
-        prev_set = None
-        switches = 0
-        for b in bs:
-            cur = lora_set(by_start.get((dev, round(b["start_s"], 6)), []))
-            switches += prev_set is not None and cur != prev_set
-            prev_set = cur
-        yield dev, start, end, idle, switches, [
-            (g0, g1, next(b for b in bs if b["text"][0] >= g1 - 1e-9 or min(b["sample"][0], b["decode"][0]) >= g1 - 1e-9))
-            for g0, g1 in found], by_start
+        sets = [lora_set(by_start.get((dev, round(b["start_s"], 6)), [])) for b in bs]
+        switches = sum(a != b for a, b in zip(sets, sets[1:]))
+        after = []  # each gap with the batch whose stage started where it ended, and its LoRA set
+        for g0, g1 in found:
+            k = next(i for i, b in enumerate(bs) if any(abs(b[st][0] - g1) < 1e-9 for st in ("text", "sample", "decode")))
+            after.append((g0, g1, bs[k], sets[k]))
+        yield dev, start, end, idle, switches, after
 
 
 def main() -> int:
@@ -62,14 +60,13 @@ def main() -> int:
     for p in a.reports:
         r = json.loads(Path(p).read_text())
         name = Path(p).parent.name if Path(p).name == "report.json" else Path(p).stem
-        for dev, start, end, idle, switches, found, by_start in gaps(r, a.min_gap):
+        for dev, start, end, idle, switches, found in gaps(r, a.min_gap):
             span = end - start
             print(f"{name} {dev}: idle {idle:.2f} s of {span:.1f} s ({idle / span:.1%} of the span), "
                   f"{switches} LoRA set changes between batches, {len(found)} gap(s) >= {a.min_gap} s")
-            for g0, g1, b in found:
-                ims = by_start.get((dev, round(b["start_s"], 6)), [])
+            for g0, g1, b, loras in found:
                 print(f"    {g0:7.2f}-{g1:7.2f} s ({g1 - g0:.2f} s) before a batch of {b['size']} "
-                      f"{b['group']} LoRA {lora_set(ims)}")
+                      f"{b['group']} LoRA {loras}")
     return 0
 
 

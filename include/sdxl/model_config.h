@@ -103,12 +103,14 @@ std::uint64_t module_file_bytes(const ModelConfig& cfg);
 // Throws UsageError naming the value if width/height/batch break the limits.
 void check_generation_size(const ModelConfig& cfg, int width, int height, int batch);
 
+// Why the model's unet.pt2 cannot run on `device` ("cpu" / "cuda") in `dtype`
+// ("fp32" / "fp16" / "bf16"), with what to do about it; "" when it can.
+std::string unet_aoti_mismatch(const ModelConfig& cfg, const std::string& device, const std::string& dtype);
+
 // The UNet backend to run for --unet-backend `requested` (auto, torchscript,
-// aoti) on a `device` ("cpu" / "cuda") in `dtype` ("fp32" / "fp16" / "bf16"):
-// auto is aoti when the model has a unet.pt2 compiled for that device and
-// dtype, else torchscript; `why` (optional) says why auto chose as it did.
-// torchscript and aoti are returned as asked (aoti's own checks say what
-// does not fit).
+// aoti; anything else is a UsageError): auto is aoti when unet_aoti_mismatch
+// finds nothing, else torchscript, and `why` (optional) says why; torchscript
+// and aoti are returned as asked (AotiUnet refuses a mismatch).
 std::string resolve_unet_backend(const ModelConfig& cfg, const std::string& requested, const std::string& device,
                                  const std::string& dtype, std::string* why = nullptr);
 

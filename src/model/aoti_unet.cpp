@@ -16,18 +16,10 @@ namespace sdxl {
 AotiUnet::AotiUnet(SdxlModel& model) : model_(model) {
   const ModelConfig& cfg = model.config;
   const UnetAotiConfig& a = cfg.unet_aoti;
-  if (a.file.empty())
-    throw ModelError("--unet-backend aoti: model '" + cfg.name + "' (" + cfg.dir.string() +
-                     ") has no unet.pt2 (model.json has no /unet/aoti); export it with scripts/export_sdxl.py --aoti");
+  if (const std::string unfit = unet_aoti_mismatch(cfg, model.device.is_cuda() ? "cuda" : "cpu", dtype_name(model.dtype));
+      !unfit.empty())
+    throw ModelError("--unet-backend aoti: model '" + cfg.name + "' (" + cfg.dir.string() + "): " + unfit);
   const auto path = cfg.path_of(a.file);
-  if ((a.device == "cuda") != model.device.is_cuda())
-    throw ModelError("--unet-backend aoti: '" + path.string() + "' was compiled for " + a.device + ", the model runs on " +
-                     model.device.str() + "; re-export with scripts/export_sdxl.py --aoti --device " +
-                     (model.device.is_cuda() ? "cuda" : "cpu"));
-  if (parse_dtype(a.dtype) != model.dtype)
-    throw ModelError("--unet-backend aoti: '" + path.string() + "' was compiled for " + a.dtype + ", the model runs in " +
-                     dtype_name(model.dtype) + " (--dtype); drop --dtype or re-export with --dtype " +
-                     dtype_name(model.dtype) + " --aoti");
   try {
     // Single-threaded: the container then runs without its own events and
     // locks, which CUDA graph capture refuses ("operation not permitted when

@@ -247,19 +247,27 @@ std::uint64_t module_file_bytes(const ModelConfig& cfg) {
   return sum;
 }
 
+std::string unet_aoti_mismatch(const ModelConfig& cfg, const std::string& device, const std::string& dtype) {
+  const UnetAotiConfig& a = cfg.unet_aoti;
+  if (a.file.empty())
+    return "the model has no unet.pt2 (model.json has no /unet/aoti); export it with scripts/export_sdxl.py --aoti";
+  if (a.device != device)
+    return a.file + " was compiled for " + a.device + ", the model runs on " + device +
+           "; re-export with scripts/export_sdxl.py --aoti --device " + device;
+  if (a.dtype != dtype)
+    return a.file + " was compiled for " + a.dtype + ", the model runs in " + dtype +
+           " (--dtype); drop --dtype or re-export with --dtype " + dtype + " --aoti";
+  return "";
+}
+
 std::string resolve_unet_backend(const ModelConfig& cfg, const std::string& requested, const std::string& device,
                                  const std::string& dtype, std::string* why) {
-  if (requested != "auto") {
-    if (why) *why = "asked for";
-    return requested;
-  }
-  const UnetAotiConfig& a = cfg.unet_aoti;
-  std::string reason;
-  if (a.file.empty()) reason = "the model has no unet.pt2 (export_sdxl.py --aoti)";
-  else if (a.device != device) reason = "unet.pt2 was compiled for " + a.device + ", this run is on " + device;
-  else if (a.dtype != dtype) reason = "unet.pt2 was compiled for " + a.dtype + ", this run is in " + dtype;
-  if (why) *why = reason.empty() ? "the model has a unet.pt2 for " + device + " " + dtype : reason;
-  return reason.empty() ? "aoti" : "torchscript";
+  if (requested != "auto" && requested != "torchscript" && requested != "aoti")
+    throw UsageError("--unet-backend '" + requested + "' is not one of: auto, torchscript, aoti");
+  if (requested != "auto") return requested;
+  const std::string unfit = unet_aoti_mismatch(cfg, device, dtype);
+  if (why) *why = unfit.empty() ? "the model has a unet.pt2 for " + device + " " + dtype : unfit;
+  return unfit.empty() ? "aoti" : "torchscript";
 }
 
 }  // namespace sdxl

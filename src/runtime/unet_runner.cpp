@@ -35,8 +35,6 @@ struct UnetRunner::Graph {
 
 UnetRunner::UnetRunner(SdxlModel& model, bool cuda_graphs, const std::string& backend, std::shared_mutex* device_mu)
     : model_(model), graphs_(cuda_graphs && model.device.is_cuda()), device_mu_(device_mu) {
-  if (backend != "auto" && backend != "torchscript" && backend != "aoti")
-    throw UsageError("--unet-backend '" + backend + "' is not one of: auto, torchscript, aoti");
   std::string why;
   const std::string chosen =
       resolve_unet_backend(model.config, backend, model.device.is_cuda() ? "cuda" : "cpu", dtype_name(model.dtype), &why);

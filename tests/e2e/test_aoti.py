@@ -161,7 +161,7 @@ class Aoti(unittest.TestCase):
         r = sdxl("generate", "--model", str(self.model), "--prompt", "x", *COMMON, "--dtype", "bf16",
                  "--out", str(self.out / "auto-bf16.png"))
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("--unet-backend auto: torchscript (unet.pt2 was compiled for fp32, this run is in bf16)", r.stderr)
+        self.assertIn("--unet-backend auto: torchscript (unet.pt2 was compiled for fp32, the model runs in bf16", r.stderr)
 
     def test_model_without_package_is_a_clear_error(self):
         r = sdxl("generate", "--model", ARGS.plain_model, "--prompt", "x", *COMMON, "--unet-backend", "aoti",

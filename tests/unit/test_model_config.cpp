@@ -154,10 +154,12 @@ TEST(ModelConfig, AutoBackendTakesThePackageOnlyWhereItFits) {
   EXPECT_EQ(sdxl::resolve_unet_backend(plain, "auto", "cuda", "fp16", &why), "torchscript");
   EXPECT_NE(why.find("no unet.pt2"), std::string::npos) << why;
   EXPECT_EQ(sdxl::resolve_unet_backend(packaged, "auto", "cpu", "fp16", &why), "torchscript");
-  EXPECT_NE(why.find("compiled for cuda, this run is on cpu"), std::string::npos) << why;
+  EXPECT_NE(why.find("compiled for cuda, the model runs on cpu"), std::string::npos) << why;
   EXPECT_EQ(sdxl::resolve_unet_backend(packaged, "auto", "cuda", "bf16", &why), "torchscript");
-  EXPECT_NE(why.find("compiled for fp16, this run is in bf16"), std::string::npos) << why;
+  EXPECT_NE(why.find("compiled for fp16, the model runs in bf16"), std::string::npos) << why;
   // Asked for by name: as asked (the aoti backend's own checks name a mismatch).
   EXPECT_EQ(sdxl::resolve_unet_backend(plain, "aoti", "cuda", "fp16"), "aoti");
   EXPECT_EQ(sdxl::resolve_unet_backend(packaged, "torchscript", "cuda", "fp16"), "torchscript");
+  EXPECT_THROW(sdxl::resolve_unet_backend(packaged, "tensorrt", "cuda", "fp16"), sdxl::UsageError);
+  EXPECT_EQ(sdxl::unet_aoti_mismatch(packaged, "cuda", "fp16"), "");
 }
