@@ -17,6 +17,8 @@
 #   OUT=DIR bash scripts/gpu_runtime.sh defaults  # 2-GPU machine: the mixed batch with the program's
 #                                               # defaults, serial vs runtime b1/b4, b4 under 24 / 12 GiB,
 #                                               # two runs at a time; PNGs across caps; idle gaps
+#   OUT=DIR bash scripts/gpu_runtime.sh capmerge  # 2-GPU machine: the mixed batch at b4 under 24 and 12 GiB,
+#                                               # info logs (each LoRA switch's merge), peak vs cap
 #   OUT=DIR bash scripts/gpu_runtime.sh wscap   # 2-GPU machine: the mixed batch at b1 uncapped and under
 #                                               # 12 GiB, without and with a cuDNN workspace cap (WSCAP MiB)
 #   OUT=DIR bash scripts/gpu_runtime.sh alloc   # the mixed batch at b4, uncapped / 24 / 12 GiB, default
@@ -52,7 +54,7 @@ run() {
   local util="$WORK/$name.util"
   local upid; upid=$(busy_start "$util")
   local t0; t0=$(date +%s.%N)
-  timeout "${RUN_TIMEOUT:-400}" "$SDXL" --log-level warn run "$batch" --model "$MODEL" --device cuda ${GPU:+--devices $GPU} \
+  timeout "${RUN_TIMEOUT:-400}" "$SDXL" --log-level "${RUN_LOG_LEVEL:-warn}" run "$batch" --model "$MODEL" --device cuda ${GPU:+--devices $GPU} \
     --out "$WORK/$name" --no-progress "$@" \
     > "$WORK/$name.log" 2>&1 || echo "$name: exit $?" | tee -a "$OUT/summary.txt"
   local wall; wall=$(python3 -c "import time,sys; print(time.time()-float(sys.argv[1]))" "$t0")
@@ -363,6 +365,29 @@ elif [ "$MODE" = defaults ]; then
   [ -z "${DEFAULTS_EXTRA:-}" ] || compare runtime-b4 extra-b4
   vs_serial runtime-b1 runtime-b4 cap24-b4 cap12-b4
   python3 scripts/stage_gaps.py "$WORK"/*/report.json | tee -a "$OUT/summary.txt" || true
+  wrap_up
+elif [ "$MODE" = capmerge ]; then
+  # Issue 6 under the caps alone (a 2-GPU machine, one run per GPU): the mixed
+  # batch at --max-batch 4 under 24 and 12 GiB, logged at info level, so each
+  # LoRA switch's load and merge seconds show; peak reserved against the cap;
+  # the PNGs of the two caps compared.
+  need_loras
+  mkbatch "$WORK/mixed.json" 16 16 "$WORK/loras"
+  export RUN_LOG_LEVEL=info
+  GPU=0 run cap12-b4 "$WORK/mixed.json" --max-batch 4 --vram-limit 12GiB &
+  GPU=1 run cap24-b4 "$WORK/mixed.json" --max-batch 4 --vram-limit 24GiB &
+  wait
+  compare cap24-b4 cap12-b4
+  for n in cap24-b4 cap12-b4; do
+    grep -h "LoRA set" "$WORK/$n.log" | sed "s/^/$n: /" | tee -a "$OUT/summary.txt"
+    python3 - "$WORK/$n/report.json" "$n" <<'PY' | tee -a "$OUT/summary.txt"
+import json, sys
+r = json.load(open(sys.argv[1])); m = r["memory"]; l = r.get("lora", {})
+left = (m["limit_bytes"] - m["peak_reserved_bytes"]) / 2**20
+print(f"{sys.argv[2]}: peak reserved {m['peak_reserved_bytes']} of limit {m['limit_bytes']} bytes ({left:+.1f} MiB left); "
+      f"LoRA merge {l.get('merge_s', 0):.2f} s over {l.get('switches', 0)} switches; OOM {sum(d.get('oom', 0) for d in r['devices'])}")
+PY
+  done
   wrap_up
 elif [ "$MODE" = wscap ]; then
   # Under --vram-limit 12GiB the mixed batch's images stopped matching the
