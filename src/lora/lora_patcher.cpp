@@ -1,5 +1,7 @@
 #include "lora/lora_patcher.h"
 
+#include <algorithm>
+
 #include "model/sdxl_model.h"
 #include "sdxl/error.h"
 
@@ -50,10 +52,22 @@ void LoraPatcher::apply(const Applied& set) {
     params_[it->first.first].at(it->first.second).copy_(it->second, /*non_blocking=*/true);
     it = originals_.erase(it);
   }
+  // One fp32 scratch holds each weight's sum in turn (kernels on the stream
+  // run in order, so the next weight's use waits for this one's): no device
+  // allocation per weight, which near a --vram-limit cap would make the
+  // allocator release and map segments again.
+  std::int64_t most = 0;
+  for (const auto& [id, deltas] : touched) most = std::max(most, params_[id.first].at(id.second).numel());
+  torch::Tensor scratch;
+  if (most > 0) {
+    const torch::Tensor& any = params_[touched.begin()->first.first].at(touched.begin()->first.second);
+    scratch = torch::empty({most}, any.options().dtype(torch::kFloat32));
+  }
   for (const auto& [id, deltas] : touched) {
     torch::Tensor& w = params_[id.first].at(id.second);
+    torch::Tensor acc = scratch.narrow(0, 0, w.numel()).view(w.sizes());
     auto orig = originals_.find(id);
-    if (orig == originals_.end()) {  // first touch
+    if (orig == originals_.end()) {  // first touch: w is the original
       torch::Tensor keep;
       if (originals_on_host_) {
         keep = torch::empty(w.sizes(), w.options().device(torch::kCPU).pinned_memory(true));
@@ -61,17 +75,20 @@ void LoraPatcher::apply(const Applied& set) {
       } else {
         keep = w.clone();
       }
-      orig = originals_.emplace(id, std::move(keep)).first;
+      originals_.emplace(id, std::move(keep));
+      acc.copy_(w);
+    } else if (orig->second.device() == w.device()) {
+      acc.copy_(orig->second);
+    } else {
+      // Up into the weight in its own dtype, queued from pinned memory, then
+      // widened on the device. A copy between host and device that also
+      // changes the dtype converts on the CPU from pageable memory, one
+      // synchronous copy per weight: under --vram-limit that made the LoRA
+      // merges of the mixed batch take 11.1 s against 0.16 s uncapped (H200).
+      w.copy_(orig->second, /*non_blocking=*/true);
+      acc.copy_(w);
     }
-    // Up in the weight's own dtype, then widened on the device: a copy between
-    // host and device that also changes the dtype converts on the CPU and
-    // copies from pageable memory, one synchronous copy per weight. Under
-    // --vram-limit (originals on the host) that made a LoRA switch take
-    // seconds while sampling ran (merge 11.1 s against 0.16 s uncapped, 24 GiB
-    // cap, the mixed batch, H200).
-    torch::Tensor acc = orig->second.to(w.device(), /*non_blocking=*/true).to(torch::kFloat32, /*non_blocking=*/false,
-                                                                              /*copy=*/true);
-    // acc is a fresh contiguous copy: its [out, in*kh*kw] view takes each product in place.
+    // acc is contiguous: its [out, in*kh*kw] view takes each product in place.
     torch::Tensor acc2d = acc.view({acc.size(0), -1});
     for (const auto& [f, weight] : deltas) {
       // up [out, r(,1,1)] @ down [r, in(,kh,kw)] -> the weight's shape (LoCon convs too).

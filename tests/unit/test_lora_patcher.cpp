@@ -77,7 +77,15 @@ TEST_F(LoraPatcherTest, MergeIsBasePlusScaledProduct) {
   const torch::Tensor expect =
       before + 0.7 * f.scale * torch::mm(f.up.to(torch::kFloat32).flatten(1), f.down.to(torch::kFloat32).flatten(1)).view(w.sizes());
   EXPECT_TRUE(torch::allclose(w, expect, 1e-5, 1e-6));
+  // Bit for bit: the sum is formed in fp32 in one addmm per factor, cast back once.
+  torch::Tensor sum = before.to(torch::kFloat32, /*non_blocking=*/false, /*copy=*/true);
+  sum.view({sum.size(0), -1}).addmm_(f.up.to(torch::kFloat32).flatten(1), f.down.to(torch::kFloat32).flatten(1), 1.0,
+                                     0.7 * f.scale);
+  EXPECT_TRUE(torch::equal(w, sum.to(w.scalar_type())));
   EXPECT_FALSE(torch::equal(w, before));
+  // A second apply of the same set starts again from the kept original.
+  patcher.apply({{lora, 0.7}});
+  EXPECT_TRUE(torch::equal(w, sum.to(w.scalar_type())));
   patcher.restore_all();
   EXPECT_TRUE(torch::equal(w, before));
   EXPECT_EQ(patcher.patched_weights(), 0u);
