@@ -10,6 +10,7 @@
 #include <torch/script.h>
 
 #include <array>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <set>
@@ -23,6 +24,18 @@
 namespace sdxl {
 
 struct SdxlModel;
+
+// Where a device's LoRA originals are kept: in pinned host memory on a CUDA
+// budget (the card, or --vram-limit) under 32 GiB. The originals of the
+// weights a LoRA patches take as much memory again as those weights (an SDXL
+// LoRA of every attention and feed-forward layer patches most of the UNet's
+// 6.5 GiB), which a 12 or 16 GB card does not have beside the working memory;
+// a simulated card (--vram-limit 24GiB on a bigger one) then keeps them where
+// a real one of that size does.
+constexpr std::uint64_t kLoraOriginalsOnDeviceFrom = 32ull << 30;
+inline bool lora_originals_on_host(bool cuda, std::uint64_t budget_bytes) {
+  return cuda && budget_bytes < kLoraOriginalsOnDeviceFrom;
+}
 
 class LoraPatcher {
  public:

@@ -82,7 +82,6 @@ struct Generator::Impl {
   LoraRegistry lora_registry;
   std::vector<LoraRef> applied;
   std::vector<std::pair<std::string, std::string>> applied_hashes;
-  bool memory_limited = false;  // --vram-limit given: LoRA originals stay in host memory
   // The pipeline's streams (see encode_batch) and the lock that keeps the
   // text and decode stages (shared) off the device while the sampling stage
   // captures a CUDA graph (exclusive).
@@ -100,7 +99,12 @@ struct Generator::Impl {
 
   void ensure_lora_state() {
     if (patcher) return;
-    patcher = std::make_unique<LoraPatcher>(*model, /*originals_on_host=*/memory_limited);
+    const MemorySnapshot m = device_memory_snapshot(model->device);
+    const bool on_host = lora_originals_on_host(model->device.is_cuda(), m.limit);
+    patcher = std::make_unique<LoraPatcher>(*model, on_host);
+    if (model->device.is_cuda())
+      spdlog::info("LoRA originals in {} memory (budget {:.1f} GiB)", on_host ? "pinned host" : "device",
+                   m.limit / 1073741824.0);
     std::uint64_t budget = opts.lora_cache_bytes;
     if (budget == 0) budget = device_free_bytes(model->device) / 10 * 3;  // 30% of what the weights left free
     lora_cache = std::make_unique<LoraCache>(patcher->shapes(), model->device, budget, opts.lora_strict);
@@ -570,7 +574,6 @@ void Generator::release_cached_memory() {
 }
 void Generator::set_memory_limit(std::uint64_t bytes) {
   device_set_memory_limit(impl_->model->device, bytes);
-  impl_->memory_limited = bytes > 0;
 }
 
 }  // namespace sdxl

@@ -65,6 +65,18 @@ class LoraPatcherTest : public ::testing::Test {
 };
 SdxlModel* LoraPatcherTest::model_ = nullptr;
 
+// A 24 or 12 GB card, real or simulated with --vram-limit, keeps the originals
+// in host memory; an H200 (or a cap of 32 GiB and more) and the CPU beside the weights.
+TEST(LoraOriginals, InHostMemoryOnCudaBudgetsUnder32GiB) {
+  EXPECT_TRUE(lora_originals_on_host(true, 24ull << 30));
+  EXPECT_TRUE(lora_originals_on_host(true, 12ull << 30));
+  EXPECT_TRUE(lora_originals_on_host(true, (32ull << 30) - 1));
+  EXPECT_FALSE(lora_originals_on_host(true, 32ull << 30));
+  EXPECT_FALSE(lora_originals_on_host(true, 140ull << 30));
+  EXPECT_FALSE(lora_originals_on_host(false, 0));
+  EXPECT_FALSE(lora_originals_on_host(false, 12ull << 30));
+}
+
 TEST_F(LoraPatcherTest, MergeIsBasePlusScaledProduct) {
   LoraPatcher patcher(*model_);
   LoraCache cache(patcher.shapes(), torch::kCPU, 1ull << 30, /*strict=*/true);
