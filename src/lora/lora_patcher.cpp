@@ -28,10 +28,32 @@ std::uint64_t LoraPatcher::original_bytes() const {
   return n;
 }
 
+void LoraPatcher::keep_original(const WeightId& id, const torch::Tensor& w) {
+  torch::Tensor keep;
+  if (originals_on_host_) {
+    keep = torch::empty(w.sizes(), w.options().device(torch::kCPU).pinned_memory(true));
+    keep.copy_(w, /*non_blocking=*/true);
+  } else {
+    keep = w.clone();
+  }
+  originals_.emplace(id, std::move(keep));
+}
+
+void LoraPatcher::keep_originals(const Applied& set) {
+  torch::NoGradGuard no_grad;
+  for (const auto& [lora, weight] : set)
+    for (const auto& f : lora->factors) {
+      const WeightId id{static_cast<int>(f.target), f.param};
+      if (originals_.count(id) || (f.target == LoraTarget::kUnet && compiled_in_ && compiled_in_->count(f.param)))
+        continue;  // kept already (the weight may be patched now), or apply() refuses it
+      keep_original(id, params_[id.first].at(id.second));  // not kept: the weight is its original
+    }
+}
+
 void LoraPatcher::apply(const Applied& set) {
   torch::NoGradGuard no_grad;
   // Deltas per weight, in the order the set lists them.
-  std::map<std::pair<int, std::string>, std::vector<std::pair<const LoraFactor*, double>>> touched;
+  std::map<WeightId, std::vector<std::pair<const LoraFactor*, double>>> touched;
   for (const auto& [lora, weight] : set)
     for (const auto& f : lora->factors) {
       if (f.target == LoraTarget::kUnet && compiled_in_ && compiled_in_->count(f.param))
@@ -68,14 +90,7 @@ void LoraPatcher::apply(const Applied& set) {
     torch::Tensor acc = scratch.narrow(0, 0, w.numel()).view(w.sizes());
     auto orig = originals_.find(id);
     if (orig == originals_.end()) {  // first touch: w is the original
-      torch::Tensor keep;
-      if (originals_on_host_) {
-        keep = torch::empty(w.sizes(), w.options().device(torch::kCPU).pinned_memory(true));
-        keep.copy_(w, /*non_blocking=*/true);  // queued before the w.copy_ below, on the same stream
-      } else {
-        keep = w.clone();
-      }
-      originals_.emplace(id, std::move(keep));
+      keep_original(id, w);          // queued before the w.copy_ below, on the same stream
       acc.copy_(w);
     } else if (orig->second.device() == w.device()) {
       acc.copy_(orig->second);

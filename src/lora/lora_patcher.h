@@ -50,13 +50,22 @@ class LoraPatcher {
   using Applied = std::vector<std::pair<std::shared_ptr<const LoadedLora>, double>>;  // LoRA, weight
   void apply(const Applied& set);
   void restore_all() { apply({}); }
+  // Keeps the originals of the weights `set` patches that are not kept yet,
+  // with the copies queued on the current stream, so that apply(set) finds
+  // them: a set's first use pins host memory and copies ahead of its merge
+  // (e.g. while the device still samples the batch before). The weights do
+  // not change; apply() drops what the set it applies does not patch.
+  void keep_originals(const Applied& set);
 
   std::size_t patched_weights() const { return originals_.size(); }
   std::uint64_t original_bytes() const;
 
  private:
+  using WeightId = std::pair<int, std::string>;  // LoraTarget, parameter name
+  void keep_original(const WeightId& id, const torch::Tensor& w);
+
   std::array<std::map<std::string, torch::Tensor>, 3> params_;
-  std::map<std::pair<int, std::string>, torch::Tensor> originals_;
+  std::map<WeightId, torch::Tensor> originals_;
   bool originals_on_host_ = false;
   const std::set<std::string>* compiled_in_ = nullptr;  // SdxlModel::unet_params_compiled_in
 };

@@ -280,7 +280,12 @@ void Generator::prefetch_loras(const std::vector<GenerationParams>& ps) {
   for (const auto& r : im.applied) keep.push_back(lora_cache_key(r.path));
   for (const auto& r : loras) keep.push_back(lora_cache_key(r.path));
   translate_device_errors(nullptr, [&] {
-    for (const auto& r : loras) im.lora_cache->get(r, keep);
+    LoraPatcher::Applied set;
+    for (const auto& r : loras) set.emplace_back(im.lora_cache->get(r, keep), r.weight);
+    // A set's first use pins host memory and copies the originals, ahead too
+    // (device copies like the merge's: not while a CUDA graph is being captured).
+    std::shared_lock device_lock(im.device_mu);
+    im.patcher->keep_originals(set);
     return 0;
   });
   im.publish_lora_stats();

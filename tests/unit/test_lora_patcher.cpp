@@ -132,6 +132,40 @@ TEST_F(LoraPatcherTest, ThousandRandomSwitchesLeaveBaseWeightsBitIdentical) {
   EXPECT_EQ(cache.stats().misses, names.size());
 }
 
+// Keeping a set's originals ahead (while the batch before still samples)
+// changes no weight, and the merge that follows is the one without it; a set
+// kept ahead but never applied leaves nothing behind.
+TEST_F(LoraPatcherTest, OriginalsKeptAheadChangeNothing) {
+  const std::string base = checksum();
+  LoraCache cache(LoraPatcher(*model_).shapes(), torch::kCPU, 1ull << 30, /*strict=*/true);
+  const LoraPatcher::Applied a = {{cache.get(ref("kohya_unet")), 0.8}, {cache.get(ref("kohya_te")), 0.5}};
+  const LoraPatcher::Applied b = {{cache.get(ref("locon")), 1.2}};
+  std::string merged_a, merged_b;
+  {
+    LoraPatcher plain(*model_);
+    plain.apply(a);
+    merged_a = checksum();
+    plain.apply(b);
+    merged_b = checksum();
+    plain.restore_all();
+  }
+  ASSERT_EQ(checksum(), base);
+  LoraPatcher ahead(*model_);
+  ahead.keep_originals(a);
+  EXPECT_EQ(checksum(), base);
+  EXPECT_GT(ahead.patched_weights(), 0u);
+  ahead.apply(a);
+  EXPECT_EQ(checksum(), merged_a);
+  ahead.keep_originals(b);  // beside a set applied now: b's weights that a patched stay kept as they were
+  EXPECT_EQ(checksum(), merged_a);
+  ahead.apply(b);
+  EXPECT_EQ(checksum(), merged_b);
+  ahead.keep_originals(a);  // kept for a set that does not come
+  ahead.restore_all();
+  EXPECT_EQ(ahead.patched_weights(), 0u);
+  EXPECT_EQ(checksum(), base);
+}
+
 TEST_F(LoraPatcherTest, CacheEvictsLeastRecentlyUsedButNeverPinned) {
   LoraPatcher patcher(*model_);
   LoraCache probe(patcher.shapes(), torch::kCPU, 1ull << 30, true);
