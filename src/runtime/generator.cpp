@@ -282,9 +282,10 @@ void Generator::prefetch_loras(const std::vector<GenerationParams>& ps) {
   translate_device_errors(nullptr, [&] {
     LoraPatcher::Applied set;
     for (const auto& r : loras) set.emplace_back(im.lora_cache->get(r, keep), r.weight);
-    // A set's first use pins host memory and copies the originals, ahead too
-    // (device copies like the merge's: not while a CUDA graph is being captured).
-    std::shared_lock device_lock(im.device_mu);
+    // A set's first use pins host memory and copies the originals, ahead too.
+    // Like the uploads above it runs beside a capture (thread-local, on
+    // another stream) instead of holding device_mu for the seconds that
+    // pinning takes, which would hold the capture and the device up.
     im.patcher->keep_originals(set);
     return 0;
   });
