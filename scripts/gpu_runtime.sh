@@ -18,7 +18,8 @@
 #                                               # defaults, serial vs runtime b1/b4, b4 under 24 / 12 GiB,
 #                                               # two runs at a time; PNGs across caps; idle gaps
 #   OUT=DIR bash scripts/gpu_runtime.sh capmerge  # 2-GPU machine: the mixed batch at b4 under 24 and 12 GiB,
-#                                               # info logs (each LoRA switch's merge), peak vs cap
+#                                               # info logs (each LoRA switch's merge), peak vs cap; then
+#                                               # uncapped, PNGs compared
 #   OUT=DIR bash scripts/gpu_runtime.sh wscap   # 2-GPU machine: the mixed batch at b1 uncapped and under
 #                                               # 12 GiB, without and with a cuDNN workspace cap (WSCAP MiB)
 #   OUT=DIR bash scripts/gpu_runtime.sh alloc   # the mixed batch at b4, uncapped / 24 / 12 GiB, default
@@ -370,15 +371,18 @@ elif [ "$MODE" = capmerge ]; then
   # Issue 6 under the caps alone (a 2-GPU machine, one run per GPU): the mixed
   # batch at --max-batch 4 under 24 and 12 GiB, logged at info level, so each
   # LoRA switch's load and merge seconds show; peak reserved against the cap;
-  # the PNGs of the two caps compared.
+  # then the same batch uncapped (LoRA originals on the device): are the 24 GiB
+  # run's PNGs the same (merges from host and device originals alike)?
   need_loras
   mkbatch "$WORK/mixed.json" 16 16 "$WORK/loras"
   export RUN_LOG_LEVEL=info
   GPU=0 run cap12-b4 "$WORK/mixed.json" --max-batch 4 --vram-limit 12GiB &
   GPU=1 run cap24-b4 "$WORK/mixed.json" --max-batch 4 --vram-limit 24GiB &
   wait
-  compare cap24-b4 cap12-b4
-  for n in cap24-b4 cap12-b4; do
+  GPU=0 run runtime-b4 "$WORK/mixed.json" --max-batch 4
+  compare runtime-b4 cap24-b4
+  compare runtime-b4 cap12-b4
+  for n in runtime-b4 cap24-b4 cap12-b4; do
     grep -h "LoRA set" "$WORK/$n.log" | sed "s/^/$n: /" | tee -a "$OUT/summary.txt"
     python3 - "$WORK/$n/report.json" "$n" <<'PY' | tee -a "$OUT/summary.txt"
 import json, sys
