@@ -128,11 +128,16 @@ sample_steady() {
   python3 scripts/steady_sampling.py "$WORK"/*/report.json | tee -a "$OUT/summary.txt" || true
 }
 
+# The runs' warnings and errors, counted.
+log_warnings() {
+  grep -h "warn\|error" "$WORK"/*.log | sort | uniq -c | sort -rn | head -20 | tee -a "$OUT/summary.txt"
+}
+
 # The closing figures of a mode: steady sampling, per-device stages, the logs' warnings.
 wrap_up() {
   sample_steady
   stage_summary
-  grep -h "warn\|error" "$WORK"/*.log | sort | uniq -c | sort -rn | head -20 | tee -a "$OUT/summary.txt"
+  log_warnings
 }
 
 # vs_serial RUN...: each run's images/hour against the serial run's ($WORK/NAME/report.json).
@@ -189,7 +194,7 @@ if [ "$MODE" = check ]; then
   run four-b4 "$WORK/four.json" --max-batch 4
   compare four-b1 four-b4
   run four-b4-12g "$WORK/four.json" --max-batch 4 --vram-limit 12GiB
-  grep -h "warn\|error" "$WORK"/*.log | sort | uniq -c | sort -rn | head -20 | tee -a "$OUT/summary.txt"
+  log_warnings
 elif [ "$MODE" = caps ]; then  # the mixed batch's serial baseline, the capped runs and the LoRA bench only
   need_loras
   mkbatch "$WORK/mixed.json" 16 16 "$WORK/loras"
@@ -266,8 +271,7 @@ print(f"runtime vs serial: {o['images_per_hour']:.0f} / {s['images_per_hour']:.0
 print(f"scaling: {a['images_per_hour']:.0f} images/hour on 1 GPU, {b['images_per_hour']:.0f} on 2 GPUs = "
       f"{b['images_per_hour'] / a['images_per_hour']:.2f}x (load {a['load_s']:.1f} s / {b['load_s']:.1f} s, not counted)")
 PY
-  stage_summary
-  grep -h "warn\|error" "$WORK"/*.log | sort | uniq -c | sort -rn | head -20 | tee -a "$OUT/summary.txt"
+  wrap_up
 elif [ "$MODE" = scale ]; then
   need_loras
   mkbatch "$WORK/mixed.json" 16 16 "$WORK/loras"
@@ -320,8 +324,7 @@ PY
   wait
   compare serial runtime-b1
   vs_serial runtime-b1 runtime-b4 runtime-b4-24g
-  stage_summary
-  grep -h "warn\|error" "$WORK"/*.log | sort | uniq -c | sort -rn | head -20 | tee -a "$OUT/summary.txt"
+  wrap_up
 elif [ "$MODE" = single ]; then
   # One H200: where the UNet's time goes, then the mixed batch serial vs the
   # runtime at batch 1 and 4 (each run alone on the GPU), then 64 images of
@@ -436,8 +439,7 @@ elif [ "$MODE" = alloc ]; then
     done
   done
   for cap in "${caps[@]}"; do compare "alloc-default-$cap" "alloc-expandable-$cap"; done
-  stage_summary
-  grep -h "warn\|error" "$WORK"/*.log | sort | uniq -c | sort -rn | head -20 | tee -a "$OUT/summary.txt"
+  wrap_up
 elif [ "$MODE" = trace ]; then
   # Per-step timing of the first batches of two shapes (SDXL_TRACE_STEPS=1:
   # a sync around every UNet call), with and without CUDA graphs; then the
@@ -475,5 +477,5 @@ print(f"scaling: {a['images_per_hour']:.0f} images/hour on 1 GPU, {b['images_per
 PY
   stage_summary
 else
-  echo "mode: check | mixed | caps | pipeline | multi | order | x2 | scale | single | trace | alloc" >&2; exit 2
+  echo "mode: check | mixed | caps | pipeline | multi | order | x2 | scale | single | trace | defaults | capmerge | wscap | alloc" >&2; exit 2
 fi

@@ -28,6 +28,10 @@ std::uint64_t LoraPatcher::original_bytes() const {
   return n;
 }
 
+bool LoraPatcher::compiled_in(const LoraFactor& f) const {
+  return f.target == LoraTarget::kUnet && compiled_in_ && compiled_in_->count(f.param);
+}
+
 void LoraPatcher::keep_original(const WeightId& id, const torch::Tensor& w) {
   torch::Tensor keep;
   if (originals_on_host_) {
@@ -44,7 +48,7 @@ void LoraPatcher::keep_originals(const Applied& set) {
   for (const auto& [lora, weight] : set)
     for (const auto& f : lora->factors) {
       const WeightId id{static_cast<int>(f.target), f.param};
-      if (originals_.count(id) || (f.target == LoraTarget::kUnet && compiled_in_ && compiled_in_->count(f.param)))
+      if (originals_.count(id) || compiled_in(f))
         continue;  // kept already (the weight may be patched now), or apply() refuses it
       keep_original(id, params_[id.first].at(id.second));  // not kept: the weight is its original
     }
@@ -56,7 +60,7 @@ void LoraPatcher::apply(const Applied& set) {
   std::map<WeightId, std::vector<std::pair<const LoraFactor*, double>>> touched;
   for (const auto& [lora, weight] : set)
     for (const auto& f : lora->factors) {
-      if (f.target == LoraTarget::kUnet && compiled_in_ && compiled_in_->count(f.param))
+      if (compiled_in(f))
         throw UsageError("LoRA '" + lora->name + "' patches the UNet's '" + f.param +
                          "', which unet.pt2 compiled into its code (--unet-backend aoti cannot change it); "
                          "use --unet-backend torchscript for this LoRA");

@@ -39,9 +39,9 @@ inline bool lora_originals_on_host(bool cuda, std::uint64_t budget_bytes) {
 
 class LoraPatcher {
  public:
-  // originals_on_host: keep the originals in (pinned) host memory instead of
-  // on the device -- for tight budgets (--vram-limit); restoring then copies
-  // them back over PCIe.
+  // originals_on_host: keep the originals in pinned host memory instead of
+  // on the device (see lora_originals_on_host; ignored off CUDA); merging and
+  // restoring then copy them up over PCIe.
   explicit LoraPatcher(SdxlModel& model, bool originals_on_host = false);
 
   // Parameter name -> shape of the three patchable modules (for key mapping).
@@ -63,6 +63,8 @@ class LoraPatcher {
  private:
   using WeightId = std::pair<int, std::string>;  // LoraTarget, parameter name
   void keep_original(const WeightId& id, const torch::Tensor& w);
+  // Whether `f` patches a UNet weight that unet.pt2 compiled into its code.
+  bool compiled_in(const LoraFactor& f) const;
 
   std::array<std::map<std::string, torch::Tensor>, 3> params_;
   std::map<WeightId, torch::Tensor> originals_;
