@@ -33,8 +33,10 @@ def _fold_kohya_alpha(raw: dict) -> dict:
 
 
 @torch.no_grad()
-def fuse_lora_files(pipe, specs: list[tuple[str, float]]) -> dict:
-    """Fuses each (file, weight) into pipe's text encoders and UNet, in place. Returns counts per module."""
+def fuse_lora_files(pipe, specs: list[tuple[str, float]], originals: dict | None = None) -> dict:
+    """Fuses each (file, weight) into pipe's text encoders and UNet, in place. Returns counts per module.
+    originals: when given, each weight's value before its first fuse is kept there (a copy, keyed by the
+    weight tensor's id), so restore_originals can undo the fuses exactly."""
     from diffusers import StableDiffusionXLPipeline
     from diffusers.utils.state_dict_utils import (convert_state_dict_to_diffusers, convert_state_dict_to_peft,
                                                   convert_unet_state_dict_to_peft)
@@ -70,9 +72,19 @@ def fuse_lora_files(pipe, specs: list[tuple[str, float]]) -> dict:
                 mod_path = k[: -len(".lora_A.weight")]
                 b = part[mod_path + ".lora_B.weight"]
                 w = module.get_submodule(mod_path).weight
-                delta = (b.float().flatten(1) @ a.float().flatten(1)).view(w.shape)
+                if originals is not None and id(w) not in originals:
+                    originals[id(w)] = (w, w.detach().clone())
+                delta = (b.to(w.device).float().flatten(1) @ a.to(w.device).float().flatten(1)).view(w.shape)
                 w.copy_((w.float() + weight * delta).to(w.dtype))
                 counts[prefix] = counts.get(prefix, 0) + 1
         if used != set(sd):
             raise RuntimeError(f"{path}: keys for no module: {sorted(set(sd) - used)[:5]}")
     return counts
+
+
+@torch.no_grad()
+def restore_originals(originals: dict) -> None:
+    """Puts back every weight fuse_lora_files(..., originals=) kept, bit for bit, and empties originals."""
+    for w, saved in originals.values():
+        w.copy_(saved)
+    originals.clear()
