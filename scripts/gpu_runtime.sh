@@ -20,6 +20,10 @@
 #   OUT=DIR bash scripts/gpu_runtime.sh capmerge  # 2-GPU machine: the mixed batch at b4 under 24 and 12 GiB,
 #                                               # info logs (each LoRA switch's merge), peak vs cap; then
 #                                               # uncapped, PNGs compared
+#   OUT=DIR bash scripts/gpu_runtime.sh loop    # 2-GPU machine: the mixed batch by the for-loop a user would
+#                                               # write with diffusers (scripts/diffusers_loop.py) beside
+#                                               # sdxl-batch serial, then the runtime at b1 and b4, and at
+#                                               # b4 under 24 and 12 GiB
 #   OUT=DIR bash scripts/gpu_runtime.sh wscap   # 2-GPU machine: the mixed batch at b1 uncapped and under
 #                                               # 12 GiB, without and with a cuDNN workspace cap (WSCAP MiB)
 #   OUT=DIR bash scripts/gpu_runtime.sh alloc   # the mixed batch at b4, uncapped / 24 / 12 GiB, default
@@ -44,6 +48,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE=${1:-check}
+if [ "$MODE" = loop ]; then  # diffusers needs the export's diffusers copy: export again if a warm machine lacks it
+  export SDXL_SAVE_DIFFUSERS=1
+  [ -f "${WORK:-/tmp/sdxl-gpu}/full-diffusers/model_index.json" ] || rm -f "${WORK:-/tmp/sdxl-gpu}/${SDXL_MODEL_NAME:-full}/model.json"
+fi
 source scripts/gpu_prepare.sh
 
 busy_start() { nvidia-smi ${GPU:+-i $GPU} --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 > "$1" 2>/dev/null & echo $!; }
@@ -130,7 +138,7 @@ sample_steady() {
 
 # The runs' warnings and errors, counted.
 log_warnings() {
-  grep -h "warn\|error" "$WORK"/*.log | sort | uniq -c | sort -rn | head -20 | tee -a "$OUT/summary.txt"
+  { grep -h "warn\|error" "$WORK"/*.log || true; } | sort | uniq -c | sort -rn | head -20 | tee -a "$OUT/summary.txt"
 }
 
 # The closing figures of a mode: steady sampling, per-device stages, the logs' warnings.
@@ -396,6 +404,53 @@ print(f"{sys.argv[2]}: peak reserved {m['peak_reserved_bytes']} of limit {m['lim
 PY
   done
   wrap_up
+elif [ "$MODE" = loop ]; then
+  # Issue 6's "users report +50% from a queue": what they would run otherwise is
+  # a for-loop over diffusers' pipeline (scripts/diffusers_loop.py: file order,
+  # one image per call, LoRA sets fused when they change, the same seeds,
+  # prompts and sampler). It runs on GPU 1 beside sdxl-batch's serial run on
+  # GPU 0; then the runtime at batch 1 and 4, and at 4 under 24 and 12 GiB. images/hour
+  # of each against the loop's, and the loop's PNGs against sdxl-batch's.
+  need_loras
+  mkbatch "$WORK/mixed.json" 16 16 "$WORK/loras"
+  GPU=0 run serial "$WORK/mixed.json" --order file --max-batch 1 --no-cuda-graphs --no-overlap --writer-threads 1 &
+  (
+    rm -rf "$WORK/loop"
+    upid=$(GPU=1 busy_start "$WORK/loop.util")
+    CUDA_VISIBLE_DEVICES=1 timeout "${RUN_TIMEOUT:-400}" python3 scripts/diffusers_loop.py --diffusers "$WORK/full-diffusers" \
+      --model "$MODEL" --batch "$WORK/mixed.json" --out "$WORK/loop" > "$WORK/loop.log" 2>&1 || echo "loop: exit $?" | tee -a "$OUT/summary.txt"
+    kill "$upid" 2>/dev/null || true
+    cp "$WORK/loop/report.json" "$OUT/report-loop.json" 2>/dev/null || true
+  ) &
+  wait
+  GPU=0 run runtime-b4 "$WORK/mixed.json" --max-batch 4 &
+  GPU=1 run cap24-b4 "$WORK/mixed.json" --max-batch 4 --vram-limit 24GiB &
+  wait
+  GPU=0 run runtime-b1 "$WORK/mixed.json" --max-batch 1 &
+  GPU=1 run cap12-b4 "$WORK/mixed.json" --max-batch 4 --vram-limit 12GiB &
+  wait
+  compare serial loop
+  compare runtime-b4 loop
+  python3 - "$WORK" "$WORK/loop.util" <<'PY' | tee -a "$OUT/summary.txt" || true
+import json, os, sys
+work = sys.argv[1]
+u = [float(x) for x in open(sys.argv[2]).read().split() if x.strip().replace('.', '', 1).isdigit()]
+loop = json.load(open(os.path.join(work, "loop", "report.json")))
+print(f"diffusers loop: {loop['images']} images in {loop['run_s']:.1f} s (+load {loop['load_s']:.1f} s) = "
+      f"{loop['images_per_hour']:.0f} images/hour; LoRA restore+fuse {loop['lora_s']:.2f} s over {loop['lora_switches']} switches; "
+      f"GPU busy {sum(1 for x in u if x > 0) / max(1, len(u)):.0%}; peak allocated {loop.get('peak_allocated_bytes', 0) / 2**30:.2f} GiB, "
+      f"reserved {loop.get('peak_reserved_bytes', 0) / 2**30:.2f} GiB")
+# A lower bound of the loop's cost: its time with the LoRA restores and fuses taken out.
+bare = 3600.0 * loop["images"] / (loop["run_s"] - loop["lora_s"])
+print(f"diffusers loop without its LoRA switching: {bare:.0f} images/hour")
+for name in ("serial", "runtime-b1", "runtime-b4", "cap24-b4", "cap12-b4"):
+    r = json.load(open(os.path.join(work, name, "report.json")))
+    print(f"{name} vs diffusers loop: {r['images_per_hour']:.0f} / {loop['images_per_hour']:.0f} = "
+          f"{r['images_per_hour'] / loop['images_per_hour']:.2f}x; vs the loop without LoRA switching "
+          f"{r['images_per_hour'] / bare:.2f}x")
+PY
+  vs_serial runtime-b1 runtime-b4 cap24-b4 cap12-b4
+  wrap_up
 elif [ "$MODE" = wscap ]; then
   # Under --vram-limit 12GiB the mixed batch's images stopped matching the
   # uncapped ones once the LoRA cache had grown (call 1 of 2026-11-30, sixth
@@ -477,5 +532,5 @@ print(f"scaling: {a['images_per_hour']:.0f} images/hour on 1 GPU, {b['images_per
 PY
   stage_summary
 else
-  echo "mode: check | mixed | caps | pipeline | multi | order | x2 | scale | single | trace | defaults | capmerge | wscap | alloc" >&2; exit 2
+  echo "mode: check | mixed | caps | pipeline | multi | order | x2 | scale | single | trace | defaults | capmerge | loop | wscap | alloc" >&2; exit 2
 fi

@@ -16,6 +16,8 @@ import sys
 
 def steady_lines(path: str) -> list[str]:
     r = json.load(open(path))
+    if "batches" not in r:  # not an sdxl-batch report (e.g. diffusers_loop.py's)
+        return []
     name = os.path.basename(os.path.dirname(os.path.abspath(path)))
     lines = []
     for dev in sorted({b.get("device", "") for b in r["batches"]}):
@@ -43,7 +45,9 @@ def main() -> int:
         print(__doc__, file=sys.stderr)
         return 2
     for p in sys.argv[1:]:
-        print("\n".join(steady_lines(p)))
+        lines = steady_lines(p)
+        if lines:
+            print("\n".join(lines))
     return 0
 
 
