@@ -74,10 +74,14 @@ def plan(batch_path: Path, model_defaults: dict) -> list[dict]:
     base = batch_path.parent
     registry = {name: (base / e["path"]) for name, e in batch.get("loras", {}).items()}
     defaults = batch.get("defaults", {})
+    if not batch.get("tasks"):
+        raise ValueError("no \"tasks\"")
     images = []
     for n, task in enumerate(batch["tasks"]):
         tid = task.get("id", f"#{n}")
         where = f"task '{tid}' (tasks[{n}])"
+        if "prompt" not in task:
+            raise ValueError(f"{where}: no 'prompt'")
         for key in UNSUPPORTED:
             if key in task or key in defaults:
                 raise ValueError(f"{where}: '{key}' is not covered by this loop (txt2img only)")
@@ -91,6 +95,8 @@ def plan(batch_path: Path, model_defaults: dict) -> list[dict]:
         text, tags = split_tags(task["prompt"])
         loras = []
         for e in task.get("loras", defaults.get("loras", [])) + [{"name": t, "weight": w} for t, w in tags]:
+            if "path" not in e and "name" not in e:
+                raise ValueError(f"{where}: a LoRA entry has neither 'name' nor 'path'")
             if "path" in e:
                 path = base / e["path"]
             elif e["name"] in registry:
@@ -126,8 +132,11 @@ def main() -> int:
         model_defaults = json.loads((Path(a.model) / "model.json").read_text()).get("defaults", {})
     try:
         images = plan(Path(a.batch), model_defaults)
-    except (ValueError, KeyError, json.JSONDecodeError) as e:
+    except (ValueError, json.JSONDecodeError) as e:
         print(f"error: {a.batch}: {e}", file=sys.stderr)
+        return 2
+    except KeyError as e:  # a required field (tasks, a task's prompt, a LoRA entry's name or path)
+        print(f"error: {a.batch}: missing field {e}", file=sys.stderr)
         return 2
     cuda = a.device.startswith("cuda")
     if cuda and not torch.cuda.is_available():
