@@ -1,4 +1,4 @@
-#include "sdxl/generation_params.h"
+#include "batch/generation_params.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -8,8 +8,8 @@
 #include <cctype>
 #include <filesystem>
 
-#include "sdxl/error.h"
-#include "sdxl/sampler_plan.h"
+#include "core/error.h"
+#include "sampling/sampler_plan.h"
 
 namespace sdxl {
 namespace {

@@ -1,4 +1,4 @@
-#include "sdxl/manifest.h"
+#include "batch/manifest.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "sdxl/error.h"
+#include "core/error.h"
 
 namespace sdxl {
 namespace {

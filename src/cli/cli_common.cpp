@@ -6,7 +6,8 @@
 
 #include <cstdio>
 
-#include "sdxl/batch_file.h"
+#include "batch/batch_file.h"
+#include "core/units.h"
 
 namespace sdxl::cli {
 

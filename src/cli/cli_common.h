@@ -5,7 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
-#include "sdxl/generator.h"
+#include "pipeline/generator.h"
 
 namespace sdxl::cli {
 

@@ -6,11 +6,11 @@
 
 #include "cli/cli_common.h"
 #include "cli/commands.h"
-#include "sdxl/atomic_file.h"
-#include "sdxl/error.h"
-#include "sdxl/npy.h"
-#include "sdxl/png_reader.h"
-#include "sdxl/png_writer.h"
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "core/npy.h"
+#include "image/png_reader.h"
+#include "image/png_writer.h"
 
 namespace sdxl::cli {
 

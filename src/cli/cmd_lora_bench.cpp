@@ -10,8 +10,8 @@
 
 #include "cli/cli_common.h"
 #include "cli/commands.h"
-#include "sdxl/atomic_file.h"
-#include "sdxl/error.h"
+#include "core/atomic_file.h"
+#include "core/error.h"
 
 namespace sdxl::cli {
 

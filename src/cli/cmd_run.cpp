@@ -16,11 +16,13 @@
 
 #include "cli/cli_common.h"
 #include "cli/commands.h"
-#include "sdxl/batch_file.h"
-#include "sdxl/batch_runner.h"
-#include "sdxl/error.h"
-#include "sdxl/run_lock.h"
+#include "batch/batch_file.h"
+#include "scheduler/generator_lane.h"
+#include "scheduler/run_batch.h"
+#include "core/error.h"
+#include "core/run_lock.h"
 #include "cli/progress.h"
+#include "core/units.h"
 
 namespace sdxl::cli {
 
@@ -302,58 +304,21 @@ int run_run(const RunArgs& a) {
   o.allocator = [] { return cuda_allocator_settings(); };  // set by the first CUDA generator
   // One lane per device, each with its own model copy, loaded on the lane's
   // thread when there is an image left to make (several GPUs load at once).
-  struct LaneModel {
-    std::string device;
-    std::unique_ptr<Generator> gen;
-    std::atomic<Generator*> ready{nullptr};
-  };
-  const std::vector<std::string> device_names = resolve_devices(a.devices, model_opts.runtime.device);
-  std::vector<std::unique_ptr<LaneModel>> models;
-  std::vector<DeviceLane> lanes;
-  for (const std::string& dev : device_names) {
-    models.push_back(std::make_unique<LaneModel>());
-    LaneModel& lm = *models.back();
-    lm.device = dev;
-    DeviceLane lane;
-    lane.name = dev;
-    lane.start = [&lm, &model_dir, &model_opts, &batch, vram_limit] {
-      RuntimeOptions ro = model_opts.runtime;
-      ro.device = lm.device;
-      lm.gen = std::make_unique<Generator>(model_dir, ro);
-      lm.gen->set_lora_registry(batch.lora_registry);
-      if (vram_limit > 0) {
-        lm.gen->set_memory_limit(vram_limit);
-        spdlog::info("{}: device memory budget {} (--vram-limit)", lm.device, format_bytes(vram_limit));
-      }
-      lm.ready = lm.gen.get();
-    };
-    lane.device_name = [&lm] { return lm.ready ? lm.ready.load()->device_name() : std::string(); };
-    lane.load_seconds = [&lm] { return lm.ready ? lm.ready.load()->load_seconds() : 0.0; };
-    lane.lora_stats = [&lm] { return lm.ready ? lm.ready.load()->lora_stats() : LoraStats{}; };
-    lane.engine_counters = [&lm] {
-      return lm.ready ? lm.ready.load()->engine_counters() : std::map<std::string, double>{};
-    };
-    lane.device.memory = [&lm] { return lm.gen->memory(); };
-    lane.device.reset_peak = [&lm] { lm.gen->reset_peak_memory(); };
-    lane.device.release_cached = [&lm] { lm.gen->release_cached_memory(); };
-    lane.stages.prefetch = [&lm](const std::vector<GenerationParams>& ps) { lm.gen->prefetch_loras(ps); };
-    lane.stages.encode = [&lm](const std::vector<GenerationParams>& ps) -> StageHandle { return lm.gen->encode_batch(ps); };
-    lane.stages.sample = [&lm](const StageHandle& h, const StepHook& hook) -> StageHandle {
-      return lm.gen->sample_batch(std::static_pointer_cast<EncodedBatch>(h), hook);
-    };
-    lane.stages.decode = [&lm](const StageHandle& h) {
-      return lm.gen->decode_batch(std::static_pointer_cast<SampledBatch>(h));
-    };
-    lanes.push_back(std::move(lane));
+  std::vector<std::unique_ptr<GeneratorLane>> lanes;
+  std::vector<DeviceLane*> lane_ptrs;
+  for (const std::string& dev : resolve_devices(a.devices, model_opts.runtime.device)) {
+    RuntimeOptions ro = model_opts.runtime;
+    ro.device = dev;
+    lanes.push_back(std::make_unique<GeneratorLane>(model_dir, ro, batch.lora_registry, vram_limit));
+    lane_ptrs.push_back(lanes.back().get());
   }
   if (lanes.size() > 1) spdlog::info("{} devices: {}", lanes.size(), a.devices);
   Progress progress(!a.no_progress && Progress::stderr_is_terminal(), a.progress_interval);
   o.on_progress = [&](const ProgressInfo& info) { progress.update(info); };
   o.status_extra = [&]() -> std::string {
     std::uint64_t hits = 0, misses = 0;
-    for (const auto& lm : models) {
-      if (!lm->ready) continue;
-      const LoraStats ls = lm->ready.load()->lora_stats();
+    for (const auto& lane : lanes) {
+      const LoraStats ls = lane->lora_stats();
       hits += ls.hits;
       misses += ls.misses;
     }
@@ -365,7 +330,7 @@ int run_run(const RunArgs& a) {
   spdlog::info("batch {}: {} task(s) -> {}", batch_path.string(), batch.tasks.size(), out_dir.string());
   RunResult r;
   try {
-    r = run_batch(batch, o, std::move(lanes));
+    r = run_batch(batch, o, lane_ptrs);
   } catch (...) {
     progress.finish();
     save_estimates(estimator, estimates_path);

@@ -7,9 +7,9 @@
 #include <sstream>
 
 #include "cli/commands.h"
-#include "sdxl/clip_tokenizer.h"
-#include "sdxl/model_config.h"
-#include "sdxl/prompt_chunks.h"
+#include "text/clip_tokenizer.h"
+#include "model/model_config.h"
+#include "text/prompt_chunks.h"
 
 namespace sdxl::cli {
 

@@ -4,8 +4,8 @@
 #include <iostream>
 
 #include "cli/commands.h"
-#include "sdxl/batch_file.h"
-#include "sdxl/error.h"
+#include "batch/batch_file.h"
+#include "core/error.h"
 
 namespace sdxl::cli {
 

@@ -6,8 +6,8 @@
 
 #include "cli/cli_common.h"
 #include "cli/commands.h"
-#include "sdxl/error.h"
-#include "sdxl/generation_params.h"
+#include "core/error.h"
+#include "batch/generation_params.h"
 
 int main(int argc, char** argv) {
   using sdxl::ExitCode;

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "sdxl/batch_runner.h"
+#include "scheduler/run_batch.h"
 
 namespace sdxl::cli {
 

@@ -1,4 +1,4 @@
-#include "sdxl/png_reader.h"
+#include "image/png_reader.h"
 
 // stb_image is header-only; its implementation lives in this file alone, PNG only.
 #define STB_IMAGE_IMPLEMENTATION
@@ -25,7 +25,7 @@
 #include <iterator>
 #include <memory>
 
-#include "sdxl/error.h"
+#include "core/error.h"
 
 namespace sdxl {
 namespace {

@@ -1,4 +1,4 @@
-#include "sdxl/png_writer.h"
+#include "image/png_writer.h"
 
 #include <zlib.h>
 
@@ -6,8 +6,8 @@
 #include <fstream>
 #include <iterator>
 
-#include "sdxl/atomic_file.h"
-#include "sdxl/error.h"
+#include "core/atomic_file.h"
+#include "core/error.h"
 
 // stb_image_write is header-only; its implementation lives in this file alone.
 #define STB_IMAGE_WRITE_IMPLEMENTATION

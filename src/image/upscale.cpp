@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "sdxl/error.h"
+#include "core/error.h"
 
 namespace sdxl {
 

@@ -5,8 +5,8 @@
 
 #include <algorithm>
 
-#include "runtime/device.h"
-#include "sdxl/error.h"
+#include "device/device.h"
+#include "core/error.h"
 
 namespace sdxl {
 

@@ -2,7 +2,7 @@
 
 #include <torch/script.h>
 
-#include "sdxl/error.h"
+#include "core/error.h"
 
 namespace sdxl {
 

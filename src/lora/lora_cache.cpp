@@ -9,9 +9,9 @@
 #include <future>
 #include <mutex>
 
-#include "runtime/device.h"
-#include "sdxl/error.h"
-#include "sdxl/safetensors.h"
+#include "device/device.h"
+#include "core/error.h"
+#include "lora/safetensors.h"
 
 namespace sdxl {
 namespace {

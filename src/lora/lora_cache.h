@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "lora/lora_keys.h"
-#include "sdxl/lora.h"
+#include "lora/lora.h"
 
 namespace sdxl {
 

@@ -5,7 +5,7 @@
 #include <optional>
 #include <set>
 
-#include "sdxl/error.h"
+#include "core/error.h"
 
 namespace sdxl {
 namespace {

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "sdxl/safetensors.h"
+#include "lora/safetensors.h"
 
 namespace sdxl {
 

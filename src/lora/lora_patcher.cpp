@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "model/sdxl_model.h"
-#include "sdxl/error.h"
+#include "core/error.h"
 
 namespace sdxl {
 

@@ -2,8 +2,8 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "sdxl/error.h"
-#include "sdxl/lora.h"
+#include "core/error.h"
+#include "lora/lora.h"
 
 namespace sdxl {
 namespace {

@@ -1,4 +1,4 @@
-#include "sdxl/safetensors.h"
+#include "lora/safetensors.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "sdxl/error.h"
-#include "sdxl/sha256.h"
+#include "core/error.h"
+#include "core/sha256.h"
 
 namespace sdxl {
 namespace {

@@ -8,8 +8,8 @@
 #include <unordered_map>
 
 #include "model/sdxl_model.h"
-#include "runtime/device.h"
-#include "sdxl/error.h"
+#include "device/device.h"
+#include "core/error.h"
 
 namespace sdxl {
 

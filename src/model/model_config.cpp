@@ -1,10 +1,10 @@
-#include "sdxl/model_config.h"
+#include "model/model_config.h"
 
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "sdxl/error.h"
+#include "core/error.h"
 
 namespace sdxl {
 namespace {

@@ -7,8 +7,8 @@
 #include <functional>
 #include <unordered_set>
 
-#include "runtime/device.h"
-#include "sdxl/error.h"
+#include "device/device.h"
+#include "core/error.h"
 
 namespace sdxl {
 namespace {

@@ -11,9 +11,9 @@
 #include <set>
 #include <string>
 
-#include "sdxl/clip_tokenizer.h"
-#include "sdxl/error.h"
-#include "sdxl/model_config.h"
+#include "text/clip_tokenizer.h"
+#include "core/error.h"
+#include "model/model_config.h"
 
 namespace sdxl {
 

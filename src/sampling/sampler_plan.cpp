@@ -1,12 +1,12 @@
-#include "sdxl/sampler_plan.h"
+#include "sampling/sampler_plan.h"
 
 #include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <string>
 
-#include "sdxl/error.h"
-#include "sdxl/schedule.h"
+#include "core/error.h"
+#include "sampling/schedule.h"
 
 namespace sdxl {
 namespace {

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <optional>
 
-#include "sdxl/error.h"
+#include "core/error.h"
 
 namespace sdxl {
 namespace {

@@ -14,7 +14,7 @@
 #include <functional>
 #include <vector>
 
-#include "sdxl/sampler_plan.h"
+#include "sampling/sampler_plan.h"
 
 namespace sdxl {
 

@@ -1,10 +1,10 @@
-#include "sdxl/schedule.h"
+#include "sampling/schedule.h"
 
 #include <algorithm>
 #include <cmath>
 #include <string>
 
-#include "sdxl/error.h"
+#include "core/error.h"
 
 namespace sdxl {
 

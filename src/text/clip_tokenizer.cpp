@@ -12,7 +12,7 @@
 //      tokenizers' Word::merge_all (a priority queue with stale-entry checks).
 // Character classes, lowercasing and NFC data come from unicode_data.cpp, which
 // is probed from tokenizers itself (its components use different Unicode versions).
-#include "sdxl/clip_tokenizer.h"
+#include "text/clip_tokenizer.h"
 
 #include <algorithm>
 #include <array>
@@ -26,7 +26,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sdxl/error.h"
+#include "core/error.h"
 #include "text/unicode_data.h"
 
 namespace sdxl {

@@ -2,7 +2,7 @@
 // FrozenCLIPEmbedderWithCustomWordsBase.tokenize_line / empty_chunk /
 // process_tokens, without textual-inversion embeddings. Keep it in step with
 // scripts/prompt_reference.py (Chunker): the goldens compare the two.
-#include "sdxl/prompt_chunks.h"
+#include "text/prompt_chunks.h"
 
 #include <algorithm>
 #include <cstddef>

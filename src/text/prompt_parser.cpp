@@ -6,7 +6,7 @@
 // This file scans the same alternatives by hand, over code points, with
 // Python's Unicode classes for \s, \d and \w (\b). Keep it in step with
 // scripts/prompt_reference.py: the goldens compare the two.
-#include "sdxl/prompt_parser.h"
+#include "text/prompt_parser.h"
 
 #include <algorithm>
 #include <charconv>

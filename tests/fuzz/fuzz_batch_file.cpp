@@ -4,8 +4,9 @@
 #include <cstdint>
 #include <string>
 
-#include "sdxl/batch_file.h"
-#include "sdxl/error.h"
+#include "batch/batch_file.h"
+#include "core/error.h"
+#include "core/units.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

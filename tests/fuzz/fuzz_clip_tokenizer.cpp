@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "sdxl/clip_tokenizer.h"
+#include "text/clip_tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static std::unique_ptr<sdxl::ClipTokenizer> tok = [] {

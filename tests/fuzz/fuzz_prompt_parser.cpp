@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "sdxl/clip_tokenizer.h"
-#include "sdxl/prompt_chunks.h"
-#include "sdxl/prompt_parser.h"
+#include "text/clip_tokenizer.h"
+#include "text/prompt_chunks.h"
+#include "text/prompt_parser.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static std::unique_ptr<sdxl::ClipTokenizer> tok = [] {

@@ -6,8 +6,8 @@
 #include <span>
 
 #include "lora/lora_keys.h"
-#include "sdxl/error.h"
-#include "sdxl/safetensors.h"
+#include "core/error.h"
+#include "lora/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static const sdxl::ModelParamShapes shapes = [] {

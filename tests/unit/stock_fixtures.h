@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "sdxl/clip_tokenizer.h"
+#include "text/clip_tokenizer.h"
 
 namespace sdxl::fixtures {
 

@@ -4,8 +4,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "sdxl/atomic_file.h"
-#include "sdxl/error.h"
+#include "core/atomic_file.h"
+#include "core/error.h"
 
 namespace fs = std::filesystem;
 

@@ -1,7 +1,8 @@
 #include <gtest/gtest.h>
 
-#include "sdxl/batch_file.h"
-#include "sdxl/error.h"
+#include "batch/batch_file.h"
+#include "core/error.h"
+#include "core/units.h"
 
 namespace {
 

@@ -10,10 +10,11 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "sdxl/batch_runner.h"
-#include "sdxl/manifest.h"
-#include "sdxl/run_lock.h"
-#include "sdxl/sha256.h"
+#include "scheduler/run_batch.h"
+#include "scheduler/work_list.h"
+#include "batch/manifest.h"
+#include "core/run_lock.h"
+#include "core/sha256.h"
 
 namespace fs = std::filesystem;
 
@@ -554,63 +555,72 @@ struct StagedFake {
       --owner->alive_handles;
     }
   };
-  sdxl::DeviceLane lane() {
-    sdxl::DeviceLane l;
-    l.name = name;
-    l.device_name = [this] { return name; };
-    l.stages.prefetch = [this](const std::vector<sdxl::GenerationParams>& ps) {
-      std::lock_guard lk(mu);
-      ++prefetches;
-      prefetch_log.emplace_back(now(), ps.front().prompt);
-    };
-    l.stages.encode = [this](const std::vector<sdxl::GenerationParams>& ps) -> sdxl::StageHandle {
-      std::this_thread::sleep_for(std::chrono::milliseconds(stage_ms[0]));
-      std::lock_guard lk(mu);
-      const std::string lora = sdxl::lora_set_key(ps[0]);
-      if (lora != applied_lora) {
-        if (sampling > 0) switched_while_sampling = true;
-        applied_lora = lora;
-      }
-      encode_order.push_back(ps[0].prompt);
-      ++alive_handles;
-      max_alive_handles = std::max(max_alive_handles, alive_handles);
-      return std::make_shared<Handle>(ps, this);
-    };
-    l.stages.sample = [this](const sdxl::StageHandle& h, const sdxl::StepHook& hook) -> sdxl::StageHandle {
-      auto* hd = static_cast<Handle*>(h.get());
-      double start;
-      {
-        std::lock_guard lk(mu);
-        ++sampling;
-        start = now();
-        sample_order.push_back(hd->ps[0].prompt);
-      }
-      struct Done {
-        StagedFake* f;
-        ~Done() {
-          std::lock_guard lk(f->mu);
-          --f->sampling;
-        }
-      } done{this};
-      if (fail_sample) fail_sample(hd->ps);
-      std::this_thread::sleep_for(std::chrono::milliseconds(stage_ms[1]));
-      if (hook) hook(1, 1);
-      std::lock_guard lk(mu);
-      sample_times.emplace_back(start, now());
-      return h;
-    };
-    l.stages.decode = [this](const sdxl::StageHandle& h) {
-      auto* hd = static_cast<Handle*>(h.get());
-      const double start = now();
-      std::this_thread::sleep_for(std::chrono::milliseconds(stage_ms[2]));
-      std::lock_guard lk(mu);
-      decode_times.emplace_back(start, now());
-      decode_order.push_back(hd->ps[0].prompt);
-      return grey_images(hd->ps, static_cast<std::uint8_t>(hd->ps[0].seed * 7 + 3));
-    };
-    return l;
-  }
+  std::unique_ptr<sdxl::DeviceLane> lane();
 };
+
+// The fake as the scheduler sees it.
+class FakeLane final : public sdxl::DeviceLane {
+ public:
+  explicit FakeLane(StagedFake& f) : f_(f) {}
+  std::string name() const override { return f_.name; }
+  std::string device_name() const override { return f_.name; }
+  bool can_prefetch() const override { return true; }
+  void prefetch(const std::vector<sdxl::GenerationParams>& ps) override {
+    std::lock_guard lk(f_.mu);
+    ++f_.prefetches;
+    f_.prefetch_log.emplace_back(f_.now(), ps.front().prompt);
+  }
+  sdxl::StageHandle encode(const std::vector<sdxl::GenerationParams>& ps) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(f_.stage_ms[0]));
+    std::lock_guard lk(f_.mu);
+    const std::string lora = sdxl::lora_set_key(ps[0]);
+    if (lora != f_.applied_lora) {
+      if (f_.sampling > 0) f_.switched_while_sampling = true;
+      f_.applied_lora = lora;
+    }
+    f_.encode_order.push_back(ps[0].prompt);
+    ++f_.alive_handles;
+    f_.max_alive_handles = std::max(f_.max_alive_handles, f_.alive_handles);
+    return std::make_shared<StagedFake::Handle>(ps, &f_);
+  }
+  sdxl::StageHandle sample(const sdxl::StageHandle& h, const sdxl::StepHook& hook) override {
+    auto* hd = static_cast<StagedFake::Handle*>(h.get());
+    double start;
+    {
+      std::lock_guard lk(f_.mu);
+      ++f_.sampling;
+      start = f_.now();
+      f_.sample_order.push_back(hd->ps[0].prompt);
+    }
+    struct Done {
+      StagedFake* f;
+      ~Done() {
+        std::lock_guard lk(f->mu);
+        --f->sampling;
+      }
+    } done{&f_};
+    if (f_.fail_sample) f_.fail_sample(hd->ps);
+    std::this_thread::sleep_for(std::chrono::milliseconds(f_.stage_ms[1]));
+    if (hook) hook(1, 1);
+    std::lock_guard lk(f_.mu);
+    f_.sample_times.emplace_back(start, f_.now());
+    return h;
+  }
+  std::vector<sdxl::GeneratedImage> decode(const sdxl::StageHandle& h) override {
+    auto* hd = static_cast<StagedFake::Handle*>(h.get());
+    const double start = f_.now();
+    std::this_thread::sleep_for(std::chrono::milliseconds(f_.stage_ms[2]));
+    std::lock_guard lk(f_.mu);
+    f_.decode_times.emplace_back(start, f_.now());
+    f_.decode_order.push_back(hd->ps[0].prompt);
+    return grey_images(hd->ps, static_cast<std::uint8_t>(hd->ps[0].seed * 7 + 3));
+  }
+
+ private:
+  StagedFake& f_;
+};
+
+std::unique_ptr<sdxl::DeviceLane> StagedFake::lane() { return std::make_unique<FakeLane>(*this); }
 
 // Seconds during which a decode and a sampling ran at the same time.
 double overlap_s(const StagedFake& f) {
@@ -627,12 +637,14 @@ sdxl::RunResult run_on(const sdxl::BatchFile& bf, const std::vector<StagedFake*>
   o.queue.max_batch = 1;
   o.out_dir = out;
   o.model_name = "fake";
-  std::vector<sdxl::DeviceLane> lanes;
+  std::vector<std::unique_ptr<sdxl::DeviceLane>> lanes;
+  std::vector<sdxl::DeviceLane*> ptrs;
   for (size_t i = 0; i < fakes.size(); ++i) {
     if (fakes[i]->name.empty()) fakes[i]->name = "gpu" + std::to_string(i);
     lanes.push_back(fakes[i]->lane());
+    ptrs.push_back(lanes.back().get());
   }
-  return sdxl::run_batch(bf, o, std::move(lanes));
+  return sdxl::run_batch(bf, o, ptrs);
 }
 
 }  // namespace

@@ -21,8 +21,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sdxl/clip_tokenizer.h"
-#include "sdxl/error.h"
+#include "text/clip_tokenizer.h"
+#include "core/error.h"
 
 namespace sdxl {
 namespace {

@@ -10,8 +10,8 @@
 #include <set>
 
 #include "model/sdxl_model.h"
-#include "sdxl/npy.h"
-#include "text/conditioning.h"
+#include "core/npy.h"
+#include "pipeline/conditioning.h"
 
 namespace fs = std::filesystem;
 

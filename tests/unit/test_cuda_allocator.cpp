@@ -5,9 +5,9 @@
 
 #include <cstdlib>
 
-#include "runtime/device.h"
-#include "sdxl/error.h"
-#include "sdxl/generator.h"
+#include "device/device.h"
+#include "core/error.h"
+#include "pipeline/generator.h"
 
 namespace {
 

@@ -14,8 +14,8 @@
 #include <filesystem>
 
 #include "model/sdxl_model.h"
-#include "sdxl/generator.h"
-#include "sdxl/model_config.h"
+#include "pipeline/generator.h"
+#include "model/model_config.h"
 #include "tiny_model_test.h"
 
 namespace {

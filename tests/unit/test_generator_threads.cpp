@@ -12,7 +12,7 @@
 #include <filesystem>
 #include <thread>
 
-#include "sdxl/generator.h"
+#include "pipeline/generator.h"
 #include "tiny_model_test.h"
 
 namespace {

@@ -10,10 +10,11 @@
 #include <set>
 
 #include "lora/lora_keys.h"
-#include "sdxl/batch_file.h"
-#include "sdxl/error.h"
-#include "sdxl/generation_params.h"
-#include "sdxl/lora.h"
+#include "batch/batch_file.h"
+#include "core/error.h"
+#include "batch/generation_params.h"
+#include "lora/lora.h"
+#include "core/units.h"
 
 namespace sdxl {
 namespace {

@@ -10,8 +10,8 @@
 #include "lora/lora_cache.h"
 #include "lora/lora_patcher.h"
 #include "model/sdxl_model.h"
-#include "sdxl/error.h"
-#include "sdxl/sha256.h"
+#include "core/error.h"
+#include "core/sha256.h"
 
 namespace sdxl {
 namespace {

@@ -2,8 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sdxl/error.h"
-#include "sdxl/model_config.h"
+#include "core/error.h"
+#include "model/model_config.h"
 
 namespace {
 

@@ -4,8 +4,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "sdxl/error.h"
-#include "sdxl/png_writer.h"
+#include "core/error.h"
+#include "image/png_writer.h"
 
 namespace fs = std::filesystem;
 

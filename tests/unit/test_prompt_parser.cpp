@@ -21,9 +21,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sdxl/clip_tokenizer.h"
-#include "sdxl/prompt_chunks.h"
-#include "sdxl/prompt_parser.h"
+#include "text/clip_tokenizer.h"
+#include "text/prompt_chunks.h"
+#include "text/prompt_parser.h"
 
 namespace sdxl {
 namespace {

@@ -13,8 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sdxl/png_writer.h"
-#include "sdxl/report_html.h"
+#include "image/png_writer.h"
+#include "report/report_html.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;

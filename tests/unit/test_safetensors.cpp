@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "sdxl/error.h"
-#include "sdxl/safetensors.h"
+#include "core/error.h"
+#include "lora/safetensors.h"
 
 namespace sdxl {
 namespace {

@@ -6,7 +6,7 @@
 #include <torch/torch.h>
 
 #include "sampling/samplers.h"
-#include "sdxl/sampler_plan.h"
+#include "sampling/sampler_plan.h"
 
 namespace {
 

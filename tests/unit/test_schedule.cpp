@@ -5,9 +5,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "sdxl/error.h"
-#include "sdxl/sampler_plan.h"
-#include "sdxl/schedule.h"
+#include "core/error.h"
+#include "sampling/sampler_plan.h"
+#include "sampling/schedule.h"
 
 namespace {
 

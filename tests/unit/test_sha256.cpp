@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "sdxl/sha256.h"
+#include "core/sha256.h"
 
 namespace {
 

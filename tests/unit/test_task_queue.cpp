@@ -4,10 +4,11 @@
 
 #include <filesystem>
 
-#include "sdxl/batch_file.h"
-#include "sdxl/error.h"
-#include "sdxl/task_queue.h"
-#include "sdxl/work_estimator.h"
+#include "batch/batch_file.h"
+#include "core/error.h"
+#include "scheduler/task_queue.h"
+#include "scheduler/work_estimator.h"
+#include "core/units.h"
 
 namespace {
 

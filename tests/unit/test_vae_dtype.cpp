@@ -14,7 +14,7 @@
 #include "image/vae_decode.h"
 #include "tiny_model_test.h"
 #include "model/sdxl_model.h"
-#include "sdxl/error.h"
+#include "core/error.h"
 
 namespace fs = std::filesystem;
 

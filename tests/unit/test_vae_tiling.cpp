@@ -8,7 +8,7 @@
 
 #include "image/vae_decode.h"
 #include "model/sdxl_model.h"
-#include "sdxl/error.h"
+#include "core/error.h"
 
 namespace fs = std::filesystem;
 

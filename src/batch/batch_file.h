@@ -1,0 +1,84 @@
+// Batch files: a JSON list of scenes (tasks) with defaults, read and validated
+// before any model is loaded. Every problem is reported with the JSON pointer of
+// the value and a hint; parse_batch_file() throws UsageError listing them all.
+// This is the walking-skeleton subset; issue 7 extends the schema. torch-free.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "batch/generation_params.h"
+#include "lora/lora.h"
+#include "model/model_config.h"
+
+namespace sdxl {
+
+struct BatchTask {
+  std::string id;
+  GenerationParams params;  // seed is the first image's seed
+  bool seed_random = false; // seed was -1: drawn at run time
+  int count = 1;            // images; image i uses seed + i
+  std::string priority = "mid";  // high | mid | low
+  std::string deadline;          // "" or RFC 3339 time ("2026-12-01T06:00:00Z") or local "HH:MM"
+  double timeout_s = 0;          // per image; 0: the run's --timeout
+};
+
+inline constexpr const char* kDefaultNameTemplate = "{id}-{index}-{seed}.png";
+
+struct BatchFile {
+  std::filesystem::path path;
+  int version = 1;
+  std::string model;       // optional model dir, relative to the batch file
+  std::string output_dir;  // optional, relative to the batch file
+  std::string name_template = kDefaultNameTemplate;  // output.template
+  // "loras": {"NAME": {"path": FILE (relative to the batch file), "pin": bool}}:
+  // names that tasks, defaults and prompt tags <lora:NAME:W> use.
+  LoraRegistry lora_registry;
+  std::vector<BatchTask> tasks;
+};
+
+struct BatchProblem {
+  std::string pointer;  // JSON pointer, e.g. /tasks/2/steps
+  std::string message;
+  int line = 0;         // 1-based line of the value in the file, 0 if unknown
+};
+
+// The model's generation defaults as the fallback of a batch file.
+GenerationParams defaults_of(const ModelConfig& mc);
+
+// Line (1-based) of every value of a JSON text by its JSON pointer ("" = root).
+// Best effort on malformed text: what was scanned before the error is kept.
+std::map<std::string, int> json_pointer_lines(const std::string& text);
+
+// Every problem of a batch file (schema, then the model's size limits when
+// `model` is given), with lines. Empty when the file is valid.
+std::vector<BatchProblem> validate_batch_file(const std::filesystem::path& path, const ModelConfig* model);
+
+// Parses and validates; `fallback` supplies defaults not set in the file
+// (the model's defaults). Throws UsageError with every problem listed.
+BatchFile parse_batch_file(const std::filesystem::path& path, const GenerationParams& fallback);
+BatchFile parse_batch_text(const std::string& text, const std::filesystem::path& origin,
+                           const GenerationParams& fallback, std::vector<BatchProblem>* problems);
+
+// Checks a file-name template: fields {id} {index} {seed} {date} {steps}
+// {cfg} {width} {height}, ends in .png, relative, no "..". "" when fine, else why.
+std::string check_name_template(const std::string& tmpl);
+
+// Output file name (relative to the output folder) of image `index` of a task.
+// Characters outside [A-Za-z0-9._-] in the id become '_'; `date` is YYYY-MM-DD.
+std::string output_file_name(const BatchTask& task, int index, std::int64_t seed,
+                             const std::string& tmpl = kDefaultNameTemplate, const std::string& date = "");
+
+// Whether task number `position` belongs to shard K of N (round robin by position).
+inline bool in_shard(size_t position, int k, int n) { return static_cast<int>(position % static_cast<size_t>(n)) == k; }
+
+// A task deadline as Unix time: RFC 3339 ("2026-12-01T06:00:00Z", "...+01:00")
+// or a local wall-clock time "HH:MM" (the next such time after `now_unix`).
+// Throws UsageError naming the value.
+double parse_deadline_unix(const std::string& text, double now_unix);
+
+}  // namespace sdxl

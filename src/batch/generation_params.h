@@ -1,0 +1,86 @@
+// What one image needs: prompt, negative prompt, seed and sampling settings,
+// plus its A1111-style `parameters` text (the PNG metadata users paste into
+// other tools). torch-free.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lora/lora.h"
+#include "model/model_config.h"
+
+namespace sdxl {
+
+struct GenerationParams {
+  std::string prompt;
+  std::string negative_prompt;
+  std::int64_t seed = 0;  // noise seed of this image (task seed + image index)
+  int steps = 28;
+  double cfg = 7.0;
+  int width = 1024;
+  int height = 1024;
+  std::string sampler = "Euler";       // A1111 sampler name (sdxl/sampler_plan.h), canonical after validation
+  std::string schedule = "Automatic";  // A1111 schedule type; Automatic = the model's own (diffusers leading, offset 1)
+  double guidance_rescale = 0.0;       // diffusers' guidance_rescale (0 = off)
+  // img2img (StableDiffusionXLImg2ImgPipeline): the input PNG, at width x height
+  // exactly (no resampling), and the denoising strength. "" = text-to-image.
+  std::string init_image;
+  double strength = 0.75;
+  // Hires fix as A1111 offers it: a second pass at int(width * scale) rounded
+  // down to a multiple of 8 (same for height), starting from the first result
+  // upscaled in latent space or in pixel space, with its own steps (0 = steps)
+  // and denoising strength. scale 0 = off.
+  struct Hires {
+    double scale = 0.0;
+    std::string upscaler = "Latent";
+    int steps = 0;
+    double denoise = 0.7;
+  } hires;
+
+  bool hires_on() const { return hires.scale > 0.0; }
+  int hires_width() const { return static_cast<int>(width * hires.scale) / 8 * 8; }
+  int hires_height() const { return static_cast<int>(height * hires.scale) / 8 * 8; }
+  int hires_steps() const { return hires.steps > 0 ? hires.steps : steps; }
+  std::vector<LoraRef> loras;          // resolved --lora / batch entries; prompt tags are added at generation
+};
+
+// Hires fix upscalers (A1111 names): latent space "Latent" (bilinear),
+// "Latent (antialiased)", "Latent (bicubic)", "Latent (bicubic antialiased)",
+// "Latent (nearest)", "Latent (nearest-exact)"; pixel space "Nearest" (VAE
+// decode -> PIL-style nearest resize of the 8-bit image -> VAE encode).
+const std::vector<std::string>& hires_upscaler_names();
+// Canonical name for a case-insensitive match; throws UsageError listing them.
+std::string canonical_hires_upscaler(const std::string& name);
+
+// check_generation_size for the image and, with the hires fix, for its second
+// pass (the message then names the hires size). Throws UsageError.
+void check_task_size(const ModelConfig& model, const GenerationParams& p);
+
+// Validates sampler + schedule (throws UsageError listing the valid names) and
+// rewrites them to their canonical A1111 spelling: "dpm++ 2m karras" ->
+// sampler "DPM++ 2M", schedule "Karras".
+void canonicalize_sampler(GenerationParams& p);
+
+inline constexpr const char* kProgramName = "sdxl-batch";
+inline constexpr const char* kProgramVersion = "0.1.0";
+
+// A1111's format:
+//   <prompt>
+//   Negative prompt: <negative>          (omitted when empty)
+//   Steps: 28, Sampler: Euler, Schedule type: Automatic, CFG scale: 7, Seed: 42,
+//   Size: 1024x1024, Model: <model name>, Lora hashes: "name: 0123456789ab", Version: sdxl-batch 0.1.0
+// "Guidance rescale: <phi>" follows the CFG scale when it is not 0; img2img adds
+// "Denoising strength: S, Init image: <file name>"; the hires fix adds A1111's
+// "Denoising strength: D, Hires upscale: 2, Hires steps: N, Hires upscaler: U"
+// (Size stays the first pass's, as in A1111). The prompt keeps its <lora:...>
+// tags, as A1111 writes it; `lora_hashes` are the applied LoRAs' names and
+// short hashes (A1111's "Lora hashes" field).
+std::string a1111_parameters(const GenerationParams& p, const std::string& model_name,
+                             const std::vector<std::pair<std::string, std::string>>& lora_hashes = {});
+
+// Seeds are drawn from a 63-bit range so seed + index never overflows.
+std::int64_t random_seed();
+
+}  // namespace sdxl

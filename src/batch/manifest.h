@@ -1,0 +1,61 @@
+// manifest.jsonl: one JSON line per finished image (task id, index, seed, file,
+// sha256, seconds, every parameter), appended and fsynced after the image's
+// file was renamed into place. It is what a rerun resumes from. A torn last
+// line (a crash mid-append) is ignored on reading. append() is safe from
+// several processes sharing the folder (O_APPEND, one write per line) and is
+// serialised within one process. torch-free.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "batch/generation_params.h"
+
+namespace sdxl {
+
+struct ManifestEntry {
+  std::string task;
+  int index = 0;
+  std::int64_t seed = 0;
+  std::string file;  // relative to the output folder
+  std::string sha256;
+  double seconds = 0;
+  GenerationParams params;
+  std::string model;
+  std::string finished;  // UTC ISO-8601
+};
+
+class Manifest {
+ public:
+  // Reads PATH if it exists (the file is created on the first append).
+  explicit Manifest(std::filesystem::path path);
+
+  // The newest entry for (task, index), if any.
+  std::optional<ManifestEntry> find(const std::string& task, int index) const;
+  // The seed recorded for image `index` of a task drawn with seed -1, taken
+  // from any finished image of it (seed - its index), if there is one.
+  std::optional<std::int64_t> task_base_seed(const std::string& task) const;
+  size_t size() const;
+  int torn_lines() const { return torn_lines_; }
+
+  // Appends one line and fsyncs. Throws IoError naming the file.
+  void append(const ManifestEntry& e);
+
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, int>, ManifestEntry> latest_;
+  int torn_lines_ = 0;
+};
+
+std::string utc_now_iso8601();
+
+}  // namespace sdxl

@@ -1,0 +1,585 @@
+#include "pipeline/generator.h"
+
+#include <spdlog/spdlog.h>
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/cuda.h>
+#include <torch/script.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <mutex>
+#include <shared_mutex>
+
+#include "image/upscale.h"
+#include "image/vae_decode.h"
+#include "image/vae_encode.h"
+#include "lora/lora_cache.h"
+#include "lora/lora_patcher.h"
+#include "model/sdxl_model.h"
+#include "device/device.h"
+#include "pipeline/stage_stream.h"
+#include "pipeline/unet_runner.h"
+#include "sampling/samplers.h"
+#include "core/error.h"
+#include "image/png_reader.h"
+#include "sampling/sampler_plan.h"
+#include "pipeline/conditioning.h"
+
+namespace sdxl {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// The end of a stage: waits for its work on the device (so the time is the
+// device's, not the launch's) and gives every image of the batch that time.
+void stamp_stage(const torch::Device& device, Clock::time_point t0, std::vector<GeneratedImage>& out,
+                 double StageSeconds::*stage) {
+  stream_synchronize(device);
+  const double s = seconds_since(t0);
+  for (auto& g : out) g.seconds.*stage = s;
+}
+
+// SDXL_TRACE_STEPS=1 (a diagnostic): the sampling stage synchronises around
+// each UNet call and logs its time, and the time since the previous call ended
+// (the sampler's own work), at info level.
+bool trace_steps() {
+  static const bool on = std::getenv("SDXL_TRACE_STEPS") != nullptr;
+  return on;
+}
+
+// CFG, then diffusers' rescale_noise_cfg when guidance_rescale > 0
+// (pipeline_stable_diffusion_xl.py: std over all but the batch dim, unbiased).
+torch::Tensor apply_guidance(const torch::Tensor& uncond, const torch::Tensor& cond, double scale, double rescale) {
+  torch::Tensor eps = uncond + scale * (cond - uncond);
+  if (rescale > 0.0) {
+    const torch::Tensor std_text = cond.std({1, 2, 3}, /*unbiased=*/true, /*keepdim=*/true);
+    const torch::Tensor std_cfg = eps.std({1, 2, 3}, /*unbiased=*/true, /*keepdim=*/true);
+    const torch::Tensor rescaled = eps * (std_text / std_cfg);
+    eps = rescale * rescaled + (1 - rescale) * eps;
+  }
+  return eps;
+}
+
+}  // namespace
+
+int cuda_device_count() { return torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0; }
+
+struct Generator::Impl {
+  std::unique_ptr<SdxlModel> model;
+  std::unique_ptr<UnetRunner> unet;
+  Clock::time_point trace_last_call_end;  // SDXL_TRACE_STEPS (sampling stage only)
+  VaeTiling vae_tiling = VaeTiling::kAuto;
+  double load_s = 0;
+  RuntimeOptions opts;
+  // LoRA state (created on first use): the factor cache, the patcher holding the
+  // originals of touched weights, and the set applied now.
+  std::unique_ptr<LoraPatcher> patcher;
+  std::unique_ptr<LoraCache> lora_cache;
+  LoraRegistry lora_registry;
+  std::vector<LoraRef> applied;
+  std::vector<std::pair<std::string, std::string>> applied_hashes;
+  // The pipeline's streams (see encode_batch) and the lock that keeps the
+  // text and decode stages (shared) off the device while the sampling stage
+  // captures a CUDA graph (exclusive).
+  StageStream text_stream, sample_stream, decode_stream;
+  std::shared_mutex device_mu;
+  // The LoRA cache's counters as last published by the text stage, for
+  // readers on other threads (progress, report).
+  mutable std::mutex stats_mu;
+  LoraStats stats_copy;
+  void publish_lora_stats() {
+    if (!lora_cache) return;
+    std::lock_guard lk(stats_mu);
+    stats_copy = lora_cache->stats();
+  }
+
+  void ensure_lora_state() {
+    if (patcher) return;
+    const MemorySnapshot m = device_memory_snapshot(model->device);
+    const bool on_host = lora_originals_on_host(model->device.is_cuda(), m.limit);
+    patcher = std::make_unique<LoraPatcher>(*model, on_host);
+    if (model->device.is_cuda())
+      spdlog::info("LoRA originals in {} memory (budget {:.1f} GiB)", on_host ? "pinned host" : "device",
+                   m.limit / 1073741824.0);
+    std::uint64_t budget = opts.lora_cache_bytes;
+    if (budget == 0) budget = device_free_bytes(model->device) / 10 * 3;  // 30% of what the weights left free
+    lora_cache = std::make_unique<LoraCache>(patcher->shapes(), model->device, budget, opts.lora_strict);
+    spdlog::info("LoRA cache budget {:.1f} MiB{}", budget / 1048576.0, opts.lora_cache_bytes ? "" : " (30% of free memory)");
+  }
+};
+
+namespace {
+
+// TorchScript's executor settings are per thread (a thread_local in libtorch):
+// set on the thread that loads the model, they would not reach the pipeline's
+// stage threads, which then ran the optimising profiling executor. That cost
+// 5-6 s of graph optimisation at the second UNet call of every new shape and
+// batch size (measured on the H200: bench/results/2026-11-30-cold-shapes-h200.md).
+// Every entry point that runs a module calls this first.
+void apply_thread_settings(const RuntimeOptions& opts) { torch::jit::setGraphExecutorOptimize(opts.jit_optimize); }
+
+}  // namespace
+
+Generator::Generator(const std::filesystem::path& model_dir, const RuntimeOptions& opts) : impl_(std::make_unique<Impl>()) {
+  const auto t0 = Clock::now();
+  const ModelConfig cfg = load_model_config(model_dir);
+  const torch::Device device = parse_device(opts.device);
+  if (device.is_cuda()) configure_cuda_allocator(opts.cuda_allocator);
+  // TorchScript's profiling executor re-optimises a graph after its first calls
+  // (fusing pointwise ops), which changes fp16 results from about the 4th call
+  // on: the same seed would give another image depending on its place in the
+  // run. By default the graphs run as traced so every image is reproducible.
+  apply_thread_settings(opts);
+  at::globalContext().setBenchmarkCuDNN(opts.cudnn_benchmark);
+  at::globalContext().setDeterministicCuDNN(opts.deterministic_cudnn);
+  if (opts.threads > 0) at::set_num_threads(opts.threads);
+  impl_->opts = opts;
+  impl_->model = SdxlModel::load(cfg, device, opts.dtype);
+  impl_->unet = std::make_unique<UnetRunner>(*impl_->model, opts.cuda_graphs, opts.unet_backend, &impl_->device_mu);
+  impl_->text_stream = StageStream(device, /*high_priority=*/false);
+  impl_->sample_stream = StageStream(device, /*high_priority=*/true);
+  impl_->decode_stream = StageStream(device, /*high_priority=*/false);
+  impl_->vae_tiling = parse_vae_tiling(opts.vae_tiling);
+  set_vae_decode_dtype(*impl_->model, opts.vae_dtype);
+  device_synchronize(device);
+  impl_->load_s = seconds_since(t0);
+  spdlog::info("loaded model '{}' ({}, {}) on {} in {:.2f} s", cfg.name, cfg.source, dtype_name(impl_->model->dtype),
+               device.str(), impl_->load_s);
+}
+
+Generator::~Generator() = default;
+
+const ModelConfig& Generator::model() const { return impl_->model->config; }
+std::string Generator::device_name() const { return impl_->model->device.str(); }
+double Generator::load_seconds() const { return impl_->load_s; }
+std::uint64_t Generator::peak_memory_bytes() const { return device_peak_bytes(impl_->model->device); }
+std::uint64_t Generator::memory_in_use_bytes() const { return device_memory_in_use(impl_->model->device); }
+
+void Generator::set_lora_registry(LoraRegistry registry) { impl_->lora_registry = std::move(registry); }
+
+std::map<std::string, double> Generator::engine_counters() const {
+  const UnetRunner& u = *impl_->unet;
+  std::map<std::string, double> c{{"unet_graph_captures", u.captures()},
+                                  {"unet_graph_replays", u.replays()},
+                                  {"unet_graphs_held", u.graphs_held()},
+                                  {"unet_first_call_s", u.first_call_seconds()},
+                                  {"unet_capture_s", u.capture_seconds()}};
+  if (std::string(u.backend()) == "aoti") {
+    c["unet_aoti_calls"] = u.aoti_calls();
+    c["unet_aoti_fallback_calls"] = u.fallback_calls();
+  }
+  return c;
+}
+
+LoraStats Generator::lora_stats() const {
+  std::lock_guard lk(impl_->stats_mu);
+  return impl_->stats_copy;
+}
+
+std::vector<std::pair<std::string, std::string>> Generator::set_loras(const std::vector<LoraRef>& loras) {
+  Impl& im = *impl_;
+  if (loras == im.applied) return im.applied_hashes;
+  if (loras.empty() && !im.patcher) return {};
+  im.ensure_lora_state();
+  const auto t0 = Clock::now();
+  std::vector<std::string> keep;
+  for (const auto& r : loras) keep.push_back(lora_cache_key(r.path));
+  LoraPatcher::Applied set;
+  std::vector<std::pair<std::string, std::string>> hashes;
+  for (const auto& r : loras) {
+    auto l = im.lora_cache->get(r, keep);
+    hashes.emplace_back(r.name, l->short_hash);
+    set.emplace_back(std::move(l), r.weight);
+  }
+  const auto t1 = Clock::now();
+  im.patcher->apply(set);
+  stream_synchronize(im.model->device);
+  auto& st = im.lora_cache->stats();
+  const double merge_s = seconds_since(t1);
+  st.merge_s += merge_s;
+  ++st.switches;
+  std::string names;
+  for (const auto& r : loras) names += (names.empty() ? "" : ", ") + fmt::format("{}:{:g}", r.name, r.weight);
+  spdlog::info("LoRA set [{}] applied in {:.3f} s (load {:.3f} s, merge {:.3f} s; {} weights patched; cache {:.1f} MiB, "
+               "{} hits, {} misses, {} evictions)",
+               names.empty() ? "none" : names, seconds_since(t0), std::chrono::duration<double>(t1 - t0).count(), merge_s,
+               im.patcher->patched_weights(), st.bytes_held / 1048576.0, st.hits, st.misses, st.evictions);
+  im.applied = loras;
+  im.applied_hashes = hashes;
+  im.publish_lora_stats();
+  return hashes;
+}
+
+GeneratedImage Generator::generate(const GenerationParams& p) { return generate_batch({p}).front(); }
+
+namespace {
+
+// Images that share a UNet call must agree on everything but prompt and seed.
+void check_compatible(const std::vector<GenerationParams>& ps) {
+  const GenerationParams& a = ps.front();
+  for (const auto& b : ps)
+    if (b.width != a.width || b.height != a.height || b.steps != a.steps || b.sampler != a.sampler ||
+        b.schedule != a.schedule || b.cfg != a.cfg || b.guidance_rescale != a.guidance_rescale ||
+        b.init_image.empty() != a.init_image.empty() || (!a.init_image.empty() && b.strength != a.strength) ||
+        b.hires.scale != a.hires.scale || b.hires.upscaler != a.hires.upscaler || b.hires.steps != a.hires.steps ||
+        b.hires.denoise != a.hires.denoise)
+      throw UsageError("a batch mixes sizes, steps, samplers, guidance, img2img or hires settings; group images by "
+                       "batch_group_key()");
+}
+
+struct TextInputs {
+  SdxlPromptTokens pos, neg;
+  bool neg_text = false;
+  size_t chunks = 1;
+};
+
+}  // namespace
+
+// Images whose prompts need different chunk counts cannot share a context
+// tensor (padding one to the other's length would change its image): they
+// run as separate sub-batches, in order.
+struct SubBatch {
+  std::vector<size_t> idx;        // into the batch's params
+  std::vector<std::int64_t> seeds;
+  torch::Tensor context, pooled;  // CFG order [negatives, positives]
+  torch::Tensor latents;          // after sampling
+};
+
+struct EncodedBatch {
+  std::vector<GenerationParams> params;
+  std::vector<SubBatch> subs;
+  std::vector<RgbImage> init_images;
+  SamplerPlan plan, hires_plan;
+  bool cfg_on = false, img2img = false;
+  std::vector<GeneratedImage> out;  // LoRA hashes and text seconds filled in
+  StageEvent ready;                 // on the text stream, after the last encoder kernel
+};
+
+struct SampledBatch {
+  std::shared_ptr<EncodedBatch> encoded;
+  int out_w = 0, out_h = 0;
+  StageEvent ready;  // on the sample stream, after the last sampling kernel
+};
+
+void Generator::prefetch_loras(const std::vector<GenerationParams>& ps) {
+  Impl& im = *impl_;
+  std::vector<LoraRef> loras;
+  if (!ps.empty()) {
+    loras = ps.front().loras;
+    for (const auto& t : extract_lora_tags(ps.front().prompt).tags)
+      loras.push_back(resolve_lora(t.name, t.weight, im.lora_registry, im.opts.lora_dirs));
+  }
+  if (loras.empty() || loras == im.applied) return;
+  im.ensure_lora_state();
+  const StageStream::Scope on(im.text_stream);
+  std::vector<std::string> keep;
+  for (const auto& r : im.applied) keep.push_back(lora_cache_key(r.path));
+  for (const auto& r : loras) keep.push_back(lora_cache_key(r.path));
+  translate_device_errors(nullptr, [&] {
+    LoraPatcher::Applied set;
+    for (const auto& r : loras) set.emplace_back(im.lora_cache->get(r, keep), r.weight);
+    // A set's first use pins host memory and copies the originals, ahead too.
+    // Like the uploads above it runs beside a capture (thread-local, on
+    // another stream) instead of holding device_mu for the seconds that
+    // pinning takes, which would hold the capture and the device up.
+    im.patcher->keep_originals(set);
+    return 0;
+  });
+  im.publish_lora_stats();
+}
+
+std::shared_ptr<EncodedBatch> Generator::encode_batch(const std::vector<GenerationParams>& ps) {
+  if (ps.empty()) throw UsageError("an empty batch");
+  check_compatible(ps);
+  Impl& im = *impl_;
+  apply_thread_settings(im.opts);
+  SdxlModel& m = *im.model;
+  const ModelConfig& cfg = m.config;
+  auto eb = std::make_shared<EncodedBatch>();
+  eb->params = ps;
+  const GenerationParams& p0 = ps.front();
+  // LoRAs from the parameters and the prompt's tags (the tags leave the text);
+  // every image of a batch uses the same set (the queue groups by it).
+  std::vector<std::string> prompts(ps.size());
+  std::vector<LoraRef> loras;
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const PromptLoras tagged = extract_lora_tags(ps[i].prompt);
+    std::vector<LoraRef> mine = ps[i].loras;
+    for (const auto& t : tagged.tags) mine.push_back(resolve_lora(t.name, t.weight, im.lora_registry, im.opts.lora_dirs));
+    if (i == 0) loras = mine;
+    else if (!(mine == loras))
+      throw UsageError("a batch mixes LoRA sets; group images by batch_group_key()");
+    prompts[i] = tagged.text;
+  }
+  for (const auto& p : ps) check_task_size(cfg, p);
+  check_generation_size(cfg, p0.width, p0.height, static_cast<int>(ps.size()));
+  const SamplerChoice choice = parse_sampler_choice(p0.sampler, p0.schedule);
+  eb->plan = make_sampler_plan(cfg.scheduler, choice, p0.steps);
+  eb->img2img = !p0.init_image.empty();
+  if (eb->img2img) plan_apply_strength(eb->plan, p0.strength);
+  if (p0.hires_on()) {
+    eb->hires_plan = make_sampler_plan(cfg.scheduler, choice, p0.hires_steps());
+    plan_apply_strength(eb->hires_plan, p0.hires.denoise);
+  }
+  if (eb->img2img) {
+    eb->init_images.resize(ps.size());
+    for (size_t i = 0; i < ps.size(); ++i) {
+      const GenerationParams& p = ps[i];
+      eb->init_images[i] = read_png_rgb(p.init_image);
+      if (eb->init_images[i].width != p.width || eb->init_images[i].height != p.height)
+        throw UsageError("init image '" + p.init_image + "' is " + std::to_string(eb->init_images[i].width) + "x" +
+                         std::to_string(eb->init_images[i].height) + " but the task asks for " +
+                         std::to_string(p.width) + "x" + std::to_string(p.height) +
+                         ": resize the image first, or leave width/height unset to take its size");
+    }
+  }
+  eb->cfg_on = p0.cfg > 1.0;
+
+  // Tokenize every prompt first: an over-long prompt fails before any device work.
+  std::vector<TextInputs> text(ps.size());
+  for (size_t i = 0; i < ps.size(); ++i) {
+    TextInputs& ti = text[i];
+    ti.pos = tokenize_sdxl_prompt(m, prompts[i]);
+    for (const auto& w : ti.pos.warnings) spdlog::warn("prompt, character {}: {}", w.position, w.message);
+    ti.chunks = ti.pos.chunk_count();
+    ti.neg_text = eb->cfg_on && !ps[i].negative_prompt.empty();
+    if (ti.neg_text) {
+      ti.neg = tokenize_sdxl_prompt(m, ps[i].negative_prompt);
+      for (const auto& w : ti.neg.warnings) spdlog::warn("negative prompt, character {}: {}", w.position, w.message);
+      ti.chunks = std::max(ti.chunks, ti.neg.chunk_count());
+    }
+    if (ti.chunks > static_cast<size_t>(cfg.limits.context_chunks_max))
+      throw UsageError("the prompt needs " + std::to_string(ti.chunks) + " chunks of 75 tokens; model '" + cfg.name +
+                       "' was checked for at most " + std::to_string(cfg.limits.context_chunks_max) +
+                       " (model.json /limits/context_chunks_max): shorten the prompt (see `sdxl-batch tokens`)");
+  }
+  const StageStream::Scope on(im.text_stream);
+  std::shared_lock device_lock(im.device_mu);  // not while a CUDA graph is being captured
+  const auto t_lora = Clock::now();
+  std::vector<std::pair<std::string, std::string>> lora_hashes;
+  // e.g. no room for the LoRA factors under --vram-limit: an out-of-memory
+  lora_hashes = translate_device_errors("applying LoRAs", [&] { return set_loras(loras); });
+  const double lora_s = seconds_since(t_lora);
+  eb->out.resize(ps.size());
+  for (auto& g : eb->out) {
+    g.lora_hashes = lora_hashes;
+    g.lora_s = lora_s / static_cast<double>(ps.size());
+  }
+  std::vector<bool> grouped(ps.size(), false);
+  for (size_t first = 0; first < ps.size(); ++first) {
+    if (grouped[first]) continue;
+    SubBatch sub;
+    for (size_t i = first; i < ps.size(); ++i)
+      if (!grouped[i] && text[i].chunks == text[first].chunks) sub.idx.push_back(i);
+    for (size_t i : sub.idx) {
+      grouped[i] = true;
+      sub.seeds.push_back(ps[i].seed);
+    }
+    eb->subs.push_back(std::move(sub));
+  }
+  translate_device_errors(nullptr, [&] {
+    c10::InferenceMode inference;
+    // Text conditioning (A1111 prompt rules), per image so an image's
+    // embedding never depends on its batch; CFG order [negatives, positives].
+    const auto t0 = Clock::now();
+    for (SubBatch& sub : eb->subs) {
+      std::vector<torch::Tensor> ctx_pos, ctx_neg, pool_pos, pool_neg;
+      for (size_t i : sub.idx) {
+        TextInputs& ti = text[i];
+        pad_sdxl_prompt(m, ti.pos, ti.chunks);
+        const PromptEmbeds pos = encode_prompt_tokens(m, ti.pos);
+        ctx_pos.push_back(pos.context);
+        pool_pos.push_back(pos.pooled);
+        if (eb->cfg_on) {
+          PromptEmbeds neg = zero_embeds(pos);
+          if (ti.neg_text) {
+            pad_sdxl_prompt(m, ti.neg, ti.chunks);
+            neg = encode_prompt_tokens(m, ti.neg);
+          }
+          ctx_neg.push_back(neg.context);
+          pool_neg.push_back(neg.pooled);
+        }
+      }
+      sub.context = torch::cat(ctx_pos);
+      sub.pooled = torch::cat(pool_pos);
+      if (eb->cfg_on) {
+        sub.context = torch::cat({torch::cat(ctx_neg), sub.context});
+        sub.pooled = torch::cat({torch::cat(pool_neg), sub.pooled});
+      }
+    }
+    eb->ready = im.text_stream.record();
+    stamp_stage(m.device, t0, eb->out, &StageSeconds::text);
+    return 0;
+  });
+  return eb;
+}
+
+std::shared_ptr<SampledBatch> Generator::sample_batch(const std::shared_ptr<EncodedBatch>& eb, const StepHook& hook) {
+  Impl& im = *impl_;
+  apply_thread_settings(im.opts);
+  SdxlModel& m = *im.model;
+  const ModelConfig& cfg = m.config;
+  const GenerationParams& p0 = eb->params.front();
+  const bool cfg_on = eb->cfg_on;
+  auto sb = std::make_shared<SampledBatch>();
+  sb->encoded = eb;
+  sb->out_w = p0.width;
+  sb->out_h = p0.height;
+  const StageStream::Scope on(im.sample_stream);
+  im.sample_stream.wait(eb->ready);  // the text stage's tensors are written
+  translate_device_errors(nullptr, [&] {
+    c10::InferenceMode inference;
+    const auto t0 = Clock::now();
+    for (SubBatch& sub : eb->subs) {
+      im.sample_stream.hand_over(sub.context);
+      im.sample_stream.hand_over(sub.pooled);
+      const int64_t b = static_cast<int64_t>(sub.idx.size());
+      // Sampling. Each image's generator (its seed) draws its initial noise
+      // and then the noise ancestral / SDE samplers draw, as diffusers' list
+      // of generators does.
+      const int64_t rows = cfg_on ? 2 * b : b;
+      UnetRunner& unet = *im.unet;
+      // The UNet with CFG at a size (SDXL's time_ids: original = target = that size, crop 0).
+      auto model_at = [&](int width, int height) -> ModelFn {
+        torch::Tensor time_ids = sdxl_time_ids(width, height, m.dtype, m.device).repeat({rows, 1});
+        unet.bind(sub.context, sub.pooled, time_ids);
+        return [&, rows](const torch::Tensor& x_in, double timestep) {
+          const bool trace = trace_steps();
+          Clock::time_point t_call;
+          if (trace) {
+            stream_synchronize(m.device);
+            t_call = Clock::now();
+          }
+          torch::Tensor x = cfg_on ? torch::cat({x_in, x_in}) : x_in;
+          torch::Tensor t = torch::full({rows}, timestep, torch::TensorOptions().dtype(torch::kFloat32).device(m.device));
+          torch::Tensor eps = unet(x, t);
+          if (trace) {
+            stream_synchronize(m.device);
+            const auto now = Clock::now();
+            spdlog::info("trace: latents [{}, {}, {}, {}] t={:.1f}: UNet call {:.1f} ms, sampler between calls {:.1f} ms",
+                         x.size(0), x.size(1), x.size(2), x.size(3), timestep,
+                         std::chrono::duration<double, std::milli>(now - t_call).count(),
+                         im.trace_last_call_end == Clock::time_point{}
+                             ? 0.0
+                             : std::chrono::duration<double, std::milli>(t_call - im.trace_last_call_end).count());
+            im.trace_last_call_end = now;
+          }
+          if (!cfg_on) return eps.clone();  // a graph's output is overwritten by the next step
+          auto halves = eps.chunk(2);       // [uncond, cond]
+          return apply_guidance(halves[0], halves[1], p0.cfg, p0.guidance_rescale);
+        };
+      };
+      std::vector<at::Generator> gens = cpu_generators(sub.seeds);
+      const int64_t h = p0.height / cfg.vae_downsample, w = p0.width / cfg.vae_downsample;
+      torch::Tensor latents;
+      if (!eb->img2img) {
+        latents = randn_per_image(gens, {b, cfg.latent_channels, h, w}, m.dtype, m.device) * eb->plan.init_noise_sigma;
+      } else {
+        // StableDiffusionXLImg2ImgPipeline.prepare_latents: add_noise at the first kept timestep.
+        std::vector<torch::Tensor> inits;
+        for (size_t i : sub.idx)
+          inits.push_back(vae_encode_rgb8(m, eb->init_images[i].rgb.data(), eb->init_images[i].width,
+                                          eb->init_images[i].height));
+        const torch::Tensor init = torch::cat(inits);
+        latents = add_noise(eb->plan, init, randn_per_image(gens, init.sizes(), m.dtype, m.device));
+      }
+      if (trace_steps()) {
+        stream_synchronize(m.device);
+        spdlog::info("trace: {} image(s) of {}x{}: noise and set-up {:.1f} ms", b, p0.width, p0.height,
+                     std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+        im.trace_last_call_end = Clock::time_point{};
+      }
+      latents = sample(eb->plan, latents, model_at(p0.width, p0.height), gens, hook);
+      if (p0.hires_on()) {
+        // Hires fix: upscale the first result, then an img2img pass at the new
+        // size with fresh generators of the same seeds (A1111 re-seeds the second pass).
+        sb->out_w = p0.hires_width();
+        sb->out_h = p0.hires_height();
+        torch::Tensor up;
+        if (is_latent_upscaler(p0.hires.upscaler)) {
+          up = upscale_latents(latents, sb->out_h / cfg.vae_downsample, sb->out_w / cfg.vae_downsample,
+                               p0.hires.upscaler);
+        } else {
+          std::vector<torch::Tensor> ups;
+          for (int64_t k = 0; k < b; ++k) {
+            const std::vector<std::uint8_t> first_pass = vae_decode_rgb8(m, latents.slice(0, k, k + 1), im.vae_tiling);
+            const std::vector<std::uint8_t> big =
+                resize_nearest_rgb8(first_pass.data(), p0.width, p0.height, sb->out_w, sb->out_h);
+            ups.push_back(vae_encode_rgb8(m, big.data(), sb->out_w, sb->out_h));
+          }
+          up = torch::cat(ups);
+        }
+        std::vector<at::Generator> gens2 = cpu_generators(sub.seeds);
+        latents = add_noise(eb->hires_plan, up, randn_per_image(gens2, up.sizes(), m.dtype, m.device));
+        latents = sample(eb->hires_plan, latents, model_at(sb->out_w, sb->out_h), gens2, hook);
+      }
+      sub.latents = latents;
+      // The text stage's tensors are done with; the encoded batch lives on
+      // (the decode stage reads its bookkeeping), its device memory need not.
+      sub.context = torch::Tensor();
+      sub.pooled = torch::Tensor();
+    }
+    sb->ready = im.sample_stream.record();
+    stamp_stage(m.device, t0, eb->out, &StageSeconds::sample);
+    return 0;
+  });
+  return sb;
+}
+
+std::vector<GeneratedImage> Generator::decode_batch(const std::shared_ptr<SampledBatch>& sb) {
+  Impl& im = *impl_;
+  apply_thread_settings(im.opts);
+  SdxlModel& m = *im.model;
+  EncodedBatch& eb = *sb->encoded;
+  const StageStream::Scope on(im.decode_stream);
+  std::shared_lock device_lock(im.device_mu);  // not while a CUDA graph is being captured
+  im.decode_stream.wait(sb->ready);            // the sampling stage's latents are written
+  translate_device_errors(nullptr, [&] {
+    c10::InferenceMode inference;
+    // Decode one image at a time (the decoder's peak is per image).
+    const auto t0 = Clock::now();
+    for (SubBatch& sub : eb.subs) {
+      im.decode_stream.hand_over(sub.latents);
+      const torch::Tensor lat_cpu = sub.latents.to(torch::kCPU).to(torch::kFloat32).contiguous();
+      for (size_t k = 0; k < sub.idx.size(); ++k) {
+        GeneratedImage& g = eb.out[sub.idx[k]];
+        const auto kk = static_cast<int64_t>(k);
+        g.width = sb->out_w;
+        g.height = sb->out_h;
+        const torch::Tensor one = lat_cpu.slice(0, kk, kk + 1);
+        g.latent_shape.assign(one.sizes().begin(), one.sizes().end());
+        g.latents.assign(one.data_ptr<float>(), one.data_ptr<float>() + one.numel());
+        g.rgb = vae_decode_rgb8(m, sub.latents.slice(0, kk, kk + 1), im.vae_tiling, {},
+                                "seed " + std::to_string(eb.params[sub.idx[k]].seed));
+      }
+      sub.latents = torch::Tensor();
+    }
+    stamp_stage(m.device, t0, eb.out, &StageSeconds::decode);
+    return 0;
+  });
+  return std::move(eb.out);
+}
+
+std::vector<GeneratedImage> Generator::generate_batch(const std::vector<GenerationParams>& ps, const StepHook& hook) {
+  if (ps.empty()) return {};
+  return decode_batch(sample_batch(encode_batch(ps), hook));
+}
+
+MemorySnapshot Generator::memory() const { return device_memory_snapshot(impl_->model->device); }
+void Generator::reset_peak_memory() { device_reset_peak(impl_->model->device); }
+void Generator::release_cached_memory() {
+  // A captured graph holds its own memory pool; it is dropped by the sampling
+  // stage before its next batch (it may be replaying it right now).
+  impl_->unet->request_release();
+  std::shared_lock device_lock(impl_->device_mu);  // not while a CUDA graph is being captured
+  device_release_cached(impl_->model->device);
+}
+void Generator::set_memory_limit(std::uint64_t bytes) {
+  device_set_memory_limit(impl_->model->device, bytes);
+}
+
+}  // namespace sdxl

@@ -1,0 +1,172 @@
+#include "scheduler/run_batch.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <string>
+
+#include "batch/manifest.h"
+#include "scheduler/lane_loops.h"
+#include "scheduler/output_folder.h"
+#include "scheduler/run_report.h"
+#include "scheduler/run_state.h"
+#include "scheduler/work_list.h"
+#include "scheduler/writer_pool.h"
+
+namespace sdxl {
+
+namespace fs = std::filesystem;
+
+std::string report_file_name(int shard_index, int shard_count) {
+  if (shard_count <= 1) return "report.json";
+  return "report-shard-" + std::to_string(shard_index) + "-of-" + std::to_string(shard_count) + ".json";
+}
+
+namespace {
+
+// One device whose whole generation is one function, run as the sample stage;
+// text and decode only hand it on.
+class FunctionLane final : public DeviceLane {
+ public:
+  FunctionLane(const RunOptions& o, const GenerateBatchFn& generate) : o_(o), generate_(generate) {}
+  std::string name() const override { return "device"; }
+  StageHandle encode(const std::vector<GenerationParams>& ps) override {
+    return std::make_shared<std::vector<GenerationParams>>(ps);
+  }
+  StageHandle sample(const StageHandle& h, const StepHook& hook) override {
+    const auto& ps = *static_cast<const std::vector<GenerationParams>*>(h.get());
+    return std::make_shared<std::vector<GeneratedImage>>(generate_(ps, hook));
+  }
+  std::vector<GeneratedImage> decode(const StageHandle& h) override {
+    return std::move(*static_cast<std::vector<GeneratedImage>*>(h.get()));
+  }
+  std::optional<MemorySnapshot> memory() override {
+    if (!o_.device.memory) return std::nullopt;
+    return o_.device.memory();
+  }
+  void reset_peak() override {
+    if (o_.device.reset_peak) o_.device.reset_peak();
+  }
+  void release_cached() override {
+    if (o_.device.release_cached) o_.device.release_cached();
+  }
+  std::string device_name() const override { return o_.device_name ? o_.device_name() : ""; }
+  double load_seconds() const override { return o_.load_seconds ? o_.load_seconds() : 0.0; }
+  LoraStats lora_stats() const override { return o_.lora_stats ? o_.lora_stats() : LoraStats{}; }
+
+ private:
+  const RunOptions& o_;
+  const GenerateBatchFn& generate_;
+};
+
+// Not started: what is left in the queue or waiting for a retry, and why.
+void count_not_started(RunState& run) {
+  RunResult& res = run.res;
+  res.not_started = static_cast<int>(run.queue.size() + run.waiting.size()) + run.dropped;
+  if (res.not_started > 0 && res.stop_reason.empty()) {
+    if (!run.fatal.empty()) res.stop_reason = "output error";
+    else if (run.model_error) res.stop_reason = "the model could not be loaded";
+    else if (run.alive_lanes() == 0) res.stop_reason = "every device failed";
+    else res.stop_reason = "output error";
+  }
+  if (res.not_started > 0)
+    spdlog::warn("{}: {} image(s) not started; rerun the same command to finish them", res.stop_reason, res.not_started);
+}
+
+// The output folder, created and made canonical, cleared of a killed run's temporary files.
+fs::path prepare_output_folder(const fs::path& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw IoError("cannot create output folder '" + dir.string() + "': " + ec.message());
+  const fs::path out_dir = fs::canonical(dir);
+  if (const int n = remove_stale_temp_files(out_dir); n > 0)
+    spdlog::info("removed {} temporary file(s) left by an interrupted run", n);
+  return out_dir;
+}
+
+}  // namespace
+
+RunResult run_batch(const BatchFile& batch, const RunOptions& o, const GenerateBatchFn& generate) {
+  FunctionLane lane(o, generate);
+  return run_batch(batch, o, std::vector<DeviceLane*>{&lane});
+}
+
+RunResult run_batch(const BatchFile& batch, const RunOptions& o, const std::vector<DeviceLane*>& devices) {
+  if (devices.empty()) throw UsageError("run_batch: no device");
+  RunState run(batch, o, prepare_output_folder(o.out_dir), devices);
+  if (run.manifest.torn_lines() > 0)
+    spdlog::warn("{}: ignored {} torn line(s) left by an interrupted run", run.manifest.path().string(),
+                 run.manifest.torn_lines());
+  spdlog::info("{} image(s): {} to generate, {} already done{}", run.res.total, run.work.size(), run.res.skipped,
+               o.shard_count > 1 ? " (shard " + std::to_string(o.shard_index) + "/" + std::to_string(o.shard_count) + ")" : "");
+  {
+    WriterPool writers(run, o.writer_threads);
+    for (auto& l : run.lanes) start_lane_threads(run, *l, writers);
+    for (auto& l : run.lanes) join_lane_threads(*l);
+    writers.finish();
+  }
+  count_not_started(run);
+  if (run.model_error && run.res.done + run.res.failed == 0 && run.lanes.size() == 1) std::rethrow_exception(run.model_error);
+  const double run_s = run.elapsed();
+  RunResult res = run.res;
+  res.report_path = write_run_report(run, run_s);
+  spdlog::info("done: {} generated, {} already done, {} failed, {} not started of {}; {} batch(es); {:.1f} s; report {}",
+               res.done, res.skipped, res.failed, res.not_started, res.total, res.batches, run_s,
+               res.report_path.string());
+  if (!run.fatal.empty()) throw IoError(run.fatal);
+  if (run.model_error) std::rethrow_exception(run.model_error);
+  return res;
+}
+
+BatchPlan plan_batch(const BatchFile& batch, const RunOptions& o, std::uint64_t free_bytes) {
+  BatchPlan plan;
+  plan.free_bytes = free_bytes;
+  std::error_code ec;
+  const fs::path out_dir = fs::exists(o.out_dir, ec) ? fs::canonical(o.out_dir) : o.out_dir;
+  const Manifest manifest(out_dir / "manifest.jsonl");  // read only: nothing is created
+  const double start_unix = unix_now();
+  WorkList wl = build_work(batch, {o.force, o.shard_index, o.shard_count}, manifest, out_dir, local_date(), start_unix);
+  plan.total = wl.total;
+  plan.skipped = wl.skipped_count;
+  plan.to_make = static_cast<int>(wl.work.size());
+  TaskQueue queue = make_queue(wl.work, o.queue, start_unix);
+  double clock = 0, total_s = 0;
+  std::string plan_lora;
+  bool all_timed = true;
+  while (!queue.empty()) {
+    auto admit = [&](const QueuedImage& head, int available) {
+      const GenerationParams& p = wl.work[head.handle].params;
+      if (!o.estimator || free_bytes == UINT64_MAX) return available;  // no budget given: --max-batch decides
+      return o.estimator->max_batch(p.hires_on() ? p.hires_width() : p.width, p.hires_on() ? p.hires_height() : p.height,
+                                    available, free_bytes, o.safety);
+    };
+    const auto picked = queue.pop_batch(clock, plan_lora, admit);
+    plan_lora = picked.front().lora_set;
+    const WorkItem& w0 = wl.work[picked.front().handle];
+    PlannedBatch pb;
+    pb.group = picked.front().group;
+    pb.width = w0.params.width;
+    pb.height = w0.params.height;
+    pb.steps = w0.params.steps;
+    pb.priority = priority_name(w0.priority);
+    for (const auto& q : picked) pb.images.push_back(image_label(wl.work[q.handle]));
+    const int n = static_cast<int>(picked.size());
+    const int est_w = w0.params.hires_on() ? w0.params.hires_width() : pb.width;
+    const int est_h = w0.params.hires_on() ? w0.params.hires_height() : pb.height;
+    if (o.estimator) {
+      if (const auto m = o.estimator->peak_bytes(est_w, est_h, n)) pb.est_peak_bytes = static_cast<std::int64_t>(*m);
+      if (const auto t = o.estimator->seconds_per_image(est_w, est_h, n, pb.steps)) {
+        pb.est_seconds = t->seconds_per_image * n;
+        pb.time_measured = t->measured;
+      }
+    }
+    if (pb.est_seconds < 0) all_timed = false;
+    else total_s += pb.est_seconds;
+    clock += pb.est_seconds > 0 ? pb.est_seconds : 0;
+    plan.batches.push_back(std::move(pb));
+  }
+  plan.est_seconds = all_timed ? total_s : -1;
+  return plan;
+}
+
+}  // namespace sdxl

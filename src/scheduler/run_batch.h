@@ -1,0 +1,157 @@
+// run_batch: every image of a (validated) batch into an output folder that
+// survives crashes and reruns, in the order of a priority queue, with
+// compatible images batched into one UNet call as far as the memory budget
+// allows:
+//  - each PNG is encoded and written atomically on writer threads (the GPU
+//    goes on with the next batch meanwhile), then its manifest line is
+//    appended+fsynced;
+//  - a rerun skips images whose manifest line matches the task's settings and
+//    whose file still has the recorded sha256 (random seeds are taken from the
+//    manifest), unless `force`;
+//  - `stop` (SIGINT/SIGTERM) and `max_runtime_s` stop taking new batches; the
+//    batch in flight is finished, its files written and the report too;
+//  - an out-of-memory frees cached blocks and retries the batch in halves
+//    (down to one image, then the task's retries apply); a task past its
+//    timeout is cancelled between steps; other task errors are retried
+//    `retries` times with exponential backoff, then recorded, and the batch
+//    goes on; an IoError (disk full, permissions) stops the run after writing
+//    the report.
+// Writes report.json (report-shard-K-of-N.json with shards) and report.html.
+//
+// The pipeline: each device (a lane) runs three threads, one per stage —
+// text encode, sampling, VAE decode — handing batches on through queues of
+// one, so the decode of a batch and the text encode of the next overlap the
+// sampling of the one between. Memory stays bounded: a lane holds at most
+// three batches, and takes a new one only while the budget covers its
+// estimated peak plus that of the batch still in flight; a batch size never
+// measured runs alone (and is measured). A LoRA switch waits for the earlier
+// batches' sampling (the weights change), after loading the files ahead.
+// After an out-of-memory the lane runs one batch at a time.
+//
+// Several devices (--devices): one lane per device, each with its own model
+// replica, all taking whole batches from one queue (priorities hold across
+// devices; a lane prefers the LoRA set it has applied; an idle lane takes the
+// next batch, so the device with the shortest queue gets it). A device that
+// fails — a lost device, or `lane_failures` failed batches in a row while
+// another device still works — is given up: its batches go back to the queue
+// and the others finish the run; the report says what happened.
+//
+// The parts: work_list (what is left, resume), dispatcher (admission, next
+// batch), lane_loops (the three stage threads), failure_policy, writer_pool,
+// run_report; run_state holds what they share. Devices are DeviceLanes
+// (device_lane.h). torch-free. run_batch itself is called from one thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "batch/batch_file.h"
+#include "core/error.h"
+#include "core/memory.h"
+#include "lora/lora.h"
+#include "pipeline/generator.h"
+#include "scheduler/device_lane.h"
+#include "scheduler/task_queue.h"
+#include "scheduler/work_estimator.h"
+
+namespace sdxl {
+
+// Optional views of the device for the one-function run_batch, for admission
+// and the report. A missing `memory` means no accounting (every batch is
+// admitted at the queue's size).
+struct DeviceHooks {
+  std::function<MemorySnapshot()> memory;
+  std::function<void()> reset_peak;
+  std::function<void()> release_cached;
+};
+
+struct ProgressInfo {
+  int total = 0, done = 0, skipped = 0, failed = 0;
+  double elapsed_s = 0;
+  double images_per_minute = 0;
+  double eta_s = -1;               // < 0: unknown
+  std::uint64_t memory_bytes = 0;  // in use now
+  std::string last_file;
+  std::string extra;               // e.g. the LoRA cache hit rate
+};
+
+struct RunOptions {
+  std::filesystem::path out_dir;
+  bool force = false;
+  double max_runtime_s = 0;  // 0: no limit
+  int shard_index = 0, shard_count = 1;
+  const std::atomic<bool>* stop = nullptr;
+  std::string model_name;
+  // The one-device overload of run_batch takes its device from these four.
+  std::function<std::string()> device_name;            // called after the first image
+  std::function<double()> load_seconds;                 // idem
+  std::function<LoraStats()> lora_stats;                // optional: LoRA cache counters for the report
+  std::function<std::string()> allocator;               // optional: the CUDA allocator settings, for the report
+  // Tasks left out by --skip-invalid: reported as failed with these errors.
+  std::vector<std::pair<std::string, std::string>> invalid_tasks;  // task id (or pointer), error
+
+  QueuePolicy queue;             // priorities, aging, batch size cap
+  double safety = 1.2;           // admission: estimated peak × safety must fit in what is free
+  int retries = 0;               // extra attempts of a failed image (not for bad settings or timeouts)
+  double retry_backoff_s = 2.0;  // first wait; doubles per attempt
+  double timeout_s = 0;          // per image when the task sets none; 0: no timeout
+  int release_every = 0;         // free cached device blocks every N images (0: only after an OOM)
+  int writer_threads = 2;        // PNG encode + write
+  DeviceHooks device;
+  bool overlap = true;           // pipeline: stages of consecutive batches at once (false: one batch at a time)
+  int lane_failures = 3;         // failed batches in a row after which a device is given up (if another works)
+  WorkEstimator* estimator = nullptr;  // measured memory/time, refined during the run
+  std::function<void(const ProgressInfo&)> on_progress;  // after each image
+  std::function<std::string()> status_extra;             // appended to progress (LoRA hit rate)
+};
+
+struct RunResult {
+  int total = 0, done = 0, skipped = 0, failed = 0, not_started = 0;
+  int batches = 0, oom_recoveries = 0, retries = 0, deadlines_missed = 0;
+  int devices_failed = 0;
+  std::string stop_reason;  // "" when every image was attempted
+  std::filesystem::path report_path;
+  ExitCode exit_code() const {
+    return (failed > 0 || not_started > 0) ? ExitCode::kTasksFailed : ExitCode::kOk;
+  }
+};
+
+// Generates compatible images together; returns one image per params entry, in order.
+using GenerateBatchFn = std::function<std::vector<GeneratedImage>(const std::vector<GenerationParams>&, const StepHook&)>;
+
+// One device, the whole generation in one function (run as the sample stage).
+RunResult run_batch(const BatchFile& batch, const RunOptions& opts, const GenerateBatchFn& generate);
+// One lane per device (opts.device, device_name, load_seconds and lora_stats
+// are not used: each lane brings its own). The lanes outlive the call.
+RunResult run_batch(const BatchFile& batch, const RunOptions& opts, const std::vector<DeviceLane*>& lanes);
+
+// --dry-run: the plan without a model: what is left to make (resume applied),
+// in queue order, grouped into batches with the estimated memory and time.
+struct PlannedBatch {
+  std::string group;
+  std::vector<std::string> images;  // "task#index"
+  int width = 0, height = 0, steps = 0;
+  std::string priority;
+  std::int64_t est_peak_bytes = -1;  // -1: not measured yet (runs alone first)
+  double est_seconds = -1;           // -1: unknown
+  bool time_measured = false;
+};
+struct BatchPlan {
+  int total = 0, skipped = 0, to_make = 0;
+  std::vector<PlannedBatch> batches;
+  double est_seconds = -1;  // -1: unknown for at least one batch
+  std::uint64_t free_bytes = 0;
+};
+BatchPlan plan_batch(const BatchFile& batch, const RunOptions& opts, std::uint64_t free_bytes);
+
+// "report.json", or "report-shard-K-of-N.json" when sharded.
+std::string report_file_name(int shard_index, int shard_count);
+
+}  // namespace sdxl

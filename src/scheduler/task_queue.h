@@ -1,0 +1,88 @@
+// TaskQueue: the order in which a run makes its images, and which of them
+// share one UNet call. torch-free, deterministic (a function of the pushed
+// images, the clock values passed in and the admission callback), not
+// thread-safe (one dispatcher owns it).
+//
+// Order, best first:
+//  1. effective priority class: high, mid, low; an image waiting longer than
+//     `aging_s` moves up one class per `aging_s` waited, so low-priority work
+//     cannot starve behind a stream of high-priority work;
+//  2. within a class, images with a deadline first, earliest deadline first;
+//  3. then images that use the LoRA set already applied (fewer switches);
+//  4. then arrival order (FIFO).
+// A batch is the best image plus the next compatible ones (same `group`: size,
+// steps, sampler, LoRA set...) in that order, as many as the admission callback
+// allows (the memory budget). Empty places of a batch are filled with
+// compatible images of lower classes only when `fill_lower` is on: one UNet
+// call for n images costs less than n calls, so they ride along for little.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "batch/priority.h"
+
+namespace sdxl {
+
+struct QueuedImage {
+  std::size_t handle = 0;       // the caller's index of the image
+  Priority priority = Priority::kMid;
+  double deadline_s = -1;       // on the run clock (seconds since start); < 0: none
+  std::string group;            // images with equal groups may share a UNet call
+  std::string lora_set;         // "" = no LoRA; used to avoid switches
+  double enqueued_s = 0;        // run clock when it was queued (aging)
+  std::uint64_t sequence = 0;   // set by push(): arrival order
+};
+
+struct QueuePolicy {
+  double aging_s = 900;  // a waiting image moves up one class per aging_s (<= 0: no aging)
+  int max_batch = 8;     // images per UNet call at most
+  bool fill_lower = true;
+  // Strictly the order images were pushed (the batch file's): no classes,
+  // deadlines, aging or LoRA affinity. A baseline to measure the queue against.
+  bool file_order = false;
+};
+
+class TaskQueue {
+ public:
+  explicit TaskQueue(QueuePolicy policy = {}) : policy_(policy) {}
+
+  void push(QueuedImage image);
+  bool empty() const { return items_.empty(); }
+  std::size_t size() const { return items_.size(); }
+  const QueuePolicy& policy() const { return policy_; }
+
+  // Class after aging at time `now_s` (0 = high).
+  int effective_class(const QueuedImage& image, double now_s) const;
+
+  // Removes and returns the next batch (empty when the queue is). `admit(head,
+  // available)` returns how many images of head's group may run together now
+  // (clamped to 1..available); `current_lora` is the LoRA set applied now.
+  std::vector<QueuedImage> pop_batch(double now_s, const std::string& current_lora,
+                                     const std::function<int(const QueuedImage& head, int available)>& admit);
+
+  // Images whose deadline can no longer be met: now + the estimated time until
+  // each would finish (its position in the order times `seconds_per_image`) is
+  // past its deadline. Each image is returned once per run.
+  std::vector<QueuedImage> newly_hopeless(double now_s, const std::string& current_lora, double seconds_per_image);
+
+  // Puts images back (a batch that was split after an out-of-memory, a retry)
+  // keeping their original arrival order and waiting time.
+  void requeue(std::vector<QueuedImage> images);
+
+  // The whole queue in the order it would run, without removing anything.
+  std::vector<QueuedImage> ordered(double now_s, const std::string& current_lora) const;
+
+ private:
+  bool before(const QueuedImage& a, const QueuedImage& b, double now_s, const std::string& lora) const;
+
+  QueuePolicy policy_;
+  std::vector<QueuedImage> items_;
+  std::vector<std::uint64_t> reported_hopeless_;  // sequences, sorted
+  std::uint64_t next_sequence_ = 0;
+};
+
+}  // namespace sdxl

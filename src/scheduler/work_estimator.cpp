@@ -1,0 +1,173 @@
+#include "scheduler/work_estimator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/atomic_file.h"
+
+namespace sdxl {
+
+namespace {
+constexpr size_t kTimeWindow = 8;
+}
+
+void WorkEstimator::observe_memory(int width, int height, int batch, std::uint64_t peak_work_bytes,
+                                   std::uint64_t sample_peak_bytes) {
+  if (batch < 1) return;
+  auto& m = memory_[{width, height}][batch];
+  m = std::max(m, peak_work_bytes);
+  if (sample_peak_bytes > 0) {
+    auto& s = sample_memory_[{width, height}][batch];
+    s = std::max(s, std::min(sample_peak_bytes, peak_work_bytes));
+  }
+}
+
+void WorkEstimator::observe_time(int width, int height, int batch, int steps, double seconds) {
+  if (batch < 1 || steps < 1 || !(seconds > 0)) return;
+  auto& v = time_[{width, height}][batch];
+  v.push_back(seconds / batch / steps);
+  if (v.size() > kTimeWindow) v.erase(v.begin());
+}
+
+std::optional<std::uint64_t> WorkEstimator::peak_bytes(int width, int height, int batch) const {
+  auto it = memory_.find({width, height});
+  if (it == memory_.end() || it->second.empty() || batch < 1) return std::nullopt;
+  const auto& obs = it->second;
+  if (auto exact = obs.find(batch); exact != obs.end() && obs.size() == 1) return exact->second;
+  if (obs.size() == 1) {
+    const auto& [n, p] = *obs.begin();
+    std::uint64_t sample = 0;
+    if (auto s = sample_memory_.find(it->first); s != sample_memory_.end())
+      if (auto sn = s->second.find(n); sn != s->second.end()) sample = sn->second;
+    if (sample > 0) {  // only the sampling part grows with the batch
+      if (batch <= n) return p;
+      const double grow = static_cast<double>(sample) / n * (batch - n);
+      return p + static_cast<std::uint64_t>(std::ceil(grow));
+    }
+    const double per = static_cast<double>(p) / n;
+    return static_cast<std::uint64_t>(std::ceil(per * batch));
+  }
+  // Least-squares a + b*n, then raised so that it covers every observation.
+  double sn = 0, sp = 0, snn = 0, snp = 0;
+  const double k = static_cast<double>(obs.size());
+  for (const auto& [n, p] : obs) {
+    sn += n;
+    sp += static_cast<double>(p);
+    snn += static_cast<double>(n) * n;
+    snp += static_cast<double>(n) * static_cast<double>(p);
+  }
+  const double den = k * snn - sn * sn;
+  double b = den != 0 ? (k * snp - sn * sp) / den : 0.0;
+  b = std::max(b, 0.0);
+  double a = (sp - b * sn) / k;
+  double lift = 0;
+  for (const auto& [n, p] : obs) lift = std::max(lift, static_cast<double>(p) - (a + b * n));
+  a += lift;
+  const double est = std::max(a + b * batch, 0.0);
+  return static_cast<std::uint64_t>(std::ceil(est));
+}
+
+int WorkEstimator::max_batch(int width, int height, int max_n, std::uint64_t free_bytes, double safety) const {
+  if (max_n <= 1 || !peak_bytes(width, height, 1)) return 1;
+  int best = 1;
+  for (int n = 2; n <= max_n; ++n) {
+    const auto est = peak_bytes(width, height, n);
+    if (!est || static_cast<double>(*est) * safety > static_cast<double>(free_bytes)) break;
+    best = n;
+  }
+  return best;
+}
+
+std::optional<TimeEstimate> WorkEstimator::seconds_per_image(int width, int height, int batch, int steps) const {
+  if (time_.empty() || steps < 1) return std::nullopt;
+  auto mean = [](const std::vector<double>& v) {
+    double s = 0;
+    for (double x : v) s += x;
+    return s / static_cast<double>(v.size());
+  };
+  if (auto it = time_.find({width, height}); it != time_.end()) {
+    if (auto b = it->second.find(batch); b != it->second.end()) return TimeEstimate{mean(b->second) * steps, true};
+    // Nearest batch size of this resolution.
+    const auto* best = &*it->second.begin();
+    for (const auto& e : it->second)
+      if (std::abs(e.first - batch) < std::abs(best->first - batch)) best = &e;
+    return TimeEstimate{mean(best->second) * steps, false};
+  }
+  // Nearest resolution by pixel count, scaled by pixels.
+  const double px = static_cast<double>(width) * height;
+  double best_ratio = std::numeric_limits<double>::infinity(), per = 0;
+  for (const auto& [res, by_batch] : time_) {
+    const double rpx = static_cast<double>(res.first) * res.second;
+    const double ratio = std::abs(std::log(px / rpx));
+    if (ratio < best_ratio) {
+      best_ratio = ratio;
+      const auto* b = &*by_batch.begin();
+      for (const auto& e : by_batch)
+        if (std::abs(e.first - batch) < std::abs(b->first - batch)) b = &e;
+      per = mean(b->second) * px / rpx;
+    }
+  }
+  return TimeEstimate{per * steps, false};
+}
+
+std::string WorkEstimator::to_json() const {
+  nlohmann::json j = {{"format", 1}, {"device", device_}, {"model", model_}};
+  nlohmann::json mem = nlohmann::json::array(), tim = nlohmann::json::array();
+  for (const auto& [res, by_batch] : memory_)
+    for (const auto& [n, p] : by_batch) {
+      nlohmann::json m = {{"width", res.first}, {"height", res.second}, {"batch", n}, {"peak_work_bytes", p}};
+      if (auto s = sample_memory_.find(res); s != sample_memory_.end())
+        if (auto sn = s->second.find(n); sn != s->second.end()) m["sample_peak_bytes"] = sn->second;
+      mem.push_back(m);
+    }
+  for (const auto& [res, by_batch] : time_)
+    for (const auto& [n, v] : by_batch)
+      tim.push_back({{"width", res.first}, {"height", res.second}, {"batch", n}, {"seconds_per_image_step", v}});
+  j["memory"] = mem;
+  j["time"] = tim;
+  return j.dump(1) + "\n";
+}
+
+WorkEstimator WorkEstimator::load(const std::filesystem::path& path, const std::string& device,
+                                  const std::string& model, std::string* why_not) {
+  WorkEstimator e(device, model);
+  std::ifstream in(path);
+  if (!in) {
+    if (why_not) *why_not = "no saved estimates at " + path.string();
+    return e;
+  }
+  try {
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const auto j = nlohmann::json::parse(ss.str());
+    if (j.value("device", "") != device || j.value("model", "") != model) {
+      if (why_not)
+        *why_not = path.string() + " holds estimates for " + j.value("model", "?") + " on " + j.value("device", "?") +
+                   ", not " + model + " on " + device;
+      return e;
+    }
+    for (const auto& m : j.at("memory"))
+      e.observe_memory(m.at("width").get<int>(), m.at("height").get<int>(), m.at("batch").get<int>(),
+                       m.at("peak_work_bytes").get<std::uint64_t>(), m.value("sample_peak_bytes", std::uint64_t{0}));
+    for (const auto& t : j.at("time")) {
+      auto& v = e.time_[{t.at("width").get<int>(), t.at("height").get<int>()}][t.at("batch").get<int>()];
+      for (const auto& x : t.at("seconds_per_image_step")) {
+        const double s = x.get<double>();
+        if (s > 0 && std::isfinite(s)) v.push_back(s);
+      }
+      if (v.size() > kTimeWindow) v.erase(v.begin(), v.end() - static_cast<std::ptrdiff_t>(kTimeWindow));
+    }
+  } catch (const std::exception& ex) {
+    if (why_not) *why_not = path.string() + " is not a valid estimates file (" + ex.what() + "); starting afresh";
+    return WorkEstimator(device, model);
+  }
+  return e;
+}
+
+void WorkEstimator::save(const std::filesystem::path& path) const { write_file_atomic(path, to_json()); }
+
+}  // namespace sdxl

@@ -1,0 +1,69 @@
+// The work list: every image of a (validated) batch file that this run (or
+// shard) still has to make, with its seed resolved, and the queue built from
+// it. A rerun skips images whose manifest line matches the task's settings
+// and whose file still has the recorded sha256 (unless `force`); random seeds
+// come back from the manifest, so a rerun makes the same images. torch-free.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "batch/batch_file.h"
+#include "batch/generation_params.h"
+#include "batch/manifest.h"
+#include "batch/priority.h"
+#include "scheduler/task_queue.h"
+
+namespace sdxl {
+
+struct WorkItem {
+  const BatchTask* task = nullptr;
+  int index = 0;
+  GenerationParams params;  // seed resolved
+  std::string file;         // relative to the output folder
+  Priority priority = Priority::kMid;
+  double deadline_unix = -1;
+  int attempts = 0;          // failed attempts so far (retries)
+  double not_before_s = 0;   // run clock: retry backoff
+};
+
+struct WorkList {
+  std::vector<WorkItem> work;
+  nlohmann::json skipped = nlohmann::json::array();  // the report's "skipped" records
+  int total = 0, skipped_count = 0;
+};
+
+struct WorkListOptions {
+  bool force = false;
+  int shard_index = 0, shard_count = 1;
+};
+
+// What is left to make in `out_dir` (read only: creates nothing).
+WorkList build_work(const BatchFile& batch, const WorkListOptions& o, const Manifest& manifest,
+                    const std::filesystem::path& out_dir, const std::string& date, double start_unix);
+
+// The queue of `work`: handle = index into `work`, priority, deadline on the
+// run clock, batch group and LoRA set.
+TaskQueue make_queue(const std::vector<WorkItem>& work, const QueuePolicy& policy, double start_unix);
+
+// The key of images that may share a UNet call (size, steps, sampler, schedule,
+// guidance, img2img and hires settings, LoRA set).
+std::string batch_group_key(const GenerationParams& p);
+// The LoRA set of an image (its LoRA list and prompt tags); "" = none. The
+// queue prefers the set applied now, so switches are rare.
+std::string lora_set_key(const GenerationParams& p);
+
+// "task#index", for logs and plans.
+std::string image_label(const WorkItem& w);
+// Whether a manifest entry was made with these settings.
+bool same_settings(const GenerationParams& a, const GenerationParams& b);
+
+// Today's local date as YYYY-MM-DD (output name templates), and the Unix time now.
+std::string local_date();
+double unix_now();
+
+}  // namespace sdxl

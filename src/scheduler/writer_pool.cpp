@@ -1,0 +1,116 @@
+#include "scheduler/writer_pool.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "core/sha256.h"
+#include "image/png_writer.h"
+#include "scheduler/output_folder.h"
+#include "scheduler/run_state.h"
+
+namespace sdxl {
+
+namespace {
+
+// The report's record of a written image (mu held); counts a missed deadline.
+nlohmann::json image_record(RunState& run, const WriteJob& j, const ManifestEntry& e, double write_s) {
+  const GenerationParams& p = j.item.params;
+  const double end_s = run.elapsed();
+  nlohmann::json rec = {{"task", e.task}, {"index", e.index}, {"seed", e.seed}, {"file", e.file},
+                        {"prompt", p.prompt}, {"width", p.width}, {"height", p.height}, {"steps", p.steps},
+                        {"cfg", p.cfg}, {"sampler", p.sampler}, {"priority", priority_name(j.item.priority)},
+                        {"sha256", e.sha256}, {"start_s", j.start_s}, {"text_s", j.image.seconds.text},
+                        {"sample_s", j.image.seconds.sample}, {"decode_s", j.image.seconds.decode},
+                        {"write_s", write_s}, {"total_s", end_s - j.start_s}, {"batch_size", j.batch_size},
+                        {"memory_bytes", j.memory_bytes}, {"attempts", j.item.attempts + 1},
+                        {"device", j.device}};
+  if (j.item.deadline_unix >= 0) {
+    rec["deadline"] = j.item.task->deadline;
+    const double late_s = run.start_unix + end_s - j.item.deadline_unix;
+    rec["deadline_missed"] = late_s > 0;
+    if (late_s > 0) {
+      ++run.res.deadlines_missed;
+      run.rec.deadline_misses.push_back(
+          {{"task", e.task}, {"index", e.index}, {"deadline", j.item.task->deadline}, {"late_s", late_s}});
+      spdlog::warn("{} finished {:.0f} s after its deadline {}", image_label(j.item), late_s, j.item.task->deadline);
+    }
+  }
+  if (!j.image.lora_hashes.empty()) {
+    nlohmann::json l = nlohmann::json::array();
+    for (const auto& [name, hash] : j.image.lora_hashes) l.push_back({{"name", name}, {"hash", hash}});
+    rec["loras"] = l;
+    rec["lora_s"] = j.image.lora_s;
+  }
+  return rec;
+}
+
+void record_write_failure(RunState& run, const WriteJob& j, const std::string& error) {  // mu held
+  run.rec.failures.push_back({{"task", j.item.task->id}, {"index", j.item.index}, {"seed", j.item.params.seed},
+                              {"error", error}});
+  ++run.res.failed;
+}
+
+}  // namespace
+
+void write_image(RunState& run, WriteJob& j) {
+  {
+    std::lock_guard lk(run.mu);
+    if (!run.fatal.empty()) {  // the run stops on an output error; the image is made again by a rerun
+      ++run.dropped;
+      return;
+    }
+  }
+  try {
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::filesystem::path file = checked_output_path(run.out_dir, j.item.file);
+    const std::vector<std::uint8_t> png =
+        encode_png(j.image.width, j.image.height, 3, j.image.rgb.data(),
+                   {{"parameters", a1111_parameters(j.item.params, run.opts.model_name, j.image.lora_hashes)}});
+    write_file_atomic(file, png);
+    const double write_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ManifestEntry e;
+    e.task = j.item.task->id;
+    e.index = j.item.index;
+    e.seed = j.item.params.seed;
+    e.file = j.item.file;
+    e.sha256 = sha256_hex(png);
+    e.seconds = j.generate_s + write_s;
+    e.params = j.item.params;
+    e.model = run.opts.model_name;
+    e.finished = utc_now_iso8601();
+    run.manifest.append(e);
+    std::lock_guard lk(run.mu);
+    ++run.res.done;
+    run.rec.images.push_back(image_record(run, j, e, write_s));
+    run.progress(e.file, j.memory_bytes);
+  } catch (const IoError& e) {
+    std::lock_guard lk(run.mu);
+    if (run.fatal.empty()) run.fatal = e.what();
+    spdlog::error("{}: {}", image_label(j.item), e.what());
+    record_write_failure(run, j, e.what());
+  } catch (const std::exception& e) {  // e.g. the template leaves the output folder
+    std::lock_guard lk(run.mu);
+    spdlog::error("{} failed: {}", image_label(j.item), e.what());
+    record_write_failure(run, j, e.what());
+  }
+}
+
+WriterPool::WriterPool(RunState& run, int threads)
+    : jobs_(static_cast<size_t>(std::max(2, 2 * threads))) {
+  for (int i = 0; i < std::max(1, threads); ++i)
+    threads_.emplace_back([this, &run] {
+      while (auto job = jobs_.pop()) write_image(run, *job);
+    });
+}
+
+void WriterPool::finish() {
+  jobs_.close();
+  for (auto& t : threads_)
+    if (t.joinable()) t.join();
+}
+
+}  // namespace sdxl
