@@ -8,13 +8,13 @@ private copy of libstdc++ into the .so. Loaded into a process that already has
 the shared libstdc++.so.6 (every torch process), the two copies disagree on
 std::locale's facet ids, and the AOTI runtime's first std::regex
 (parse_device_str, in the model's constructor) calls a wrong virtual function:
-SIGSEGV inside aoti_load_package (found with scripts/gpu_aoti_probe.py --gdb
+SIGSEGV inside aoti_load_package (found with bench/probes/gpu_aoti_probe.py --gdb
 --diagnose on the GPU machine, 2026-11-30).
 
 The remedy here: a folder whose libstdc++.so links to the libstdc++.so.6 the
 process has loaded, handed to the linker with -L (a user -L comes before the
 compiler's own folders, so the shared library wins over libstdc++.a), through a
-small wrapper compiler that inductor is told to use. gpu_prepare.sh does the
+small wrapper compiler that inductor is told to use. bench/lib/gpu_prepare.sh does the
 same for the sdxl-batch build (CMake linker flags), so the program and the
 package share one libstdc++.
 """

@@ -3,7 +3,7 @@ file that open-clip-torch ships, exactly as CLIP's simple_tokenizer builds its
 vocabulary: 256 byte symbols, the same with '</w>', one entry per merge, then
 <|startoftext|> and <|endoftext|> (49408 entries).
 
-Used by export_sdxl.py and the golden generators; importable and runnable:
+Used by export_sdxl.py and fuzz.sh; importable and runnable:
     python scripts/clip_vocab.py OUT_DIR [--pad-token '!']
 """
 from __future__ import annotations

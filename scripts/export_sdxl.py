@@ -5,6 +5,8 @@ Sources (exactly one):
   --tiny          random tiny SDXL-shaped weights (CI; seconds on CPU)
   --random-full   the real SDXL base architecture with random weights (2.57 B UNet)
   --from DIR      a diffusers-format SDXL directory (real weights, local files only)
+--print-config tiny|full prints the configs --tiny / --random-full build, as JSON
+(the test references make files that fit the exported model from it).
 
 Output (see /work/shared/DESIGN.md, "The model directory"):
   model.json, text_encoder.ts, text_encoder_2.ts, unet.ts, vae_decoder.ts,
@@ -156,6 +158,21 @@ TINY_VAE = dict(FULL_VAE, block_out_channels=(8, 16, 16, 16), layers_per_block=1
                 norm_num_groups=4, sample_size=256)
 
 
+def architecture(arch: str) -> dict:
+    """The configs --tiny ("tiny") or --random-full ("full") builds, by component."""
+    tiny = arch == "tiny"
+    te1, te2, unet, vae = (TINY_TE1, TINY_TE2, TINY_UNET, TINY_VAE) if tiny else (FULL_TE1, FULL_TE2, FULL_UNET, FULL_VAE)
+    return {"scheduler": SDXL_SCHEDULER, "text_encoder": te1, "text_encoder_2": te2, "unet": unet, "vae": vae}
+
+
+class PrintConfig(argparse.Action):
+    """--print-config ARCH: print architecture(ARCH) as JSON and exit (no other argument needed)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(json.dumps(architecture(values), indent=1))
+        parser.exit()
+
+
 def log(msg: str) -> None:
     print(msg, flush=True)
 
@@ -176,9 +193,8 @@ def build_random_pipeline(kind: str, device: str, dtype: torch.dtype, seed: int,
     from diffusers import AutoencoderKL, EulerDiscreteScheduler, StableDiffusionXLPipeline, UNet2DConditionModel
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection, CLIPTokenizer
 
-    te1_cfg, te2_cfg, unet_cfg, vae_cfg = (
-        (TINY_TE1, TINY_TE2, TINY_UNET, TINY_VAE) if kind == "tiny" else (FULL_TE1, FULL_TE2, FULL_UNET, FULL_VAE)
-    )
+    arch = architecture("tiny" if kind == "tiny" else "full")
+    te1_cfg, te2_cfg, unet_cfg, vae_cfg = (arch[k] for k in ("text_encoder", "text_encoder_2", "unet", "vae"))
     torch.manual_seed(seed)
     if device == "cuda":
         torch.cuda.manual_seed_all(seed)
@@ -659,13 +675,16 @@ def export_unet_aoti(unet, dtype, device: str, out_dir: Path, limits: dict, vae_
 # --- main -------------------------------------------------------------------------------
 def main() -> int:
     # A crash in native code (e.g. the AOTInductor loader on CUDA, see
-    # scripts/gpu_aoti_probe.py) then names the Python line it came from.
+    # bench/probes/gpu_aoti_probe.py) then names the Python line it came from.
     faulthandler.enable()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--tiny", action="store_true")
     src.add_argument("--random-full", action="store_true")
     src.add_argument("--from", dest="from_dir", metavar="DIR")
+    ap.add_argument("--print-config", choices=["tiny", "full"], action=PrintConfig,
+                    help="print the diffusers / transformers configs and the scheduler config of the --tiny or "
+                         "--random-full architecture as JSON, and exit")
     ap.add_argument("--dtype", choices=sorted(DTYPES))
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--out", required=True)

@@ -4,7 +4,7 @@
 config configs/lora-story.json, and that switching back to no LoRA inside one
 run gives the base image bit for bit.
 
-    test_lora.py --binary B --model TINY --loras DIR(make_test_loras.py) --work DIR --source REPO
+    test_lora.py --binary B --model TINY --loras DIR(reference.make_test_loras) --work DIR --source REPO
 """
 from __future__ import annotations
 

@@ -1,27 +1,28 @@
 """What the parity scripts (tests/parity/parity_*.py) share: their command line,
-the reference pipeline, and the closing table, JSON and verdict."""
+the reference pipeline, and the closing table, JSON and verdict.
+
+The references come from the package tests/reference: ctest runs every parity
+script with PYTHONPATH=<repo>/tests (`from reference import ...`, and
+`python -m reference.<module>` for the ones run as programs)."""
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 
 def parse_args(doc: str, extra=None) -> tuple[argparse.Namespace, Path]:
-    """The options every parity script takes (plus `extra(ap)`'s); puts the
-    repository's scripts/ on sys.path and makes --work. Returns (args, work)."""
+    """The options every parity script takes (plus `extra(ap)`'s); makes --work.
+    Returns (args, work)."""
     ap = argparse.ArgumentParser(description=doc)
     ap.add_argument("--binary", required=True, help="the sdxl-batch executable")
     ap.add_argument("--model", required=True, help="the exported model directory")
     ap.add_argument("--diffusers", required=True, help="the same weights as a diffusers pipeline")
     ap.add_argument("--work", required=True, help="scratch directory (images, latents, the JSON)")
-    ap.add_argument("--source", required=True, help="the repository (for scripts/)")
     ap.add_argument("--min-psnr", type=float, default=40.0)
     if extra:
         extra(ap)
     a = ap.parse_args()
-    sys.path.insert(0, str(Path(a.source) / "scripts"))
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     return a, work

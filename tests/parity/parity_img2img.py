@@ -29,6 +29,10 @@ import torch.nn.functional as F
 from parity_common import finish, parse_args, reference_pipeline
 from PIL import Image
 
+from reference.a1111_schedulers import make_scheduler
+from reference.compare_images import load_rgb, psnr
+from reference.reference_sdxl import a1111_embeds
+
 PROMPT, NEGATIVE, SEED, CFG, W, H = "comic panel, a red fox on a train", "blurry", 7, 5.0, 256, 256
 IMG2IMG = [("Euler", "Automatic"), ("Euler a", "Automatic"), ("Heun", "Karras"), ("DPM++ 2M", "Karras"),
            ("DPM++ 2M SDE", "Automatic"), ("DPM++ SDE", "Automatic"), ("DDIM", "Automatic"), ("UniPC", "Automatic"),
@@ -41,10 +45,7 @@ HIRES_SCALE, HIRES_STEPS, HIRES_DENOISE, BASE_STEPS = 1.5, 6, 0.5, 6
 
 def main() -> int:
     a, work = parse_args(__doc__)
-    from a1111_schedulers import make_scheduler  # noqa: E402
-    from compare_images import load_rgb, psnr  # noqa: E402
-    from diffusers import StableDiffusionXLImg2ImgPipeline  # noqa: E402
-    from reference_sdxl import a1111_embeds  # noqa: E402
+    from diffusers import StableDiffusionXLImg2ImgPipeline
 
     pipe = reference_pipeline(a.diffusers)
     i2i = StableDiffusionXLImg2ImgPipeline(**{k: v for k, v in pipe.components.items()}, add_watermarker=False)

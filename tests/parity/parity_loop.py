@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Parity (ctest label parity): scripts/diffusers_loop.py, the for-loop baseline
-that gpu_runtime.sh's loop mode times sdxl-batch against, makes the images
+"""Parity (ctest label parity): reference.diffusers_loop, the for-loop baseline
+that bench/gpu_runtime.sh's loop mode times sdxl-batch against, makes the images
 sdxl-batch makes for the same batch file (tiny model, CPU, fp32).
 
 The batch has two sizes, LoRA sets from the registry, from a prompt tag and
@@ -11,7 +11,7 @@ one's, byte for byte). Each image of `sdxl-batch run` must be within --min-psnr
 without LoRA (else the LoRA part proves nothing). A batch the loop cannot run
 (img2img) must be refused with the task's id before anything is written.
 
-    parity_loop.py --binary B --model TINY --diffusers TINY_DIFFUSERS --loras LORA_DIR --work DIR --source REPO
+    PYTHONPATH=tests parity_loop.py --binary B --model TINY --diffusers TINY_DIFFUSERS --loras LORA_DIR --work DIR
 """
 from __future__ import annotations
 
@@ -22,14 +22,14 @@ from pathlib import Path
 
 from parity_common import finish, parse_args
 
+from reference.compare_images import load_rgb, psnr
+
 PROMPT = "comic panel {}, a lighthouse keeper in a storm, bold ink lines"
 
 
 def main() -> int:
     a, work = parse_args(__doc__, lambda ap: ap.add_argument("--loras", required=True,
-                                                              help="make_test_loras.py output (tiny arch)"))
-    src = Path(a.source)
-    from compare_images import load_rgb, psnr
+                                                              help="reference.make_test_loras output (tiny arch)"))
 
     loras = Path(a.loras).resolve()
     tasks = [
@@ -51,7 +51,7 @@ def main() -> int:
                         "--no-progress"], capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit(f"sdxl-batch run failed ({r.returncode}):\n{r.stderr}")
-    loop = [sys.executable, str(src / "scripts" / "diffusers_loop.py"), "--diffusers", a.diffusers, "--model", a.model,
+    loop = [sys.executable, "-m", "reference.diffusers_loop", "--diffusers", a.diffusers, "--model", a.model,
             "--device", "cpu", "--dtype", "fp32", "--threads", "1"]
     r = subprocess.run(loop + ["--batch", str(bfile), "--out", str(loop_dir)], capture_output=True, text=True)
     if r.returncode != 0:

@@ -1,16 +1,16 @@
 #!/usr/bin/env python3
 """Parity (ctest label parity): LoRAs applied by sdxl-batch vs the same files
-fused into diffusers' StableDiffusionXLPipeline (scripts/lora_reference.py:
+fused into diffusers' StableDiffusionXLPipeline (reference.lora_reference:
 diffusers' key conversion, peft's merge math) on the tiny model, CPU.
 
-Random LoRA files in each format come from scripts/make_test_loras.py. Each
-case runs `sdxl-batch generate --lora ...` and scripts/reference_sdxl.py
+Random LoRA files in each format come from reference.make_test_loras. Each
+case runs `sdxl-batch generate --lora ...` and reference.reference_sdxl
 --lora ..., and prints PSNR against the reference and against the image
 without LoRA (which must be clearly lower: the LoRA has to change the image,
 or the comparison proves nothing). Fails when a PSNR < --min-psnr (40 dB) or a
 LoRA leaves the image unchanged.
 
-    parity_lora.py --binary B --model TINY --diffusers TINY_DIFFUSERS --work DIR --source REPO
+    PYTHONPATH=tests parity_lora.py --binary B --model TINY --diffusers TINY_DIFFUSERS --work DIR [--loras DIR]
 """
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 
 from parity_common import finish, parse_args
+
+from reference.compare_images import load_rgb, psnr
 
 PROMPT = "comic panel, a lighthouse keeper in a storm, bold ink lines"
 NEG = "blurry"
@@ -38,13 +40,11 @@ CASES = [
 
 def main() -> int:
     a, work = parse_args(__doc__, lambda ap: ap.add_argument(
-        "--loras", help="existing make_test_loras.py output (default: make them under --work)"))
-    src = Path(a.source)
-    from compare_images import load_rgb, psnr  # noqa: E402
+        "--loras", help="existing reference.make_test_loras output (default: make them under --work)"))
 
     loras = Path(a.loras) if a.loras else work / "loras"
     if not a.loras:
-        subprocess.run([sys.executable, str(src / "scripts" / "make_test_loras.py"), "--out", str(loras)], check=True,
+        subprocess.run([sys.executable, "-m", "reference.make_test_loras", "--out", str(loras)], check=True,
                        capture_output=True)
     common = ["--negative", NEG, "--seed", "42", "--steps", "6", "--cfg", "5.0", "--width", "256", "--height", "256"]
 
@@ -61,7 +61,7 @@ def main() -> int:
 
     def ref(name, prompt, specs):
         png = work / f"{name}-ref.png"
-        args = [sys.executable, str(src / "scripts" / "reference_sdxl.py"), "--diffusers", a.diffusers, "--prompt", prompt,
+        args = [sys.executable, "-m", "reference.reference_sdxl", "--diffusers", a.diffusers, "--prompt", prompt,
                 *common, "--out-png", str(png), "--threads", "1"]
         for stem, w in specs:
             args += ["--lora", f"{loras / (stem + '.safetensors')}:{w}"]

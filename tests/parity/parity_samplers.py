@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Parity (ctest label parity): every sampler x schedule that sdxl-batch accepts
 vs the diffusers scheduler that diffusers' documentation maps to the A1111 name
-(scripts/a1111_schedulers.py), with StableDiffusionXLPipeline on the tiny model,
+(reference.a1111_schedulers), with StableDiffusionXLPipeline on the tiny model,
 on the CPU, same weights, prompt, seed, steps, CFG; the pipeline gets a list of
 per-image CPU generators, as sdxl-batch draws its noise. Also checks that the
 combinations diffusers cannot do are refused with exit code 2, and one case with
@@ -10,7 +10,7 @@ guidance_rescale.
 Prints a table sampler x schedule -> latent max|d| and PSNR; fails when a PSNR
 is below --min-psnr (40 dB). The reference pipeline is loaded once.
 
-    parity_samplers.py --binary B --model TINY --diffusers TINY_DIFFUSERS --work DIR --source REPO
+    PYTHONPATH=tests parity_samplers.py --binary B --model TINY --diffusers TINY_DIFFUSERS --work DIR
 """
 from __future__ import annotations
 
@@ -22,14 +22,15 @@ import numpy as np
 import torch
 from parity_common import finish, parse_args, reference_pipeline
 
+from reference.a1111_schedulers import SCHEDULES, VALID, make_scheduler
+from reference.compare_images import load_rgb, psnr
+from reference.reference_sdxl import a1111_embeds
+
 PROMPT, NEGATIVE, SEED, STEPS, CFG, W, H = "comic panel, a lighthouse in a storm", "blurry", 42, 8, 5.0, 256, 256
 
 
 def main() -> int:
     a, work = parse_args(__doc__, lambda ap: ap.add_argument("--only", help="run only this sampler (A1111 name)"))
-    from a1111_schedulers import SCHEDULES, VALID, make_scheduler  # noqa: E402
-    from compare_images import load_rgb, psnr  # noqa: E402
-    from reference_sdxl import a1111_embeds  # noqa: E402
 
     pipe = reference_pipeline(a.diffusers)
     base_config = dict(pipe.scheduler.config)

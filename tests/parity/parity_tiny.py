@@ -3,19 +3,20 @@
 on the same tiny-model weights, prompt, seed, steps, CFG and size, on the CPU.
 
 For each case it runs `sdxl-batch generate --save-latents` and
-scripts/reference_sdxl.py, then reports the max abs difference of the final
+reference.reference_sdxl, then reports the max abs difference of the final
 latents and the PSNR of the images. Fails when any PSNR < --min-psnr (40 dB).
 
-    parity_tiny.py --binary B --model TINY --diffusers TINY_DIFFUSERS --work DIR --source REPO
+    PYTHONPATH=tests parity_tiny.py --binary B --model TINY --diffusers TINY_DIFFUSERS --work DIR
 """
 from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 from parity_common import finish, parse_args
+
+from reference.compare_images import load_rgb, psnr
 
 CASES = [
     # name, prompt, negative, seed, steps, cfg, width, height
@@ -34,7 +35,6 @@ CASES = [
 
 def main() -> int:
     a, work = parse_args(__doc__)
-    from compare_images import load_rgb, psnr  # noqa: E402
 
     rows, failed = [], False
     for name, prompt, negative, seed, steps, cfg, w, h in CASES:
@@ -47,7 +47,7 @@ def main() -> int:
         if r.returncode != 0:
             print(f"{name}: sdxl-batch failed ({r.returncode}):\n{r.stderr}")
             return 1
-        r = subprocess.run([sys.executable, str(Path(a.source) / "scripts" / "reference_sdxl.py"), "--diffusers",
+        r = subprocess.run([sys.executable, "-m", "reference.reference_sdxl", "--diffusers",
                             a.diffusers, *common, "--out-png", str(ref_png), "--out-latents", str(ref_lat), "--threads", "1"],
                            capture_output=True, text=True)
         if r.returncode != 0:

@@ -4,23 +4,23 @@
 # network), from the repository root, with .deps and .whl carried, in ONE call
 # (about 9 minutes: build + export ~4, rows ~5):
 #
-#   OUT=<dir> bash scripts/bench_speed.sh
+#   OUT=<dir> bash bench/bench_speed.sh
 #
 # What it does (every step time-boxed with `timeout`; a row that fails or runs
 # out of time is "failed" in the table, the others still run):
-#   0. scripts/gpu_prepare.sh: build (cmake --preset gpu) while exporting the
+#   0. bench/lib/gpu_prepare.sh: build (cmake --preset gpu) while exporting the
 #      full-size SDXL architecture with random weights (fp16, cuda) and its
 #      diffusers copy (SDXL_SAVE_DIFFUSERS=1), so both tools run the same weights;
-#   1. dense matmul peak, fp16 and bf16, 8192^3 (scripts/bench_matmul_peak.py);
+#   1. dense matmul peak, fp16 and bf16, 8192^3 (bench/bench_matmul_peak.py);
 #   2. sdxl-batch `run` of BENCH_IMAGES (64) images of 1024x1024, 28 steps,
 #      CFG 7, Euler, four prompts, fixed seeds, --max-batch 1 (the rate from
 #      report.json: model load excluded);
-#   3. diffusers eager batch 1 and batch 4 (scripts/bench_diffusers_sdxl.py,
+#   3. diffusers eager batch 1 and batch 4 (bench/bench_diffusers_sdxl.py,
 #      one warm-up call excluded, BENCH_DIFFUSERS_CALLS timed calls);
 #   4. sdxl-batch --max-batch 4 on BENCH_IMAGES_MB4 (64) images;
 #   5. diffusers with torch.compile of the UNet (mode BENCH_COMPILE_MODE,
 #      "default"), batch 1; compile time reported apart;
-#   6. scripts/bench_table.py: s/image, images/hour, achieved TFLOP/s
+#   6. bench/bench_table.py: s/image, images/hour, achieved TFLOP/s
 #      (389 TFLOP per image at 28 steps), fraction of the hardware limit,
 #      peak memory, ratio to the best diffusers row -> stdout and $OUT/table.md.
 #
@@ -39,7 +39,7 @@
 # with its diffusers copy if missing; 4 images of 256x256 (its smallest size), 2 steps, fp32, device cpu;
 # the FLOP columns then use the full model's constants and mean nothing):
 #
-#   BENCH_SMOKE=1 scripts/bench_speed.sh          # results in bench/tmp/smoke
+#   BENCH_SMOKE=1 bench/bench_speed.sh          # results in bench/tmp/smoke
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 T_START=$(date +%s)
@@ -75,7 +75,7 @@ else
     export SDXL_MODEL_NAME=full-aoti SDXL_EXPORT_DONE_FILE=unet.pt2 SDXL_EXPORT_ARGS="--aoti --aoti-size 1024x1024"
   fi
   [ -f "$w/full-diffusers/model_index.json" ] || rm -f "$w/${SDXL_MODEL_NAME:-full}/${SDXL_EXPORT_DONE_FILE:-model.json}"
-  SDXL_SAVE_DIFFUSERS=1 SDXL_PREPARE_KEEP_GOING=1 source scripts/gpu_prepare.sh   # sets OUT WORK SDXL MODEL
+  SDXL_SAVE_DIFFUSERS=1 SDXL_PREPARE_KEEP_GOING=1 source bench/lib/gpu_prepare.sh   # sets OUT WORK SDXL MODEL
   set +e
   PY=python3
   DIFF=$WORK/full-diffusers
@@ -92,7 +92,7 @@ echo "bench_speed: device $DEVICE, $N1 images (--max-batch 1), $N4 (--max-batch 
      "deadline ${DEADLINE} s, $(( $(date +%s) - T_START )) s used" | tee -a "$OUT/summary.txt"
 
 table() {
-  "$PY" scripts/bench_table.py --rows "$ROWS" --peak "$OUT/peak.json" --steps "$STEPS" --dtype "$DTYPE" --out "$OUT/table.md" \
+  "$PY" bench/bench_table.py --rows "$ROWS" --peak "$OUT/peak.json" --steps "$STEPS" --dtype "$DTYPE" --out "$OUT/table.md" \
     --title "sdxl-batch vs diffusers$([ -n "$SMOKE" ] && echo ' (CPU smoke test: tiny model, FLOP columns meaningless)')" \
     | tee -a "$OUT/summary.txt"
 }
@@ -161,7 +161,7 @@ diffusers_row() {
     rc=124; limit=0; why="skipped: no time left before the deadline"; echo "$why" > "$log"
   else
     echo "== $name: $configs, limit $limit s" | tee -a "$OUT/summary.txt"
-    timeout -k 10 "$limit" "$PY" scripts/bench_diffusers_sdxl.py --diffusers "$DIFF" --configs "$configs" \
+    timeout -k 10 "$limit" "$PY" bench/bench_diffusers_sdxl.py --diffusers "$DIFF" --configs "$configs" \
       --jsonl "$ROWS" --device "$DEVICE" --dtype "$DTYPE" --size "$SIZE" --steps "$STEPS" --images "$CALLS" "$@" > "$log" 2>&1
     rc=$?
   fi
@@ -178,7 +178,7 @@ if ! skipped matmul; then
   if (( limit < 5 )); then
     echo "   matmul peak: skipped, no time left" | tee -a "$OUT/summary.txt"
   else
-    timeout -k 5 "$limit" "$PY" scripts/bench_matmul_peak.py --out "$OUT/peak.json" "${MATMUL[@]}" \
+    timeout -k 5 "$limit" "$PY" bench/bench_matmul_peak.py --out "$OUT/peak.json" "${MATMUL[@]}" \
       > "$OUT/matmul.log" 2>&1 || echo "   matmul peak: failed (exit $?), see matmul.log" | tee -a "$OUT/summary.txt"
   fi
 fi

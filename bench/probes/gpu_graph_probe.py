@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""CUDA-graph readiness of an exported UNet (GPU machine):
-    gpu_graph_probe.py MODEL_DIR
+"""Whether an exported UNet (unet.ts) can be captured as a CUDA graph, and what a replay saves.
+    python3 bench/probes/gpu_graph_probe.py MODEL_DIR      (GPU machine)
 Loads unet.ts two ways -- map_location="cuda" (constants land on the GPU) and
 on the CPU then .to("cuda") (tensor constants stay on the CPU) -- and for the
 second: checks the outputs agree, looks for host-synchronising ops with

@@ -3,7 +3,7 @@ test string and BOTH SDXL tokenizers, transformers' CLIPTokenizer ids without
 special tokens (`encode(text, add_special_tokens=False)`) and the 77 ids of
 `tokenizer(text, padding="max_length", max_length=77, truncation=True)`.
 
-    python scripts/gen_tokenizer_goldens.py --tokenizer-dir DIR1 --tokenizer-2-dir DIR2 --out FILE.json
+    PYTHONPATH=tests python -m reference.gen_tokenizer_goldens --tokenizer-dir DIR1 --tokenizer-2-dir DIR2 --out FILE.json
 
 DIR1 is a CLIP tokenizer directory with pad token "<|endoftext|>", DIR2 one with
 pad token "!" (scripts/clip_vocab.py writes both). Local files only.
@@ -320,7 +320,7 @@ def main() -> None:
     strings = fixed_strings() + random_strings(args.random_count, args.seed)
     cases = [{"text": text, **{name: tokenizer_entry(tok, text) for name, tok in toks.items()}} for text in strings]
     golden = {
-        "generated_by": "scripts/gen_tokenizer_goldens.py",
+        "generated_by": "tests/reference/gen_tokenizer_goldens.py",
         "transformers_version": transformers.__version__,
         "tokenizers_version": tokenizers.__version__,
         "max_length": MAX_LENGTH,

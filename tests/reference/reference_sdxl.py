@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """diffusers reference image for parity tests (see DESIGN.md, "Correctness reference").
 
 Runs StableDiffusionXLPipeline once, with the noise drawn on the CPU
@@ -12,7 +11,7 @@ An empty (or absent) --negative is passed as negative_prompt=None, so the
 pipeline's force_zeros_for_empty_prompt gives zero negative embeddings.
 (diffusers encodes negative_prompt="" as text; only None is zeroed.)
 
-    python scripts/reference_sdxl.py --diffusers DIR --prompt "a cat" --seed 42 \
+    PYTHONPATH=tests python -m reference.reference_sdxl --diffusers DIR --prompt "a cat" --seed 42 \
         --steps 8 --cfg 5 --width 256 --height 256 --out-png ref.png --out-latents ref.npy
 """
 from __future__ import annotations
@@ -26,18 +25,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from reference.prompt_reference import Chunker, pad_chunks
+
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 def a1111_embeds(pipe, prompt: str, negative: str, cfg_on: bool) -> dict:
     """The reference of sdxl-batch's conditioning: A1111's chunks and weights
-    (scripts/prompt_reference.py), each encoder's penultimate hidden states
+    (reference.prompt_reference), each encoder's penultimate hidden states
     multiplied by the weights and rescaled to the chunk's mean before weighting,
     chunks concatenated; pooled output of encoder 2's first chunk; zeros for an
     empty negative prompt."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from prompt_reference import Chunker, pad_chunks
-
     chunkers = (Chunker(pipe.tokenizer), Chunker(pipe.tokenizer_2))
 
     def chunks_of(text: str) -> list:
@@ -94,12 +92,12 @@ def main() -> int:
     ap.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
     ap.add_argument("--out-png", required=True)
     ap.add_argument("--out-latents")
-    ap.add_argument("--sampler", default="Euler", help="A1111 sampler name (scripts/a1111_schedulers.py)")
+    ap.add_argument("--sampler", default="Euler", help="A1111 sampler name (reference.a1111_schedulers)")
     ap.add_argument("--schedule", default="Automatic", help="A1111 schedule type")
     ap.add_argument("--guidance-rescale", type=float, default=0.0)
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
     ap.add_argument("--lora", action="append", default=[],
-                    help="FILE[:WEIGHT], fused into the weights before generating (scripts/lora_reference.py)")
+                    help="FILE[:WEIGHT], fused into the weights before generating (reference.lora_reference)")
     ap.add_argument("--prompt-rules", choices=["a1111", "diffusers"], default="a1111",
                     help="a1111 (what sdxl-batch does): emphasis, BREAK and 75-token chunks via prompt_reference.py, "
                          "fed to the pipeline as embeddings; diffusers: the pipeline's own encode_prompt (truncates at 77)")
@@ -114,13 +112,13 @@ def main() -> int:
         a.diffusers, dtype=DTYPES[a.dtype], local_files_only=True, add_watermarker=False
     )
     pipe.to(a.device)
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from a1111_schedulers import make_scheduler
+    from reference.a1111_schedulers import make_scheduler
+
     pipe.scheduler = make_scheduler(pipe.scheduler.config, a.sampler, a.schedule)
     pipe.set_progress_bar_config(disable=True)
     lora_counts = {}
     if a.lora:
-        from lora_reference import fuse_lora_files
+        from reference.lora_reference import fuse_lora_files
 
         specs = []
         for spec in a.lora:

@@ -4,8 +4,8 @@
 For each report and device: sampling seconds per image over all batches, and the
 steady state, the batches after the first of each UNet shape (latent size, from
 the batch group, x batch size): the first one pays the shape's cold cost (cuDNN /
-cuBLAS plans, CUDA graph capture). Used by scripts/gpu_runtime.sh and
-scripts/gpu_aoti.sh.
+cuBLAS plans, CUDA graph capture). Used by bench/gpu_runtime.sh and
+bench/gpu_aoti.sh.
 
 Usage: steady_sampling.py REPORT.json... (each labelled by its folder's name)
 """

@@ -14,9 +14,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SDXL_MODEL_NAME=full-aoti SDXL_EXPORT_DONE_FILE=unet.pt2 SDXL_EXPORT_ARGS="--aoti $*"
-source scripts/gpu_prepare.sh  # wheels, build, export with --aoti into $WORK/full-aoti (log: export.log)
+source bench/lib/gpu_prepare.sh  # wheels, build, export with --aoti into $WORK/full-aoti (log: export.log)
 grep -E "torch.export unet|aoti_compile_and_package|check unet.pt2" "$OUT/export.log" | tee -a "$OUT/summary.txt" || true
-[ -f "$WORK/loras/full_a.safetensors" ] || python3 scripts/make_test_loras.py --full --out "$WORK/loras" > "$OUT/lora-make.log" 2>&1
+[ -f "$WORK/loras/full_a.safetensors" ] || python3 -m reference.make_test_loras --full --out "$WORK/loras" > "$OUT/lora-make.log" 2>&1
 
 cat > "$WORK/aoti-batch.json" <<JSON
 {"version": 1,
@@ -39,11 +39,11 @@ for v in "torchscript" "aoti" "aoti --no-cuda-graphs"; do
 done
 for s in seed1 lora-seed1; do
   echo "aoti vs torchscript ($s):" | tee -a "$OUT/summary.txt"
-  python3 scripts/compare_images.py "$OUT/aoti-$s.png" "$OUT/torchscript-$s.png" --min-psnr 0 | tee -a "$OUT/summary.txt"
+  python3 -m reference.compare_images "$OUT/aoti-$s.png" "$OUT/torchscript-$s.png" --min-psnr 0 | tee -a "$OUT/summary.txt"
 done
 echo "the LoRA's change (torchscript, then aoti): base vs lora" | tee -a "$OUT/summary.txt"
-python3 scripts/compare_images.py "$OUT/torchscript-seed1.png" "$OUT/torchscript-lora-seed1.png" --min-psnr 0 | tee -a "$OUT/summary.txt"
-python3 scripts/compare_images.py "$OUT/aoti-seed1.png" "$OUT/aoti-lora-seed1.png" --min-psnr 0 | tee -a "$OUT/summary.txt"
+python3 -m reference.compare_images "$OUT/torchscript-seed1.png" "$OUT/torchscript-lora-seed1.png" --min-psnr 0 | tee -a "$OUT/summary.txt"
+python3 -m reference.compare_images "$OUT/aoti-seed1.png" "$OUT/aoti-lora-seed1.png" --min-psnr 0 | tee -a "$OUT/summary.txt"
 N4=${AOTI_B4_IMAGES:-16}
 if (( N4 > 0 )); then
   python3 - "$WORK/aoti-b4.json" "$N4" <<'PY'
@@ -65,8 +65,8 @@ print(f"b4 {sys.argv[2]:12s}: {r['images_done']} images, {r['images_per_hour']:.
       f"(load {r['load_s']:.1f} s excluded); peak {r['memory']['peak_allocated_bytes'] / 2**30:.2f} GiB; "
       f"engine {[d.get('engine') for d in r.get('devices', [])]}")
 PY
-    python3 scripts/steady_sampling.py "$WORK/b4-$v/report.json" | tee -a "$OUT/summary.txt"
+    python3 bench/steady_sampling.py "$WORK/b4-$v/report.json" | tee -a "$OUT/summary.txt"
   done
-  python3 scripts/compare_images.py "$WORK/b4-aoti/b4_00-0-3000.png" "$WORK/b4-torchscript/b4_00-0-3000.png" --min-psnr 0 2>/dev/null | tee -a "$OUT/summary.txt" || true
+  python3 -m reference.compare_images "$WORK/b4-aoti/b4_00-0-3000.png" "$WORK/b4-torchscript/b4_00-0-3000.png" --min-psnr 0 2>/dev/null | tee -a "$OUT/summary.txt" || true
 fi
 

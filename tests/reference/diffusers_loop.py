@@ -1,9 +1,8 @@
-#!/usr/bin/env python3
 """The for-loop a user would otherwise write: diffusers' StableDiffusionXLPipeline
 run over an sdxl-batch batch file one image at a time, in file order, with no
 queue, no batching and no overlap. It is the baseline of issue 6's "users
 report +50% from a queue": the same tasks, seeds, sizes and LoRA sets as
-sdxl-batch gets, so images/hour compare directly (scripts/gpu_runtime.sh loop).
+sdxl-batch gets, so images/hour compare directly (bench/gpu_runtime.sh loop).
 
 Per image it does what sdxl-batch does for the same task, so the images can be
 compared as well as timed (tests/parity/parity_loop.py):
@@ -11,18 +10,18 @@ compared as well as timed (tests/parity/parity_loop.py):
     LoRAs added to the task's "loras" (names from the batch's registry);
   - the conditioning follows A1111's prompt rules (reference_sdxl.a1111_embeds);
   - the noise comes from torch.Generator("cpu").manual_seed(seed + i);
-  - the sampler / schedule are the batch's (scripts/a1111_schedulers.py).
+  - the sampler / schedule are the batch's (reference.a1111_schedulers).
 A LoRA set is fused into the weights when it differs from the previous image's
-(scripts/lora_reference.py), after the weights it touched before are restored
+(reference.lora_reference), after the weights it touched before are restored
 from a copy: the careful for-loop, which fuses once per run of equal sets.
 
-    diffusers_loop.py --diffusers DIR --batch FILE --out DIR [--model SDXL_MODEL_DIR]
-                      [--device cuda --dtype fp16 --threads N]
+    PYTHONPATH=tests python -m reference.diffusers_loop --diffusers DIR --batch FILE --out DIR
+        [--model SDXL_MODEL_DIR] [--device cuda --dtype fp16 --threads N]
 
 --model: an sdxl-batch model directory whose model.json "defaults" fill in the
 steps / cfg / width / height a batch leaves out (as sdxl-batch does).
 Writes DIR/<task>-<i>.png, DIR/manifest.jsonl (task, index, file, sha256, seed,
-seconds; the fields scripts/gpu_runtime.sh compares) and DIR/report.json:
+seconds; the fields bench/gpu_runtime.sh compares) and DIR/report.json:
 images, run_s (first image to last PNG written; the pipeline load is load_s),
 images_per_hour over run_s, lora_s (restores and fuses), switches, peak memory.
 Tasks this loop cannot run (img2img, the hires fix, a random seed) are refused
@@ -38,8 +37,6 @@ import time
 from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 SIZE_KEYS = ("steps", "cfg", "width", "height")
@@ -146,9 +143,9 @@ def main() -> int:
 
     from diffusers import StableDiffusionXLPipeline
 
-    from a1111_schedulers import make_scheduler
-    from lora_reference import fuse_lora_files, restore_originals
-    from reference_sdxl import a1111_embeds
+    from reference.a1111_schedulers import make_scheduler
+    from reference.lora_reference import fuse_lora_files, restore_originals
+    from reference.reference_sdxl import a1111_embeds
 
     t0 = time.perf_counter()
     pipe = StableDiffusionXLPipeline.from_pretrained(a.diffusers, dtype=DTYPES[a.dtype], local_files_only=True,

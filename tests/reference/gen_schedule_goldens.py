@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Golden values of diffusers' EulerDiscreteScheduler with SDXL's config.
 
 For each step count: timesteps, sigmas (including the final 0) and
@@ -6,26 +5,25 @@ init_noise_sigma after set_timesteps(n), as float lists (the float64 repr of the
 float32 values diffusers holds).
 
 "plans": the same for every A1111 sampler x schedule that sdxl-batch accepts
-(scripts/a1111_schedulers.py: Karras, exponential, SGM uniform sigmas of each
+(reference.a1111_schedulers: Karras, exponential, SGM uniform sigmas of each
 scheduler), for sampler_plan.cpp; schedulers without sigmas (DDIM, LCM) give
 their timesteps only.
 
-    python scripts/gen_schedule_goldens.py --out tests/fixtures/euler_sdxl_schedule.json
+SDXL's scheduler config is the one scripts/export_sdxl.py exports (reference.architecture).
+
+    PYTHONPATH=tests python -m reference.gen_schedule_goldens --out schedule.json
 """
 from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
 
 import diffusers
 import torch
 from diffusers import EulerDiscreteScheduler
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from export_sdxl import SDXL_SCHEDULER  # noqa: E402  (one source of SDXL's scheduler config)
-from a1111_schedulers import VALID, make_scheduler  # noqa: E402
+from reference.a1111_schedulers import VALID, make_scheduler
+from reference.architecture import sdxl_configs
 
 
 STEPS = [1, 2, 5, 8, 20, 25, 28, 30, 50, 100]
@@ -41,7 +39,8 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
 
-    sched = EulerDiscreteScheduler(**SDXL_SCHEDULER)
+    sdxl_scheduler = sdxl_configs("tiny")["scheduler"]  # the same for "full"
+    sched = EulerDiscreteScheduler(**sdxl_scheduler)
     config = {k: v for k, v in dict(sched.config).items() if not k.startswith("_")}
     out = {
         "scheduler": "EulerDiscreteScheduler",
@@ -51,7 +50,7 @@ def main() -> None:
         "schedules": [],
     }
     for n in STEPS:
-        sched = EulerDiscreteScheduler(**SDXL_SCHEDULER)
+        sched = EulerDiscreteScheduler(**sdxl_scheduler)
         sched.set_timesteps(n, device="cpu")
         ins = sched.init_noise_sigma
         out["schedules"].append({
@@ -65,7 +64,7 @@ def main() -> None:
     for sampler, schedules in VALID.items():
         for schedule in schedules:
             for n in (1, 4, 7, 8, 20, 28, 50):
-                sched = make_scheduler(EulerDiscreteScheduler(**SDXL_SCHEDULER).config, sampler, schedule)
+                sched = make_scheduler(EulerDiscreteScheduler(**sdxl_scheduler).config, sampler, schedule)
                 sched.set_timesteps(n, device="cpu")
                 sigmas = getattr(sched, "sigmas", None)
                 out["plans"].append({

@@ -14,7 +14,7 @@ non-finite weight (the C++ side must never throw on a prompt):
   * a product of weights beyond the float32 range is clamped to +-FLT_MAX.
 Warnings (A1111 has none) name the code-point position and what was odd.
 
-    python scripts/prompt_reference.py --tokenizer-dir D1 --tokenizer-2-dir D2 --out FILE.json
+    PYTHONPATH=tests python -m reference.prompt_reference --tokenizer-dir D1 --tokenizer-2-dir D2 --out FILE.json
 
 D1 is a CLIP tokenizer directory with pad token "<|endoftext|>", D2 one with pad
 token "!" (scripts/clip_vocab.py writes both). Local files only.
@@ -434,7 +434,7 @@ def main() -> None:
     }
     prompts = fixed_prompts() + random_prompts(args.random_count, args.seed)
     golden = {
-        "source": "scripts/prompt_reference.py (A1111 parse_prompt_attention + tokenize_line)",
+        "source": "tests/reference/prompt_reference.py (A1111 parse_prompt_attention + tokenize_line)",
         "chunk_length": CHUNK_LENGTH,
         "comma_padding_backtrack": COMMA_PADDING_BACKTRACK,
         "empty_chunk": {name: c.empty_chunk()[0] for name, c in chunkers.items()},

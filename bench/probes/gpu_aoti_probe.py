@@ -1,13 +1,10 @@
 #!/usr/bin/env python3
-"""Where does an AOTInductor package without its weights fail on CUDA?
+"""Which ways of loading an AOTInductor package without its weights work on this machine's CUDA.
 
-export_sdxl.py --aoti on the GPU machine (2026-11-30) compiled the full UNet
-(244.6 s) and then died with a segmentation fault in the check that loads the
-package the way sdxl-batch does (constants not in the .so, the module's own
-parameters handed over with load_constants(..., user_managed=True)). This probe
-compiles a small module with the UNet's ingredients (conv, group norm, linear,
-SDPA attention, fp16, a dynamic batch) once per variant and runs each load in a
-child process with faulthandler on, so one crash does not hide the others:
+A small module with the UNet's ingredients (conv, group norm, linear, SDPA
+attention, fp16, a dynamic batch) is compiled once per variant, and each load
+runs in a child process with faulthandler on, so one crash does not hide the
+others:
 
   variant            constants in .so   load_constants
   in_so              yes                none (the package's own)
@@ -19,36 +16,29 @@ child process with faulthandler on, so one crash does not hide the others:
                                         (the runner without the package loader)
   graph_mt / graph_st  in_so's package, loaded with run_single_threaded False / True, then a
                                         call captured as a CUDA graph and replayed (sdxl-batch's
-                                        runner captures the UNet step; with the AOTI backend the
-                                        capture failed on the H200: "operation not permitted when
-                                        stream is capturing")
+                                        runner captures the UNet step)
 
 Every package is compiled as export_sdxl.py --aoti does: linked against the
 process's libstdc++.so.6 when the compiler has only a static one
-(scripts/aoti_toolchain.py); --compiler-default leaves the compiler as it is,
-which reproduces the crash below on such a machine.
+(scripts/aoti_toolchain.py); --compiler-default leaves the compiler as it is
+(on such a machine the .so then carries its own libstdc++ and crashes at load).
 
 --diagnose prints the C++ compiler inductor chose, every compile / link command it
 ran, what the package's .so needs and defines (ldd, libstdc++ symbols: a .so
-with its own copy of std::locale crashes in the first std::regex, which is what
-the GPU machine showed), and the libstdc++ the Python process has loaded.
+with its own copy of std::locale crashes in the first std::regex), and the
+libstdc++ the Python process has loaded.
 
-Usage (GPU machine): python3 scripts/gpu_aoti_probe.py --out DIR [--device cuda] [--gdb]
-                     [--ld-debug] [--diagnose] [--compiler-default] [--variants in_so,managed,...]
+Usage (GPU machine, repository root):
+    python3 bench/probes/gpu_aoti_probe.py --out DIR [--device cuda] [--gdb]
+        [--ld-debug] [--diagnose] [--compiler-default] [--variants in_so,managed,...]
 Prints one line per variant: ok with the max difference to eager, or how it died.
---gdb runs the child under gdb, or cuda-gdb where gdb is not installed (the GPU
-machine has only cuda-gdb, which also debugs host code), and prints the native
-backtrace of the crash; --ld-debug runs it with LD_DEBUG=files, so the last
-shared objects opened before the crash are printed too.
+--gdb runs the child under gdb, or cuda-gdb where gdb is not installed (cuda-gdb
+also debugs host code), and prints the native backtrace of the crash;
+--ld-debug runs it with LD_DEBUG=files, so the last shared objects opened before
+the crash are printed too.
 
-Measured on the GPU machine (torch 2.11.0+cu130, H200, 2026-11-30), with the
-compiler as it was (what --compiler-default does now): in_so, direct and a
-variant with -static* flags taken out of the commands (there were none) died
-with SIGSEGV at load (cuda-gdb: in the .so's own std::regex / std::locale code);
---diagnose showed why: inductor's compiler there (/opt/gcc g++ 13) has only a
-static libstdc++, so the .so carries a second copy. Linked against the shared
-one, the package loads and matches eager (max |diff| 0.00195); graph_mt's
-capture fails, graph_st's works. All variants pass on the CPU.
+Results on the H200: bench/results/2026-11-30-defaults-h200.md (the crash) and
+bench/results/2026-11-30-aoti-prefetch-h200.md (its cause and the graph variants).
 """
 import argparse
 import os
@@ -259,7 +249,7 @@ def main() -> int:
     if a.gdb and not debugger:
         print("--gdb: neither gdb nor cuda-gdb is on the PATH; running without", flush=True)
     if not a.compiler_default:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))  # the product's aoti_toolchain.py
         from aoti_toolchain import use_shared_libstdcxx
 
         use_shared_libstdcxx(log=lambda m: print("  " + m, flush=True))

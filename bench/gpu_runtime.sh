@@ -1,42 +1,42 @@
 #!/usr/bin/env bash
 # Runtime measurements on the GPU machine (full-size random SDXL, fp16, 28 steps,
 # CFG 7), one command, from the repository root:
-#   OUT=DIR bash scripts/gpu_runtime.sh check   # CUDA graphs on/off, batching, 12 GiB cap
-#   OUT=DIR bash scripts/gpu_runtime.sh mixed   # the 32-image mixed batch, serial vs runtime, caps
-#   OUT=DIR bash scripts/gpu_runtime.sh pipeline  # the mixed batch: serial, runtime without / with stage overlap
-#   OUT=DIR bash scripts/gpu_runtime.sh multi   # 64 images on GPU 0, then on GPUs 0 and 1 (a 2-GPU machine)
-#   OUT=DIR bash scripts/gpu_runtime.sh order   # same 3 images in two orders, graphs on/off: identical PNGs?
-#   OUT=DIR bash scripts/gpu_runtime.sh x2      # pipeline + caps + multi in one call on a 2-GPU machine
+#   OUT=DIR bash bench/gpu_runtime.sh check   # CUDA graphs on/off, batching, 12 GiB cap
+#   OUT=DIR bash bench/gpu_runtime.sh mixed   # the 32-image mixed batch, serial vs runtime, caps
+#   OUT=DIR bash bench/gpu_runtime.sh pipeline  # the mixed batch: serial, runtime without / with stage overlap
+#   OUT=DIR bash bench/gpu_runtime.sh multi   # 64 images on GPU 0, then on GPUs 0 and 1 (a 2-GPU machine)
+#   OUT=DIR bash bench/gpu_runtime.sh order   # same 3 images in two orders, graphs on/off: identical PNGs?
+#   OUT=DIR bash bench/gpu_runtime.sh x2      # pipeline + caps + multi in one call on a 2-GPU machine
 #                                               # (single-GPU runs go two at a time, one per GPU)
-#   OUT=DIR bash scripts/gpu_runtime.sh scale   # 2-GPU machine: 64 images on GPU 0 alone, on GPUs 0,1 in
+#   OUT=DIR bash bench/gpu_runtime.sh scale   # 2-GPU machine: 64 images on GPU 0 alone, on GPUs 0,1 in
 #                                               # one process, and as two processes (--shard 0/2, 1/2);
 #                                               # then the mixed batch: serial vs runtime (batch 1 and 4)
-#   OUT=DIR bash scripts/gpu_runtime.sh single  # 1 H200: UNet profile (gpu_unet_profile.py), the mixed
+#   OUT=DIR bash bench/gpu_runtime.sh single  # 1 H200: UNet profile (gpu_unet_profile.py), the mixed
 #                                               # batch serial vs runtime b1/b4, 64 images at b4 and b1
-#   OUT=DIR bash scripts/gpu_runtime.sh trace   # per-step UNet times of 2+2 images (SDXL_TRACE_STEPS=1)
-#   OUT=DIR bash scripts/gpu_runtime.sh defaults  # 2-GPU machine: the mixed batch with the program's
+#   OUT=DIR bash bench/gpu_runtime.sh trace   # per-step UNet times of 2+2 images (SDXL_TRACE_STEPS=1)
+#   OUT=DIR bash bench/gpu_runtime.sh defaults  # 2-GPU machine: the mixed batch with the program's
 #                                               # defaults, serial vs runtime b1/b4, b4 under 24 / 12 GiB,
 #                                               # two runs at a time; PNGs across caps; idle gaps
-#   OUT=DIR bash scripts/gpu_runtime.sh capmerge  # 2-GPU machine: the mixed batch at b4 under 24 and 12 GiB,
+#   OUT=DIR bash bench/gpu_runtime.sh capmerge  # 2-GPU machine: the mixed batch at b4 under 24 and 12 GiB,
 #                                               # info logs (each LoRA switch's merge), peak vs cap; then
 #                                               # uncapped, PNGs compared
-#   OUT=DIR bash scripts/gpu_runtime.sh loop    # 2-GPU machine: the mixed batch by the for-loop a user would
-#                                               # write with diffusers (scripts/diffusers_loop.py) beside
+#   OUT=DIR bash bench/gpu_runtime.sh loop    # 2-GPU machine: the mixed batch by the for-loop a user would
+#                                               # write with diffusers (reference.diffusers_loop) beside
 #                                               # sdxl-batch serial, then the runtime at b1 and b4, and at
 #                                               # b4 under 24 and 12 GiB
-#   OUT=DIR bash scripts/gpu_runtime.sh wscap   # 2-GPU machine: the mixed batch at b1 uncapped and under
+#   OUT=DIR bash bench/gpu_runtime.sh wscap   # 2-GPU machine: the mixed batch at b1 uncapped and under
 #                                               # 12 GiB, without and with a cuDNN workspace cap (WSCAP MiB)
-#   OUT=DIR bash scripts/gpu_runtime.sh alloc   # the mixed batch at b4, uncapped / 24 / 12 GiB, default
+#   OUT=DIR bash bench/gpu_runtime.sh alloc   # the mixed batch at b4, uncapped / 24 / 12 GiB, default
 #                                               # allocator vs expandable segments (ALLOC_CAPS picks caps)
 # check: the same 3 images with and without CUDA graphs (identical PNGs? s/image),
 #        4 images at --max-batch 4 against the same seeds at batch 1 (PSNR),
 #        4 images at --max-batch 4 under --vram-limit 12GiB (admission, OOM count).
 # mixed: 32 images (1024x1024 and 832x1216, priorities high/mid/low, three LoRA
-#        sets: none and two rank-64 LoRAs from make_test_loras.py --full) run
+#        sets: none and two rank-64 LoRAs from reference.make_test_loras --full) run
 #        serially (--max-batch 1, no CUDA graphs, one writer) and by the runtime
 #        (graphs, --max-batch 1), then at --max-batch 4 under 24 GiB and 12 GiB
 #        caps; images/hour, GPU busy fraction (nvidia-smi, 100 ms), peaks; then
-#        scripts/bench_lora.sh (load / cached switch / restore of rank-64 LoRAs).
+#        bench/bench_lora.sh (load / cached switch / restore of rank-64 LoRAs).
 # pipeline: the mixed batch serially (file order, one batch at a time, no graphs,
 #        --no-overlap), by the runtime with --no-overlap, and by the runtime
 #        (stages overlapping: text / sample / decode on three streams); PNGs
@@ -52,7 +52,7 @@ if [ "$MODE" = loop ]; then  # diffusers needs the export's diffusers copy: expo
   export SDXL_SAVE_DIFFUSERS=1
   [ -f "${WORK:-/tmp/sdxl-gpu}/full-diffusers/model_index.json" ] || rm -f "${WORK:-/tmp/sdxl-gpu}/${SDXL_MODEL_NAME:-full}/model.json"
 fi
-source scripts/gpu_prepare.sh
+source bench/lib/gpu_prepare.sh
 
 busy_start() { nvidia-smi ${GPU:+-i $GPU} --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 > "$1" 2>/dev/null & echo $!; }
 # run NAME BATCHFILE ARGS...: one sdxl-batch run into $WORK/NAME, a summary line, report copied to $OUT.
@@ -133,7 +133,7 @@ PY
 # Per run and device: sampling seconds per image over all batches, and the
 # steady state (batches after the first of each size: no cold shape).
 sample_steady() {
-  python3 scripts/steady_sampling.py "$WORK"/*/report.json | tee -a "$OUT/summary.txt" || true
+  python3 bench/steady_sampling.py "$WORK"/*/report.json | tee -a "$OUT/summary.txt" || true
 }
 
 # The runs' warnings and errors, counted.
@@ -167,7 +167,7 @@ PY
 # The two rank-64 LoRAs of the mixed batches, made once per machine.
 need_loras() {
   mkdir -p "$WORK/loras"
-  [ -f "$WORK/loras/full_b.safetensors" ] || python3 scripts/make_test_loras.py --full --out "$WORK/loras" > "$OUT/lora-make.log" 2>&1
+  [ -f "$WORK/loras/full_b.safetensors" ] || python3 -m reference.make_test_loras --full --out "$WORK/loras" > "$OUT/lora-make.log" 2>&1
 }
 
 mkbatch() {  # mkbatch FILE N_1024 N_PORTRAIT [LORA_DIR]: with LORA_DIR, three LoRA sets (none, a, b) in turn
@@ -210,7 +210,7 @@ elif [ "$MODE" = caps ]; then  # the mixed batch's serial baseline, the capped r
   run cap24-b4 "$WORK/mixed.json" --max-batch 4 --vram-limit 24GiB
   run cap12-b4 "$WORK/mixed.json" --max-batch 4 --vram-limit 12GiB
   for n in serial cap24-b4 cap12-b4; do [ -f "$WORK/$n.log" ] && tail -3 "$WORK/$n.log" | sed "s/^/$n: /" >> "$OUT/summary.txt"; done
-  [ -n "${SKIP_LORA_BENCH:-}" ] || OUT=$OUT WORK=$WORK BIN=$SDXL bash scripts/bench_lora.sh 20 > "$OUT/lora-bench-run.log" 2>&1 || echo "bench_lora failed" | tee -a "$OUT/summary.txt"
+  [ -n "${SKIP_LORA_BENCH:-}" ] || OUT=$OUT WORK=$WORK BIN=$SDXL bash bench/bench_lora.sh 20 > "$OUT/lora-bench-run.log" 2>&1 || echo "bench_lora failed" | tee -a "$OUT/summary.txt"
   tail -12 "$OUT/lora-bench.txt" 2>/dev/null | tee -a "$OUT/summary.txt"
 elif [ "$MODE" = mixed ]; then
   need_loras
@@ -228,7 +228,7 @@ switches = sum(1 for a, b in zip(order, order[1:]) if a[1] != b[1])
 print(f"runtime-b1 LoRA: {l.get('switches')} switches applied, {switches} set changes in image order; cache hits {l.get('hits')}, "
       f"misses {l.get('misses')}, evictions {l.get('evictions')}, load {l.get('load_s', 0):.2f} s, merge {l.get('merge_s', 0):.2f} s")
 PY
-  [ -n "${SKIP_LORA_BENCH:-}" ] || OUT=$OUT WORK=$WORK BIN=$SDXL bash scripts/bench_lora.sh 20 > "$OUT/lora-bench-run.log" 2>&1 || echo "bench_lora failed" | tee -a "$OUT/summary.txt"
+  [ -n "${SKIP_LORA_BENCH:-}" ] || OUT=$OUT WORK=$WORK BIN=$SDXL bash bench/bench_lora.sh 20 > "$OUT/lora-bench-run.log" 2>&1 || echo "bench_lora failed" | tee -a "$OUT/summary.txt"
   tail -12 "$OUT/lora-bench.txt" 2>/dev/null | tee -a "$OUT/summary.txt"
 elif [ "$MODE" = pipeline ]; then
   need_loras
@@ -337,7 +337,7 @@ elif [ "$MODE" = single ]; then
   # One H200: where the UNet's time goes, then the mixed batch serial vs the
   # runtime at batch 1 and 4 (each run alone on the GPU), then 64 images of
   # 1024x1024 at --max-batch 4 and 1.
-  timeout 240 python3 scripts/gpu_unet_profile.py "$MODEL" --json "$OUT/unet-profile.json" 2>&1 | tail -40 | tee -a "$OUT/summary.txt" || true
+  timeout 240 python3 bench/gpu_unet_profile.py "$MODEL" --json "$OUT/unet-profile.json" 2>&1 | tail -40 | tee -a "$OUT/summary.txt" || true
   need_loras
   mkbatch "$WORK/mixed.json" 16 16 "$WORK/loras"
   mkbatch "$WORK/plain64.json" 64 0
@@ -356,7 +356,7 @@ elif [ "$MODE" = defaults ]; then
   # 2-GPU machine: each run alone on its GPU, two runs at a time. The mixed
   # batch serially and by the runtime at batch 1 and 4, then at batch 4 under
   # 24 and 12 GiB caps; are the PNGs the same across caps and batch sizes;
-  # where the device sat idle (scripts/stage_gaps.py). DEFAULTS_EXTRA: flags of
+  # where the device sat idle (bench/stage_gaps.py). DEFAULTS_EXTRA: flags of
   # one more batch-4 run of the mixed batch, beside the 12 GiB one, compared
   # with runtime-b4 (e.g. "--jit-optimize").
   need_loras
@@ -376,7 +376,7 @@ elif [ "$MODE" = defaults ]; then
   compare runtime-b4 cap12-b4
   [ -z "${DEFAULTS_EXTRA:-}" ] || compare runtime-b4 extra-b4
   vs_serial runtime-b1 runtime-b4 cap24-b4 cap12-b4
-  python3 scripts/stage_gaps.py "$WORK"/*/report.json | tee -a "$OUT/summary.txt" || true
+  python3 bench/stage_gaps.py "$WORK"/*/report.json | tee -a "$OUT/summary.txt" || true
   wrap_up
 elif [ "$MODE" = capmerge ]; then
   # Issue 6 under the caps alone (a 2-GPU machine, one run per GPU): the mixed
@@ -406,7 +406,7 @@ PY
   wrap_up
 elif [ "$MODE" = loop ]; then
   # Issue 6's "users report +50% from a queue": what they would run otherwise is
-  # a for-loop over diffusers' pipeline (scripts/diffusers_loop.py: file order,
+  # a for-loop over diffusers' pipeline (reference.diffusers_loop: file order,
   # one image per call, LoRA sets fused when they change, the same seeds,
   # prompts and sampler). It runs on GPU 1 beside sdxl-batch's serial run on
   # GPU 0; then the runtime at batch 1 and 4, and at 4 under 24 and 12 GiB. images/hour
@@ -417,7 +417,7 @@ elif [ "$MODE" = loop ]; then
   (
     rm -rf "$WORK/loop"
     upid=$(GPU=1 busy_start "$WORK/loop.util")
-    CUDA_VISIBLE_DEVICES=1 timeout "${RUN_TIMEOUT:-400}" python3 scripts/diffusers_loop.py --diffusers "$WORK/full-diffusers" \
+    CUDA_VISIBLE_DEVICES=1 timeout "${RUN_TIMEOUT:-400}" python3 -m reference.diffusers_loop --diffusers "$WORK/full-diffusers" \
       --model "$MODEL" --batch "$WORK/mixed.json" --out "$WORK/loop" > "$WORK/loop.log" 2>&1 || echo "loop: exit $?" | tee -a "$OUT/summary.txt"
     kill "$upid" 2>/dev/null || true
     cp "$WORK/loop/report.json" "$OUT/report-loop.json" 2>/dev/null || true
@@ -517,7 +517,7 @@ for i, (shape, ms, gap) in enumerate(calls):
 PY
     cp "$WORK/trace-$g/report.json" "$OUT/report-trace-$g.json" 2>/dev/null || true
   done
-  [ -n "${SKIP_PROFILE:-}" ] || timeout 200 python3 scripts/gpu_unet_profile.py "$MODEL" --json "$OUT/unet-profile.json" 2>&1 | tail -40 | tee -a "$OUT/summary.txt" || true
+  [ -n "${SKIP_PROFILE:-}" ] || timeout 200 python3 bench/gpu_unet_profile.py "$MODEL" --json "$OUT/unet-profile.json" 2>&1 | tail -40 | tee -a "$OUT/summary.txt" || true
 elif [ "$MODE" = multi ]; then
   need_loras
   mkbatch "$WORK/mixed64.json" 32 32 "$WORK/loras"

@@ -1,9 +1,9 @@
-#!/usr/bin/env python3
 """Random LoRA files in the formats users bring, for tests and benchmarks.
 
-Shapes come from the SDXL architecture itself (the configs in export_sdxl.py,
-modules built on torch's meta device: no weights, no download), so the files
-fit the tiny CI model (--arch tiny) or the full-size SDXL (--full).
+Shapes come from the SDXL architecture itself (the configs scripts/export_sdxl.py
+exports, via reference.architecture; modules built on torch's meta device: no
+weights, no download), so the files fit the tiny CI model (--arch tiny) or the
+full-size SDXL (--full).
 
 Files written to --out (each a .safetensors, made with the safetensors package):
   kohya_unet      kohya, UNet attention/ff/proj layers, SGM names (input_blocks_4_1_...)
@@ -17,8 +17,8 @@ Files written to --out (each a .safetensors, made with the safetensors package):
   nan             a small kohya file with a NaN in one factor (refused)
 With --full: full_a and full_b, rank-64 kohya SDXL LoRAs (UNet + both text encoders), fp16.
 
-    make_test_loras.py --out DIR [--arch tiny] [--rank 4] [--seed 0]
-    make_test_loras.py --out DIR --full            # rank 64, full-size SDXL (for scripts/bench_lora.sh)
+    PYTHONPATH=tests python -m reference.make_test_loras --out DIR [--arch tiny] [--rank 4] [--seed 0]
+    PYTHONPATH=tests python -m reference.make_test_loras --out DIR --full   # rank 64, full-size SDXL (bench/bench_lora.sh)
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reference.architecture import sdxl_configs
 
 UNET_LINEAR = re.compile(
     r"^(down_blocks|up_blocks|mid_block).*attentions\.\d+\.(transformer_blocks\.\d+\.(attn[12]\.(to_q|to_k|to_v|to_out\.0)"
@@ -41,11 +41,11 @@ TE_LINEAR = re.compile(r"^text_model\.encoder\.layers\.\d+\.(self_attn\.(q|k|v|o
 
 def shapes(arch: str) -> dict[str, dict[str, tuple]]:
     """Parameter name -> shape of text_encoder, text_encoder_2 and unet, built on the meta device."""
-    import export_sdxl as ex
     from diffusers import UNet2DConditionModel
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
 
-    te1, te2, unet = (ex.TINY_TE1, ex.TINY_TE2, ex.TINY_UNET) if arch == "tiny" else (ex.FULL_TE1, ex.FULL_TE2, ex.FULL_UNET)
+    cfg = sdxl_configs(arch)
+    te1, te2, unet = cfg["text_encoder"], cfg["text_encoder_2"], cfg["unet"]
     with torch.device("meta"):
         mods = {"text_encoder": CLIPTextModel(CLIPTextConfig(**te1)),
                 "text_encoder_2": CLIPTextModelWithProjection(CLIPTextConfig(**te2)),
@@ -177,7 +177,7 @@ def main() -> int:
         files["nan"] = nan
     for name, sd in files.items():
         path = out / f"{name}.safetensors"
-        save_file(sd, str(path), metadata={"made_by": "sdxl-batch scripts/make_test_loras.py", "rank": str(rank)})
+        save_file(sd, str(path), metadata={"made_by": "sdxl-batch tests/reference/make_test_loras.py", "rank": str(rank)})
         print(f"{path}: {len(sd)} tensors, {path.stat().st_size / 1e6:.1f} MB")
     return 0
 

@@ -12,7 +12,8 @@ Python's unicodedata only proposes candidates (decomposition pairs, combining
 classes) that are then confirmed against `tokenizers`.
 
 Run with the project venv (needs `tokenizers`, as installed with transformers):
-    .venv/bin/python scripts/gen_unicode_data.py [--out src/text/unicode_data.cpp]
+    .venv/bin/python scripts/codegen/gen_unicode_data.py [--out src/text/unicode_data.cpp]
+(--out defaults to the repository's src/text/unicode_data.cpp, wherever it runs from).
 """
 from __future__ import annotations
 
@@ -161,7 +162,7 @@ def emit(out: Path) -> None:
     lines: list[str] = []
     w = lines.append
     w("// GENERATED FILE, DO NOT EDIT. Regenerate with:")
-    w("//   .venv/bin/python scripts/gen_unicode_data.py --out src/text/unicode_data.cpp")
+    w("//   .venv/bin/python scripts/codegen/gen_unicode_data.py --out src/text/unicode_data.cpp")
     w(f"// Probed from tokenizers {tokenizers.__version__} (Python unicodedata {unicodedata.unidata_version} for candidates).")
     w('#include "text/unicode_data.h"')
     w("")
@@ -270,7 +271,7 @@ def emit(out: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "src/text/unicode_data.cpp"))
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[2] / "src/text/unicode_data.cpp"))
     emit(Path(ap.parse_args().out))
 
 

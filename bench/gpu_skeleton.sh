@@ -13,7 +13,7 @@
 # run.log, report.json (sdxl-batch), diffusers.json, sdxl-seed1.png, diffusers-seed1.png.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SDXL_SAVE_DIFFUSERS=1 SDXL_EXPORT_CHECK=quick source scripts/gpu_prepare.sh
+SDXL_SAVE_DIFFUSERS=1 SDXL_EXPORT_CHECK=quick source bench/lib/gpu_prepare.sh
 
 cat > "$WORK/batch.json" <<'JSON'
 {"version": 1,
@@ -32,9 +32,9 @@ for v in "--jit-optimize" "--cudnn-benchmark" "--jit-optimize --cudnn-benchmark"
   build/gpu/sdxl-batch --log-level warn run "$WORK/batch.json" --model "$WORK/full" --device cuda --out "$WORK/run-v" $v
   python3 -c "import json,sys; r=json.load(open(sys.argv[1])); w=[i for i in r['images'] if i['task']=='warm']; print(sys.argv[2], 'warm s/image', round(min(i['total_s'] for i in w),3), 'sample', round(min(i['sample_s'] for i in w),3))" "$WORK/run-v/report.json" "$v" | tee -a "$OUT/summary.txt"
 done
-python3 scripts/bench_diffusers_sdxl.py --diffusers "$WORK/full-diffusers" --out "$OUT/diffusers.json" \
+python3 bench/bench_diffusers_sdxl.py --diffusers "$WORK/full-diffusers" --out "$OUT/diffusers.json" \
   --png "$OUT/diffusers-seed1.png" --seed 1 --images 2 2>&1 | tail -3
-python3 scripts/compare_images.py "$OUT/sdxl-seed1.png" "$OUT/diffusers-seed1.png" --min-psnr 0 | tee -a "$OUT/summary.txt"
+python3 -m reference.compare_images "$OUT/sdxl-seed1.png" "$OUT/diffusers-seed1.png" --min-psnr 0 | tee -a "$OUT/summary.txt"
 python3 - "$OUT" <<'PY' | tee -a "$OUT/summary.txt"
 import json, sys
 out = sys.argv[1]

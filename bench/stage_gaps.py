@@ -2,7 +2,7 @@
 """Where a run's device sat idle: the gaps in which none of its pipeline stages
 (text, sample, decode) ran, from report.json's batch records.
 
-Usage: python3 scripts/stage_gaps.py REPORT.json [...] [--min-gap 0.3]
+Usage: python3 bench/stage_gaps.py REPORT.json [...] [--min-gap 0.3]
 
 Per report and device: the span from the first batch's text stage to the last
 decode, the idle seconds inside it (no stage running), and each gap of at least

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""One markdown table from the results of scripts/bench_speed.sh.
+"""One markdown table from the results of bench/bench_speed.sh.
 
     bench_table.py --rows rows.jsonl --peak peak.json [--out table.md] [--dtype fp16]
                    [--unet-tflop 13.52 --vae-tflop 10.5] [--title TEXT]

@@ -1,7 +1,7 @@
-#!/usr/bin/env python3
 """Compare two images (and optionally two latents .npy files).
 
-    compare_images.py A.png B.png [--latents-a X.npy --latents-b Y.npy] [--min-psnr 40] [--json]
+    PYTHONPATH=tests python -m reference.compare_images A.png B.png [--latents-a X.npy --latents-b Y.npy]
+        [--min-psnr 40] [--json]
 
 Prints PSNR (dB over uint8 RGB; inf when identical) and the max abs pixel
 difference, plus the max abs latents difference when both latents are given.

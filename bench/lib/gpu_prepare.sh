@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Sourced by the GPU scripts (scripts/gpu_*.sh) on the GPU machine: installs the
-# carried wheels (.whl), builds sdxl-batch against python3's libtorch
-# (cmake --preset gpu) while exporting the full-size SDXL architecture with
-# random weights (fp16, traced on cuda) to $WORK/full (and its diffusers copy to
-# $WORK/full-diffusers when SDXL_SAVE_DIFFUSERS=1; SDXL_EXPORT_CHECK=quick|full
-# compares the traces with eager, default none).
+# Sourced by the GPU scripts (bench/gpu_*.sh, bench/bench_speed.sh,
+# bench/runtime/*.sh) from the repository root on the GPU machine: installs the
+# carried wheels (.whl), puts tests/ on PYTHONPATH (python3 -m reference.X: the
+# test LoRAs, image comparisons, the diffusers loop), builds sdxl-batch against
+# python3's libtorch (cmake --preset gpu) while exporting the full-size SDXL
+# architecture with random weights (fp16, traced on cuda) to $WORK/full (and
+# its diffusers copy to $WORK/full-diffusers when SDXL_SAVE_DIFFUSERS=1;
+# SDXL_EXPORT_CHECK=quick|full compares the traces with eager, default none).
 # SDXL_PREPARE_KEEP_GOING=1: a failed build sets SDXL_BUILD_FAILED=1 instead of exiting.
 # SDXL_MODEL_NAME (full) names the export folder under $WORK; SDXL_EXPORT_ARGS
 # adds export arguments (e.g. --aoti), and then the export is redone unless
@@ -18,6 +20,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
+export PYTHONPATH=$PWD/tests${PYTHONPATH:+:$PYTHONPATH}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$OUT/summary.txt"
 # A compiler with only a static libstdc++ (the GPU machine's /opt/gcc g++ 13) would
 # give sdxl-batch its own copy next to libtorch's shared libstdc++.so.6, and an

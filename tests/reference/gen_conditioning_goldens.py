@@ -1,10 +1,9 @@
-#!/usr/bin/env python3
 """Golden SDXL conditioning under A1111's prompt rules, from the diffusers
 pipeline's own text encoders: for each prompt, the context [1, 77k, H1+H2] and
 the pooled embedding [1, P] that reference_sdxl.py feeds the pipeline
 (a1111_embeds). The C++ conditioning must match them (tests/unit/test_conditioning.cpp).
 
-    gen_conditioning_goldens.py --diffusers TINY_DIFFUSERS --out DIR [--max-chunks 4]
+    PYTHONPATH=tests python -m reference.gen_conditioning_goldens --diffusers TINY_DIFFUSERS --out DIR [--max-chunks 4]
 
 Writes DIR/index.json (prompts, shapes) and DIR/context-N.npy, DIR/pooled-N.npy.
 """
@@ -12,15 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from prompt_reference import Chunker, fixed_prompts  # noqa: E402
-from reference_sdxl import a1111_embeds  # noqa: E402
+from reference.prompt_reference import Chunker, fixed_prompts
+from reference.reference_sdxl import a1111_embeds
 
 
 def main() -> int:

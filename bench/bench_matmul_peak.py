@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Dense matmul peak of this device (TFLOP/s), the denominator of "fraction of
-the hardware limit" in scripts/bench_table.py: an N x N x N matmul in each dtype,
+the hardware limit" in bench/bench_table.py: an N x N x N matmul in each dtype,
 best of --reps timed calls after warm-up (CUDA-synchronised wall time).
 FLOP per call = 2 N^3. Writes one JSON object (and prints it).
 
