@@ -229,44 +229,40 @@ int print_plan(const std::filesystem::path& batch_path, const ModelConfig& mc, c
   return 0;
 }
 
-}  // namespace
-
-int run_run(const RunArgs& a) {
-  const std::filesystem::path batch_path(a.batch_file);
-  const auto shard = a.shard.empty() ? std::pair<int, int>{0, 1} : parse_shard(a.shard);
-  const double max_runtime_s = a.max_runtime.empty() ? 0.0 : parse_duration_s(a.max_runtime);
-  // First pass only finds the model (problems are reported by the second pass,
-  // which applies the model's defaults and limits).
+// The model folder: --model, else the batch file's "model" (relative to it).
+// This first pass only finds the model; the problems are reported by the
+// second pass, which applies the model's defaults and limits.
+std::filesystem::path find_model_dir(const RunArgs& a, const std::filesystem::path& batch_path) {
+  if (!a.model.model_dir.empty()) return a.model.model_dir;
   std::vector<BatchProblem> probe_problems;
   const BatchFile probe = parse_batch_text(read_text_file(batch_path), batch_path, GenerationParams{}, &probe_problems);
-  std::filesystem::path model_dir;
-  if (!a.model.model_dir.empty()) model_dir = a.model.model_dir;
-  else if (!probe.model.empty()) model_dir = relative_to_batch(batch_path, probe.model);
-  else throw UsageError("no model: pass --model DIR or set \"model\" in " + batch_path.string());
-  const ModelConfig mc = load_model_config(model_dir);
-  std::vector<std::pair<std::string, std::string>> invalid;
-  const BatchFile batch = a.skip_invalid ? load_valid_tasks(batch_path, mc, invalid) : [&] {
-    BatchFile bf = parse_batch_file(batch_path, defaults_of(mc));
-    for (size_t i = 0; i < bf.tasks.size(); ++i) {
-      try {
-        check_task_size(mc, bf.tasks[i].params);
-      } catch (const UsageError& e) {
-        throw UsageError(batch_path.string() + ": /tasks/" + std::to_string(i) + ": " + e.what());
-      }
+  if (!probe.model.empty()) return relative_to_batch(batch_path, probe.model);
+  throw UsageError("no model: pass --model DIR or set \"model\" in " + batch_path.string());
+}
+
+// The batch file checked against the model (or its valid tasks, with --skip-invalid).
+BatchFile load_batch(const RunArgs& a, const std::filesystem::path& batch_path, const ModelConfig& mc,
+                     std::vector<std::pair<std::string, std::string>>& invalid) {
+  if (a.skip_invalid) return load_valid_tasks(batch_path, mc, invalid);
+  BatchFile bf = parse_batch_file(batch_path, defaults_of(mc));
+  for (size_t i = 0; i < bf.tasks.size(); ++i) {
+    try {
+      check_task_size(mc, bf.tasks[i].params);
+    } catch (const UsageError& e) {
+      throw UsageError(batch_path.string() + ": /tasks/" + std::to_string(i) + ": " + e.what());
     }
-    return bf;
-  }();
-  const std::filesystem::path out_dir = !a.out_dir.empty()          ? std::filesystem::path(a.out_dir)
-                                        : !batch.output_dir.empty() ? relative_to_batch(batch_path, batch.output_dir)
-                                                                    : std::filesystem::path("out");
+  }
+  return bf;
+}
+
+// The scheduler's options from the flags (resume, shard, queue, retries).
+RunOptions run_options(const RunArgs& a) {
+  const auto shard = a.shard.empty() ? std::pair<int, int>{0, 1} : parse_shard(a.shard);
   RunOptions o;
-  o.out_dir = out_dir;
   o.force = a.force;
-  o.max_runtime_s = max_runtime_s;
+  o.max_runtime_s = a.max_runtime.empty() ? 0.0 : parse_duration_s(a.max_runtime);
   o.shard_index = shard.first;
   o.shard_count = shard.second;
-  o.invalid_tasks = invalid;
-  o.model_name = mc.name;
   o.queue.max_batch = a.max_batch;
   o.queue.aging_s = parse_duration_s(a.aging);
   o.queue.file_order = a.order == "file";
@@ -276,34 +272,40 @@ int run_run(const RunArgs& a) {
   o.timeout_s = a.timeout.empty() ? 0.0 : parse_duration_s(a.timeout);
   o.release_every = a.release_every;
   o.writer_threads = a.writer_threads;
-  const std::uint64_t vram_limit = a.vram_limit.empty() ? 0 : parse_size_bytes(a.vram_limit);
-  // Measured memory and time per size, from earlier runs into this folder on this device.
-  const std::string device_key = a.model.runtime.device + "/" + (a.model.runtime.dtype.empty() ? mc.dtype : a.model.runtime.dtype);
-  const std::filesystem::path estimates_path = out_dir / "estimates.json";
-  std::string why_no_estimates;
-  WorkEstimator estimator = WorkEstimator::load(estimates_path, device_key, mc.name, &why_no_estimates);
-  o.estimator = &estimator;
-  if (a.dry_run) return print_plan(batch_path, mc, o, vram_limit, why_no_estimates);
+  o.overlap = !a.no_overlap;
+  return o;
+}
 
-  std::error_code ec;
-  std::filesystem::create_directories(out_dir, ec);
-  if (ec) throw IoError("cannot create output folder '" + out_dir.string() + "': " + ec.message());
-  // Shards of one batch share the folder; each holds its own lock.
-  const std::string lock_name = shard.second > 1 ? ".sdxl-batch-shard-" + std::to_string(shard.first) + "-of-" +
-                                                       std::to_string(shard.second) + ".lock"
-                                                 : ".sdxl-batch.lock";
-  RunLock lock(a.lock_file.empty() ? out_dir / lock_name : std::filesystem::path(a.lock_file));
+// The run lock: shards of one batch share the folder, each holds its own lock.
+std::filesystem::path lock_path(const RunArgs& a, const std::filesystem::path& out_dir, const RunOptions& o) {
+  if (!a.lock_file.empty()) return a.lock_file;
+  if (o.shard_count <= 1) return out_dir / ".sdxl-batch.lock";
+  return out_dir / (".sdxl-batch-shard-" + std::to_string(o.shard_index) + "-of-" + std::to_string(o.shard_count) + ".lock");
+}
 
-  std::signal(SIGINT, on_stop_signal);
-  std::signal(SIGTERM, on_stop_signal);
+// The LoRA cache's hit rate over the lanes for the progress line ("" before any LoRA).
+std::string lora_hit_rate(const std::vector<std::unique_ptr<GeneratorLane>>& lanes) {
+  std::uint64_t hits = 0, misses = 0;
+  for (const auto& lane : lanes) {
+    const LoraStats ls = lane->lora_stats();
+    hits += ls.hits;
+    misses += ls.misses;
+  }
+  if (hits + misses == 0) return "";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "LoRA hits %.0f%%", 100.0 * static_cast<double>(hits) / static_cast<double>(hits + misses));
+  return buf;
+}
 
+// Runs the batch on one lane per device, each with its own model copy loaded
+// on the lane's thread when there is an image left to make (several GPUs
+// load at once). Saves the measured estimates whatever happens.
+int run_on_devices(const RunArgs& a, const BatchFile& batch, const std::filesystem::path& model_dir, RunOptions& o,
+                   std::uint64_t vram_limit, WorkEstimator& estimator, const std::filesystem::path& estimates_path) {
   ModelOptions model_opts = a.model;
   model_opts.finish();
-  o.overlap = !a.no_overlap;
   o.stop = &g_stop;
   o.allocator = [] { return cuda_allocator_settings(); };  // set by the first CUDA generator
-  // One lane per device, each with its own model copy, loaded on the lane's
-  // thread when there is an image left to make (several GPUs load at once).
   std::vector<std::unique_ptr<GeneratorLane>> lanes;
   std::vector<DeviceLane*> lane_ptrs;
   for (const std::string& dev : resolve_devices(a.devices, model_opts.runtime.device)) {
@@ -315,19 +317,8 @@ int run_run(const RunArgs& a) {
   if (lanes.size() > 1) spdlog::info("{} devices: {}", lanes.size(), a.devices);
   Progress progress(!a.no_progress && Progress::stderr_is_terminal(), a.progress_interval);
   o.on_progress = [&](const ProgressInfo& info) { progress.update(info); };
-  o.status_extra = [&]() -> std::string {
-    std::uint64_t hits = 0, misses = 0;
-    for (const auto& lane : lanes) {
-      const LoraStats ls = lane->lora_stats();
-      hits += ls.hits;
-      misses += ls.misses;
-    }
-    if (hits + misses == 0) return "";
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "LoRA hits %.0f%%", 100.0 * static_cast<double>(hits) / static_cast<double>(hits + misses));
-    return buf;
-  };
-  spdlog::info("batch {}: {} task(s) -> {}", batch_path.string(), batch.tasks.size(), out_dir.string());
+  o.status_extra = [&] { return lora_hit_rate(lanes); };
+  spdlog::info("batch {}: {} task(s) -> {}", batch.path.string(), batch.tasks.size(), o.out_dir.string());
   RunResult r;
   try {
     r = run_batch(batch, o, lane_ptrs);
@@ -339,6 +330,39 @@ int run_run(const RunArgs& a) {
   progress.finish();
   save_estimates(estimator, estimates_path);
   return static_cast<int>(r.exit_code());
+}
+
+}  // namespace
+
+int run_run(const RunArgs& a) {
+  const std::filesystem::path batch_path(a.batch_file);
+  RunOptions o = run_options(a);
+  const std::filesystem::path model_dir = find_model_dir(a, batch_path);
+  const ModelConfig mc = load_model_config(model_dir);
+  std::vector<std::pair<std::string, std::string>> invalid;
+  const BatchFile batch = load_batch(a, batch_path, mc, invalid);
+  const std::filesystem::path out_dir = !a.out_dir.empty()          ? std::filesystem::path(a.out_dir)
+                                        : !batch.output_dir.empty() ? relative_to_batch(batch_path, batch.output_dir)
+                                                                    : std::filesystem::path("out");
+  o.out_dir = out_dir;
+  o.model_name = mc.name;
+  o.invalid_tasks = invalid;
+  const std::uint64_t vram_limit = a.vram_limit.empty() ? 0 : parse_size_bytes(a.vram_limit);
+  // Memory and time per size measured by earlier runs into this folder on this device.
+  const std::string device_key = a.model.runtime.device + "/" + (a.model.runtime.dtype.empty() ? mc.dtype : a.model.runtime.dtype);
+  const std::filesystem::path estimates_path = out_dir / "estimates.json";
+  std::string why_no_estimates;
+  WorkEstimator estimator = WorkEstimator::load(estimates_path, device_key, mc.name, &why_no_estimates);
+  o.estimator = &estimator;
+  if (a.dry_run) return print_plan(batch_path, mc, o, vram_limit, why_no_estimates);
+
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) throw IoError("cannot create output folder '" + out_dir.string() + "': " + ec.message());
+  RunLock lock(lock_path(a, out_dir, o));
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+  return run_on_devices(a, batch, model_dir, o, vram_limit, estimator, estimates_path);
 }
 
 }  // namespace sdxl::cli

@@ -11,7 +11,6 @@ struct GenerateArgs;
 struct RunArgs;
 struct TokensArgs;
 struct ValidateArgs;
-struct LoraBenchArgs;
 
 CLI::App* add_generate(CLI::App& app, std::shared_ptr<GenerateArgs>& args);
 int run_generate(const GenerateArgs& args);
@@ -24,8 +23,5 @@ int run_tokens(const TokensArgs& args);
 
 CLI::App* add_validate(CLI::App& app, std::shared_ptr<ValidateArgs>& args);
 int run_validate(const ValidateArgs& args);
-
-CLI::App* add_lora_bench(CLI::App& app, std::shared_ptr<LoraBenchArgs>& args);
-int run_lora_bench(const LoraBenchArgs& args);
 
 }  // namespace sdxl::cli

@@ -25,14 +25,12 @@ int main(int argc, char** argv) {
   CLI::App* run_cmd = sdxl::cli::add_run(app, run);
   CLI::App* tok_cmd = sdxl::cli::add_tokens(app, tokens);
   CLI::App* val_cmd = sdxl::cli::add_validate(app, validate);
-  std::shared_ptr<sdxl::cli::LoraBenchArgs> lora_bench;
-  CLI::App* lora_bench_cmd = sdxl::cli::add_lora_bench(app, lora_bench);
 
   // CLI11 reports an unknown first word only as "A subcommand is required".
   const std::string first = argc > 1 ? argv[1] : "";
   if (!first.empty() && first[0] != '-' && first != "generate" && first != "run" && first != "tokens" &&
-      first != "validate" && first != "lora-bench") {
-    std::cerr << "unknown command '" << argv[1] << "'; commands: generate, run, validate, tokens, lora-bench (see --help)\n";
+      first != "validate") {
+    std::cerr << "unknown command '" << argv[1] << "'; commands: generate, run, validate, tokens (see --help)\n";
     return static_cast<int>(ExitCode::kUsage);
   }
   try {
@@ -59,7 +57,6 @@ int main(int argc, char** argv) {
     if (*run_cmd) return sdxl::cli::run_run(*run);
     if (*tok_cmd) return sdxl::cli::run_tokens(*tokens);
     if (*val_cmd) return sdxl::cli::run_validate(*validate);
-    if (*lora_bench_cmd) return sdxl::cli::run_lora_bench(*lora_bench);
   } catch (const sdxl::Error& e) {
     spdlog::error("{}", e.what());
     return static_cast<int>(e.code());

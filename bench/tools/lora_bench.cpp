@@ -1,6 +1,7 @@
-// `sdxl-batch lora-bench`: times what users feel when they switch LoRAs —
-// loading a LoRA from disk onto the device, switching between two cached ones,
-// and restoring the base weights — on the real model and device. No images.
+// sdxl-lora-bench: times what users feel when they switch LoRAs — loading a
+// LoRA from disk onto the device, switching between two cached ones, and
+// restoring the base weights — on the real model and device. No images.
+// A benchmark tool beside the product CLI (bench/bench_lora.sh runs it).
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -9,7 +10,6 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cli_common.h"
-#include "cli/commands.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
 
@@ -22,14 +22,15 @@ struct LoraBenchArgs {
   std::string json_out;
 };
 
-CLI::App* add_lora_bench(CLI::App& app, std::shared_ptr<LoraBenchArgs>& args) {
-  args = std::make_shared<LoraBenchArgs>();
-  auto* cmd = app.add_subcommand("lora-bench", "Time LoRA load from disk, cached switches and restore (no images)");
+namespace {
+
+void add_lora_bench_options(CLI::App& app, LoraBenchArgs& a) {
+  LoraBenchArgs* args = &a;
+  CLI::App* cmd = &app;
   add_model_options(*cmd, args->model, /*model_required=*/true);
   cmd->add_option("--lora", args->loras, "Two LoRA files FILE[:WEIGHT] to switch between")->required()->expected(2);
   cmd->add_option("--switches", args->switches, "Cached switches to time (alternating A, B)")->check(CLI::Range(2, 100000));
   cmd->add_option("--json", args->json_out, "Write the figures as JSON to this file");
-  return cmd;
 }
 
 int run_lora_bench(const LoraBenchArgs& args) {
@@ -87,4 +88,24 @@ int run_lora_bench(const LoraBenchArgs& args) {
   return 0;
 }
 
+}  // namespace
 }  // namespace sdxl::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"sdxl-lora-bench: time LoRA load from disk, cached switches and restore (no images)", "sdxl-lora-bench"};
+  std::string log_level, log_file;
+  sdxl::cli::add_log_options(app, log_level, log_file);
+  sdxl::cli::LoraBenchArgs args;
+  sdxl::cli::add_lora_bench_options(app, args);
+  CLI11_PARSE(app, argc, argv);
+  try {
+    sdxl::cli::setup_logging(log_level, log_file);
+    return sdxl::cli::run_lora_bench(args);
+  } catch (const sdxl::Error& e) {
+    spdlog::error("{}", e.what());
+    return static_cast<int>(e.code());
+  } catch (const std::exception& e) {
+    spdlog::error("unexpected error: {}", e.what());
+    return static_cast<int>(sdxl::ExitCode::kFatal);
+  }
+}
