@@ -15,12 +15,12 @@ CXX=${CXX_FUZZ:-clang++}
 command -v "$CXX" >/dev/null || { echo "fuzz: $CXX not found (apt-get install clang libclang-rt-dev)" >&2; exit 1; }
 out=build/fuzz
 mkdir -p "$out"
-flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude -Isrc)
+flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Isrc)
 declare -A srcs=(
-  [batch_file]="src/batch/batch_file.cpp src/batch/generation_params.cpp src/model/model_config.cpp src/runtime/task_queue.cpp src/image/png_reader.cpp src/sampling/sampler_plan.cpp src/sampling/schedule.cpp src/lora/lora_ref.cpp src/util/error.cpp"
+  [batch_file]="src/batch/batch_file.cpp src/batch/generation_params.cpp src/model/model_config.cpp src/batch/priority.cpp src/image/png_reader.cpp src/sampling/sampler_plan.cpp src/sampling/schedule.cpp src/lora/lora_ref.cpp src/core/error.cpp src/core/units.cpp"
   [clip_tokenizer]="src/text/clip_tokenizer.cpp src/text/unicode_data.cpp"
   [prompt_parser]="src/text/prompt_parser.cpp src/text/prompt_chunks.cpp src/text/clip_tokenizer.cpp src/text/unicode_data.cpp"
-  [safetensors]="src/lora/safetensors.cpp src/lora/lora_keys.cpp src/util/sha256.cpp"
+  [safetensors]="src/lora/safetensors.cpp src/lora/lora_keys.cpp src/core/sha256.cpp"
 )
 if [ ! -f "$out/tokenizer/vocab.json" ]; then
   .venv/bin/python scripts/clip_vocab.py "$out/tokenizer" --pad-token '!' >/dev/null
