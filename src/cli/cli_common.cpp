@@ -24,8 +24,8 @@ void add_model_options(CLI::App& cmd, ModelOptions& o, bool model_required) {
                "then depend on the call count");
   cmd.add_flag("--cudnn-benchmark", o.runtime.cudnn_benchmark, "Let cuDNN pick convolution algorithms by timing them");
   cmd.add_flag("--deterministic-cudnn,!--no-deterministic-cudnn", o.runtime.deterministic_cudnn,
-               "Use only cuDNN algorithms that give the same bits on every GPU and run (default on; measured at the same "
-               "speed on an H200)");
+               "Use only cuDNN algorithms that give the same bits on every GPU and run (default on; no slower on the "
+               "GPUs measured)");
   cmd.add_option("--cuda-allocator", o.runtime.cuda_allocator,
                  "CUDA caching allocator: expandable (expandable segments: less fragmentation under --vram-limit) or "
                  "default; PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF, when set, win")

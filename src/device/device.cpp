@@ -161,7 +161,7 @@ void device_set_memory_limit(const torch::Device& device, std::uint64_t bytes) {
   // The allocator checks each request against the fraction, but with
   // expandable segments it maps whole segments (20 MiB in the large pool,
   // 2 MiB in the small one), so the reserved peak could pass the limit by up
-  // to one of them (measured: 12 GiB + 6 MiB under --vram-limit 12GiB, H200).
+  // to one of them.
   // The fraction leaves that much below the limit, so the limit holds.
   constexpr std::uint64_t kSegmentSlack = 32ull << 20;
   const std::uint64_t enforced = bytes > 2 * kSegmentSlack ? bytes - kSegmentSlack : bytes;

@@ -102,8 +102,8 @@ void LoraPatcher::apply(const Applied& set) {
       // Up into the weight in its own dtype, queued from pinned memory, then
       // widened on the device. A copy between host and device that also
       // changes the dtype converts on the CPU from pageable memory, one
-      // synchronous copy per weight: under --vram-limit that made the LoRA
-      // merges of the mixed batch take 11.1 s against 0.16 s uncapped (H200).
+      // synchronous copy per weight, which made merges under --vram-limit
+      // tens of times slower (bench/results/2026-11-30-aoti-table-capped-lora-h200.md).
       w.copy_(orig->second, /*non_blocking=*/true);
       acc.copy_(w);
     }

@@ -23,9 +23,8 @@ AotiUnet::AotiUnet(SdxlModel& model) : model_(model) {
   try {
     // Single-threaded: the container then runs without its own events and
     // locks, which CUDA graph capture refuses ("operation not permitted when
-    // stream is capturing": the UNet runner's capture of an aoti step fell back
-    // to plain calls on the H200; scripts/gpu_aoti_probe.py graph_mt / graph_st
-    // captured only single-threaded). Only the sample thread calls it.
+    // stream is capturing"); bench/probes/gpu_aoti_probe.py graph_mt / graph_st
+    // shows the difference. Only the sample thread calls it.
     loader_ = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
         path.string(), "model", /*run_single_threaded=*/true, /*num_runners=*/1,
         model.device.is_cuda() ? model.device.index() : static_cast<c10::DeviceIndex>(-1));

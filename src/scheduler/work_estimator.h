@@ -7,13 +7,12 @@
 // so that it covers every observation (it is a safety bound, not an average).
 // With one size n0 measured, the part that grows with n is the sampling peak
 // (when it was measured): estimate(n) = peak + (n - n0) * sampling peak / n0,
-// and the peak itself for n <= n0 — the VAE decodes image by image, so its peak
-// (4.1 GiB of the 4.2 GiB at 1024² on the H200) hardly grows with the batch
-// (measured at 1, 2, 3 images: 4.15, 4.48, 4.05 GiB) while the sampling peak
-// does (0.36, 0.55, 0.80 GiB). Without it (older estimates.json files) the
-// whole peak scales per image, an overestimate that once made a 24 GiB cap run
-// 1024² images 3, 2, 1 at a time instead of 4. A resolution never measured has
-// no estimate: the caller runs it alone first (a probe) and measures.
+// and the peak itself for n <= n0 — the VAE decodes image by image, so its
+// peak, most of the whole, hardly grows with the batch while the sampling
+// peak does (figures: bench/results/2026-11-30-aoti-prefetch-h200.md). Without
+// a sampling peak (older estimates.json files) the whole peak scales per
+// image, an overestimate that admits too few images. A resolution never
+// measured has no estimate: the caller runs it alone first (a probe) and measures.
 //
 // Time: seconds per image per step, per resolution and batch size, as measured
 // (the newest 8 observations averaged); unmeasured sizes are scaled from the
