@@ -8,7 +8,7 @@ Sources (exactly one):
 --print-config tiny|full prints the configs --tiny / --random-full build, as JSON
 (the test references make files that fit the exported model from it).
 
-Output (see /work/shared/DESIGN.md, "The model directory"):
+Output (see docs/models-and-export.md, the model directory):
   model.json, text_encoder.ts, text_encoder_2.ts, unet.ts, vae_decoder.ts,
   vae_encoder.ts, tokenizer/, tokenizer_2/
 

@@ -1,5 +1,5 @@
 // Error hierarchy of sdxl-batch: exceptions inside, exit codes at the edge.
-// Each error carries the exit code the CLI returns for it (DESIGN.md):
+// Each error carries the exit code the CLI returns for it (docs/unattended-runs.md):
 // 0 all done, 1 fatal (model or environment), 2 bad arguments or batch file,
 // 3 finished with failed tasks, 4 another run holds the lock.
 #pragma once

@@ -1,4 +1,4 @@
-"""diffusers reference image for parity tests (see DESIGN.md, "Correctness reference").
+"""diffusers reference image for parity tests (see docs/developing.md, parity tests).
 
 Runs StableDiffusionXLPipeline once, with the noise drawn on the CPU
 (torch.Generator("cpu").manual_seed(seed)), and saves
