@@ -237,6 +237,143 @@ struct Checker {
 
 }  // namespace
 
+namespace {
+
+// "loras": {"NAME": {"path": FILE, "pin": bool}}: the names tasks and prompt tags use.
+void read_lora_registry(Checker& ck, const json& j, BatchFile& bf) {
+  if (!j.contains("loras")) return;
+  if (!j["loras"].is_object()) {
+    ck.add("/loras", "must be an object like {\"hero\": {\"path\": \"loras/hero.safetensors\", \"pin\": true}}");
+    return;
+  }
+  for (const auto& [name, e] : j["loras"].items()) {
+    const std::string ptr = "/loras/" + name;
+    if (!e.is_object()) {
+      ck.add(ptr, "must be an object with \"path\" (and optionally \"pin\")");
+      continue;
+    }
+    ck.check_keys(e, ptr, {"path", "pin"});
+    LoraRegistryEntry entry;
+    std::string path;
+    if (!ck.get_string(e, ptr, "path", path)) {
+      if (!e.contains("path")) ck.add(ptr + "/path", "is missing");
+      continue;
+    }
+    entry.path = ck.lora_path(path);
+    if (e.contains("pin")) {
+      if (!e["pin"].is_boolean()) ck.add(ptr + "/pin", "must be true or false");
+      else entry.pin = e["pin"].get<bool>();
+    }
+    ck.check_file(ptr + "/path", entry.path);  // reported; the name stays known for the tasks
+    bf.lora_registry[name] = entry;
+  }
+}
+
+// "version", "model" and "output": {"dir", "template"}.
+void read_header(Checker& ck, const json& j, BatchFile& bf) {
+  long long version = 1;
+  if (!j.contains("version")) ck.add("/version", "is missing (write \"version\": 1)");
+  else if (ck.get_int(j, "", "version", 1, 1, version)) bf.version = static_cast<int>(version);
+  ck.get_string(j, "", "model", bf.model);
+  if (!j.contains("output")) return;
+  if (!j["output"].is_object()) {
+    ck.add("/output", "must be an object like {\"dir\": \"out\"}");
+    return;
+  }
+  ck.check_keys(j["output"], "/output", {"dir", "template"});
+  ck.get_string(j["output"], "/output", "dir", bf.output_dir);
+  if (ck.get_string(j["output"], "/output", "template", bf.name_template)) {
+    const std::string why = check_name_template(bf.name_template);
+    if (!why.empty()) {
+      ck.add("/output/template", why);
+      bf.name_template = kDefaultNameTemplate;
+    }
+  }
+}
+
+// What every task starts from: the model's defaults, then the file's "defaults".
+struct TaskDefaults {
+  GenerationParams params;
+  std::string priority = "mid";
+  double timeout_s = 0;
+};
+
+TaskDefaults read_defaults(Checker& ck, const json& j, const GenerationParams& fallback) {
+  TaskDefaults td{fallback};
+  if (!j.contains("defaults")) return td;
+  if (!j["defaults"].is_object()) {
+    ck.add("/defaults", "must be an object");
+    return td;
+  }
+  const json& d = j["defaults"];
+  ck.check_keys(d, "/defaults", {"negative", "steps", "cfg", "width", "height", "sampler", "schedule",
+                                 "guidance_rescale", "strength", "hires", "priority", "timeout", "loras"});
+  ck.read_settings(d, "/defaults", td.params);
+  ck.check_sampler(d, "/defaults", td.params);
+  if (ck.get_string(d, "/defaults", "priority", td.priority) && !parse_priority(td.priority)) {
+    ck.add("/defaults/priority", "'" + td.priority + "' is not a priority (high, mid, low)");
+    td.priority = "mid";
+  }
+  ck.read_timeout(d, "/defaults", td.timeout_s);
+  return td;
+}
+
+// The scheduling fields of a task: seed, count, priority, deadline, timeout.
+void read_task_schedule(Checker& ck, const json& t, const std::string& ptr, const TaskDefaults& td, BatchTask& task) {
+  long long v = 0;
+  if (t.contains("seed")) {
+    if (ck.get_int(t, ptr, "seed", -1, (1LL << 53), v)) {
+      task.seed_random = v == -1;
+      task.params.seed = v == -1 ? 0 : v;
+    }
+  } else {
+    task.seed_random = true;
+  }
+  if (ck.get_int(t, ptr, "count", 1, kMaxCount, v)) task.count = static_cast<int>(v);
+  task.priority = td.priority;
+  if (ck.get_string(t, ptr, "priority", task.priority) && !parse_priority(task.priority)) {
+    ck.add(ptr + "/priority", "'" + task.priority + "' is not a priority (high, mid, low)");
+    task.priority = "mid";
+  }
+  if (ck.get_string(t, ptr, "deadline", task.deadline)) {
+    try {
+      parse_deadline_unix(task.deadline, 0);
+    } catch (const UsageError& e) {
+      ck.add(ptr + "/deadline", e.what());
+      task.deadline.clear();
+    }
+  }
+  task.timeout_s = td.timeout_s;
+  ck.read_timeout(t, ptr, task.timeout_s);
+}
+
+// One task; false when it is not an object (nothing to add).
+bool read_task(Checker& ck, const json& t, const std::string& ptr, const TaskDefaults& td,
+               const std::filesystem::path& origin, std::set<std::string>& ids, BatchTask& task) {
+  if (!t.is_object()) {
+    ck.add(ptr, "must be an object with at least \"id\" and \"prompt\"");
+    return false;
+  }
+  ck.check_keys(t, ptr, {"id", "prompt", "negative", "seed", "count", "steps", "cfg", "width", "height", "sampler",
+                         "schedule", "guidance_rescale", "init_image", "strength", "hires", "priority", "deadline",
+                         "timeout", "loras"});
+  task.params = td.params;
+  task.params.prompt.clear();
+  if (!ck.get_string(t, ptr, "id", task.id) || task.id.empty()) {
+    if (!t.contains("id")) ck.add(ptr + "/id", "is missing (each task needs a unique id)");
+  } else if (!ids.insert(task.id).second) {
+    ck.add(ptr + "/id", "'" + task.id + "' is used by an earlier task; ids must be unique");
+  }
+  if (!t.contains("prompt")) ck.add(ptr + "/prompt", "is missing");
+  ck.read_settings(t, ptr, task.params);
+  if (t.contains("sampler") || t.contains("schedule")) ck.check_sampler(t, ptr, task.params);
+  ck.read_init_image(t, ptr, origin, task.params);
+  read_task_schedule(ck, t, ptr, td, task);
+  return true;
+}
+
+}  // namespace
+
 BatchFile parse_batch_text(const std::string& text, const std::filesystem::path& origin,
                            const GenerationParams& fallback, std::vector<BatchProblem>* problems_out) {
   std::vector<BatchProblem> problems;
@@ -255,121 +392,17 @@ BatchFile parse_batch_text(const std::string& text, const std::filesystem::path&
     ck.add("", "a batch file is a JSON object with \"version\" and \"tasks\"");
   } else {
     ck.check_keys(j, "", {"$schema", "version", "model", "output", "loras", "defaults", "tasks"});
-    if (j.contains("loras")) {
-      if (!j["loras"].is_object()) ck.add("/loras", "must be an object like {\"hero\": {\"path\": \"loras/hero.safetensors\", \"pin\": true}}");
-      else {
-        for (const auto& [name, e] : j["loras"].items()) {
-          const std::string ptr = "/loras/" + name;
-          if (!e.is_object()) {
-            ck.add(ptr, "must be an object with \"path\" (and optionally \"pin\")");
-            continue;
-          }
-          ck.check_keys(e, ptr, {"path", "pin"});
-          LoraRegistryEntry entry;
-          std::string path;
-          if (!ck.get_string(e, ptr, "path", path)) {
-            if (!e.contains("path")) ck.add(ptr + "/path", "is missing");
-            continue;
-          }
-          entry.path = ck.lora_path(path);
-          if (e.contains("pin")) {
-            if (!e["pin"].is_boolean()) ck.add(ptr + "/pin", "must be true or false");
-            else entry.pin = e["pin"].get<bool>();
-          }
-          ck.check_file(ptr + "/path", entry.path);  // reported; the name stays known for the tasks
-          bf.lora_registry[name] = entry;
-        }
-      }
-    }
+    read_lora_registry(ck, j, bf);
     ck.registry = &bf.lora_registry;
-    long long version = 1;
-    if (!j.contains("version")) ck.add("/version", "is missing (write \"version\": 1)");
-    else if (ck.get_int(j, "", "version", 1, 1, version)) bf.version = static_cast<int>(version);
-    ck.get_string(j, "", "model", bf.model);
-    if (j.contains("output")) {
-      if (!j["output"].is_object()) ck.add("/output", "must be an object like {\"dir\": \"out\"}");
-      else {
-        ck.check_keys(j["output"], "/output", {"dir", "template"});
-        ck.get_string(j["output"], "/output", "dir", bf.output_dir);
-        if (ck.get_string(j["output"], "/output", "template", bf.name_template)) {
-          const std::string why = check_name_template(bf.name_template);
-          if (!why.empty()) {
-            ck.add("/output/template", why);
-            bf.name_template = kDefaultNameTemplate;
-          }
-        }
-      }
-    }
-    GenerationParams defaults = fallback;
-    std::string default_priority = "mid";
-    double default_timeout_s = 0;
-    if (j.contains("defaults")) {
-      if (!j["defaults"].is_object()) ck.add("/defaults", "must be an object");
-      else {
-        const json& d = j["defaults"];
-        ck.check_keys(d, "/defaults", {"negative", "steps", "cfg", "width", "height", "sampler", "schedule",
-                                       "guidance_rescale", "strength", "hires", "priority", "timeout", "loras"});
-        ck.read_settings(d, "/defaults", defaults);
-        ck.check_sampler(d, "/defaults", defaults);
-        if (ck.get_string(d, "/defaults", "priority", default_priority) && !parse_priority(default_priority)) {
-          ck.add("/defaults/priority", "'" + default_priority + "' is not a priority (high, mid, low)");
-          default_priority = "mid";
-        }
-        ck.read_timeout(d, "/defaults", default_timeout_s);
-      }
-    }
+    read_header(ck, j, bf);
+    const TaskDefaults td = read_defaults(ck, j, fallback);
     if (!j.contains("tasks") || !j["tasks"].is_array() || j["tasks"].empty()) {
       ck.add("/tasks", "must be a non-empty array of tasks");
     } else {
       std::set<std::string> ids;
       for (size_t i = 0; i < j["tasks"].size(); ++i) {
-        const json& t = j["tasks"][i];
-        const std::string ptr = "/tasks/" + std::to_string(i);
-        if (!t.is_object()) {
-          ck.add(ptr, "must be an object with at least \"id\" and \"prompt\"");
-          continue;
-        }
-        ck.check_keys(t, ptr, {"id", "prompt", "negative", "seed", "count", "steps", "cfg", "width", "height", "sampler",
-                               "schedule", "guidance_rescale", "init_image", "strength", "hires", "priority", "deadline",
-                               "timeout", "loras"});
         BatchTask task;
-        task.params = defaults;
-        task.params.prompt.clear();
-        if (!ck.get_string(t, ptr, "id", task.id) || task.id.empty()) {
-          if (!t.contains("id")) ck.add(ptr + "/id", "is missing (each task needs a unique id)");
-        } else if (!ids.insert(task.id).second) {
-          ck.add(ptr + "/id", "'" + task.id + "' is used by an earlier task; ids must be unique");
-        }
-        if (!t.contains("prompt")) ck.add(ptr + "/prompt", "is missing");
-        ck.read_settings(t, ptr, task.params);
-        if (t.contains("sampler") || t.contains("schedule")) ck.check_sampler(t, ptr, task.params);
-        ck.read_init_image(t, ptr, origin, task.params);
-        long long v = 0;
-        if (t.contains("seed")) {
-          if (ck.get_int(t, ptr, "seed", -1, (1LL << 53), v)) {
-            task.seed_random = v == -1;
-            task.params.seed = v == -1 ? 0 : v;
-          }
-        } else {
-          task.seed_random = true;
-        }
-        if (ck.get_int(t, ptr, "count", 1, kMaxCount, v)) task.count = static_cast<int>(v);
-        task.priority = default_priority;
-        if (ck.get_string(t, ptr, "priority", task.priority) && !parse_priority(task.priority)) {
-          ck.add(ptr + "/priority", "'" + task.priority + "' is not a priority (high, mid, low)");
-          task.priority = "mid";
-        }
-        if (ck.get_string(t, ptr, "deadline", task.deadline)) {
-          try {
-            parse_deadline_unix(task.deadline, 0);
-          } catch (const UsageError& e) {
-            ck.add(ptr + "/deadline", e.what());
-            task.deadline.clear();
-          }
-        }
-        task.timeout_s = default_timeout_s;
-        ck.read_timeout(t, ptr, task.timeout_s);
-        bf.tasks.push_back(task);
+        if (read_task(ck, j["tasks"][i], "/tasks/" + std::to_string(i), td, origin, ids, task)) bf.tasks.push_back(task);
       }
     }
   }

@@ -1,7 +1,7 @@
 // Batch files: a JSON list of scenes (tasks) with defaults, read and validated
 // before any model is loaded. Every problem is reported with the JSON pointer of
 // the value and a hint; parse_batch_file() throws UsageError listing them all.
-// This is the walking-skeleton subset; issue 7 extends the schema. torch-free.
+// torch-free.
 #pragma once
 
 #include <cstdint>

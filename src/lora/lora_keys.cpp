@@ -159,95 +159,149 @@ std::string sgm_module_name(const std::string& m, int down_layers, int up_layers
   return "";
 }
 
-LoraKeyMap map_lora_keys(const std::vector<SafetensorsTensor>& tensors, const ModelParamShapes& model,
-                         const std::string& label) {
-  LoraKeyMap out;
-  const auto hint_sd1 = [&](const std::string& why) {
-    throw UsageError("LoRA '" + label + "' was made for another base model (" + why +
-                     "), not SDXL; sdxl-batch runs SDXL LoRAs only (hint: pick the SDXL version of this LoRA)");
-  };
+namespace {
 
-  // kohya name (module path with '.' -> '_', diffusers and SGM spellings) -> parameter.
-  std::map<std::string, std::pair<LoraTarget, std::string>> kohya;
+using KohyaNames = std::map<std::string, std::pair<LoraTarget, std::string>>;
+
+[[noreturn]] void refuse_other_base(const std::string& label, const std::string& why) {
+  throw UsageError("LoRA '" + label + "' was made for another base model (" + why +
+                   "), not SDXL; sdxl-batch runs SDXL LoRAs only (hint: pick the SDXL version of this LoRA)");
+}
+
+// kohya name (module path with '.' -> '_', diffusers and SGM spellings) -> parameter.
+KohyaNames kohya_names(const ModelParamShapes& model) {
+  KohyaNames kohya;
   const std::pair<LoraTarget, const char*> kohya_prefixes[] = {
       {LoraTarget::kTextEncoder, "lora_te1_"}, {LoraTarget::kTextEncoder2, "lora_te2_"}, {LoraTarget::kUnet, "lora_unet_"}};
-  {
-    const auto& unet = model.of(LoraTarget::kUnet);
-    int down_layers = 0, up_layers = 0;
-    std::vector<bool> up_attn;
-    for (const auto& [name, shape] : unet) {
-      const auto t = split_dots(name);
-      if (t.size() > 4 && t[0] == "down_blocks" && t[1] == "0" && t[2] == "resnets" && is_uint(t[3]))
-        down_layers = std::max(down_layers, std::stoi(t[3]) + 1);
-      if (t.size() > 4 && t[0] == "up_blocks" && t[1] == "0" && t[2] == "resnets" && is_uint(t[3]))
-        up_layers = std::max(up_layers, std::stoi(t[3]) + 1);
-      if (t.size() > 3 && t[0] == "up_blocks" && is_uint(t[1]) && t[2] == "attentions") {
-        const size_t b = std::stoul(t[1]);
-        if (up_attn.size() <= b) up_attn.resize(b + 1, false);
-        up_attn[b] = true;
-      }
+  int down_layers = 0, up_layers = 0;
+  std::vector<bool> up_attn;
+  for (const auto& [name, shape] : model.of(LoraTarget::kUnet)) {
+    const auto t = split_dots(name);
+    if (t.size() > 4 && t[0] == "down_blocks" && t[1] == "0" && t[2] == "resnets" && is_uint(t[3]))
+      down_layers = std::max(down_layers, std::stoi(t[3]) + 1);
+    if (t.size() > 4 && t[0] == "up_blocks" && t[1] == "0" && t[2] == "resnets" && is_uint(t[3]))
+      up_layers = std::max(up_layers, std::stoi(t[3]) + 1);
+    if (t.size() > 3 && t[0] == "up_blocks" && is_uint(t[1]) && t[2] == "attentions") {
+      const size_t b = std::stoul(t[1]);
+      if (up_attn.size() <= b) up_attn.resize(b + 1, false);
+      up_attn[b] = true;
     }
-    for (const auto& [target, prefix] : kohya_prefixes) {
-      for (const auto& [name, shape] : model.of(target)) {
-        if (!ends_with(name, ".weight")) continue;
-        const std::string module = name.substr(0, name.size() - 7);
-        kohya.emplace(prefix + dots_to_underscores(module), std::make_pair(target, name));
-        if (target == LoraTarget::kUnet) {
-          const std::string sgm = sgm_module_name(module, down_layers, up_layers, up_attn);
-          if (!sgm.empty()) kohya.emplace(prefix + dots_to_underscores(sgm), std::make_pair(target, name));
-        }
+  }
+  for (const auto& [target, prefix] : kohya_prefixes) {
+    for (const auto& [name, shape] : model.of(target)) {
+      if (!ends_with(name, ".weight")) continue;
+      const std::string module = name.substr(0, name.size() - 7);
+      kohya.emplace(prefix + dots_to_underscores(module), std::make_pair(target, name));
+      if (target == LoraTarget::kUnet) {
+        const std::string sgm = sgm_module_name(module, down_layers, up_layers, up_attn);
+        if (!sgm.empty()) kohya.emplace(prefix + dots_to_underscores(sgm), std::make_pair(target, name));
       }
     }
   }
+  return kohya;
+}
 
-  std::map<std::pair<int, std::string>, Partial> layers;
-  bool any_kohya = false, any_diffusers = false, any_te1_only = false;
-  for (const auto& t : tensors) {
-    const std::string& key = t.name;
-    if (starts_with(key, "lora_te_")) any_te1_only = true;
-    std::optional<std::pair<LoraTarget, std::string>> hit;
-    Split s;
-    if (starts_with(key, "lora_")) {
-      any_kohya = true;
-      s = split_kohya(key);
-      if (s.role != Role::kOther) {
-        auto it = kohya.find(s.module);
-        if (it != kohya.end()) hit = it->second;
-      }
-    } else {
-      const std::pair<const char*, LoraTarget> prefixes[] = {{"unet.", LoraTarget::kUnet},
-                                                             {"text_encoder.", LoraTarget::kTextEncoder},
-                                                             {"text_encoder_2.", LoraTarget::kTextEncoder2}};
-      for (const auto& [prefix, target] : prefixes) {
-        if (!starts_with(key, prefix)) continue;
-        any_diffusers = true;
-        s = split_diffusers(key.substr(std::char_traits<char>::length(prefix)), target != LoraTarget::kUnet);
-        if (s.role != Role::kOther) {
-          const std::string param = s.module + ".weight";
-          if (model.of(target).count(param)) hit = std::make_pair(target, param);
-        }
-        break;
-      }
+// Which file formats the keys use, and whether one is SD 1.x/2.x's single-encoder prefix.
+struct KeyFormats {
+  bool kohya = false, diffusers = false, te1_only = false;
+};
+
+// The parameter a key's factor belongs to (nullopt: none); `s` gets its role.
+std::optional<std::pair<LoraTarget, std::string>> key_target(const std::string& key, const KohyaNames& kohya,
+                                                             const ModelParamShapes& model, Split& s, KeyFormats& f) {
+  if (starts_with(key, "lora_te_")) f.te1_only = true;
+  if (starts_with(key, "lora_")) {
+    f.kohya = true;
+    s = split_kohya(key);
+    if (s.role == Role::kOther) return std::nullopt;
+    auto it = kohya.find(s.module);
+    if (it != kohya.end()) return it->second;
+    return std::nullopt;
+  }
+  const std::pair<const char*, LoraTarget> prefixes[] = {{"unet.", LoraTarget::kUnet},
+                                                         {"text_encoder.", LoraTarget::kTextEncoder},
+                                                         {"text_encoder_2.", LoraTarget::kTextEncoder2}};
+  for (const auto& [prefix, target] : prefixes) {
+    if (!starts_with(key, prefix)) continue;
+    f.diffusers = true;
+    s = split_diffusers(key.substr(std::char_traits<char>::length(prefix)), target != LoraTarget::kUnet);
+    if (s.role != Role::kOther) {
+      const std::string param = s.module + ".weight";
+      if (model.of(target).count(param)) return std::make_pair(target, param);
     }
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+std::string shape_str(const std::vector<std::int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+std::int64_t prod_from(const std::vector<std::int64_t>& v, size_t from) {
+  return std::accumulate(v.begin() + static_cast<std::ptrdiff_t>(std::min(from, v.size())), v.end(), std::int64_t{1},
+                         std::multiplies<>());
+}
+
+// Checks a down/up pair against its weight. Returns false (with the reason in
+// `out.unmatched`) for a form that is not supported; throws for shapes that do not fit.
+bool check_pair(const Partial& p, const ModelParamShapes& model, const std::map<std::string, const SafetensorsTensor*>& by_name,
+                const std::string& label, LoraKeyMap& out) {
+  const auto& wshape = model.of(p.target).at(p.param);
+  const auto& up = by_name.at(p.up)->shape;
+  const auto& down = by_name.at(p.down)->shape;
+  const bool ok = wshape.size() >= 2 && up.size() >= 2 && down.size() >= 2 && up[0] == wshape[0] &&
+                  up[1] == down[0] && prod_from(up, 2) == 1 && down[1] == wshape[1] && down.size() == wshape.size() &&
+                  (down.size() == 2 || prod_from(down, 2) == prod_from(wshape, 2) || prod_from(down, 2) == 1);
+  if (!ok) {
+    const std::string msg = "factors '" + p.down + "' " + shape_str(down) + " and '" + p.up + "' " + shape_str(up) +
+                            " do not fit " + lora_target_name(p.target) + " weight '" + p.param + "' " + shape_str(wshape);
+    if (down.size() >= 2 && (down[1] == 768 || down[1] == 1024) && contains(p.param, "attn2.to_") &&
+        (contains(p.param, "to_k") || contains(p.param, "to_v")))
+      refuse_other_base(label, "cross-attention input width " + std::to_string(down[1]) +
+                                   " is SD 1.x/2.x's text width; " + msg);
+    throw UsageError("LoRA '" + label + "': " + msg + " (hint: made for another base model?)");
+  }
+  // A 1x1 conv down factor for a kxk conv is LoCon's Tucker form: not supported.
+  if (down.size() == 4 && prod_from(down, 2) == 1 && prod_from(wshape, 2) != 1) {
+    out.unmatched.push_back(p.down + " (1x1 down factor of a kxk conv: Tucker/lora_mid form, not supported)");
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+LoraKeyMap map_lora_keys(const std::vector<SafetensorsTensor>& tensors, const ModelParamShapes& model,
+                         const std::string& label) {
+  LoraKeyMap out;
+  const KohyaNames kohya = kohya_names(model);
+  std::map<std::pair<int, std::string>, Partial> layers;
+  KeyFormats formats;
+  for (const auto& t : tensors) {
+    Split s;
+    const auto hit = key_target(t.name, kohya, model, s, formats);
     if (!hit) {
-      out.unmatched.push_back(key);
+      out.unmatched.push_back(t.name);
       continue;
     }
     auto& p = layers[{static_cast<int>(hit->first), hit->second}];
     p.target = hit->first;
     p.param = hit->second;
-    (s.role == Role::kDown ? p.down : s.role == Role::kUp ? p.up : p.alpha) = key;
+    (s.role == Role::kDown ? p.down : s.role == Role::kUp ? p.up : p.alpha) = t.name;
   }
-  out.format = any_kohya && !any_diffusers ? "kohya" : any_diffusers && !any_kohya ? "diffusers" : "mixed";
+  out.format = formats.kohya && !formats.diffusers ? "kohya" : formats.diffusers && !formats.kohya ? "diffusers" : "mixed";
 
   // Another base model: SD 1.x/2.x kohya files have one text encoder
   // ("lora_te_"), and their UNets have attention in the first block and a
   // fourth down block, which SDXL has not.
-  if (any_te1_only) hint_sd1("its text-encoder keys use kohya's single-encoder prefix 'lora_te_' of SD 1.x/2.x");
+  if (formats.te1_only) refuse_other_base(label, "its text-encoder keys use kohya's single-encoder prefix 'lora_te_' of SD 1.x/2.x");
   for (const auto& k : out.unmatched) {
     if (contains(k, "down_blocks_0_attentions") || contains(k, "down_blocks.0.attentions") ||
         contains(k, "input_blocks_1_1_") || contains(k, "down_blocks_3_") || contains(k, "down_blocks.3."))
-      hint_sd1("key '" + k + "' names a UNet layer of SD 1.x/2.x");
+      refuse_other_base(label, "key '" + k + "' names a UNet layer of SD 1.x/2.x");
   }
 
   std::map<std::string, const SafetensorsTensor*> by_name;
@@ -258,34 +312,7 @@ LoraKeyMap map_lora_keys(const std::vector<SafetensorsTensor>& tensors, const Mo
         if (!k->empty()) out.unmatched.push_back(*k + " (no matching " + (p.down.empty() ? "down" : "up") + " factor)");
       continue;
     }
-    const auto& wshape = model.of(p.target).at(p.param);
-    const auto& up = by_name.at(p.up)->shape;
-    const auto& down = by_name.at(p.down)->shape;
-    const auto prod = [](const std::vector<std::int64_t>& v, size_t from) {
-      return std::accumulate(v.begin() + std::min(from, v.size()), v.end(), std::int64_t{1}, std::multiplies<>());
-    };
-    const bool ok = wshape.size() >= 2 && up.size() >= 2 && down.size() >= 2 && up[0] == wshape[0] &&
-                    up[1] == down[0] && prod(up, 2) == 1 && down[1] == wshape[1] && down.size() == wshape.size() &&
-                    (down.size() == 2 || prod(down, 2) == prod(wshape, 2) || prod(down, 2) == 1);
-    if (!ok) {
-      auto str = [](const std::vector<std::int64_t>& v) {
-        std::string s = "[";
-        for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-        return s + "]";
-      };
-      const std::string msg = "factors '" + p.down + "' " + str(down) + " and '" + p.up + "' " + str(up) +
-                              " do not fit " + lora_target_name(p.target) + " weight '" + p.param + "' " + str(wshape);
-      if (down.size() >= 2 && (down[1] == 768 || down[1] == 1024) && contains(p.param, "attn2.to_") &&
-          (contains(p.param, "to_k") || contains(p.param, "to_v")))
-        hint_sd1("cross-attention input width " + std::to_string(down[1]) + " is SD 1.x/2.x's text width; " + msg);
-      throw UsageError("LoRA '" + label + "': " + msg + " (hint: made for another base model?)");
-    }
-    // A 1x1 conv down factor for a kxk conv is LoCon's Tucker form: not supported.
-    if (down.size() == 4 && prod(down, 2) == 1 && prod(wshape, 2) != 1) {
-      out.unmatched.push_back(p.down + " (1x1 down factor of a kxk conv: Tucker/lora_mid form, not supported)");
-      continue;
-    }
-    out.layers.push_back({p.target, p.param, p.down, p.up, p.alpha});
+    if (check_pair(p, model, by_name, label, out)) out.layers.push_back({p.target, p.param, p.down, p.up, p.alpha});
   }
   std::sort(out.unmatched.begin(), out.unmatched.end());
   return out;

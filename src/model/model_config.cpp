@@ -70,6 +70,134 @@ class Reader {
 
 }  // namespace
 
+namespace {
+
+void read_text_encoders(const Reader& r, const std::string& origin, ModelConfig& c) {
+  const json& tes = r.raw("text_encoders");
+  if (!tes.is_array() || tes.size() != 2) r.fail("/text_encoders", "must be an array of the two SDXL text encoders");
+  for (size_t i = 0; i < tes.size(); ++i) {
+    Reader t(tes[i], origin, "/text_encoders/" + std::to_string(i));
+    TextEncoderConfig te;
+    te.file = t.str("file");
+    te.tokenizer = t.str("tokenizer");
+    te.pad_token = t.str("pad_token");
+    te.hidden_dim = t.integer("hidden_dim", 1, 1 << 16);
+    te.pooled_dim = t.integer_or("pooled_dim", 0, 1 << 16, 0);
+    c.text_encoders.push_back(te);
+  }
+  if (c.text_encoders[1].pooled_dim <= 0) r.fail("/text_encoders/1/pooled_dim", "is missing (SDXL pools encoder 2)");
+}
+
+// /unet/aoti: the AOTInductor package and the input ranges it was compiled for.
+void read_unet_aoti(const Reader& a, UnetAotiConfig& x) {
+  x.file = a.str("file");
+  x.device = a.one_of("device", {"cpu", "cuda"});
+  x.dtype = a.one_of("dtype", {"fp32", "fp16", "bf16"});
+  auto range = [&](const char* key, int lo, int hi, int& mn, int& mx) {
+    const json& v = a.raw(key);
+    const std::string ptr = a.at(key);
+    if (!v.is_array() || v.size() != 2 || !v[0].is_number_integer() || !v[1].is_number_integer())
+      a.fail(ptr, "must be [min, max] (integers)");
+    const auto v0 = v[0].get<long long>(), v1 = v[1].get<long long>();
+    if (v0 < lo || v1 > hi || v0 > v1)
+      a.fail(ptr, "must satisfy " + std::to_string(lo) + " <= min <= max <= " + std::to_string(hi));
+    mn = static_cast<int>(v0);
+    mx = static_cast<int>(v1);
+  };
+  range("rows", 1, 1 << 16, x.rows_min, x.rows_max);
+  range("tokens", 1, 1 << 20, x.tokens_min, x.tokens_max);
+  range("latent_height", 1, 1 << 16, x.latent_height_min, x.latent_height_max);
+  range("latent_width", 1, 1 << 16, x.latent_width_min, x.latent_width_max);
+}
+
+void read_unet(const Reader& r, ModelConfig& c) {
+  Reader u = r.child("unet");
+  c.unet_file = u.str("file");
+  c.unet_context_dim = u.integer("context_dim", 1, 1 << 16);
+  c.unet_pooled_dim = u.integer("pooled_dim", 1, 1 << 16);
+  c.unet_time_ids_dim = u.integer_or("time_ids_dim", 1, 64, 6);
+  if (c.unet_context_dim != c.text_encoders[0].hidden_dim + c.text_encoders[1].hidden_dim)
+    r.fail("/unet/context_dim", "must equal the sum of the text encoders' hidden_dim");
+  if (c.unet_pooled_dim != c.text_encoders[1].pooled_dim)
+    r.fail("/unet/pooled_dim", "must equal /text_encoders/1/pooled_dim");
+  if (u.has("aoti")) read_unet_aoti(u.child("aoti"), c.unet_aoti);
+}
+
+void read_scheduler(const Reader& r, ModelConfig& c) {
+  Reader s = r.child("scheduler");
+  c.scheduler.num_train_timesteps = s.integer("num_train_timesteps", 1, 100000);
+  c.scheduler.beta_start = s.number("beta_start", 0.0, 1.0);
+  c.scheduler.beta_end = s.number("beta_end", 0.0, 1.0);
+  c.scheduler.beta_schedule = s.one_of("beta_schedule", {"scaled_linear", "linear"});
+  c.scheduler.timestep_spacing = s.one_of("timestep_spacing", {"leading", "trailing", "linspace"});
+  c.scheduler.steps_offset = s.integer_or("steps_offset", 0, 1000, 0);
+  c.scheduler.prediction_type = s.one_of("prediction_type", {"epsilon"});
+}
+
+// /defaults and /limits, both optional.
+void read_defaults_and_limits(const Reader& r, ModelConfig& c) {
+  if (r.has("defaults")) {
+    Reader d = r.child("defaults");
+    c.defaults.width = d.integer_or("width", 8, 16384, c.defaults.width);
+    c.defaults.height = d.integer_or("height", 8, 16384, c.defaults.height);
+    c.defaults.steps = d.integer_or("steps", 1, 1000, c.defaults.steps);
+    if (d.has("cfg")) c.defaults.cfg = d.number("cfg", 0.0, 100.0);
+  }
+  if (r.has("limits")) {
+    Reader l = r.child("limits");
+    ModelLimits& m = c.limits;
+    m.batch_max = l.integer_or("batch_max", 1, 4096, m.batch_max);
+    m.width_min = l.integer_or("width_min", 8, 65536, m.width_min);
+    m.width_max = l.integer_or("width_max", 8, 65536, m.width_max);
+    m.height_min = l.integer_or("height_min", 8, 65536, m.height_min);
+    m.height_max = l.integer_or("height_max", 8, 65536, m.height_max);
+    m.size_multiple = l.integer_or("size_multiple", 1, 4096, m.size_multiple);
+    m.context_chunks_max = l.integer_or("context_chunks_max", 1, 64, m.context_chunks_max);
+    if (m.width_min > m.width_max) l.fail("/limits/width_min", "is larger than width_max");
+    if (m.height_min > m.height_max) l.fail("/limits/height_min", "is larger than height_max");
+  }
+}
+
+void read_file_sizes(const Reader& r, const std::string& origin, ModelConfig& c) {
+  if (!r.has("files")) return;
+  const json& files = r.raw("files");
+  if (!files.is_object()) r.fail("/files", "must be an object of file -> {bytes}");
+  for (const auto& [name, info] : files.items()) {
+    Reader f(info, origin, "/files/" + name);
+    const json& b = f.raw("bytes");
+    if (!b.is_number_unsigned() && !b.is_number_integer()) f.fail(f.at("bytes"), "must be an integer");
+    c.file_bytes[name] = b.get<std::uint64_t>();
+  }
+}
+
+// Every file model.json names exists, with the size it records.
+void check_model_files(const ModelConfig& c, const std::filesystem::path& dir, const std::string& origin) {
+  auto need = [&](const std::string& rel, const std::string& pointer) {
+    const auto p = dir / rel;
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(p, ec))
+      throw ModelError(origin + ": " + pointer + " names '" + p.string() + "', which does not exist");
+    auto it = c.file_bytes.find(rel);
+    if (it != c.file_bytes.end()) {
+      auto size = std::filesystem::file_size(p, ec);
+      if (!ec && size != it->second)
+        throw ModelError("'" + p.string() + "' has " + std::to_string(size) + " bytes, model.json records " +
+                         std::to_string(it->second) + ": the file is truncated or from another export");
+    }
+  };
+  need(c.text_encoders[0].file, "/text_encoders/0/file");
+  need(c.text_encoders[1].file, "/text_encoders/1/file");
+  need(c.unet_file, "/unet/file");
+  if (!c.unet_aoti.file.empty()) need(c.unet_aoti.file, "/unet/aoti/file");
+  need(c.vae_decoder_file, "/vae_decoder/file");
+  for (int i = 0; i < 2; ++i) {
+    for (const char* f : {"vocab.json", "merges.txt"})
+      need(c.text_encoders[i].tokenizer + "/" + f, "/text_encoders/" + std::to_string(i) + "/tokenizer");
+  }
+}
+
+}  // namespace
+
 ModelConfig parse_model_config(const std::string& json_text, const std::filesystem::path& dir,
                                const std::string& origin, bool check_files) {
   json j;
@@ -95,120 +223,14 @@ ModelConfig parse_model_config(const std::string& json_text, const std::filesyst
   c.vae_scaling_factor = r.number("vae_scaling_factor", 1e-6, 1e6);
   c.vae_downsample = r.integer("vae_downsample", 1, 64);
   c.latent_channels = r.integer("latent_channels", 1, 64);
-
-  const json& tes = r.raw("text_encoders");
-  if (!tes.is_array() || tes.size() != 2) r.fail("/text_encoders", "must be an array of the two SDXL text encoders");
-  for (size_t i = 0; i < tes.size(); ++i) {
-    Reader t(tes[i], origin, "/text_encoders/" + std::to_string(i));
-    TextEncoderConfig te;
-    te.file = t.str("file");
-    te.tokenizer = t.str("tokenizer");
-    te.pad_token = t.str("pad_token");
-    te.hidden_dim = t.integer("hidden_dim", 1, 1 << 16);
-    te.pooled_dim = t.integer_or("pooled_dim", 0, 1 << 16, 0);
-    c.text_encoders.push_back(te);
-  }
-  if (c.text_encoders[1].pooled_dim <= 0) r.fail("/text_encoders/1/pooled_dim", "is missing (SDXL pools encoder 2)");
-
-  Reader u = r.child("unet");
-  c.unet_file = u.str("file");
-  c.unet_context_dim = u.integer("context_dim", 1, 1 << 16);
-  c.unet_pooled_dim = u.integer("pooled_dim", 1, 1 << 16);
-  c.unet_time_ids_dim = u.integer_or("time_ids_dim", 1, 64, 6);
-  if (c.unet_context_dim != c.text_encoders[0].hidden_dim + c.text_encoders[1].hidden_dim)
-    r.fail("/unet/context_dim", "must equal the sum of the text encoders' hidden_dim");
-  if (c.unet_pooled_dim != c.text_encoders[1].pooled_dim)
-    r.fail("/unet/pooled_dim", "must equal /text_encoders/1/pooled_dim");
-  if (u.has("aoti")) {
-    Reader a = u.child("aoti");
-    UnetAotiConfig& x = c.unet_aoti;
-    x.file = a.str("file");
-    x.device = a.one_of("device", {"cpu", "cuda"});
-    x.dtype = a.one_of("dtype", {"fp32", "fp16", "bf16"});
-    auto range = [&](const char* key, int lo, int hi, int& mn, int& mx) {
-      const json& v = a.raw(key);
-      const std::string ptr = a.at(key);
-      if (!v.is_array() || v.size() != 2 || !v[0].is_number_integer() || !v[1].is_number_integer())
-        a.fail(ptr, "must be [min, max] (integers)");
-      const auto v0 = v[0].get<long long>(), v1 = v[1].get<long long>();
-      if (v0 < lo || v1 > hi || v0 > v1)
-        a.fail(ptr, "must satisfy " + std::to_string(lo) + " <= min <= max <= " + std::to_string(hi));
-      mn = static_cast<int>(v0);
-      mx = static_cast<int>(v1);
-    };
-    range("rows", 1, 1 << 16, x.rows_min, x.rows_max);
-    range("tokens", 1, 1 << 20, x.tokens_min, x.tokens_max);
-    range("latent_height", 1, 1 << 16, x.latent_height_min, x.latent_height_max);
-    range("latent_width", 1, 1 << 16, x.latent_width_min, x.latent_width_max);
-  }
+  read_text_encoders(r, origin, c);
+  read_unet(r, c);
   c.vae_decoder_file = r.child("vae_decoder").str("file");
   if (r.has("vae_encoder")) c.vae_encoder_file = r.child("vae_encoder").str("file");
-
-  Reader s = r.child("scheduler");
-  c.scheduler.num_train_timesteps = s.integer("num_train_timesteps", 1, 100000);
-  c.scheduler.beta_start = s.number("beta_start", 0.0, 1.0);
-  c.scheduler.beta_end = s.number("beta_end", 0.0, 1.0);
-  c.scheduler.beta_schedule = s.one_of("beta_schedule", {"scaled_linear", "linear"});
-  c.scheduler.timestep_spacing = s.one_of("timestep_spacing", {"leading", "trailing", "linspace"});
-  c.scheduler.steps_offset = s.integer_or("steps_offset", 0, 1000, 0);
-  c.scheduler.prediction_type = s.one_of("prediction_type", {"epsilon"});
-
-  if (r.has("defaults")) {
-    Reader d = r.child("defaults");
-    c.defaults.width = d.integer_or("width", 8, 16384, c.defaults.width);
-    c.defaults.height = d.integer_or("height", 8, 16384, c.defaults.height);
-    c.defaults.steps = d.integer_or("steps", 1, 1000, c.defaults.steps);
-    if (d.has("cfg")) c.defaults.cfg = d.number("cfg", 0.0, 100.0);
-  }
-  if (r.has("limits")) {
-    Reader l = r.child("limits");
-    ModelLimits& m = c.limits;
-    m.batch_max = l.integer_or("batch_max", 1, 4096, m.batch_max);
-    m.width_min = l.integer_or("width_min", 8, 65536, m.width_min);
-    m.width_max = l.integer_or("width_max", 8, 65536, m.width_max);
-    m.height_min = l.integer_or("height_min", 8, 65536, m.height_min);
-    m.height_max = l.integer_or("height_max", 8, 65536, m.height_max);
-    m.size_multiple = l.integer_or("size_multiple", 1, 4096, m.size_multiple);
-    m.context_chunks_max = l.integer_or("context_chunks_max", 1, 64, m.context_chunks_max);
-    if (m.width_min > m.width_max) l.fail("/limits/width_min", "is larger than width_max");
-    if (m.height_min > m.height_max) l.fail("/limits/height_min", "is larger than height_max");
-  }
-
-  if (r.has("files")) {
-    const json& files = r.raw("files");
-    if (!files.is_object()) r.fail("/files", "must be an object of file -> {bytes}");
-    for (const auto& [name, info] : files.items()) {
-      Reader f(info, origin, "/files/" + name);
-      const json& b = f.raw("bytes");
-      if (!b.is_number_unsigned() && !b.is_number_integer()) f.fail(f.at("bytes"), "must be an integer");
-      c.file_bytes[name] = b.get<std::uint64_t>();
-    }
-  }
-
-  if (check_files) {
-    auto need = [&](const std::string& rel, const std::string& pointer) {
-      const auto p = dir / rel;
-      std::error_code ec;
-      if (!std::filesystem::is_regular_file(p, ec))
-        throw ModelError(origin + ": " + pointer + " names '" + p.string() + "', which does not exist");
-      auto it = c.file_bytes.find(rel);
-      if (it != c.file_bytes.end()) {
-        auto size = std::filesystem::file_size(p, ec);
-        if (!ec && size != it->second)
-          throw ModelError("'" + p.string() + "' has " + std::to_string(size) + " bytes, model.json records " +
-                           std::to_string(it->second) + ": the file is truncated or from another export");
-      }
-    };
-    need(c.text_encoders[0].file, "/text_encoders/0/file");
-    need(c.text_encoders[1].file, "/text_encoders/1/file");
-    need(c.unet_file, "/unet/file");
-    if (!c.unet_aoti.file.empty()) need(c.unet_aoti.file, "/unet/aoti/file");
-    need(c.vae_decoder_file, "/vae_decoder/file");
-    for (int i = 0; i < 2; ++i) {
-      for (const char* f : {"vocab.json", "merges.txt"})
-        need(c.text_encoders[i].tokenizer + "/" + f, "/text_encoders/" + std::to_string(i) + "/tokenizer");
-    }
-  }
+  read_scheduler(r, c);
+  read_defaults_and_limits(r, c);
+  read_file_sizes(r, origin, c);
+  if (check_files) check_model_files(c, dir, origin);
   return c;
 }
 

@@ -1,4 +1,4 @@
-// The model directory contract (DESIGN.md): model.json describes the exported
+// The model directory contract (docs/models-and-export.md): model.json describes the exported
 // TorchScript modules, tokenizers, dims, dtype, scheduler defaults and limits.
 // load_model_config() reads and validates it; every error is a ModelError that
 // names the file and the JSON pointer of the bad field. torch-free.

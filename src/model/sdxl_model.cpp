@@ -25,7 +25,7 @@ torch::jit::Module load_module(const ModelConfig& cfg, const std::string& rel, c
     // the CPU, where they act as scalars. Loaded straight onto the GPU, a traced
     // `inner_dim // heads` becomes a GPU tensor turned into an int -- a host
     // sync in every attention layer, which also makes CUDA graph capture
-    // impossible (scripts/gpu_graph_probe.py shows both).
+    // impossible (bench/probes/gpu_graph_probe.py shows both).
     m = torch::jit::load(path.string(), torch::kCPU);
   } catch (const c10::Error& e) {
     throw ModelError("cannot load TorchScript module '" + path.string() + "': " + e.what_without_backtrace() +

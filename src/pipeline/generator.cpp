@@ -292,63 +292,67 @@ void Generator::prefetch_loras(const std::vector<GenerationParams>& ps) {
   im.publish_lora_stats();
 }
 
-std::shared_ptr<EncodedBatch> Generator::encode_batch(const std::vector<GenerationParams>& ps) {
-  if (ps.empty()) throw UsageError("an empty batch");
-  check_compatible(ps);
-  Impl& im = *impl_;
-  apply_thread_settings(im.opts);
-  SdxlModel& m = *im.model;
-  const ModelConfig& cfg = m.config;
-  auto eb = std::make_shared<EncodedBatch>();
-  eb->params = ps;
-  const GenerationParams& p0 = ps.front();
-  // LoRAs from the parameters and the prompt's tags (the tags leave the text);
-  // every image of a batch uses the same set (the queue groups by it).
-  std::vector<std::string> prompts(ps.size());
+namespace {
+
+// The batch's LoRA set (its parameters plus the prompts' tags, which leave the
+// text in `prompts`); every image of a batch must use the same set.
+std::vector<LoraRef> batch_lora_set(const std::vector<GenerationParams>& ps, const LoraRegistry& registry,
+                                    const std::vector<std::filesystem::path>& dirs, std::vector<std::string>& prompts) {
+  prompts.resize(ps.size());
   std::vector<LoraRef> loras;
   for (size_t i = 0; i < ps.size(); ++i) {
     const PromptLoras tagged = extract_lora_tags(ps[i].prompt);
     std::vector<LoraRef> mine = ps[i].loras;
-    for (const auto& t : tagged.tags) mine.push_back(resolve_lora(t.name, t.weight, im.lora_registry, im.opts.lora_dirs));
+    for (const auto& t : tagged.tags) mine.push_back(resolve_lora(t.name, t.weight, registry, dirs));
     if (i == 0) loras = mine;
     else if (!(mine == loras))
       throw UsageError("a batch mixes LoRA sets; group images by batch_group_key()");
     prompts[i] = tagged.text;
   }
+  return loras;
+}
+
+// Sizes, the sampler plans (img2img strength, hires pass) and the init images.
+void plan_batch_sampling(const ModelConfig& cfg, EncodedBatch& eb) {
+  const std::vector<GenerationParams>& ps = eb.params;
+  const GenerationParams& p0 = ps.front();
   for (const auto& p : ps) check_task_size(cfg, p);
   check_generation_size(cfg, p0.width, p0.height, static_cast<int>(ps.size()));
   const SamplerChoice choice = parse_sampler_choice(p0.sampler, p0.schedule);
-  eb->plan = make_sampler_plan(cfg.scheduler, choice, p0.steps);
-  eb->img2img = !p0.init_image.empty();
-  if (eb->img2img) plan_apply_strength(eb->plan, p0.strength);
+  eb.plan = make_sampler_plan(cfg.scheduler, choice, p0.steps);
+  eb.img2img = !p0.init_image.empty();
+  if (eb.img2img) plan_apply_strength(eb.plan, p0.strength);
   if (p0.hires_on()) {
-    eb->hires_plan = make_sampler_plan(cfg.scheduler, choice, p0.hires_steps());
-    plan_apply_strength(eb->hires_plan, p0.hires.denoise);
+    eb.hires_plan = make_sampler_plan(cfg.scheduler, choice, p0.hires_steps());
+    plan_apply_strength(eb.hires_plan, p0.hires.denoise);
   }
-  if (eb->img2img) {
-    eb->init_images.resize(ps.size());
+  if (eb.img2img) {
+    eb.init_images.resize(ps.size());
     for (size_t i = 0; i < ps.size(); ++i) {
       const GenerationParams& p = ps[i];
-      eb->init_images[i] = read_png_rgb(p.init_image);
-      if (eb->init_images[i].width != p.width || eb->init_images[i].height != p.height)
-        throw UsageError("init image '" + p.init_image + "' is " + std::to_string(eb->init_images[i].width) + "x" +
-                         std::to_string(eb->init_images[i].height) + " but the task asks for " +
+      eb.init_images[i] = read_png_rgb(p.init_image);
+      if (eb.init_images[i].width != p.width || eb.init_images[i].height != p.height)
+        throw UsageError("init image '" + p.init_image + "' is " + std::to_string(eb.init_images[i].width) + "x" +
+                         std::to_string(eb.init_images[i].height) + " but the task asks for " +
                          std::to_string(p.width) + "x" + std::to_string(p.height) +
                          ": resize the image first, or leave width/height unset to take its size");
     }
   }
-  eb->cfg_on = p0.cfg > 1.0;
+  eb.cfg_on = p0.cfg > 1.0;
+}
 
-  // Tokenize every prompt first: an over-long prompt fails before any device work.
-  std::vector<TextInputs> text(ps.size());
-  for (size_t i = 0; i < ps.size(); ++i) {
+// Tokenizes every prompt first, so an over-long prompt fails before any device work.
+std::vector<TextInputs> tokenize_batch(SdxlModel& m, const EncodedBatch& eb, const std::vector<std::string>& prompts) {
+  const ModelConfig& cfg = m.config;
+  std::vector<TextInputs> text(eb.params.size());
+  for (size_t i = 0; i < eb.params.size(); ++i) {
     TextInputs& ti = text[i];
     ti.pos = tokenize_sdxl_prompt(m, prompts[i]);
     for (const auto& w : ti.pos.warnings) spdlog::warn("prompt, character {}: {}", w.position, w.message);
     ti.chunks = ti.pos.chunk_count();
-    ti.neg_text = eb->cfg_on && !ps[i].negative_prompt.empty();
+    ti.neg_text = eb.cfg_on && !eb.params[i].negative_prompt.empty();
     if (ti.neg_text) {
-      ti.neg = tokenize_sdxl_prompt(m, ps[i].negative_prompt);
+      ti.neg = tokenize_sdxl_prompt(m, eb.params[i].negative_prompt);
       for (const auto& w : ti.neg.warnings) spdlog::warn("negative prompt, character {}: {}", w.position, w.message);
       ti.chunks = std::max(ti.chunks, ti.neg.chunk_count());
     }
@@ -357,18 +361,12 @@ std::shared_ptr<EncodedBatch> Generator::encode_batch(const std::vector<Generati
                        "' was checked for at most " + std::to_string(cfg.limits.context_chunks_max) +
                        " (model.json /limits/context_chunks_max): shorten the prompt (see `sdxl-batch tokens`)");
   }
-  const StageStream::Scope on(im.text_stream);
-  std::shared_lock device_lock(im.device_mu);  // not while a CUDA graph is being captured
-  const auto t_lora = Clock::now();
-  std::vector<std::pair<std::string, std::string>> lora_hashes;
-  // e.g. no room for the LoRA factors under --vram-limit: an out-of-memory
-  lora_hashes = translate_device_errors("applying LoRAs", [&] { return set_loras(loras); });
-  const double lora_s = seconds_since(t_lora);
-  eb->out.resize(ps.size());
-  for (auto& g : eb->out) {
-    g.lora_hashes = lora_hashes;
-    g.lora_s = lora_s / static_cast<double>(ps.size());
-  }
+  return text;
+}
+
+// Images with the same chunk count share a sub-batch, in order.
+std::vector<SubBatch> group_by_chunks(const std::vector<GenerationParams>& ps, const std::vector<TextInputs>& text) {
+  std::vector<SubBatch> subs;
   std::vector<bool> grouped(ps.size(), false);
   for (size_t first = 0; first < ps.size(); ++first) {
     if (grouped[first]) continue;
@@ -379,38 +377,72 @@ std::shared_ptr<EncodedBatch> Generator::encode_batch(const std::vector<Generati
       grouped[i] = true;
       sub.seeds.push_back(ps[i].seed);
     }
-    eb->subs.push_back(std::move(sub));
+    subs.push_back(std::move(sub));
   }
-  translate_device_errors(nullptr, [&] {
-    c10::InferenceMode inference;
-    // Text conditioning (A1111 prompt rules), per image so an image's
-    // embedding never depends on its batch; CFG order [negatives, positives].
-    const auto t0 = Clock::now();
-    for (SubBatch& sub : eb->subs) {
-      std::vector<torch::Tensor> ctx_pos, ctx_neg, pool_pos, pool_neg;
-      for (size_t i : sub.idx) {
-        TextInputs& ti = text[i];
-        pad_sdxl_prompt(m, ti.pos, ti.chunks);
-        const PromptEmbeds pos = encode_prompt_tokens(m, ti.pos);
-        ctx_pos.push_back(pos.context);
-        pool_pos.push_back(pos.pooled);
-        if (eb->cfg_on) {
-          PromptEmbeds neg = zero_embeds(pos);
-          if (ti.neg_text) {
-            pad_sdxl_prompt(m, ti.neg, ti.chunks);
-            neg = encode_prompt_tokens(m, ti.neg);
-          }
-          ctx_neg.push_back(neg.context);
-          pool_neg.push_back(neg.pooled);
+  return subs;
+}
+
+// Text conditioning (A1111 prompt rules), per image so an image's embedding
+// never depends on its batch; CFG order [negatives, positives].
+void encode_sub_batches(SdxlModel& m, EncodedBatch& eb, std::vector<TextInputs>& text) {
+  for (SubBatch& sub : eb.subs) {
+    std::vector<torch::Tensor> ctx_pos, ctx_neg, pool_pos, pool_neg;
+    for (size_t i : sub.idx) {
+      TextInputs& ti = text[i];
+      pad_sdxl_prompt(m, ti.pos, ti.chunks);
+      const PromptEmbeds pos = encode_prompt_tokens(m, ti.pos);
+      ctx_pos.push_back(pos.context);
+      pool_pos.push_back(pos.pooled);
+      if (eb.cfg_on) {
+        PromptEmbeds neg = zero_embeds(pos);
+        if (ti.neg_text) {
+          pad_sdxl_prompt(m, ti.neg, ti.chunks);
+          neg = encode_prompt_tokens(m, ti.neg);
         }
-      }
-      sub.context = torch::cat(ctx_pos);
-      sub.pooled = torch::cat(pool_pos);
-      if (eb->cfg_on) {
-        sub.context = torch::cat({torch::cat(ctx_neg), sub.context});
-        sub.pooled = torch::cat({torch::cat(pool_neg), sub.pooled});
+        ctx_neg.push_back(neg.context);
+        pool_neg.push_back(neg.pooled);
       }
     }
+    sub.context = torch::cat(ctx_pos);
+    sub.pooled = torch::cat(pool_pos);
+    if (eb.cfg_on) {
+      sub.context = torch::cat({torch::cat(ctx_neg), sub.context});
+      sub.pooled = torch::cat({torch::cat(pool_neg), sub.pooled});
+    }
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<EncodedBatch> Generator::encode_batch(const std::vector<GenerationParams>& ps) {
+  if (ps.empty()) throw UsageError("an empty batch");
+  check_compatible(ps);
+  Impl& im = *impl_;
+  apply_thread_settings(im.opts);
+  SdxlModel& m = *im.model;
+  auto eb = std::make_shared<EncodedBatch>();
+  eb->params = ps;
+  std::vector<std::string> prompts;
+  const std::vector<LoraRef> loras = batch_lora_set(ps, im.lora_registry, im.opts.lora_dirs, prompts);
+  plan_batch_sampling(m.config, *eb);
+  std::vector<TextInputs> text = tokenize_batch(m, *eb, prompts);
+  const StageStream::Scope on(im.text_stream);
+  std::shared_lock device_lock(im.device_mu);  // not while a CUDA graph is being captured
+  const auto t_lora = Clock::now();
+  // e.g. no room for the LoRA factors under --vram-limit: an out-of-memory
+  const std::vector<std::pair<std::string, std::string>> lora_hashes =
+      translate_device_errors("applying LoRAs", [&] { return set_loras(loras); });
+  const double lora_s = seconds_since(t_lora);
+  eb->out.resize(ps.size());
+  for (auto& g : eb->out) {
+    g.lora_hashes = lora_hashes;
+    g.lora_s = lora_s / static_cast<double>(ps.size());
+  }
+  eb->subs = group_by_chunks(ps, text);
+  translate_device_errors(nullptr, [&] {
+    c10::InferenceMode inference;
+    const auto t0 = Clock::now();
+    encode_sub_batches(m, *eb, text);
     eb->ready = im.text_stream.record();
     stamp_stage(m.device, t0, eb->out, &StageSeconds::text);
     return 0;
@@ -418,13 +450,101 @@ std::shared_ptr<EncodedBatch> Generator::encode_batch(const std::vector<Generati
   return eb;
 }
 
+namespace {
+
+// What the sampling of one sub-batch needs from the generator.
+struct SubSampling {
+  SdxlModel& m;
+  UnetRunner& unet;
+  const EncodedBatch& eb;
+  SubBatch& sub;
+  VaeTiling vae_tiling;
+  Clock::time_point& trace_last_call_end;  // SDXL_TRACE_STEPS
+  int64_t b = 0, rows = 0;                 // images; UNet rows (2b with CFG)
+};
+
+// One UNet call with CFG, timed per call under SDXL_TRACE_STEPS.
+torch::Tensor guided_unet_call(SubSampling& s, const torch::Tensor& x_in, double timestep) {
+  const bool trace = trace_steps();
+  const GenerationParams& p0 = s.eb.params.front();
+  Clock::time_point t_call;
+  if (trace) {
+    stream_synchronize(s.m.device);
+    t_call = Clock::now();
+  }
+  torch::Tensor x = s.eb.cfg_on ? torch::cat({x_in, x_in}) : x_in;
+  torch::Tensor t = torch::full({s.rows}, timestep, torch::TensorOptions().dtype(torch::kFloat32).device(s.m.device));
+  torch::Tensor eps = s.unet(x, t);
+  if (trace) {
+    stream_synchronize(s.m.device);
+    const auto now = Clock::now();
+    spdlog::info("trace: latents [{}, {}, {}, {}] t={:.1f}: UNet call {:.1f} ms, sampler between calls {:.1f} ms",
+                 x.size(0), x.size(1), x.size(2), x.size(3), timestep,
+                 std::chrono::duration<double, std::milli>(now - t_call).count(),
+                 s.trace_last_call_end == Clock::time_point{}
+                     ? 0.0
+                     : std::chrono::duration<double, std::milli>(t_call - s.trace_last_call_end).count());
+    s.trace_last_call_end = now;
+  }
+  if (!s.eb.cfg_on) return eps.clone();  // a graph's output is overwritten by the next step
+  auto halves = eps.chunk(2);            // [uncond, cond]
+  return apply_guidance(halves[0], halves[1], p0.cfg, p0.guidance_rescale);
+}
+
+// The UNet with CFG at a size (SDXL's time_ids: original = target = that size, crop 0).
+ModelFn model_at(SubSampling& s, int width, int height) {
+  torch::Tensor time_ids = sdxl_time_ids(width, height, s.m.dtype, s.m.device).repeat({s.rows, 1});
+  s.unet.bind(s.sub.context, s.sub.pooled, time_ids);
+  return [&s](const torch::Tensor& x_in, double timestep) { return guided_unet_call(s, x_in, timestep); };
+}
+
+// Each image's generator (its seed) draws its initial noise (txt2img), or the
+// noise added to its encoded init image at the first kept timestep
+// (StableDiffusionXLImg2ImgPipeline.prepare_latents).
+torch::Tensor initial_latents(SubSampling& s, std::vector<at::Generator>& gens) {
+  const ModelConfig& cfg = s.m.config;
+  const GenerationParams& p0 = s.eb.params.front();
+  if (!s.eb.img2img) {
+    const int64_t h = p0.height / cfg.vae_downsample, w = p0.width / cfg.vae_downsample;
+    return randn_per_image(gens, {s.b, cfg.latent_channels, h, w}, s.m.dtype, s.m.device) * s.eb.plan.init_noise_sigma;
+  }
+  std::vector<torch::Tensor> inits;
+  for (size_t i : s.sub.idx)
+    inits.push_back(vae_encode_rgb8(s.m, s.eb.init_images[i].rgb.data(), s.eb.init_images[i].width,
+                                    s.eb.init_images[i].height));
+  const torch::Tensor init = torch::cat(inits);
+  return add_noise(s.eb.plan, init, randn_per_image(gens, init.sizes(), s.m.dtype, s.m.device));
+}
+
+// Hires fix: upscale the first result, then an img2img pass at the new size
+// with fresh generators of the same seeds (A1111 re-seeds the second pass).
+torch::Tensor hires_pass(SubSampling& s, const torch::Tensor& latents, int out_w, int out_h, const StepHook& hook) {
+  const ModelConfig& cfg = s.m.config;
+  const GenerationParams& p0 = s.eb.params.front();
+  torch::Tensor up;
+  if (is_latent_upscaler(p0.hires.upscaler)) {
+    up = upscale_latents(latents, out_h / cfg.vae_downsample, out_w / cfg.vae_downsample, p0.hires.upscaler);
+  } else {
+    std::vector<torch::Tensor> ups;
+    for (int64_t k = 0; k < s.b; ++k) {
+      const std::vector<std::uint8_t> first_pass = vae_decode_rgb8(s.m, latents.slice(0, k, k + 1), s.vae_tiling);
+      const std::vector<std::uint8_t> big = resize_nearest_rgb8(first_pass.data(), p0.width, p0.height, out_w, out_h);
+      ups.push_back(vae_encode_rgb8(s.m, big.data(), out_w, out_h));
+    }
+    up = torch::cat(ups);
+  }
+  std::vector<at::Generator> gens2 = cpu_generators(s.sub.seeds);
+  torch::Tensor noisy = add_noise(s.eb.hires_plan, up, randn_per_image(gens2, up.sizes(), s.m.dtype, s.m.device));
+  return sample(s.eb.hires_plan, noisy, model_at(s, out_w, out_h), gens2, hook);
+}
+
+}  // namespace
+
 std::shared_ptr<SampledBatch> Generator::sample_batch(const std::shared_ptr<EncodedBatch>& eb, const StepHook& hook) {
   Impl& im = *impl_;
   apply_thread_settings(im.opts);
   SdxlModel& m = *im.model;
-  const ModelConfig& cfg = m.config;
   const GenerationParams& p0 = eb->params.front();
-  const bool cfg_on = eb->cfg_on;
   auto sb = std::make_shared<SampledBatch>();
   sb->encoded = eb;
   sb->out_w = p0.width;
@@ -438,84 +558,22 @@ std::shared_ptr<SampledBatch> Generator::sample_batch(const std::shared_ptr<Enco
       im.sample_stream.hand_over(sub.context);
       im.sample_stream.hand_over(sub.pooled);
       const int64_t b = static_cast<int64_t>(sub.idx.size());
-      // Sampling. Each image's generator (its seed) draws its initial noise
-      // and then the noise ancestral / SDE samplers draw, as diffusers' list
-      // of generators does.
-      const int64_t rows = cfg_on ? 2 * b : b;
-      UnetRunner& unet = *im.unet;
-      // The UNet with CFG at a size (SDXL's time_ids: original = target = that size, crop 0).
-      auto model_at = [&](int width, int height) -> ModelFn {
-        torch::Tensor time_ids = sdxl_time_ids(width, height, m.dtype, m.device).repeat({rows, 1});
-        unet.bind(sub.context, sub.pooled, time_ids);
-        return [&, rows](const torch::Tensor& x_in, double timestep) {
-          const bool trace = trace_steps();
-          Clock::time_point t_call;
-          if (trace) {
-            stream_synchronize(m.device);
-            t_call = Clock::now();
-          }
-          torch::Tensor x = cfg_on ? torch::cat({x_in, x_in}) : x_in;
-          torch::Tensor t = torch::full({rows}, timestep, torch::TensorOptions().dtype(torch::kFloat32).device(m.device));
-          torch::Tensor eps = unet(x, t);
-          if (trace) {
-            stream_synchronize(m.device);
-            const auto now = Clock::now();
-            spdlog::info("trace: latents [{}, {}, {}, {}] t={:.1f}: UNet call {:.1f} ms, sampler between calls {:.1f} ms",
-                         x.size(0), x.size(1), x.size(2), x.size(3), timestep,
-                         std::chrono::duration<double, std::milli>(now - t_call).count(),
-                         im.trace_last_call_end == Clock::time_point{}
-                             ? 0.0
-                             : std::chrono::duration<double, std::milli>(t_call - im.trace_last_call_end).count());
-            im.trace_last_call_end = now;
-          }
-          if (!cfg_on) return eps.clone();  // a graph's output is overwritten by the next step
-          auto halves = eps.chunk(2);       // [uncond, cond]
-          return apply_guidance(halves[0], halves[1], p0.cfg, p0.guidance_rescale);
-        };
-      };
+      SubSampling s{m, *im.unet, *eb, sub, im.vae_tiling, im.trace_last_call_end, b, eb->cfg_on ? 2 * b : b};
+      // Each image's generator (its seed) draws its initial noise and then the
+      // noise ancestral / SDE samplers draw, as diffusers' list of generators does.
       std::vector<at::Generator> gens = cpu_generators(sub.seeds);
-      const int64_t h = p0.height / cfg.vae_downsample, w = p0.width / cfg.vae_downsample;
-      torch::Tensor latents;
-      if (!eb->img2img) {
-        latents = randn_per_image(gens, {b, cfg.latent_channels, h, w}, m.dtype, m.device) * eb->plan.init_noise_sigma;
-      } else {
-        // StableDiffusionXLImg2ImgPipeline.prepare_latents: add_noise at the first kept timestep.
-        std::vector<torch::Tensor> inits;
-        for (size_t i : sub.idx)
-          inits.push_back(vae_encode_rgb8(m, eb->init_images[i].rgb.data(), eb->init_images[i].width,
-                                          eb->init_images[i].height));
-        const torch::Tensor init = torch::cat(inits);
-        latents = add_noise(eb->plan, init, randn_per_image(gens, init.sizes(), m.dtype, m.device));
-      }
+      torch::Tensor latents = initial_latents(s, gens);
       if (trace_steps()) {
         stream_synchronize(m.device);
         spdlog::info("trace: {} image(s) of {}x{}: noise and set-up {:.1f} ms", b, p0.width, p0.height,
                      std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
         im.trace_last_call_end = Clock::time_point{};
       }
-      latents = sample(eb->plan, latents, model_at(p0.width, p0.height), gens, hook);
+      latents = sample(eb->plan, latents, model_at(s, p0.width, p0.height), gens, hook);
       if (p0.hires_on()) {
-        // Hires fix: upscale the first result, then an img2img pass at the new
-        // size with fresh generators of the same seeds (A1111 re-seeds the second pass).
         sb->out_w = p0.hires_width();
         sb->out_h = p0.hires_height();
-        torch::Tensor up;
-        if (is_latent_upscaler(p0.hires.upscaler)) {
-          up = upscale_latents(latents, sb->out_h / cfg.vae_downsample, sb->out_w / cfg.vae_downsample,
-                               p0.hires.upscaler);
-        } else {
-          std::vector<torch::Tensor> ups;
-          for (int64_t k = 0; k < b; ++k) {
-            const std::vector<std::uint8_t> first_pass = vae_decode_rgb8(m, latents.slice(0, k, k + 1), im.vae_tiling);
-            const std::vector<std::uint8_t> big =
-                resize_nearest_rgb8(first_pass.data(), p0.width, p0.height, sb->out_w, sb->out_h);
-            ups.push_back(vae_encode_rgb8(m, big.data(), sb->out_w, sb->out_h));
-          }
-          up = torch::cat(ups);
-        }
-        std::vector<at::Generator> gens2 = cpu_generators(sub.seeds);
-        latents = add_noise(eb->hires_plan, up, randn_per_image(gens2, up.sizes(), m.dtype, m.device));
-        latents = sample(eb->hires_plan, latents, model_at(sb->out_w, sb->out_h), gens2, hook);
+        latents = hires_pass(s, latents, sb->out_w, sb->out_h, hook);
       }
       sub.latents = latents;
       // The text stage's tensors are done with; the encoded batch lives on

@@ -85,51 +85,57 @@ void UnetRunner::release() {
 torch::Tensor UnetRunner::operator()(const torch::Tensor& x, const torch::Tensor& t) {
   std::vector<std::int64_t> key(x.sizes().begin(), x.sizes().end());
   key.insert(key.end(), context_.sizes().begin(), context_.sizes().end());
-  // The very first call of a shape in a process is discarded: on the H200 it
-  // can differ from every later call by a rounding step (2 of 32 images one
-  // level off, always the first of a size), so without it an image would
-  // depend on whether it came first on its GPU.
-  if (warmed_.insert(key).second) {
-    // Timed (one sync per shape and process): a new shape's first call pays
-    // for kernel loading and cuDNN / cuBLAS plan choice; the report shows it.
-    const auto t0 = std::chrono::steady_clock::now();
-    (void)call(x, t, context_, pooled_, time_ids_);
-    if (model_.device.is_cuda()) c10::cuda::getCurrentCUDAStream(model_.device.index()).synchronize();
-    first_call_us_ += std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
-  }
+  warm_up(key, x, t);
   if (!graphs_) return call(x, t, context_, pooled_, time_ids_);
-
-  if (auto it = graphs_by_key_.find(key); it != graphs_by_key_.end()) {
-    Graph& g = *it->second;
-    g.last_used = ++use_clock_;
-    g.x.copy_(x);
-    g.t.copy_(t);
-    if (g.bind_generation != bind_generation_) {  // once per bind(), not per step
-      g.context.copy_(context_);
-      g.pooled.copy_(pooled_);
-      g.time_ids.copy_(time_ids_);
-      g.bind_generation = bind_generation_;
-    }
-    g.graph.replay();
-    ++replays_;
-    return g.out;
-  }
+  if (auto it = graphs_by_key_.find(key); it != graphs_by_key_.end()) return replay(*it->second, x, t);
   // A shape without a graph: a plain call first (the graph is captured at the second).
   if (key != plain_key_) {
     plain_key_ = key;
     plain_calls_ = 0;
   }
   if (++plain_calls_ < 2) return call(x, t, context_, pooled_, time_ids_);
+  if (graphs_by_key_.size() >= kMaxGraphs) drop_least_recent_graph();
+  return capture(key, x, t);
+}
 
-  // Room for one more graph: drop the least recently used.
-  if (graphs_by_key_.size() >= kMaxGraphs) {
-    auto lru = graphs_by_key_.begin();
-    for (auto it = graphs_by_key_.begin(); it != graphs_by_key_.end(); ++it)
-      if (it->second->last_used < lru->second->last_used) lru = it;
-    graphs_by_key_.erase(lru);
-    graphs_held_ = static_cast<int>(graphs_by_key_.size());
+void UnetRunner::warm_up(const std::vector<std::int64_t>& key, const torch::Tensor& x, const torch::Tensor& t) {
+  // The very first call of a shape in a process is discarded: on CUDA it can
+  // differ from every later call by a rounding step, so without it an image
+  // would depend on whether it came first on its GPU.
+  if (!warmed_.insert(key).second) return;
+  // Timed (one sync per shape and process): a new shape's first call pays
+  // for kernel loading and cuDNN / cuBLAS plan choice; the report shows it.
+  const auto t0 = std::chrono::steady_clock::now();
+  (void)call(x, t, context_, pooled_, time_ids_);
+  if (model_.device.is_cuda()) c10::cuda::getCurrentCUDAStream(model_.device.index()).synchronize();
+  first_call_us_ += std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+}
+
+torch::Tensor UnetRunner::replay(Graph& g, const torch::Tensor& x, const torch::Tensor& t) {
+  g.last_used = ++use_clock_;
+  g.x.copy_(x);
+  g.t.copy_(t);
+  if (g.bind_generation != bind_generation_) {  // once per bind(), not per step
+    g.context.copy_(context_);
+    g.pooled.copy_(pooled_);
+    g.time_ids.copy_(time_ids_);
+    g.bind_generation = bind_generation_;
   }
-  // Second call: capture it on a side stream, then replay for this step.
+  g.graph.replay();
+  ++replays_;
+  return g.out;
+}
+
+void UnetRunner::drop_least_recent_graph() {
+  auto lru = graphs_by_key_.begin();
+  for (auto it = graphs_by_key_.begin(); it != graphs_by_key_.end(); ++it)
+    if (it->second->last_used < lru->second->last_used) lru = it;
+  graphs_by_key_.erase(lru);
+  graphs_held_ = static_cast<int>(graphs_by_key_.size());
+}
+
+torch::Tensor UnetRunner::capture(const std::vector<std::int64_t>& key, const torch::Tensor& x, const torch::Tensor& t) {
+  // Capture the call on a side stream, then replay it for this step.
   const auto capture_t0 = std::chrono::steady_clock::now();
   auto g = std::make_unique<Graph>();
   g->x = x.clone();
@@ -163,19 +169,7 @@ torch::Tensor UnetRunner::operator()(const torch::Tensor& x, const torch::Tensor
     capturing = false;
     g->graph.capture_end();
   } catch (const std::exception& e) {
-    if (capturing) {
-      try {
-        g->graph.capture_end();
-      } catch (const std::exception&) {
-        // an invalidated capture still ends here; the graph is dropped below
-      }
-      cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-      if (cudaStreamIsCapturing(side.stream(), &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
-        cudaGraph_t dropped = nullptr;  // last resort: end the capture by hand
-        if (cudaStreamEndCapture(side.stream(), &dropped) == cudaSuccess && dropped) cudaGraphDestroy(dropped);
-      }
-      (void)cudaGetLastError();  // clear the capture error so later calls do not report it
-    }
+    if (capturing) end_failed_capture(*g, side);
     guard.reset_stream(current);
     stream_wait(current, side);
     g.reset();
@@ -199,6 +193,20 @@ torch::Tensor UnetRunner::operator()(const torch::Tensor& x, const torch::Tensor
   kept.graph.replay();
   ++replays_;
   return kept.out;
+}
+
+void UnetRunner::end_failed_capture(Graph& g, const c10::cuda::CUDAStream& side) {
+  try {
+    g.graph.capture_end();
+  } catch (const std::exception&) {
+    // an invalidated capture still ends here; the graph is dropped by the caller
+  }
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(side.stream(), &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
+    cudaGraph_t dropped = nullptr;  // last resort: end the capture by hand
+    if (cudaStreamEndCapture(side.stream(), &dropped) == cudaSuccess && dropped) cudaGraphDestroy(dropped);
+  }
+  (void)cudaGetLastError();  // clear the capture error so later calls do not report it
 }
 
 }  // namespace sdxl

@@ -9,7 +9,7 @@
 // the largest shape's activations, not their sum, and a batch file that
 // alternates sizes captures each size once instead of at every switch.
 // The captured kernels are the ones the interpreter launches, so images match
-// the uncaptured path (checked on the GPU by scripts/gpu_runtime.sh). A graph
+// the uncaptured path (checked on the GPU by bench/gpu_runtime.sh check). A graph
 // that cannot be captured falls back to plain calls with a warning.
 // Backends: "torchscript" (unet.ts) or "aoti" (unet.pt2, see model/aoti_unet.h;
 // it shares unet.ts's weights, so LoRA patches apply to both). With aoti, a
@@ -29,6 +29,10 @@
 #include <utility>
 #include <string>
 #include <vector>
+
+namespace c10::cuda {
+class CUDAStream;
+}  // namespace c10::cuda
 
 #include "model/aoti_unet.h"
 #include "model/sdxl_model.h"
@@ -74,6 +78,14 @@ class UnetRunner {
   // One UNet call on the selected backend (no graph).
   torch::Tensor call(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,
                      const torch::Tensor& pooled, const torch::Tensor& time_ids);
+  // The steps of operator(): a discarded first call per shape, a graph's
+  // replay, making room for a graph, capturing one (or falling back to plain
+  // calls for good when capture fails).
+  void warm_up(const std::vector<std::int64_t>& key, const torch::Tensor& x, const torch::Tensor& t);
+  torch::Tensor replay(Graph& g, const torch::Tensor& x, const torch::Tensor& t);
+  void drop_least_recent_graph();
+  torch::Tensor capture(const std::vector<std::int64_t>& key, const torch::Tensor& x, const torch::Tensor& t);
+  void end_failed_capture(Graph& g, const c10::cuda::CUDAStream& side);
   SdxlModel& model_;
   std::unique_ptr<AotiUnet> aoti_;
   std::set<std::vector<std::int64_t>> fallback_logged_;

@@ -1,7 +1,7 @@
 // Port of stable-diffusion-webui modules/sd_hijack_clip.py
 // FrozenCLIPEmbedderWithCustomWordsBase.tokenize_line / empty_chunk /
 // process_tokens, without textual-inversion embeddings. Keep it in step with
-// scripts/prompt_reference.py (Chunker): the goldens compare the two.
+// tests/reference/prompt_reference.py (Chunker): the goldens compare the two.
 #include "text/prompt_chunks.h"
 
 #include <algorithm>

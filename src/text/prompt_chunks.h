@@ -3,7 +3,7 @@
 // each sent to the text encoder as 77 ids (bos, 75 tokens or padding, eos).
 // A port of modules/sd_hijack_clip.py tokenize_line (comma backtrack 20,
 // BREAK) and process_tokens (ids after the first end token become the pad id:
-// [bos, tokens..., eos, pad...]); scripts/prompt_reference.py is the Python
+// [bos, tokens..., eos, pad...]); tests/reference/prompt_reference.py is the Python
 // reference of the goldens. Pure functions; never throw on any prompt. torch-free.
 #pragma once
 

@@ -5,7 +5,7 @@
 //   re_break      \s*\bBREAK\b\s*     (split of every literal match)
 // This file scans the same alternatives by hand, over code points, with
 // Python's Unicode classes for \s, \d and \w (\b). Keep it in step with
-// scripts/prompt_reference.py: the goldens compare the two.
+// tests/reference/prompt_reference.py: the goldens compare the two.
 #include "text/prompt_parser.h"
 
 #include <algorithm>

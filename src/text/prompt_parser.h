@@ -1,7 +1,7 @@
 // A1111 (stable-diffusion-webui) prompt emphasis syntax: "(text)" x1.1,
 // "[text]" /1.1, "(text:1.3)", nesting multiplies, "\(" "\)" "\[" "\]" "\\"
 // literal, BREAK. A port of modules/prompt_parser.py parse_prompt_attention;
-// scripts/prompt_reference.py is the Python reference the goldens come from.
+// tests/reference/prompt_reference.py is the Python reference the goldens come from.
 // Pure function, never throws on any input: malformed syntax is read the way
 // A1111 reads it and reported as a PromptWarning. torch-free.
 #pragma once

@@ -1,5 +1,5 @@
 // GENERATED FILE, DO NOT EDIT. Regenerate with:
-//   .venv/bin/python scripts/gen_unicode_data.py --out src/text/unicode_data.cpp
+//   .venv/bin/python scripts/codegen/gen_unicode_data.py --out src/text/unicode_data.cpp
 // Probed from tokenizers 0.23.3 (Python unicodedata 14.0.0 for candidates).
 #include "text/unicode_data.h"
 

@@ -1,5 +1,5 @@
 // The C++ SDXL conditioning (A1111 prompt rules, both encoders of the tiny
-// model, on the CPU) against the goldens of scripts/gen_conditioning_goldens.py,
+// model, on the CPU) against the goldens of tests/reference/gen_conditioning_goldens.py,
 // made with the diffusers pipeline's own text encoders.
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // LoRA patching on the tiny model (CPU): the merge math, the LRU cache, and the
 // issue's drift test: after 1000 random apply/restore cycles every parameter is
-// bit-identical to before. Needs the tiny model and scripts/make_test_loras.py's
+// bit-identical to before. Needs the tiny model and tests/reference/make_test_loras.py's
 // files (SDXL_FIXTURES_DIR); skips without them.
 #include <gtest/gtest.h>
 

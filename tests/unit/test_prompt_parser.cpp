@@ -1,5 +1,5 @@
 // A1111 prompt syntax (prompt_parser.h) and chunking (prompt_chunks.h) against
-// the goldens of scripts/prompt_reference.py for both SDXL tokenizers, plus A1111's
+// the goldens of tests/reference/prompt_reference.py for both SDXL tokenizers, plus A1111's
 // own doctest examples, warnings and chunk counts. The stock tokenizers and
 // goldens/prompts.json come from $SDXL_FIXTURES_DIR; tests that need them skip
 // when the variable is unset.

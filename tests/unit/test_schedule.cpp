@@ -1,4 +1,4 @@
-// Euler schedules vs goldens written by scripts/gen_schedule_goldens.py from diffusers.
+// Euler schedules vs goldens written by tests/reference/gen_schedule_goldens.py from diffusers.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -61,7 +61,7 @@ TEST(EulerSchedule, OtherSpacingsAndErrors) {
 }
 
 // Every sampler x schedule plan vs the diffusers scheduler's set_timesteps
-// (scripts/gen_schedule_goldens.py "plans": Karras, exponential, SGM uniform...).
+// (tests/reference/gen_schedule_goldens.py "plans": Karras, exponential, SGM uniform...).
 TEST(SamplerPlan, MatchesDiffusersSetTimesteps) {
   const auto g = load_goldens();
   ASSERT_TRUE(g.contains("plans")) << "schedule.json predates the sampler plans; rerun gen_schedule_goldens.py";
