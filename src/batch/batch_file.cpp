@@ -11,6 +11,8 @@
 #include "core/error.h"
 #include "image/png_reader.h"
 #include "batch/priority.h"
+#include "batch/story.h"
+#include "batch/wildcards.h"
 #include "core/units.h"
 
 namespace sdxl {
@@ -291,15 +293,84 @@ void read_header(Checker& ck, const json& j, BatchFile& bf) {
   }
 }
 
+// "characters": {NAME: {"prompt", "negative", "loras"}} and "styles": {NAME: {"prompt", "negative"}}.
+StoryBook read_story_book(Checker& ck, const json& j) {
+  StoryBook book;
+  if (j.contains("characters")) {
+    if (!j["characters"].is_object()) ck.add("/characters", "must be an object like {\"hero\": {\"prompt\": \"...\"}}");
+    else
+      for (const auto& [name, c] : j["characters"].items()) {
+        const std::string ptr = "/characters/" + name;
+        if (!c.is_object()) {
+          ck.add(ptr, "must be an object with \"prompt\" (and optionally \"negative\", \"loras\")");
+          continue;
+        }
+        ck.check_keys(c, ptr, {"prompt", "negative", "loras"});
+        Character ch;
+        ck.get_string(c, ptr, "prompt", ch.prompt);
+        ck.get_string(c, ptr, "negative", ch.negative);
+        if (c.contains("loras")) ck.read_loras(c["loras"], ptr + "/loras", ch.loras);
+        book.characters[name] = ch;
+      }
+  }
+  if (j.contains("styles")) {
+    if (!j["styles"].is_object()) ck.add("/styles", "must be an object like {\"ink\": {\"prompt\": \"{prompt}, ink\"}}");
+    else
+      for (const auto& [name, st] : j["styles"].items()) {
+        const std::string ptr = "/styles/" + name;
+        if (!st.is_object()) {
+          ck.add(ptr, "must be an object with \"prompt\" (and optionally \"negative\")");
+          continue;
+        }
+        ck.check_keys(st, ptr, {"prompt", "negative"});
+        Style style;
+        ck.get_string(st, ptr, "prompt", style.prompt);
+        ck.get_string(st, ptr, "negative", style.negative);
+        book.styles[name] = style;
+      }
+  }
+  return book;
+}
+
+// A task's (or the defaults') story fields: characters, style, wildcard expansion.
+struct StoryFields {
+  std::vector<std::string> characters;
+  std::string style;
+  bool expand_all = false;
+  long long max_images = 1000;
+};
+
+void read_story_fields(Checker& ck, const json& obj, const std::string& ptr, StoryFields& f) {
+  if (obj.contains("characters")) {
+    const json& c = obj["characters"];
+    f.characters.clear();
+    if (!c.is_array()) ck.add(ptr + "/characters", "must be an array of character names like [\"hero\", \"fox\"]");
+    else
+      for (size_t k = 0; k < c.size(); ++k) {
+        if (c[k].is_string()) f.characters.push_back(c[k].get<std::string>());
+        else ck.add(ptr + "/characters/" + std::to_string(k), "must be a character name (a string)");
+      }
+  }
+  ck.get_string(obj, ptr, "style", f.style);
+  std::string expand;
+  if (ck.get_string(obj, ptr, "expand", expand)) {
+    if (expand != "random" && expand != "all") ck.add(ptr + "/expand", "'" + expand + "' is not random or all");
+    else f.expand_all = expand == "all";
+  }
+  ck.get_int(obj, ptr, "max_images", 1, 10000, f.max_images);
+}
+
 // What every task starts from: the model's defaults, then the file's "defaults".
 struct TaskDefaults {
   GenerationParams params;
   std::string priority = "mid";
   double timeout_s = 0;
+  StoryFields story;
 };
 
 TaskDefaults read_defaults(Checker& ck, const json& j, const GenerationParams& fallback) {
-  TaskDefaults td{fallback};
+  TaskDefaults td;
+  td.params = fallback;
   if (!j.contains("defaults")) return td;
   if (!j["defaults"].is_object()) {
     ck.add("/defaults", "must be an object");
@@ -307,7 +378,8 @@ TaskDefaults read_defaults(Checker& ck, const json& j, const GenerationParams& f
   }
   const json& d = j["defaults"];
   ck.check_keys(d, "/defaults", {"negative", "steps", "cfg", "width", "height", "sampler", "schedule",
-                                 "guidance_rescale", "strength", "hires", "priority", "timeout", "loras"});
+                                 "guidance_rescale", "strength", "hires", "priority", "timeout", "loras",
+                                 "characters", "style", "expand", "max_images"});
   ck.read_settings(d, "/defaults", td.params);
   ck.check_sampler(d, "/defaults", td.params);
   if (ck.get_string(d, "/defaults", "priority", td.priority) && !parse_priority(td.priority)) {
@@ -315,6 +387,7 @@ TaskDefaults read_defaults(Checker& ck, const json& j, const GenerationParams& f
     td.priority = "mid";
   }
   ck.read_timeout(d, "/defaults", td.timeout_s);
+  read_story_fields(ck, d, "/defaults", td.story);
   return td;
 }
 
@@ -347,16 +420,48 @@ void read_task_schedule(Checker& ck, const json& t, const std::string& ptr, cons
   ck.read_timeout(t, ptr, task.timeout_s);
 }
 
+// Characters, style and wildcards of a task: the prompt it will expand, checked;
+// with "expand": "all", its images are the combinations.
+void apply_task_story(Checker& ck, const json& t, const std::string& ptr, const TaskDefaults& td,
+                      const StoryBook& book, const WildcardLibrary& lib, BatchTask& task) {
+  StoryFields f = td.story;
+  read_story_fields(ck, t, ptr, f);
+  task.source_prompt = task.params.prompt;
+  task.characters = f.characters;
+  task.style = f.style;
+  std::vector<std::pair<std::string, std::string>> problems;
+  apply_story(book, f.characters, f.style, task.params, problems);
+  for (const auto& [where, msg] : problems) ck.add(ptr + where, msg);
+  if (!prompt_has_wildcards(task.params)) return;
+  try {
+    check_prompt_wildcards(task.params, lib);
+  } catch (const UsageError& e) {
+    ck.add(ptr + "/prompt", e.what());
+    return;
+  }
+  if (!f.expand_all) return;
+  if (t.contains("count")) ck.add(ptr + "/count", "cannot be combined with \"expand\": \"all\" (one image per combination)");
+  const std::uint64_t n = prompt_combinations(task.params, lib, static_cast<std::uint64_t>(f.max_images));
+  if (n > static_cast<std::uint64_t>(f.max_images)) {
+    ck.add(ptr + "/expand", "\"all\" makes more than " + std::to_string(f.max_images) +
+                                " images (\"max_images\"): use random expansion, or raise max_images");
+    return;
+  }
+  task.expand_all = true;
+  task.count = static_cast<int>(std::max<std::uint64_t>(1, n));
+}
+
 // One task; false when it is not an object (nothing to add).
-bool read_task(Checker& ck, const json& t, const std::string& ptr, const TaskDefaults& td,
-               const std::filesystem::path& origin, std::set<std::string>& ids, BatchTask& task) {
+bool read_task(Checker& ck, const json& t, const std::string& ptr, const TaskDefaults& td, const StoryBook& book,
+               const WildcardLibrary& lib, const std::filesystem::path& origin, std::set<std::string>& ids,
+               BatchTask& task) {
   if (!t.is_object()) {
     ck.add(ptr, "must be an object with at least \"id\" and \"prompt\"");
     return false;
   }
   ck.check_keys(t, ptr, {"id", "prompt", "negative", "seed", "count", "steps", "cfg", "width", "height", "sampler",
                          "schedule", "guidance_rescale", "init_image", "strength", "hires", "priority", "deadline",
-                         "timeout", "loras"});
+                         "timeout", "loras", "characters", "style", "expand", "max_images"});
   task.params = td.params;
   task.params.prompt.clear();
   if (!ck.get_string(t, ptr, "id", task.id) || task.id.empty()) {
@@ -369,13 +474,15 @@ bool read_task(Checker& ck, const json& t, const std::string& ptr, const TaskDef
   if (t.contains("sampler") || t.contains("schedule")) ck.check_sampler(t, ptr, task.params);
   ck.read_init_image(t, ptr, origin, task.params);
   read_task_schedule(ck, t, ptr, td, task);
+  apply_task_story(ck, t, ptr, td, book, lib, task);
   return true;
 }
 
 }  // namespace
 
 BatchFile parse_batch_text(const std::string& text, const std::filesystem::path& origin,
-                           const GenerationParams& fallback, std::vector<BatchProblem>* problems_out) {
+                           const GenerationParams& fallback, std::vector<BatchProblem>* problems_out,
+                           const std::vector<std::filesystem::path>& wildcard_dirs) {
   std::vector<BatchProblem> problems;
   Checker ck{problems, origin.parent_path()};
   BatchFile bf;
@@ -391,10 +498,16 @@ BatchFile parse_batch_text(const std::string& text, const std::filesystem::path&
   if (!j.is_object()) {
     ck.add("", "a batch file is a JSON object with \"version\" and \"tasks\"");
   } else {
-    ck.check_keys(j, "", {"$schema", "version", "model", "output", "loras", "defaults", "tasks"});
+    ck.check_keys(j, "", {"$schema", "version", "model", "output", "loras", "defaults", "tasks", "characters",
+                          "styles", "wildcards_dir"});
     read_lora_registry(ck, j, bf);
     ck.registry = &bf.lora_registry;
     read_header(ck, j, bf);
+    bf.wildcard_dirs = wildcard_dirs;
+    std::string wd;
+    if (ck.get_string(j, "", "wildcards_dir", wd)) bf.wildcard_dirs.push_back(ck.base_dir / wd);
+    const WildcardLibrary lib(bf.wildcard_dirs);
+    const StoryBook book = read_story_book(ck, j);
     const TaskDefaults td = read_defaults(ck, j, fallback);
     if (!j.contains("tasks") || !j["tasks"].is_array() || j["tasks"].empty()) {
       ck.add("/tasks", "must be a non-empty array of tasks");
@@ -402,7 +515,8 @@ BatchFile parse_batch_text(const std::string& text, const std::filesystem::path&
       std::set<std::string> ids;
       for (size_t i = 0; i < j["tasks"].size(); ++i) {
         BatchTask task;
-        if (read_task(ck, j["tasks"][i], "/tasks/" + std::to_string(i), td, origin, ids, task)) bf.tasks.push_back(task);
+        if (read_task(ck, j["tasks"][i], "/tasks/" + std::to_string(i), td, book, lib, origin, ids, task))
+          bf.tasks.push_back(task);
       }
     }
   }
@@ -538,11 +652,12 @@ GenerationParams defaults_of(const ModelConfig& mc) {
   return p;
 }
 
-std::vector<BatchProblem> validate_batch_file(const std::filesystem::path& path, const ModelConfig* model) {
+std::vector<BatchProblem> validate_batch_file(const std::filesystem::path& path, const ModelConfig* model,
+                                              const std::vector<std::filesystem::path>& wildcard_dirs) {
   const std::string text = read_text(path);
   std::vector<BatchProblem> problems;
   const BatchFile bf =
-      parse_batch_text(text, path, model ? defaults_of(*model) : GenerationParams{}, &problems);
+      parse_batch_text(text, path, model ? defaults_of(*model) : GenerationParams{}, &problems, wildcard_dirs);
   if (model) {
     for (size_t i = 0; i < bf.tasks.size(); ++i) {
       try {
@@ -557,10 +672,11 @@ std::vector<BatchProblem> validate_batch_file(const std::filesystem::path& path,
   return problems;
 }
 
-BatchFile parse_batch_file(const std::filesystem::path& path, const GenerationParams& fallback) {
+BatchFile parse_batch_file(const std::filesystem::path& path, const GenerationParams& fallback,
+                           const std::vector<std::filesystem::path>& wildcard_dirs) {
   const std::string text = read_text(path);
   std::vector<BatchProblem> problems;
-  BatchFile bf = parse_batch_text(text, path, fallback, &problems);
+  BatchFile bf = parse_batch_text(text, path, fallback, &problems, wildcard_dirs);
   if (!problems.empty()) {
     const auto lines = json_pointer_lines(text);
     for (auto& p : problems) p.line = line_of(lines, p.pointer);

@@ -25,6 +25,14 @@ struct BatchTask {
   std::string priority = "mid";  // high | mid | low
   std::string deadline;          // "" or RFC 3339 time ("2026-12-01T06:00:00Z") or local "HH:MM"
   double timeout_s = 0;          // per image; 0: the run's --timeout
+  // Story tools: params.prompt / negative_prompt hold the task's text joined
+  // with its characters' and style's, possibly with wildcards
+  // (batch/wildcards.h) that each image expands from its seed, or, with
+  // expand_all, one image per combination (count is then their number).
+  std::string source_prompt;             // the task's "prompt" as written
+  std::vector<std::string> characters;   // names, in order
+  std::string style;
+  bool expand_all = false;
 };
 
 inline constexpr const char* kDefaultNameTemplate = "{id}-{index}-{seed}.png";
@@ -38,6 +46,9 @@ struct BatchFile {
   // "loras": {"NAME": {"path": FILE (relative to the batch file), "pin": bool}}:
   // names that tasks, defaults and prompt tags <lora:NAME:W> use.
   LoraRegistry lora_registry;
+  // Where __name__ wildcards are looked up: --wildcards-dir folders, then the
+  // file's "wildcards_dir" (relative to the batch file).
+  std::vector<std::filesystem::path> wildcard_dirs;
   std::vector<BatchTask> tasks;
 };
 
@@ -56,13 +67,17 @@ std::map<std::string, int> json_pointer_lines(const std::string& text);
 
 // Every problem of a batch file (schema, then the model's size limits when
 // `model` is given), with lines. Empty when the file is valid.
-std::vector<BatchProblem> validate_batch_file(const std::filesystem::path& path, const ModelConfig* model);
+// `wildcard_dirs`: --wildcards-dir folders, searched before the file's "wildcards_dir".
+std::vector<BatchProblem> validate_batch_file(const std::filesystem::path& path, const ModelConfig* model,
+                                              const std::vector<std::filesystem::path>& wildcard_dirs = {});
 
 // Parses and validates; `fallback` supplies defaults not set in the file
 // (the model's defaults). Throws UsageError with every problem listed.
-BatchFile parse_batch_file(const std::filesystem::path& path, const GenerationParams& fallback);
+BatchFile parse_batch_file(const std::filesystem::path& path, const GenerationParams& fallback,
+                           const std::vector<std::filesystem::path>& wildcard_dirs = {});
 BatchFile parse_batch_text(const std::string& text, const std::filesystem::path& origin,
-                           const GenerationParams& fallback, std::vector<BatchProblem>* problems);
+                           const GenerationParams& fallback, std::vector<BatchProblem>* problems,
+                           const std::vector<std::filesystem::path>& wildcard_dirs = {});
 
 // Checks a file-name template: fields {id} {index} {seed} {date} {steps}
 // {cfg} {width} {height}, ends in .png, relative, no "..". "" when fine, else why.

@@ -27,6 +27,10 @@ nlohmann::json to_json(const ManifestEntry& e) {
     for (const auto& r : p.loras) l.push_back({{"name", r.name}, {"path", r.path.string()}, {"weight", r.weight}});
     j["params"]["loras"] = l;
   }
+  if (!e.source_prompt.empty() && e.source_prompt != p.prompt) j["source_prompt"] = e.source_prompt;
+  if (!e.characters.empty()) j["characters"] = e.characters;
+  if (!e.style.empty()) j["style"] = e.style;
+  if (!e.wildcards.empty()) j["wildcards"] = e.wildcards;
   return j;
 }
 

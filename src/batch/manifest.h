@@ -29,6 +29,13 @@ struct ManifestEntry {
   GenerationParams params;
   std::string model;
   std::string finished;  // UTC ISO-8601
+  // Where the prompt came from (story batch files): the task's prompt as
+  // written, its characters and style, and what each wildcard picked. Written
+  // only when set; not read back (an image is matched by its final prompt).
+  std::string source_prompt;
+  std::vector<std::string> characters;
+  std::string style;
+  std::vector<std::string> wildcards;
 };
 
 class Manifest {

@@ -30,6 +30,7 @@ struct RunArgs {
   ModelOptions model;
   std::string batch_file, out_dir, lock_file, max_runtime, shard, vram_limit, timeout, aging = "15m", order = "queue";
   std::string devices;
+  std::vector<std::string> wildcard_dirs;
   bool force = false, skip_invalid = false, dry_run = false, no_progress = false, no_overlap = false;
   int max_batch = 1, retries = 1, release_every = 0, writer_threads = 2;
   double safety = 1.2, retry_backoff = 2.0, progress_interval = 10.0;
@@ -47,6 +48,9 @@ CLI::App* add_run(CLI::App& app, std::shared_ptr<RunArgs>& args) {
   cmd->add_option("--max-runtime", args->max_runtime, "Stop taking new images after this long (e.g. 90m, 6h)");
   cmd->add_option("--shard", args->shard, "Take share K of N of the tasks (K/N, 0 <= K < N), e.g. a job array index");
   cmd->add_option("--lock", args->lock_file, "Lock file (default: .sdxl-batch.lock in the output folder)");
+  cmd->add_option("--wildcards-dir", args->wildcard_dirs,
+                  "Folder of __name__ wildcard files (NAME.txt), searched before the batch's wildcards_dir (repeatable)")
+      ->check(CLI::ExistingDirectory);
   cmd->add_flag("--dry-run", args->dry_run,
                 "Print the plan (batches, estimated memory and time) and exit; loads no model weights");
   cmd->add_option("--vram-limit", args->vram_limit,
@@ -142,9 +146,9 @@ std::string read_text_file(const std::filesystem::path& path) {
 
 // --skip-invalid: problems under /tasks/N drop task N (reported as failed);
 // any other problem (the file's structure) still refuses the whole file.
-BatchFile load_valid_tasks(const std::filesystem::path& path, const ModelConfig& mc,
+BatchFile load_valid_tasks(const std::filesystem::path& path, const ModelConfig& mc, const std::vector<std::filesystem::path>& wildcard_dirs,
                            std::vector<std::pair<std::string, std::string>>& invalid) {
-  const std::vector<BatchProblem> problems = validate_batch_file(path, &mc);
+  const std::vector<BatchProblem> problems = validate_batch_file(path, &mc, wildcard_dirs);
   std::map<size_t, std::string> bad;  // task position -> errors
   std::vector<BatchProblem> fatal;
   for (const auto& p : problems) {
@@ -162,7 +166,7 @@ BatchFile load_valid_tasks(const std::filesystem::path& path, const ModelConfig&
     throw UsageError(msg);
   }
   std::vector<BatchProblem> ignored;
-  BatchFile bf = parse_batch_text(read_text_file(path), path, defaults_of(mc), &ignored);
+  BatchFile bf = parse_batch_text(read_text_file(path), path, defaults_of(mc), &ignored, wildcard_dirs);
   std::vector<BatchTask> kept;
   for (size_t i = 0; i < bf.tasks.size(); ++i) {
     auto it = bad.find(i);
@@ -189,10 +193,9 @@ void save_estimates(const WorkEstimator& e, const std::filesystem::path& path) {
 
 // --dry-run: the queue's plan with the estimates measured by earlier runs into
 // the same folder; reads model.json only (no weights are loaded).
-int print_plan(const std::filesystem::path& batch_path, const ModelConfig& mc, const RunOptions& o,
+int print_plan(const std::filesystem::path& batch_path, const BatchFile& batch, const ModelConfig& mc, const RunOptions& o,
                std::uint64_t vram_limit, const std::string& why_no_estimates) {
   const std::uint64_t free_bytes = vram_limit > 0 ? vram_limit - std::min(vram_limit, module_file_bytes(mc)) : UINT64_MAX;
-  const BatchFile batch = parse_batch_file(batch_path, defaults_of(mc));
   const BatchPlan plan = plan_batch(batch, o, free_bytes);
   std::printf("plan for %s (model %s, output %s)\n", batch_path.c_str(), mc.name.c_str(), o.out_dir.c_str());
   std::printf("  %d image(s): %d to make, %d already done\n", plan.total, plan.to_make, plan.skipped);
@@ -243,8 +246,9 @@ std::filesystem::path find_model_dir(const RunArgs& a, const std::filesystem::pa
 // The batch file checked against the model (or its valid tasks, with --skip-invalid).
 BatchFile load_batch(const RunArgs& a, const std::filesystem::path& batch_path, const ModelConfig& mc,
                      std::vector<std::pair<std::string, std::string>>& invalid) {
-  if (a.skip_invalid) return load_valid_tasks(batch_path, mc, invalid);
-  BatchFile bf = parse_batch_file(batch_path, defaults_of(mc));
+  const std::vector<std::filesystem::path> wildcard_dirs(a.wildcard_dirs.begin(), a.wildcard_dirs.end());
+  if (a.skip_invalid) return load_valid_tasks(batch_path, mc, wildcard_dirs, invalid);
+  BatchFile bf = parse_batch_file(batch_path, defaults_of(mc), wildcard_dirs);
   for (size_t i = 0; i < bf.tasks.size(); ++i) {
     try {
       check_task_size(mc, bf.tasks[i].params);
@@ -354,7 +358,7 @@ int run_run(const RunArgs& a) {
   std::string why_no_estimates;
   WorkEstimator estimator = WorkEstimator::load(estimates_path, device_key, mc.name, &why_no_estimates);
   o.estimator = &estimator;
-  if (a.dry_run) return print_plan(batch_path, mc, o, vram_limit, why_no_estimates);
+  if (a.dry_run) return print_plan(batch_path, batch, mc, o, vram_limit, why_no_estimates);
 
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);

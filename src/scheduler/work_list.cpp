@@ -9,6 +9,7 @@
 #include <ctime>
 #include <optional>
 
+#include "batch/story.h"
 #include "core/sha256.h"
 #include "lora/lora.h"
 
@@ -63,6 +64,7 @@ bool already_done(const BatchTask& task, const WorkItem& w, const Manifest& mani
 WorkList build_work(const BatchFile& batch, const WorkListOptions& o, const Manifest& manifest, const fs::path& out_dir,
                     const std::string& date, double start_unix) {
   WorkList wl;
+  const WildcardLibrary lib(batch.wildcard_dirs);
   for (size_t pos = 0; pos < batch.tasks.size(); ++pos) {
     if (!in_shard(pos, o.shard_index, o.shard_count)) continue;
     const BatchTask& task = batch.tasks[pos];
@@ -74,8 +76,12 @@ WorkList build_work(const BatchFile& batch, const WorkListOptions& o, const Mani
     const Priority prio = parse_priority(task.priority).value_or(Priority::kMid);
     const double deadline = task.deadline.empty() ? -1.0 : parse_deadline_unix(task.deadline, start_unix);
     for (int i = 0; i < task.count; ++i) {
-      WorkItem w{&task, i, task.params, "", prio, deadline, 0, 0};
+      WorkItem w{&task, i, task.params, "", prio, deadline, 0, 0, {}};
       w.params.seed = base + i;
+      ImagePrompt ip = task_image_prompt(task, i, w.params.seed, lib);  // wildcards: from the seed, or "all"'s index
+      w.params.prompt = std::move(ip.prompt);
+      w.params.negative_prompt = std::move(ip.negative);
+      w.wildcard_choices = std::move(ip.choices);
       w.file = output_file_name(task, i, w.params.seed, batch.name_template, date);
       ++wl.total;
       if (!o.force && already_done(task, w, manifest, out_dir, wl)) continue;

@@ -29,6 +29,7 @@ struct WorkItem {
   double deadline_unix = -1;
   int attempts = 0;          // failed attempts so far (retries)
   double not_before_s = 0;   // run clock: retry backoff
+  std::vector<std::string> wildcard_choices;  // what the prompt's wildcards picked for this image
 };
 
 struct WorkList {

@@ -82,6 +82,10 @@ void write_image(RunState& run, WriteJob& j) {
     e.params = j.item.params;
     e.model = run.opts.model_name;
     e.finished = utc_now_iso8601();
+    e.source_prompt = j.item.task->source_prompt;
+    e.characters = j.item.task->characters;
+    e.style = j.item.task->style;
+    e.wildcards = j.item.wildcard_choices;
     run.manifest.append(e);
     std::lock_guard lk(run.mu);
     ++run.res.done;
