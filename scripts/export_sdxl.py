@@ -44,6 +44,7 @@ import argparse
 import contextlib
 import copy
 import faulthandler
+import hashlib
 import json
 import math
 import os
@@ -852,10 +853,16 @@ def export(a, kind, dtype_name, dtype, device, out: Path, tmp: Path, t_start: fl
 
     # tokenizers (random sources wrote them already)
     sc = pipe.scheduler.config
-    files = {}
+    files = {}  # size and sha256 of every file: `sdxl-batch ... --verify-model` checks them
+    t0 = time.time()
     for p in sorted(tmp.rglob("*")):
         if p.is_file():
-            files[p.relative_to(tmp).as_posix()] = {"bytes": p.stat().st_size}
+            digest = hashlib.sha256()
+            with open(p, "rb") as f:
+                for block in iter(lambda: f.read(1 << 24), b""):
+                    digest.update(block)
+            files[p.relative_to(tmp).as_posix()] = {"bytes": p.stat().st_size, "sha256": digest.hexdigest()}
+    timings["sha256"] = time.time() - t0
     meta = {
         "format_version": 1,
         "name": name,

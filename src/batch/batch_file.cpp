@@ -9,10 +9,14 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/input_file.h"
+#include "core/json_shape.h"
 #include "image/png_reader.h"
 #include "batch/priority.h"
 #include "batch/story.h"
 #include "batch/wildcards.h"
+#include "text/clip_tokenizer.h"
+#include "text/prompt_chunks.h"
 #include "core/units.h"
 
 namespace sdxl {
@@ -451,6 +455,24 @@ void apply_task_story(Checker& ck, const json& t, const std::string& ptr, const 
   task.count = static_cast<int>(std::max<std::uint64_t>(1, n));
 }
 
+// A file name longer than a file system allows (255 bytes per component)
+// would fail every image of the task at run time: refused here, with the
+// longest seed the task can get.
+void check_file_name_length(Checker& ck, const std::string& ptr, const BatchTask& task, const std::string& tmpl) {
+  const std::int64_t seed = task.seed_random ? 4294967295LL : task.params.seed + task.count - 1;
+  const std::string name = output_file_name(task, task.count - 1, seed, tmpl, "2026-12-31");
+  size_t start = 0;
+  while (start < name.size()) {
+    const size_t slash = std::min(name.find('/', start), name.size());
+    if (slash - start > 255) {
+      ck.add(ptr + "/id", "its file name would be " + std::to_string(slash - start) +
+                              " bytes long, more than the 255 a file system allows (shorten the id or the template)");
+      return;
+    }
+    start = slash + 1;
+  }
+}
+
 // One task; false when it is not an object (nothing to add).
 bool read_task(Checker& ck, const json& t, const std::string& ptr, const TaskDefaults& td, const StoryBook& book,
                const WildcardLibrary& lib, const std::filesystem::path& origin, std::set<std::string>& ids,
@@ -480,6 +502,10 @@ bool read_task(Checker& ck, const json& t, const std::string& ptr, const TaskDef
 
 }  // namespace
 
+std::string read_batch_text(const std::filesystem::path& path) {
+  return read_input_file(path, "batch file", kMaxBatchFileBytes);
+}
+
 BatchFile parse_batch_text(const std::string& text, const std::filesystem::path& origin,
                            const GenerationParams& fallback, std::vector<BatchProblem>* problems_out,
                            const std::vector<std::filesystem::path>& wildcard_dirs) {
@@ -487,6 +513,12 @@ BatchFile parse_batch_text(const std::string& text, const std::filesystem::path&
   Checker ck{problems, origin.parent_path()};
   BatchFile bf;
   bf.path = origin;
+  const JsonShape shape = check_json_shape(text);
+  for (const auto& [ptr, msg] : shape.problems) problems.push_back({ptr, msg});
+  if (shape.too_deep) {
+    if (problems_out) *problems_out = problems;
+    return bf;
+  }
   json j;
   try {
     j = json::parse(text);
@@ -515,8 +547,10 @@ BatchFile parse_batch_text(const std::string& text, const std::filesystem::path&
       std::set<std::string> ids;
       for (size_t i = 0; i < j["tasks"].size(); ++i) {
         BatchTask task;
-        if (read_task(ck, j["tasks"][i], "/tasks/" + std::to_string(i), td, book, lib, origin, ids, task))
+        if (read_task(ck, j["tasks"][i], "/tasks/" + std::to_string(i), td, book, lib, origin, ids, task)) {
+          check_file_name_length(ck, "/tasks/" + std::to_string(i), task, bf.name_template);
           bf.tasks.push_back(task);
+        }
       }
     }
   }
@@ -571,7 +605,8 @@ class LineScanner {
     }
     return out;
   }
-  void value(const std::string& ptr) {
+  void value(const std::string& ptr, int depth = 0) {
+    if (depth > kMaxJsonDepth) throw std::runtime_error("too deep");  // check_json_shape reports it
     const char c = peek();
     lines_[ptr] = line_;
     if (c == '{') {
@@ -582,7 +617,7 @@ class LineScanner {
         const std::string key = string_token();
         if (peek() != ':') throw std::runtime_error(":");
         ++i_;
-        value(ptr + "/" + escape(key));
+        value(ptr + "/" + escape(key), depth + 1);
         const char d = peek();
         ++i_;
         if (d == '}') return;
@@ -592,7 +627,7 @@ class LineScanner {
       ++i_;
       if (peek() == ']') { ++i_; return; }
       for (int n = 0;; ++n) {
-        value(ptr + "/" + std::to_string(n));
+        value(ptr + "/" + std::to_string(n), depth + 1);
         const char d = peek();
         ++i_;
         if (d == ']') return;
@@ -621,13 +656,6 @@ int line_of(const std::map<std::string, int>& lines, std::string ptr) {
   }
 }
 
-std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) throw UsageError("cannot read batch file '" + path.string() + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 std::string describe(const std::filesystem::path& path, const std::vector<BatchProblem>& problems) {
   std::string msg = "batch file '" + path.string() + "' has " + std::to_string(problems.size()) + " problem(s):";
@@ -652,9 +680,49 @@ GenerationParams defaults_of(const ModelConfig& mc) {
   return p;
 }
 
+namespace {
+
+// A prompt that needs more 75-token chunks than the model was checked for
+// fails at run time; every image whose prompt is known now is checked here.
+// (Random-seed tasks with wildcards draw their prompts at run time.)
+void check_prompt_chunks(const ModelConfig& mc, const BatchFile& bf, std::vector<BatchProblem>& problems) {
+  std::vector<ClipTokenizer> toks;
+  for (const auto& te : mc.text_encoders) toks.push_back(ClipTokenizer::from_dir(mc.path_of(te.tokenizer), te.pad_token));
+  auto chunks = [&](const std::string& text) {
+    size_t n = 0;
+    for (const auto& t : toks) n = std::max(n, tokenize_prompt(t, extract_lora_tags(text).text, nullptr).size());
+    return n;
+  };
+  const WildcardLibrary lib(bf.wildcard_dirs);
+  for (size_t i = 0; i < bf.tasks.size(); ++i) {
+    const BatchTask& task = bf.tasks[i];
+    if (task.seed_random && prompt_has_wildcards(task.params) && !task.expand_all) continue;
+    std::set<std::string> seen;
+    for (int k = 0; k < task.count; ++k) {
+      const ImagePrompt ip = task_image_prompt(task, k, task.params.seed + k, lib);
+      if (!seen.insert(ip.prompt + '\x1e' + ip.negative).second) continue;
+      try {
+        size_t n = chunks(ip.prompt);
+        if (task.params.cfg > 1.0 && !ip.negative.empty()) n = std::max(n, chunks(ip.negative));
+        if (n <= static_cast<size_t>(mc.limits.context_chunks_max)) continue;
+        problems.push_back({"/tasks/" + std::to_string(i) + "/prompt",
+                            "image " + std::to_string(k) + "'s prompt needs " + std::to_string(n) +
+                                " chunks of 75 tokens; model '" + mc.name + "' was checked for at most " +
+                                std::to_string(mc.limits.context_chunks_max) +
+                                " (shorten it; `sdxl-batch tokens` shows the chunks)", 0});
+      } catch (const UsageError& e) {
+        problems.push_back({"/tasks/" + std::to_string(i) + "/prompt", e.what(), 0});
+      }
+      break;  // one problem per task is enough
+    }
+  }
+}
+
+}  // namespace
+
 std::vector<BatchProblem> validate_batch_file(const std::filesystem::path& path, const ModelConfig* model,
                                               const std::vector<std::filesystem::path>& wildcard_dirs) {
-  const std::string text = read_text(path);
+  const std::string text = read_batch_text(path);
   std::vector<BatchProblem> problems;
   const BatchFile bf =
       parse_batch_text(text, path, model ? defaults_of(*model) : GenerationParams{}, &problems, wildcard_dirs);
@@ -666,6 +734,7 @@ std::vector<BatchProblem> validate_batch_file(const std::filesystem::path& path,
         problems.push_back({"/tasks/" + std::to_string(i), e.what(), 0});
       }
     }
+    check_prompt_chunks(*model, bf, problems);
   }
   const auto lines = json_pointer_lines(text);
   for (auto& p : problems) p.line = line_of(lines, p.pointer);
@@ -674,7 +743,7 @@ std::vector<BatchProblem> validate_batch_file(const std::filesystem::path& path,
 
 BatchFile parse_batch_file(const std::filesystem::path& path, const GenerationParams& fallback,
                            const std::vector<std::filesystem::path>& wildcard_dirs) {
-  const std::string text = read_text(path);
+  const std::string text = read_batch_text(path);
   std::vector<BatchProblem> problems;
   BatchFile bf = parse_batch_text(text, path, fallback, &problems, wildcard_dirs);
   if (!problems.empty()) {
@@ -712,6 +781,10 @@ std::string check_name_template(const std::string& tmpl) {
   if (tmpl.empty()) return "is empty";
   if (tmpl[0] == '/') return "must be relative to the output folder (no leading '/')";
   if (tmpl.size() < 5 || tmpl.compare(tmpl.size() - 4, 4, ".png") != 0) return "must end in .png";
+  for (size_t i = 0; i < tmpl.size(); ++i)
+    if (static_cast<unsigned char>(tmpl[i]) < 0x20 || tmpl[i] == 0x7f)
+      return "has a control character (code " + std::to_string(static_cast<unsigned char>(tmpl[i])) +
+             ") at character " + std::to_string(i + 1) + ": file names may not hold one";
   for (size_t i = 0; i < tmpl.size(); ++i) {
     if (tmpl[i] == '{') {
       const size_t end = tmpl.find('}', i);

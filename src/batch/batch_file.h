@@ -71,6 +71,10 @@ std::map<std::string, int> json_pointer_lines(const std::string& text);
 std::vector<BatchProblem> validate_batch_file(const std::filesystem::path& path, const ModelConfig* model,
                                               const std::vector<std::filesystem::path>& wildcard_dirs = {});
 
+// The text of a batch file: a regular file of at most 64 MiB (UsageError otherwise).
+inline constexpr std::uint64_t kMaxBatchFileBytes = 64ull << 20;
+std::string read_batch_text(const std::filesystem::path& path);
+
 // Parses and validates; `fallback` supplies defaults not set in the file
 // (the model's defaults). Throws UsageError with every problem listed.
 BatchFile parse_batch_file(const std::filesystem::path& path, const GenerationParams& fallback,

@@ -1,14 +1,10 @@
 #include "batch/manifest.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 
 namespace sdxl {
@@ -78,7 +74,8 @@ std::string utc_now_iso8601() {
   return buf;
 }
 
-Manifest::Manifest(std::filesystem::path path) : path_(std::move(path)) {
+Manifest::Manifest(std::filesystem::path path)
+    : path_(std::move(path)), seeds_path_(path_.parent_path() / "seeds.jsonl") {
   std::ifstream in(path_);
   std::string line;
   while (std::getline(in, line)) {
@@ -87,7 +84,16 @@ Manifest::Manifest(std::filesystem::path path) : path_(std::move(path)) {
       ManifestEntry e = from_json(nlohmann::json::parse(line));
       latest_[{e.task, e.index}] = std::move(e);
     } catch (const std::exception&) {
-      ++torn_lines_;  // a crash mid-append leaves at most the last line torn
+      ++torn_lines_;  // a crash or a full disk mid-append tears at most that line
+    }
+  }
+  std::ifstream seeds(seeds_path_);
+  while (std::getline(seeds, line)) {
+    try {
+      const auto j = nlohmann::json::parse(line);
+      base_seeds_[j.at("task").get<std::string>()] = j.at("base_seed").get<std::int64_t>();
+    } catch (const std::exception&) {
+      // a torn line: its task's seed was not yet used by any image
     }
   }
 }
@@ -101,9 +107,16 @@ std::optional<ManifestEntry> Manifest::find(const std::string& task, int index) 
 
 std::optional<std::int64_t> Manifest::task_base_seed(const std::string& task) const {
   std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = base_seeds_.find(task); it != base_seeds_.end()) return it->second;
   for (auto it = latest_.lower_bound({task, 0}); it != latest_.end() && it->first.first == task; ++it)
     return it->second.seed - it->second.index;
   return std::nullopt;
+}
+
+void Manifest::record_base_seed(const std::string& task, std::int64_t base) {
+  std::lock_guard<std::mutex> lock(mu_);
+  append_line_durable(seeds_path_, nlohmann::json({{"task", task}, {"base_seed", base}}).dump() + "\n");
+  base_seeds_[task] = base;
 }
 
 size_t Manifest::size() const {
@@ -113,17 +126,7 @@ size_t Manifest::size() const {
 
 void Manifest::append(const ManifestEntry& e) {
   std::lock_guard<std::mutex> lock(mu_);
-  const std::string line = to_json(e).dump() + "\n";
-  const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) throw IoError("cannot open manifest '" + path_.string() + "': " + std::strerror(errno));
-  // One write() per line: O_APPEND keeps lines whole when shards share the file.
-  const ssize_t n = ::write(fd, line.data(), line.size());
-  const int write_errno = errno;
-  const int sync_rc = ::fsync(fd);
-  ::close(fd);
-  if (n != static_cast<ssize_t>(line.size()))
-    throw IoError("cannot append to manifest '" + path_.string() + "': " + std::strerror(write_errno));
-  if (sync_rc != 0) throw IoError("cannot fsync manifest '" + path_.string() + "'");
+  append_line_durable(path_, to_json(e).dump() + "\n");
   latest_[{e.task, e.index}] = e;
 }
 

@@ -45,13 +45,19 @@ class Manifest {
 
   // The newest entry for (task, index), if any.
   std::optional<ManifestEntry> find(const std::string& task, int index) const;
-  // The seed recorded for image `index` of a task drawn with seed -1, taken
+  // The base seed of a task drawn with seed -1: the newest one recorded in
+  // seeds.jsonl (beside the manifest) before its images were made, else one
   // from any finished image of it (seed - its index), if there is one.
   std::optional<std::int64_t> task_base_seed(const std::string& task) const;
+  // Records a task's freshly drawn base seed in seeds.jsonl, durably, before
+  // any of its images is made: a kill at any later moment cannot make a rerun
+  // draw another seed (and so another image) for it.
+  void record_base_seed(const std::string& task, std::int64_t base);
   size_t size() const;
   int torn_lines() const { return torn_lines_; }
 
-  // Appends one line and fsyncs. Throws IoError naming the file.
+  // Appends one line and fsyncs (append_line_durable: no links, torn lines
+  // repaired). Throws IoError naming the file.
   void append(const ManifestEntry& e);
 
   const std::filesystem::path& path() const { return path_; }
@@ -59,7 +65,9 @@ class Manifest {
  private:
   std::filesystem::path path_;
   mutable std::mutex mu_;
+  std::filesystem::path seeds_path_;
   std::map<std::pair<std::string, int>, ManifestEntry> latest_;
+  std::map<std::string, std::int64_t> base_seeds_;
   int torn_lines_ = 0;
 };
 

@@ -2,13 +2,16 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <numeric>
 #include <set>
+#include <sstream>
 
 #include "core/error.h"
+#include "core/input_file.h"
 
 namespace sdxl {
 
@@ -122,7 +125,10 @@ class Parser {
     size_t j = i_;
     while (j < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[j])) || s_[j] == '.')) ++j;
     if (j == i_ || s_.compare(j, 2, "::") != 0) return 1.0;
-    const double w = std::stod(s_.substr(i_, j - i_));
+    char* end = nullptr;
+    const std::string num = s_.substr(i_, j - i_);
+    const double w = std::strtod(num.c_str(), &end);
+    if (end != num.c_str() + num.size() || !std::isfinite(w)) fail("a weight '" + num + "' that is not a number");
     i_ = j + 2;
     return w;
   }
@@ -402,15 +408,11 @@ const std::vector<std::string>& WildcardLibrary::values(const std::string& name)
   for (const auto& d : dirs_) {
     const fs::path p = d / (name + ".txt");
     std::error_code ec;
-    if (!fs::is_regular_file(p, ec)) {
+    if (!fs::exists(p, ec)) {
       searched += (searched.empty() ? "" : ", ") + p.string();
       continue;
     }
-    constexpr std::uintmax_t kMaxFileBytes = 16u << 20;
-    if (fs::file_size(p, ec) > kMaxFileBytes)
-      throw UsageError("wildcard __" + name + "__: '" + p.string() + "' is larger than 16 MiB");
-    std::ifstream in(p);
-    if (!in) throw UsageError("wildcard __" + name + "__: cannot read '" + p.string() + "'");
+    std::istringstream in(read_input_file(p, "wildcard file", 16ull << 20));
     std::vector<std::string> lines;
     std::string line;
     while (std::getline(in, line)) {

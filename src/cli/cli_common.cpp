@@ -1,5 +1,9 @@
 #include "cli/cli_common.h"
 
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+
 #include <spdlog/sinks/rotating_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -14,6 +18,8 @@ namespace sdxl::cli {
 void add_model_options(CLI::App& cmd, ModelOptions& o, bool model_required) {
   auto* m = cmd.add_option("--model", o.model_dir, "Model directory written by scripts/export_sdxl.py");
   if (model_required) m->required();
+  cmd.add_flag("--verify-model", o.verify_model,
+               "Check every model file against the sha256 recorded at export before loading (reads all of them)");
   cmd.add_option("--device", o.runtime.device, "cpu, cuda or cuda:N")->default_val("cpu");
   cmd.add_option("--dtype", o.runtime.dtype, "Compute dtype (default: the model's)")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
@@ -84,6 +90,32 @@ std::string format_bytes(std::uint64_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
   return buf;
+}
+
+void verify_model_if_asked(const ModelOptions& o, const ModelConfig& mc) {
+  if (!o.verify_model) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  const int n = verify_model_files(mc);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (n == 0)
+    spdlog::warn("--verify-model: model.json of '{}' records no sha256 sums (exported before they were); "
+                 "export it again to verify it", mc.dir.string());
+  else
+    spdlog::info("--verify-model: {} file(s) match their sha256 ({:.1f} s)", n, s);
+}
+
+CLI::Validator finite_range(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(v))
+          return "'" + text + "' is not a finite number";
+        if (v < lo || v > hi) return "'" + text + "' is not in [" + CLI::detail::to_string(lo) + ", " +
+                                     CLI::detail::to_string(hi) + "]";
+        return "";
+      },
+      "NUMBER in [" + CLI::detail::to_string(lo) + " - " + CLI::detail::to_string(hi) + "]");
 }
 
 }  // namespace sdxl::cli

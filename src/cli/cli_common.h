@@ -14,6 +14,7 @@ struct ModelOptions {
   RuntimeOptions runtime;
   std::vector<std::string> lora_dirs;
   std::string lora_cache;  // size text, "" = default
+  bool verify_model = false;
   // Fills runtime.lora_* from the flags above; throws UsageError.
   void finish();
 };
@@ -22,11 +23,19 @@ struct ModelOptions {
 // (--lora-dir, --lora-cache, --strict-lora) to a subcommand.
 void add_model_options(CLI::App& cmd, ModelOptions& o, bool model_required);
 
+// --verify-model: checks the model files' sha256 sums (model.json) before
+// loading; logs what it checked and how long it took. Throws ModelError.
+void verify_model_if_asked(const ModelOptions& o, const ModelConfig& mc);
+
 // --log-level and --log-file on the top-level app; call setup_logging() after parsing.
 void add_log_options(CLI::App& app, std::string& level, std::string& file);
 // Logs go to stderr and, with a file, also to that file (rotated at 10 MiB, 5 kept).
 void setup_logging(const std::string& level, const std::string& file);
 
 std::string format_bytes(std::uint64_t bytes);
+
+// A number flag's check: a finite number in [lo, hi] (CLI::Range lets "nan"
+// through, and a flag that reads nan would silently fall back to a default).
+CLI::Validator finite_range(double lo, double hi);
 
 }  // namespace sdxl::cli

@@ -39,7 +39,7 @@ CLI::App* add_generate(CLI::App& app, std::shared_ptr<GenerateArgs>& args) {
   cmd->add_option("--seed", args->seed, "Noise seed; -1 draws a random one (recorded in the PNG)")
       ->check(CLI::Range(std::int64_t{-1}, std::int64_t{1} << 53));
   cmd->add_option("--steps", args->steps, "Sampling steps (default: the model's)")->check(CLI::Range(1, 1000));
-  cmd->add_option("--cfg", args->cfg, "Classifier-free guidance scale (default: the model's)")->check(CLI::Range(0.0, 100.0));
+  cmd->add_option("--cfg", args->cfg, "Classifier-free guidance scale (default: the model's)")->check(finite_range(0.0, 100.0));
   cmd->add_option("--sampler", args->sampler,
                   "A1111 sampler: Euler, Euler a, Heun, DPM++ 2M, DPM++ 2M SDE, DPM++ SDE, DDIM, UniPC, LCM; "
                   "a schedule may follow (\"DPM++ 2M Karras\")")
@@ -47,12 +47,12 @@ CLI::App* add_generate(CLI::App& app, std::shared_ptr<GenerateArgs>& args) {
   cmd->add_option("--schedule", args->schedule, "A1111 schedule type: Automatic, Karras, Exponential, SGM Uniform")
       ->capture_default_str();
   cmd->add_option("--guidance-rescale", args->guidance_rescale, "diffusers' guidance_rescale (0 = off)")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(finite_range(0.0, 1.0));
   cmd->add_option("--init-image", args->init_image,
                   "img2img: start from this PNG (its size unless --width/--height are given, which must then match)");
-  cmd->add_option("--strength", args->strength, "img2img denoising strength")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  cmd->add_option("--strength", args->strength, "img2img denoising strength")->check(finite_range(0.0, 1.0))->capture_default_str();
   cmd->add_option("--hires-scale", args->hires_scale, "Hires fix: upscale factor of the second pass (0 = off)")
-      ->check(CLI::Range(0.0, 8.0));
+      ->check(finite_range(0.0, 8.0));
   cmd->add_option("--hires-upscaler", args->hires_upscaler,
                   "Hires fix upscaler: Latent, Latent (antialiased), Latent (bicubic), Latent (bicubic antialiased), "
                   "Latent (nearest), Latent (nearest-exact), Nearest (pixel space)")
@@ -60,7 +60,7 @@ CLI::App* add_generate(CLI::App& app, std::shared_ptr<GenerateArgs>& args) {
   cmd->add_option("--hires-steps", args->hires_steps, "Hires fix: steps of the second pass (0 = --steps)")
       ->check(CLI::Range(0, 1000));
   cmd->add_option("--hires-denoise", args->hires_denoise, "Hires fix: denoising strength of the second pass")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(finite_range(0.0, 1.0))
       ->capture_default_str();
   cmd->add_option("--width", args->width, "Width in pixels (default: the model's)")->check(CLI::Range(8, 16384));
   cmd->add_option("--height", args->height, "Height in pixels (default: the model's)")->check(CLI::Range(8, 16384));
@@ -97,6 +97,7 @@ int run_generate(const GenerateArgs& args) {
     p.hires.steps = a.hires_steps;
     p.hires.denoise = a.hires_denoise;
   }
+  verify_model_if_asked(a.model, load_model_config(a.model.model_dir));
   Generator gen(a.model.model_dir, a.model.runtime);
   const ModelConfig& mc = gen.model();
   p.prompt = a.prompt;

@@ -47,7 +47,8 @@ CLI::App* add_run(CLI::App& app, std::shared_ptr<RunArgs>& args) {
                 "Run the valid tasks of a batch file that has invalid ones (those are reported as failed)");
   cmd->add_option("--max-runtime", args->max_runtime, "Stop taking new images after this long (e.g. 90m, 6h)");
   cmd->add_option("--shard", args->shard, "Take share K of N of the tasks (K/N, 0 <= K < N), e.g. a job array index");
-  cmd->add_option("--lock", args->lock_file, "Lock file (default: .sdxl-batch.lock in the output folder)");
+  cmd->add_option("--lock", args->lock_file,
+                  "Also hold this lock file (e.g. one per machine for cron); the output folder's own lock is always held");
   cmd->add_option("--wildcards-dir", args->wildcard_dirs,
                   "Folder of __name__ wildcard files (NAME.txt), searched before the batch's wildcards_dir (repeatable)")
       ->check(CLI::ExistingDirectory);
@@ -61,11 +62,11 @@ CLI::App* add_run(CLI::App& app, std::shared_ptr<RunArgs>& args) {
                   "image bit-identical whatever else is in the batch file")
       ->capture_default_str()->check(CLI::Range(1, 64));
   cmd->add_option("--safety", args->safety, "A batch runs only if its estimated peak times this fits")
-      ->capture_default_str()->check(CLI::Range(1.0, 4.0));
+      ->capture_default_str()->check(finite_range(1.0, 4.0));
   cmd->add_option("--retries", args->retries, "Extra attempts of an image that failed (not for bad settings)")
       ->capture_default_str()->check(CLI::Range(0, 10));
   cmd->add_option("--retry-backoff", args->retry_backoff, "Seconds before the first retry; doubles each time")
-      ->capture_default_str()->check(CLI::Range(0.0, 3600.0));
+      ->capture_default_str()->check(finite_range(0.0, 3600.0));
   cmd->add_option("--timeout", args->timeout, "Cancel an image running longer than this (e.g. 120s, 5m); tasks may set their own");
   cmd->add_option("--aging", args->aging, "A waiting image moves up one priority class per this long (0: never)")
       ->capture_default_str();
@@ -84,7 +85,7 @@ CLI::App* add_run(CLI::App& app, std::shared_ptr<RunArgs>& args) {
                 "One batch at a time per device (no text/sample/decode overlap between batches): a baseline");
   cmd->add_flag("--no-progress", args->no_progress, "No progress bar on a terminal (plain lines instead)");
   cmd->add_option("--progress-interval", args->progress_interval, "Seconds between plain progress lines when not on a terminal")
-      ->capture_default_str()->check(CLI::Range(0.0, 86400.0));
+      ->capture_default_str()->check(finite_range(0.0, 86400.0));
   return cmd;
 }
 
@@ -116,7 +117,7 @@ std::vector<std::string> resolve_devices(const std::string& spec, const std::str
   std::stringstream ss(spec);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos)
+    if (item.empty() || item.size() > 4 || item.find_first_not_of("0123456789") != std::string::npos)
       throw UsageError("--devices '" + spec + "': expected all, or GPU indices like 0,1 (got '" + item + "')");
     const int index = std::stoi(item);
     if (index >= count)
@@ -136,13 +137,6 @@ std::filesystem::path relative_to_batch(const std::filesystem::path& batch, cons
   return q.is_absolute() ? q : batch.parent_path() / q;
 }
 
-std::string read_text_file(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) throw UsageError("cannot read batch file '" + path.string() + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // --skip-invalid: problems under /tasks/N drop task N (reported as failed);
 // any other problem (the file's structure) still refuses the whole file.
@@ -166,7 +160,7 @@ BatchFile load_valid_tasks(const std::filesystem::path& path, const ModelConfig&
     throw UsageError(msg);
   }
   std::vector<BatchProblem> ignored;
-  BatchFile bf = parse_batch_text(read_text_file(path), path, defaults_of(mc), &ignored, wildcard_dirs);
+  BatchFile bf = parse_batch_text(read_batch_text(path), path, defaults_of(mc), &ignored, wildcard_dirs);
   std::vector<BatchTask> kept;
   for (size_t i = 0; i < bf.tasks.size(); ++i) {
     auto it = bad.find(i);
@@ -238,7 +232,7 @@ int print_plan(const std::filesystem::path& batch_path, const BatchFile& batch, 
 std::filesystem::path find_model_dir(const RunArgs& a, const std::filesystem::path& batch_path) {
   if (!a.model.model_dir.empty()) return a.model.model_dir;
   std::vector<BatchProblem> probe_problems;
-  const BatchFile probe = parse_batch_text(read_text_file(batch_path), batch_path, GenerationParams{}, &probe_problems);
+  const BatchFile probe = parse_batch_text(read_batch_text(batch_path), batch_path, GenerationParams{}, &probe_problems);
   if (!probe.model.empty()) return relative_to_batch(batch_path, probe.model);
   throw UsageError("no model: pass --model DIR or set \"model\" in " + batch_path.string());
 }
@@ -280,11 +274,27 @@ RunOptions run_options(const RunArgs& a) {
   return o;
 }
 
-// The run lock: shards of one batch share the folder, each holds its own lock.
-std::filesystem::path lock_path(const RunArgs& a, const std::filesystem::path& out_dir, const RunOptions& o) {
-  if (!a.lock_file.empty()) return a.lock_file;
-  if (o.shard_count <= 1) return out_dir / ".sdxl-batch.lock";
-  return out_dir / (".sdxl-batch-shard-" + std::to_string(o.shard_index) + "-of-" + std::to_string(o.shard_count) + ".lock");
+// The locks of a run (core/run_lock.h): the folder's lock, exclusive for a plain
+// run and shared by shard runs; each shard's own lock; and --lock FILE. Shards
+// of one folder must agree on N, or their tasks would overlap.
+std::vector<std::unique_ptr<RunLock>> take_locks(const RunArgs& a, const std::filesystem::path& out_dir,
+                                                 const RunOptions& o) {
+  const bool sharded = o.shard_count > 1;
+  const std::vector<std::string> shards = held_shard_locks(out_dir);
+  if (!sharded && !shards.empty())
+    throw Error(ExitCode::kLocked, "shard run(s) " + shards.front() + (shards.size() > 1 ? " and others" : "") +
+                                       " are working in '" + out_dir.string() +
+                                       "'; a run without --shard would make their images again: wait for them");
+  for (const std::string& k : shards)
+    if (sharded && k.substr(k.find('/') + 1) != std::to_string(o.shard_count))
+      throw Error(ExitCode::kLocked, "shard run " + k + " is working in '" + out_dir.string() + "'; --shard " +
+                                         a.shard + " splits the tasks differently (use the same N)");
+  std::vector<std::unique_ptr<RunLock>> locks;
+  locks.push_back(std::make_unique<RunLock>(out_dir / ".sdxl-batch.lock",
+                                            sharded ? LockMode::kShared : LockMode::kExclusive));
+  if (sharded) locks.push_back(std::make_unique<RunLock>(out_dir / shard_lock_name(o.shard_index, o.shard_count)));
+  if (!a.lock_file.empty()) locks.push_back(std::make_unique<RunLock>(a.lock_file));
+  return locks;
 }
 
 // The LoRA cache's hit rate over the lanes for the progress line ("" before any LoRA).
@@ -343,6 +353,7 @@ int run_run(const RunArgs& a) {
   RunOptions o = run_options(a);
   const std::filesystem::path model_dir = find_model_dir(a, batch_path);
   const ModelConfig mc = load_model_config(model_dir);
+  verify_model_if_asked(a.model, mc);
   std::vector<std::pair<std::string, std::string>> invalid;
   const BatchFile batch = load_batch(a, batch_path, mc, invalid);
   const std::filesystem::path out_dir = !a.out_dir.empty()          ? std::filesystem::path(a.out_dir)
@@ -363,7 +374,7 @@ int run_run(const RunArgs& a) {
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) throw IoError("cannot create output folder '" + out_dir.string() + "': " + ec.message());
-  RunLock lock(lock_path(a, out_dir, o));
+  const auto locks = take_locks(a, out_dir, o);
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
   return run_on_devices(a, batch, model_dir, o, vram_limit, estimator, estimates_path);

@@ -1,6 +1,7 @@
 #include "core/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -84,6 +85,37 @@ void write_file_atomic(const std::filesystem::path& path, std::span<const std::u
 
 void write_file_atomic(const std::filesystem::path& path, std::string_view text) {
   write_file_atomic(path, std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(text.data()), text.size()));
+}
+
+}  // namespace sdxl
+
+namespace sdxl {
+
+void append_line_durable(const std::filesystem::path& path, std::string line) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    if (errno == ELOOP)
+      throw IoError("refusing to append to '" + path.string() +
+                    "': it is a symbolic link (sdxl-batch writes its own files in the output folder, never through "
+                    "a link); remove it");
+    throw IoError(sys_error("cannot open", path));
+  }
+  struct stat st{};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw IoError("refusing to append to '" + path.string() + "': it is not a regular file");
+  }
+  char last = '\n';
+  if (st.st_size > 0 && ::pread(fd, &last, 1, st.st_size - 1) == 1 && last != '\n') line.insert(0, "\n");
+  const ssize_t n = ::write(fd, line.data(), line.size());
+  const int write_errno = errno;
+  const int sync_rc = ::fsync(fd);
+  ::close(fd);
+  if (n < 0) throw IoError("cannot append to '" + path.string() + "': " + std::strerror(write_errno));
+  if (static_cast<size_t>(n) != line.size())
+    throw IoError("cannot append to '" + path.string() + "': short write, " + std::to_string(n) + " of " +
+                  std::to_string(line.size()) + " bytes (is the disk full?); the next run starts a new line after it");
+  if (sync_rc != 0) throw IoError(sys_error("cannot fsync", path));
 }
 
 }  // namespace sdxl

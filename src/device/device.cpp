@@ -21,7 +21,8 @@ torch::Device parse_device(const std::string& name) {
   if (name.rfind("cuda", 0) == 0) {
     int index = 0;
     if (name.size() > 4) {
-      if (name[4] != ':' || name.size() == 5 || name.find_first_not_of("0123456789", 5) != std::string::npos)
+      if (name[4] != ':' || name.size() == 5 || name.size() > 9 ||
+          name.find_first_not_of("0123456789", 5) != std::string::npos)
         throw UsageError("--device '" + name + "': expected cpu, cuda or cuda:N");
       index = std::stoi(name.substr(5));
     }

@@ -21,22 +21,21 @@
 #pragma GCC diagnostic pop
 #endif
 
-#include <fstream>
 #include <iterator>
 #include <memory>
 
 #include "core/error.h"
+#include "core/input_file.h"
 
 namespace sdxl {
 namespace {
 
+// An image is a regular file of at most 256 MiB (a FIFO or /dev/zero is refused, not read).
 std::string read_bytes(const std::filesystem::path& path, std::string& why) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    why = std::filesystem::exists(path) ? "cannot be read" : "does not exist";
-    return {};
-  }
-  return std::string(std::istreambuf_iterator<char>(in), {});
+  InputFile f(path, 256ull << 20);
+  std::string data = f.ok() ? f.read_all() : std::string();
+  why = f.error();
+  return data;
 }
 
 const stbi_uc* bytes_of(const std::string& s) { return reinterpret_cast<const stbi_uc*>(s.data()); }

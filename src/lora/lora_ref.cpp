@@ -80,6 +80,12 @@ LoraRef resolve_lora(const std::string& name, double weight, const LoraRegistry&
     r.pin = it->second.pin;
     return r;
   }
+  const std::filesystem::path rel(name);
+  bool leaves = rel.is_absolute();
+  for (const auto& part : rel) leaves |= part == "..";
+  if (leaves)
+    throw UsageError("LoRA '" + name + "': a prompt tag names a file inside a --lora-dir (sub-folders allowed), " +
+                     "not an absolute path or one with '..'; list other files in the batch file's \"loras\"");
   std::string searched;
   if (!registry.empty()) searched = "the batch file's \"loras\" registry";
   for (const auto& d : dirs) {

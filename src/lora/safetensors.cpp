@@ -9,10 +9,12 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "core/error.h"
+#include "core/input_file.h"
 #include "core/sha256.h"
 
 namespace sdxl {
@@ -189,24 +191,17 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
                      "); sdxl-batch does not load pickles because unpickling can run arbitrary code. Convert it to "
                      ".safetensors (e.g. `python -c \"import torch, safetensors.torch as st; "
                      "st.save_file(torch.load('in" + ext + "', weights_only=True), 'out.safetensors')\"`)");
-  const int fd = ::open(label.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw UsageError("cannot open LoRA file '" + label + "': " + std::strerror(errno));
-  struct stat st{};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw UsageError("LoRA file '" + label + "' is not a regular file");
-  }
+  const InputFile in(path, std::numeric_limits<std::uint64_t>::max());  // a FIFO or a device is refused unopened
+  if (!in.ok()) throw UsageError("LoRA file '" + label + "' " + in.error());
   auto m = std::make_shared<MappedStorage>();
-  m->len = static_cast<std::size_t>(st.st_size);
+  m->len = static_cast<std::size_t>(in.size());
   if (m->len > 0) {
-    m->addr = mmap(nullptr, m->len, PROT_READ, MAP_PRIVATE, fd, 0);
+    m->addr = mmap(nullptr, m->len, PROT_READ, MAP_PRIVATE, in.fd(), 0);
     if (m->addr == MAP_FAILED) {
       m->addr = nullptr;
-      ::close(fd);
       throw UsageError("cannot map LoRA file '" + label + "': " + std::strerror(errno));
     }
   }
-  ::close(fd);  // the mapping keeps the file
   SafetensorsFile f;
   f.label_ = label;
   f.header_ = parse_safetensors(m->bytes(), label);

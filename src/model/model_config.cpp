@@ -1,10 +1,14 @@
 #include "model/model_config.h"
 
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/input_file.h"
+#include "core/json_shape.h"
+#include "core/sha256.h"
 
 namespace sdxl {
 namespace {
@@ -167,16 +171,27 @@ void read_file_sizes(const Reader& r, const std::string& origin, ModelConfig& c)
     const json& b = f.raw("bytes");
     if (!b.is_number_unsigned() && !b.is_number_integer()) f.fail(f.at("bytes"), "must be an integer");
     c.file_bytes[name] = b.get<std::uint64_t>();
+    if (info.is_object() && info.contains("sha256")) {
+      const json& h = info["sha256"];
+      if (!h.is_string() || h.get<std::string>().size() != 64) f.fail(f.at("sha256"), "must be 64 hex digits");
+      c.file_sha256[name] = h.get<std::string>();
+    }
   }
 }
 
 // Every file model.json names exists, with the size it records.
 void check_model_files(const ModelConfig& c, const std::filesystem::path& dir, const std::string& origin) {
   auto need = [&](const std::string& rel, const std::string& pointer) {
-    const auto p = dir / rel;
+    const std::filesystem::path r(rel);
+    bool leaves = r.is_absolute() || rel.empty();
+    for (const auto& part : r) leaves |= part == "..";
+    if (leaves)
+      throw ModelError(origin + ": " + pointer + " names '" + rel +
+                       "': model files must be inside the model directory (no absolute path, no '..')");
+    const auto p = dir / r;
+    if (const std::string why = input_file_problem(p, std::numeric_limits<std::uint64_t>::max()); !why.empty())
+      throw ModelError(origin + ": " + pointer + " names '" + p.string() + "', which " + why);
     std::error_code ec;
-    if (!std::filesystem::is_regular_file(p, ec))
-      throw ModelError(origin + ": " + pointer + " names '" + p.string() + "', which does not exist");
     auto it = c.file_bytes.find(rel);
     if (it != c.file_bytes.end()) {
       auto size = std::filesystem::file_size(p, ec);
@@ -200,6 +215,9 @@ void check_model_files(const ModelConfig& c, const std::filesystem::path& dir, c
 
 ModelConfig parse_model_config(const std::string& json_text, const std::filesystem::path& dir,
                                const std::string& origin, bool check_files) {
+  const JsonShape shape = check_json_shape(json_text);
+  if (!shape.problems.empty())
+    throw ModelError(origin + ": " + shape.problems[0].first + ": " + shape.problems[0].second);
   json j;
   try {
     j = json::parse(json_text);
@@ -239,13 +257,13 @@ ModelConfig load_model_config(const std::filesystem::path& dir) {
   if (!std::filesystem::is_directory(dir, ec))
     throw ModelError("model directory '" + dir.string() + "' does not exist (make one with scripts/export_sdxl.py)");
   const auto path = dir / "model.json";
-  std::ifstream in(path);
-  if (!in)
+  InputFile in(path, 16ull << 20);
+  std::string text = in.ok() ? in.read_all() : std::string();
+  if (!in.ok() && in.error() == "does not exist")
     throw ModelError("'" + path.string() + "' not found: '" + dir.string() +
                      "' is not an sdxl-batch model directory (make one with scripts/export_sdxl.py)");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_model_config(ss.str(), dir, path.string(), /*check_files=*/true);
+  if (!in.error().empty()) throw ModelError("'" + path.string() + "' " + in.error());
+  return parse_model_config(text, dir, path.string(), /*check_files=*/true);
 }
 
 void check_generation_size(const ModelConfig& cfg, int width, int height, int batch) {
@@ -290,6 +308,20 @@ std::string resolve_unet_backend(const ModelConfig& cfg, const std::string& requ
   const std::string unfit = unet_aoti_mismatch(cfg, device, dtype);
   if (why) *why = unfit.empty() ? "the model has a unet.pt2 for " + device + " " + dtype : unfit;
   return unfit.empty() ? "aoti" : "torchscript";
+}
+
+int verify_model_files(const ModelConfig& cfg) {
+  int checked = 0;
+  for (const auto& [rel, want] : cfg.file_sha256) {
+    const std::filesystem::path p = cfg.path_of(rel);
+    const auto got = sha256_file_hex(p);
+    if (!got) throw ModelError("--verify-model: cannot read '" + p.string() + "'");
+    if (*got != want)
+      throw ModelError("--verify-model: '" + p.string() + "' has sha256 " + *got + ", model.json records " + want +
+                       ": the file is damaged or from another export (export the model again)");
+    ++checked;
+  }
+  return checked;
 }
 
 }  // namespace sdxl

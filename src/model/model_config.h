@@ -82,6 +82,7 @@ struct ModelConfig {
   GenerationDefaults defaults;
   ModelLimits limits;
   std::map<std::string, std::uint64_t> file_bytes;  // relative path -> size
+  std::map<std::string, std::string> file_sha256;   // relative path -> sha256 (hex), when the export recorded it
 
   std::filesystem::path path_of(const std::string& rel) const { return dir / rel; }
 };
@@ -91,6 +92,12 @@ inline constexpr int kModelFormatVersion = 1;
 // Reads DIR/model.json, validates fields and that every listed file exists
 // with the recorded size. Throws ModelError.
 ModelConfig load_model_config(const std::filesystem::path& dir);
+
+// --verify-model: every file whose sha256 model.json records is read and
+// hashed; a mismatch (a flipped byte, a file from another export) throws
+// ModelError naming the file. Returns how many files were checked (0 for a
+// model exported before the sums were recorded).
+int verify_model_files(const ModelConfig& cfg);
 
 // Parses model.json text (for tests); `origin` names the file in messages.
 ModelConfig parse_model_config(const std::string& json_text, const std::filesystem::path& dir,

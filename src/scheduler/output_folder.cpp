@@ -44,4 +44,18 @@ int remove_stale_temp_files(const fs::path& dir) {
   return removed;
 }
 
+void check_own_files(const std::filesystem::path& out_dir) {
+  for (const char* name : {"manifest.jsonl", "seeds.jsonl"}) {
+    const std::filesystem::path p = out_dir / name;
+    std::error_code ec;
+    const auto st = std::filesystem::symlink_status(p, ec);
+    if (ec || st.type() == std::filesystem::file_type::not_found) continue;
+    if (st.type() == std::filesystem::file_type::symlink)
+      throw UsageError("'" + p.string() + "' is a symbolic link; sdxl-batch appends to its own file and does not " +
+                       "follow links in the output folder (remove the link)");
+    if (st.type() != std::filesystem::file_type::regular)
+      throw UsageError("'" + p.string() + "' is not a regular file (remove it)");
+  }
+}
+
 }  // namespace sdxl

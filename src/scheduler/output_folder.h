@@ -13,6 +13,11 @@ namespace sdxl {
 // for a path that leaves the folder, IoError when the folder cannot be made.
 std::filesystem::path checked_output_path(const std::filesystem::path& out_dir_canonical, const std::string& rel);
 
+// Refuses (UsageError) an output folder whose manifest.jsonl or seeds.jsonl
+// is a symbolic link or not a regular file: the run appends to them and
+// never follows a link planted in a shared folder.
+void check_own_files(const std::filesystem::path& out_dir);
+
 // Removes the temporary files of write_file_atomic (".<name>.<pid>.<n>.tmp")
 // left by a run that was killed; files of a live process (another shard) are
 // kept. Returns how many were removed.

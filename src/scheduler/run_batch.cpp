@@ -79,6 +79,7 @@ fs::path prepare_output_folder(const fs::path& dir) {
   fs::create_directories(dir, ec);
   if (ec) throw IoError("cannot create output folder '" + dir.string() + "': " + ec.message());
   const fs::path out_dir = fs::canonical(dir);
+  check_own_files(out_dir);
   if (const int n = remove_stale_temp_files(out_dir); n > 0)
     spdlog::info("removed {} temporary file(s) left by an interrupted run", n);
   return out_dir;

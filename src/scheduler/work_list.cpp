@@ -72,6 +72,7 @@ WorkList build_work(const BatchFile& batch, const WorkListOptions& o, const Mani
     if (task.seed_random) {
       const auto recorded = o.force ? std::nullopt : manifest.task_base_seed(task.id);
       base = recorded ? *recorded : random_seed();
+      if (!recorded) wl.drawn_seeds.emplace_back(task.id, base);
     }
     const Priority prio = parse_priority(task.priority).value_or(Priority::kMid);
     const double deadline = task.deadline.empty() ? -1.0 : parse_deadline_unix(task.deadline, start_unix);

@@ -36,6 +36,9 @@ struct WorkList {
   std::vector<WorkItem> work;
   nlohmann::json skipped = nlohmann::json::array();  // the report's "skipped" records
   int total = 0, skipped_count = 0;
+  // Random-seed tasks whose base seed was drawn now (none recorded yet): the
+  // run records them (Manifest::record_base_seed) before making any image.
+  std::vector<std::pair<std::string, std::int64_t>> drawn_seeds;
 };
 
 struct WorkListOptions {

@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "core/atomic_file.h"
+#include "core/fault_point.h"
 #include "core/error.h"
 #include "core/sha256.h"
 #include "image/png_writer.h"
@@ -71,6 +72,7 @@ void write_image(RunState& run, WriteJob& j) {
         encode_png(j.image.width, j.image.height, 3, j.image.rgb.data(),
                    {{"parameters", a1111_parameters(j.item.params, run.opts.model_name, j.image.lora_hashes)}});
     write_file_atomic(file, png);
+    fault_point("png-written");
     const double write_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ManifestEntry e;
     e.task = j.item.task->id;

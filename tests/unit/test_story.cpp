@@ -3,6 +3,7 @@
 // the work list. The combinatorial order is also checked against the
 // dynamicprompts package by tests/e2e/test_story.py.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -31,11 +32,16 @@ std::vector<std::string> all_of(const std::string& t, const WildcardLibrary& lib
 // A wildcards folder in the test's temporary directory.
 struct WildcardDir {
   fs::path root;
-  explicit WildcardDir(const std::string& name) : root(fs::temp_directory_path() / ("sdxl-wc-" + name)) {
+  // Per process: ctest runs the tests of this file side by side.
+  explicit WildcardDir(const std::string& name)
+      : root(fs::temp_directory_path() / ("sdxl-wc-" + name + "-" + std::to_string(::getpid()))) {
     fs::remove_all(root);
     fs::create_directories(root);
   }
-  ~WildcardDir() { fs::remove_all(root); }
+  ~WildcardDir() {
+    std::error_code ec;
+    fs::remove_all(root, ec);
+  }
   void write(const std::string& rel, const std::string& text) const {
     fs::create_directories((root / rel).parent_path());
     std::ofstream(root / rel) << text;
@@ -297,7 +303,7 @@ TEST(StoryBatchFile, WorkListExpandsEachImageFromItsSeedAndShardsAgree) {
       {"id": "b", "prompt": "{x|y} z", "expand": "all", "seed": 3},
       {"id": "c", "prompt": "plain", "seed": 4}]})", &bf);
   ASSERT_TRUE(p.empty());
-  const fs::path dir = fs::temp_directory_path() / "sdxl-story-work";
+  const fs::path dir = fs::temp_directory_path() / ("sdxl-story-work-" + std::to_string(::getpid()));
   fs::remove_all(dir);
   const sdxl::Manifest m(dir / "manifest.jsonl");
   const auto all = sdxl::build_work(bf, {}, m, dir, "2026-12-02", 0);

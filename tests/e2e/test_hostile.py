@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""Hostile inputs and faults through the real binary on the tiny model (ctest label e2e).
+
+Each test names the rule it checks; together they hold README's promises:
+"nothing outside the output folder is written" and "a kill -9 at any moment
+loses at most the image in flight and never makes an image twice".
+
+    test_hostile.py --binary BUILD/sdxl-batch --model TINY_MODEL_DIR --work DIR
+"""
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import unittest
+from pathlib import Path
+
+ARGS: argparse.Namespace
+
+
+def sdxl(*args: str, timeout: int = 300, env_extra: dict | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1", **(env_extra or {}))
+    return subprocess.run([ARGS.binary, *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def fresh(name: str) -> Path:
+    d = Path(ARGS.work) / name
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(parents=True)
+    return d
+
+
+def batch(d: Path, tasks: list[dict], **top) -> Path:
+    p = d / "batch.json"
+    p.write_text(json.dumps({"version": 1, "defaults": {"steps": 2}, "tasks": tasks, **top}))
+    return p
+
+
+def run(b: Path, out: Path, *extra: str, **kw) -> subprocess.CompletedProcess:
+    return sdxl("run", str(b), "--model", ARGS.model, "--out", str(out), *extra, **kw)
+
+
+ONE = [{"id": "a", "prompt": "a lighthouse", "seed": 5}]
+
+
+class NothingWrittenOutside(unittest.TestCase):
+    def test_linked_lock_and_manifest_are_refused_not_followed(self):
+        for name in (".sdxl-batch.lock", "manifest.jsonl", "seeds.jsonl"):
+            d = fresh("link-" + name.strip("."))
+            victim = d / "victim.txt"
+            victim.write_text("precious\n")
+            out = d / "out"
+            out.mkdir()
+            (out / name).symlink_to(victim)
+            r = run(batch(d, ONE), out)
+            self.assertEqual(r.returncode, 2, f"{name}: {r.stderr}")
+            self.assertIn("symbolic link", r.stderr)
+            self.assertEqual(victim.read_text(), "precious\n", f"{name}: the link's target was written")
+
+    def test_lock_flag_never_replaces_a_file(self):
+        d = fresh("lock-flag")
+        notes = d / "notes.txt"
+        notes.write_text("a user's notes\n")
+        r = run(batch(d, ONE), d / "out", "--lock", str(notes))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(notes.read_text(), "a user's notes\n")
+
+    def test_prompt_tags_do_not_read_outside_the_lora_folders(self):
+        d = fresh("lora-tag")
+        (d / "loras").mkdir()
+        for tag in ("<lora:../x:1>", f"<lora:{d}/x:1>"):
+            r = sdxl("generate", "--model", ARGS.model, "--lora-dir", str(d / "loras"), "--prompt", f"a cat {tag}",
+                     "--steps", "1", "--out", str(d / "x.png"))
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn("not an absolute path or one with '..'", r.stderr)
+
+    def test_model_json_paths_stay_in_the_model_folder(self):
+        d = fresh("model-path")
+        model = d / "model"
+        shutil.copytree(ARGS.model, model)
+        meta = json.loads((model / "model.json").read_text())
+        meta["unet"]["file"] = "../../outside.ts"
+        (model / "model.json").write_text(json.dumps(meta))
+        r = sdxl("validate", str(batch(d, ONE)), "--model", str(model))
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("must be inside the model directory", r.stderr)
+
+
+class NothingLostOrTwice(unittest.TestCase):
+    def test_control_character_in_template(self):
+        d = fresh("nul")
+        b = batch(d, [{"id": "a", "prompt": "x", "seed": 1, "count": 2}],
+                  output={"template": "{id}\u0000-{index}.png"})
+        r = sdxl("validate", str(b))
+        self.assertEqual(r.returncode, 2, r.stdout)
+        self.assertIn("/output/template", r.stdout)
+        self.assertIn("control character", r.stdout)
+
+    def test_plain_run_and_shard_runs_exclude_each_other(self):
+        d = fresh("shards")
+        out = d / "out"
+        out.mkdir()
+        b = batch(d, [{"id": f"t{k}", "prompt": "x", "seed": -1} for k in range(2)])
+        # A running shard 0/2: its own lock exclusively, the folder's lock shared.
+        with open(out / ".sdxl-batch-shard-0-of-2.lock", "w") as shard, open(out / ".sdxl-batch.lock", "w") as folder:
+            fcntl.flock(shard, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(folder, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            r = run(b, out)
+            self.assertEqual(r.returncode, 4, r.stderr)
+            self.assertIn("shard run(s) 0/2", r.stderr)
+            r = run(b, out, "--shard", "0/3")
+            self.assertEqual(r.returncode, 4, r.stderr)
+            self.assertIn("use the same N", r.stderr)
+            r = run(b, out, "--shard", "1/2")
+            self.assertEqual(r.returncode, 0, "the other shard runs beside it: " + r.stderr)
+        # A running plain run: the folder's lock exclusively.
+        with open(out / ".sdxl-batch.lock", "w") as folder:
+            fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            r = run(b, out, "--shard", "0/2")
+            self.assertEqual(r.returncode, 4, r.stderr)
+
+    def test_kill_after_png_before_manifest_makes_no_second_image(self):
+        d = fresh("kill-png")
+        out = d / "out"
+        b = batch(d, [{"id": "r", "prompt": "a fox", "seed": -1, "count": 2}])
+        r = run(b, out, env_extra={"SDXL_TEST_KILL_AT": "png-written"})
+        self.assertEqual(r.returncode, -signal.SIGKILL, r.stderr)
+        first = sorted(p.name for p in out.glob("*.png"))
+        self.assertEqual(len(first), 1, "killed right after the first PNG")
+        self.assertFalse((out / "manifest.jsonl").exists(), "the kill came before its manifest line")
+        r = run(b, out)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        pngs = sorted(p.name for p in out.glob("*.png"))
+        self.assertEqual(len(pngs), 2, f"a rerun must not make the killed image again under a new seed: {pngs}")
+        self.assertIn(first[0], pngs)
+
+    def test_torn_manifest_line_does_not_swallow_the_next_record(self):
+        d = fresh("torn")
+        out = d / "out"
+        out.mkdir()
+        (out / "manifest.jsonl").write_text('{"task": "old", "index": 0, "se')  # a full disk tore it
+        r = run(batch(d, ONE), out)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = (out / "manifest.jsonl").read_text().splitlines()
+        self.assertEqual(json.loads(lines[-1])["task"], "a")
+        r = run(batch(d, ONE), out)
+        self.assertEqual(json.loads((out / "report.json").read_text())["images_done"], 0, "the record was read back")
+
+
+class NoCrashNoHang(unittest.TestCase):
+    def test_deeply_nested_json(self):
+        d = fresh("deep")
+        b = d / "deep.json"
+        b.write_text('{"version": 1, "tasks": ' + "[" * 50000 + "]" * 50000 + "}")
+        for cmd in (("validate", str(b)), ("run", str(b), "--model", ARGS.model, "--out", str(d / "out"))):
+            r = sdxl(*cmd)
+            self.assertEqual(r.returncode, 2, f"{cmd[0]}: {r.returncode} {r.stderr[-300:]}")
+            self.assertIn("nested deeper than 64", r.stdout + r.stderr)
+
+    def test_fifo_device_and_folder_inputs(self):
+        d = fresh("fifo")
+        os.mkfifo(d / "pipe.png")
+        os.mkfifo(d / "pipe.safetensors")
+        (d / "folder.png").mkdir()
+        cases = {"pipe.png": "FIFO", "/dev/zero": "device", "folder.png": "folder"}
+        for image, why in cases.items():
+            r = sdxl("validate", str(batch(d, [{"id": "a", "prompt": "x", "init_image": image}])), timeout=30)
+            self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+            self.assertIn(why, r.stdout)
+        r = sdxl("generate", "--model", ARGS.model, "--lora", str(d / "pipe.safetensors"), "--prompt", "x",
+                 "--steps", "1", "--out", str(d / "x.png"), timeout=60)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("FIFO", r.stderr)
+
+
+class ClearErrors(unittest.TestCase):
+    def test_bad_numbers_in_flags(self):
+        d = fresh("flags")
+        for flag, value in (("--cfg", "nan"), ("--cfg", "inf"), ("--strength", "nan")):
+            r = sdxl("generate", "--model", ARGS.model, "--prompt", "x", flag, value, "--out", str(d / "x.png"))
+            self.assertEqual(r.returncode, 2, f"{flag} {value}: {r.stderr}")
+            self.assertIn(flag, r.stderr)
+            self.assertIn("not a finite number", r.stderr)
+        r = run(batch(d, ONE), d / "out", "--devices", "99999999999999999999")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--devices", r.stderr)
+        self.assertNotIn("unexpected", r.stderr)
+
+    def test_duplicate_keys_long_ids_and_long_prompts_fail_validate(self):
+        d = fresh("validate")
+        b = d / "dup.json"
+        b.write_text('{"version": 1, "tasks": [{"id": "a", "prompt": "x", "cfg": 5, "cfg": 9}]}')
+        r = sdxl("validate", str(b))
+        self.assertEqual(r.returncode, 2, r.stdout)
+        self.assertIn("/tasks/0/cfg: the key \"cfg\" is written twice", r.stdout)
+        b = batch(d, [{"id": "x" * 5000, "prompt": "x"}, {"id": "b", "prompt": "word, " * 12000}])
+        r = sdxl("validate", str(b), "--model", ARGS.model)
+        self.assertEqual(r.returncode, 2, r.stdout)
+        self.assertIn("/tasks/0/id: its file name would be", r.stdout)
+        self.assertIn("/tasks/1/prompt: image 0's prompt needs", r.stdout)
+
+
+class SilentCorruption(unittest.TestCase):
+    def test_verify_model_finds_a_flipped_byte(self):
+        d = fresh("verify")
+        model = d / "model"
+        shutil.copytree(ARGS.model, model)
+        b = batch(d, ONE)
+        r = sdxl("run", str(b), "--model", str(model), "--out", str(d / "out"), "--verify-model")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("match their sha256", r.stderr)
+        unet = model / "unet.ts"
+        data = bytearray(unet.read_bytes())
+        data[len(data) // 2] ^= 0x01
+        unet.write_bytes(bytes(data))
+        r = sdxl("run", str(b), "--model", str(model), "--out", str(d / "out2"), "--verify-model")
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("unet.ts' has sha256", r.stderr)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--binary", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--work", required=True)
+    ARGS, rest = ap.parse_known_args()
+    Path(ARGS.work).mkdir(parents=True, exist_ok=True)
+    unittest.main(argv=[sys.argv[0], "-v", *rest])
