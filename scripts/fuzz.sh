@@ -4,7 +4,8 @@
 #   scripts/fuzz.sh [SECONDS] [TARGET...]     targets: batch_file clip_tokenizer prompt_parser safetensors
 # Needs: clang, libclang-rt-dev (Debian), .venv (to make the tokenizer files).
 # Exit non-zero on any crash, leak, sanitizer report or timeout; the input that
-# broke it is left in build/fuzz/<target>/.
+# broke it is left in build/fuzz/<target>/: add it to tests/fuzz/regressions/<target>/
+# with the fix, so every later run replays it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-300}
@@ -17,10 +18,10 @@ out=build/fuzz
 mkdir -p "$out"
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Isrc)
 declare -A srcs=(
-  [batch_file]="src/batch/batch_file.cpp src/batch/generation_params.cpp src/model/model_config.cpp src/batch/priority.cpp src/image/png_reader.cpp src/sampling/sampler_plan.cpp src/sampling/schedule.cpp src/lora/lora_ref.cpp src/core/error.cpp src/core/units.cpp"
+  [batch_file]="src/batch/batch_file.cpp src/batch/generation_params.cpp src/batch/wildcards.cpp src/batch/story.cpp src/model/model_config.cpp src/batch/priority.cpp src/image/png_reader.cpp src/sampling/sampler_plan.cpp src/sampling/schedule.cpp src/lora/lora_ref.cpp src/core/error.cpp src/core/units.cpp src/core/input_file.cpp src/core/json_shape.cpp src/core/sha256.cpp src/text/clip_tokenizer.cpp src/text/unicode_data.cpp src/text/prompt_chunks.cpp src/text/prompt_parser.cpp"
   [clip_tokenizer]="src/text/clip_tokenizer.cpp src/text/unicode_data.cpp"
   [prompt_parser]="src/text/prompt_parser.cpp src/text/prompt_chunks.cpp src/text/clip_tokenizer.cpp src/text/unicode_data.cpp"
-  [safetensors]="src/lora/safetensors.cpp src/lora/lora_keys.cpp src/core/sha256.cpp"
+  [safetensors]="src/lora/safetensors.cpp src/lora/lora_keys.cpp src/core/sha256.cpp src/core/input_file.cpp"
 )
 if [ ! -f "$out/tokenizer/vocab.json" ]; then
   .venv/bin/python scripts/clip_vocab.py "$out/tokenizer" --pad-token '!' >/dev/null
@@ -35,6 +36,8 @@ for t in "${targets[@]}"; do
   seed_dir=$out/$t/seeds
   mkdir -p "$seed_dir"
   cp configs/*.json "$seed_dir/" 2>/dev/null || true
+  # Inputs that once crashed or hung a parser stay as seeds: each run replays them first.
+  if [ -d "tests/fuzz/regressions/$t" ]; then cp "tests/fuzz/regressions/$t"/* "$seed_dir/"; fi
   printf 'a photo of (a cat:1.2), [dog], 一只猫 <|endoftext|> !!' > "$seed_dir/prompt.txt"
   # Small real LoRA files as seeds for the safetensors target (made by make_test_loras.py
   # when the build has them; the fuzzer also starts from nothing).

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -189,9 +190,9 @@ struct Checker {
     return (ec ? p : abs).lexically_normal();
   }
   bool check_file(const std::string& pointer, const std::filesystem::path& p) {
-    std::error_code ec;
-    if (std::filesystem::is_regular_file(p, ec)) return true;
-    add(pointer, "LoRA file '" + p.string() + "' does not exist");
+    const std::string why = input_file_problem(p, std::numeric_limits<std::uint64_t>::max());
+    if (why.empty()) return true;
+    add(pointer, "LoRA file '" + p.string() + "' " + why);
     return false;
   }
 
@@ -304,7 +305,7 @@ StoryBook read_story_book(Checker& ck, const json& j) {
     if (!j["characters"].is_object()) ck.add("/characters", "must be an object like {\"hero\": {\"prompt\": \"...\"}}");
     else
       for (const auto& [name, c] : j["characters"].items()) {
-        const std::string ptr = "/characters/" + name;
+        const std::string ptr = "/characters/" + escape_json_pointer(name);
         if (!c.is_object()) {
           ck.add(ptr, "must be an object with \"prompt\" (and optionally \"negative\", \"loras\")");
           continue;
@@ -321,7 +322,7 @@ StoryBook read_story_book(Checker& ck, const json& j) {
     if (!j["styles"].is_object()) ck.add("/styles", "must be an object like {\"ink\": {\"prompt\": \"{prompt}, ink\"}}");
     else
       for (const auto& [name, st] : j["styles"].items()) {
-        const std::string ptr = "/styles/" + name;
+        const std::string ptr = "/styles/" + escape_json_pointer(name);
         if (!st.is_object()) {
           ck.add(ptr, "must be an object with \"prompt\" (and optionally \"negative\")");
           continue;
@@ -596,15 +597,6 @@ class LineScanner {
     ++i_;
     return out;
   }
-  static std::string escape(const std::string& key) {
-    std::string out;
-    for (char c : key) {
-      if (c == '~') out += "~0";
-      else if (c == '/') out += "~1";
-      else out.push_back(c);
-    }
-    return out;
-  }
   void value(const std::string& ptr, int depth = 0) {
     if (depth > kMaxJsonDepth) throw std::runtime_error("too deep");  // check_json_shape reports it
     const char c = peek();
@@ -617,7 +609,7 @@ class LineScanner {
         const std::string key = string_token();
         if (peek() != ':') throw std::runtime_error(":");
         ++i_;
-        value(ptr + "/" + escape(key), depth + 1);
+        value(ptr + "/" + escape_json_pointer(key), depth + 1);
         const char d = peek();
         ++i_;
         if (d == '}') return;

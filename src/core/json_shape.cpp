@@ -8,16 +8,6 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string escape_pointer(const std::string& key) {
-  std::string out;
-  for (char c : key) {
-    if (c == '~') out += "~0";
-    else if (c == '/') out += "~1";
-    else out.push_back(c);
-  }
-  return out;
-}
-
 // A SAX pass (nlohmann's SAX parser keeps its own stack, not the call stack).
 class ShapeSax : public nlohmann::json_sax<json> {
  public:
@@ -53,7 +43,7 @@ class ShapeSax : public nlohmann::json_sax<json> {
   };
   std::string pointer() const {
     std::string p;
-    for (const Frame& f : stack_) p += "/" + (f.object ? escape_pointer(f.key) : std::to_string(f.index));
+    for (const Frame& f : stack_) p += "/" + (f.object ? escape_json_pointer(f.key) : std::to_string(f.index));
     return p;
   }
   bool value() {
@@ -80,6 +70,16 @@ class ShapeSax : public nlohmann::json_sax<json> {
 };
 
 }  // namespace
+
+std::string escape_json_pointer(const std::string& key) {
+  std::string out;
+  for (char c : key) {
+    if (c == '~') out += "~0";
+    else if (c == '/') out += "~1";
+    else out.push_back(c);
+  }
+  return out;
+}
 
 JsonShape check_json_shape(const std::string& text, int max_depth) {
   JsonShape shape;

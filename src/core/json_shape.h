@@ -19,6 +19,9 @@ struct JsonShape {
   std::vector<std::pair<std::string, std::string>> problems;
 };
 
+// A key as a JSON pointer segment (RFC 6901: '~' -> "~0", '/' -> "~1").
+std::string escape_json_pointer(const std::string& key);
+
 // Scans `text` (stops at a syntax error: the parser reports that one).
 JsonShape check_json_shape(const std::string& text, int max_depth = kMaxJsonDepth);
 

@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import unittest
 from pathlib import Path
 
@@ -48,6 +49,18 @@ def run(b: Path, out: Path, *extra: str, **kw) -> subprocess.CompletedProcess:
 ONE = [{"id": "a", "prompt": "a lighthouse", "seed": 5}]
 
 
+def held(lock: Path) -> bool:
+    """Whether a process holds an exclusive flock on `lock` now."""
+    try:
+        with open(lock) as f:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return False
+    except BlockingIOError:
+        return True
+    except FileNotFoundError:
+        return False
+
+
 class NothingWrittenOutside(unittest.TestCase):
     def test_linked_lock_and_manifest_are_refused_not_followed(self):
         for name in (".sdxl-batch.lock", "manifest.jsonl", "seeds.jsonl"):
@@ -73,6 +86,7 @@ class NothingWrittenOutside(unittest.TestCase):
     def test_prompt_tags_do_not_read_outside_the_lora_folders(self):
         d = fresh("lora-tag")
         (d / "loras").mkdir()
+        (d / "x.safetensors").write_bytes(b"\x02\x00\x00\x00\x00\x00\x00\x00{}")  # there to be read
         for tag in ("<lora:../x:1>", f"<lora:{d}/x:1>"):
             r = sdxl("generate", "--model", ARGS.model, "--lora-dir", str(d / "loras"), "--prompt", f"a cat {tag}",
                      "--steps", "1", "--out", str(d / "x.png"))
@@ -84,7 +98,8 @@ class NothingWrittenOutside(unittest.TestCase):
         model = d / "model"
         shutil.copytree(ARGS.model, model)
         meta = json.loads((model / "model.json").read_text())
-        meta["unet"]["file"] = "../../outside.ts"
+        shutil.copy(model / "unet.ts", d / "outside.ts")  # there to be read, if the path were followed
+        meta["unet"]["file"] = "../outside.ts"
         (model / "model.json").write_text(json.dumps(meta))
         r = sdxl("validate", str(batch(d, ONE)), "--model", str(model))
         self.assertEqual(r.returncode, 1, r.stderr)
@@ -100,6 +115,26 @@ class NothingLostOrTwice(unittest.TestCase):
         self.assertEqual(r.returncode, 2, r.stdout)
         self.assertIn("/output/template", r.stdout)
         self.assertIn("control character", r.stdout)
+
+    def test_plain_run_beside_a_running_shard_is_refused(self):
+        d = fresh("shard-live")
+        out = d / "out"
+        b = batch(d, [{"id": f"t{k}", "prompt": "x", "seed": -1, "count": 6, "steps": 8} for k in range(2)])
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        shard = subprocess.Popen([ARGS.binary, "run", str(b), "--model", ARGS.model, "--out", str(out), "--shard", "0/2"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        try:
+            lock = out / ".sdxl-batch-shard-0-of-2.lock"
+            deadline = time.time() + 60
+            while time.time() < deadline and not held(lock):
+                time.sleep(0.05)
+            self.assertTrue(held(lock), "the shard run should hold its lock")
+            r = run(b, out)
+            self.assertEqual(r.returncode, 4, "a plain run beside a shard would make the shard's images again")
+        finally:
+            shard.wait(timeout=300)
+        self.assertEqual(shard.returncode, 0)
+        self.assertEqual(len(list(out.glob("t0-*.png"))), 6, "task t0 made once, by its shard")
 
     def test_plain_run_and_shard_runs_exclude_each_other(self):
         d = fresh("shards")
