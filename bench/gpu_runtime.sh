@@ -7,6 +7,7 @@
 # (bench/lib/gpu_prepare.sh) and shares the runs and comparisons of bench/lib/runtime.sh.
 #   checks.sh    check     CUDA graphs on/off, batching, 12 GiB cap: same images?
 #                order     same 3 images in two orders, graphs on/off: identical PNGs?
+#                story     the story example: run, --force, shards, batch 4 agree? --verify-model time
 #   mixed.sh     mixed     the 32-image mixed batch, serial vs runtime, caps, LoRA bench
 #                caps      the mixed batch's serial baseline, the capped runs, the LoRA bench
 #                pipeline  the mixed batch: serial, runtime without / with stage overlap
@@ -26,7 +27,7 @@
 set -euo pipefail
 MODE=${1:-check}
 case "$MODE" in
-  check | order) family=checks ;;
+  check | order | story) family=checks ;;
   mixed | caps | pipeline | single | defaults) family=mixed ;;
   multi | x2 | scale) family=multigpu ;;
   capmerge | wscap | alloc) family=memory ;;

@@ -59,6 +59,8 @@ ma = {(l["task"], l["index"]): l for l in map(json.loads, (a / "manifest.jsonl")
 mb = {(l["task"], l["index"]): l for l in map(json.loads, (b / "manifest.jsonl").read_text().splitlines())}
 same, worst, maxd = 0, float("inf"), 0
 common = [k for k in ma if k in mb]  # shards hold part of the images
+reseeded = [k for k in common if ma[k]["seed"] != mb[k]["seed"]]  # seed -1 tasks drawn anew (--force, a fresh folder)
+common = [k for k in common if k not in reseeded]
 for k in common:
     la, lb = ma[k], mb[k]
     if la["sha256"] == lb["sha256"]:
@@ -66,7 +68,8 @@ for k in common:
     x = np.asarray(Image.open(a / la["file"])).astype(np.float64); y = np.asarray(Image.open(b / lb["file"])).astype(np.float64)
     mse = ((x - y) ** 2).mean(); maxd = max(maxd, np.abs(x - y).max())
     worst = min(worst, 10 * math.log10(255 ** 2 / mse))
-print(f"{label}: {same}/{len(common)} PNGs identical; others: worst PSNR {worst:.1f} dB, max pixel diff {maxd:.0f}")
+print(f"{label}: {same}/{len(common)} PNGs identical; others: worst PSNR {worst:.1f} dB, max pixel diff {maxd:.0f}"
+      + (f" ({len(reseeded)} with another random seed left out)" if reseeded else ""))
 PY
 }
 

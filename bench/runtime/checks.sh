@@ -6,11 +6,15 @@
 #        4 images at --max-batch 4 under --vram-limit 12GiB (admission, OOM count).
 # order: the same 3 images in two orders, with and without CUDA graphs: an image
 #        must not depend on whether it is the first of its size on its GPU.
+# story: configs/story-wildcards.json (characters, a style, wildcards; 12 images
+#        at 1024²) run, run --force, two shards and --max-batch 4: the same PNGs?
+#        (its one random-seed task draws a new seed in --force and shard runs)
+#        Then the time of --verify-model on the full-size export (all its files).
 # Results: $OUT/summary.txt (+ build/export logs and the reports as JSON).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 MODE=${1:-}
-case "$MODE" in check|order) ;; *) echo "usage: [OUT=DIR] bash bench/runtime/checks.sh check|order" >&2; exit 2 ;; esac
+case "$MODE" in check|order|story) ;; *) echo "usage: [OUT=DIR] bash bench/runtime/checks.sh check|order|story" >&2; exit 2 ;; esac
 source bench/lib/gpu_prepare.sh  # build + export; sets OUT WORK SDXL MODEL
 source bench/lib/runtime.sh
 
@@ -24,6 +28,27 @@ if [ "$MODE" = check ]; then
   run four-b4 "$WORK/four.json" --max-batch 4
   compare four-b1 four-b4
   run four-b4-12g "$WORK/four.json" --max-batch 4 --vram-limit 12GiB
+  log_warnings
+elif [ "$MODE" = story ]; then
+  story=configs/story-wildcards.json
+  run story-a "$story"
+  run story-force "$story" --force
+  run story-s0 "$story" --shard 0/2 && cp -r "$WORK/story-s0" "$WORK/story-shards"
+  rm -rf "$WORK/story-s1" && "$SDXL" --log-level warn run "$story" --model "$MODEL" --device cuda \
+    --out "$WORK/story-shards" --shard 1/2 --no-progress > "$WORK/story-s1.log" 2>&1 || echo "story-s1: exit $?" >> "$OUT/summary.txt"
+  run story-b4 "$story" --max-batch 4
+  compare story-a story-force
+  compare story-a story-shards
+  compare story-a story-b4
+  du -sb "$MODEL" | awk '{printf "model folder: %.2f GB\n", $1/1e9}' | tee -a "$OUT/summary.txt"
+  sync && echo 3 > /proc/sys/vm/drop_caches 2>/dev/null && echo "page cache dropped" | tee -a "$OUT/summary.txt" || true
+  for k in 1 2; do
+    t0=$(date +%s.%N)
+    "$SDXL" run "$story" --model "$MODEL" --out "$WORK/verify" --dry-run --verify-model 2>&1 | grep -- "--verify-model" \
+      | tee -a "$OUT/summary.txt"
+    python3 -c "import sys,time; print(f'verify run {sys.argv[2]}: {time.time()-float(sys.argv[1]):.1f} s wall (dry run)')" "$t0" "$k" \
+      | tee -a "$OUT/summary.txt"
+  done
   log_warnings
 elif [ "$MODE" = order ]; then
   # An image must not depend on whether it is the first of its size on its GPU.
