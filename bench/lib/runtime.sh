@@ -55,8 +55,10 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 a, b, label = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
-ma = {(l["task"], l["index"]): l for l in map(json.loads, (a / "manifest.jsonl").read_text().splitlines())}
-mb = {(l["task"], l["index"]): l for l in map(json.loads, (b / "manifest.jsonl").read_text().splitlines())}
+def manifest(d):  # the plain run's manifest.jsonl and each shard's manifest-shard-K-of-N.jsonl
+    return {(l["task"], l["index"]): l for m in sorted(d.glob("manifest*.jsonl"))
+            for l in map(json.loads, m.read_text().splitlines())}
+ma, mb = manifest(a), manifest(b)
 same, worst, maxd = 0, float("inf"), 0
 common = [k for k in ma if k in mb]  # shards hold part of the images
 reseeded = [k for k in common if ma[k]["seed"] != mb[k]["seed"]]  # seed -1 tasks drawn anew (--force, a fresh folder)

@@ -1,6 +1,8 @@
 #include "batch/manifest.h"
 
+#include <chrono>
 #include <ctime>
+#include <regex>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -74,24 +76,74 @@ std::string utc_now_iso8601() {
   return buf;
 }
 
-Manifest::Manifest(std::filesystem::path path)
-    : path_(std::move(path)), seeds_path_(path_.parent_path() / "seeds.jsonl") {
-  std::ifstream in(path_);
+std::string manifest_file_name(int shard_index, int shard_count) {
+  if (shard_count <= 1) return "manifest.jsonl";
+  return "manifest-shard-" + std::to_string(shard_index) + "-of-" + std::to_string(shard_count) + ".jsonl";
+}
+
+bool is_manifest_file_name(const std::string& name) {
+  static const std::regex re(R"(manifest(-shard-[0-9]+-of-[0-9]+)?\.jsonl)");
+  return std::regex_match(name, re);
+}
+
+bool is_seeds_file_name(const std::string& name) {
+  static const std::regex re(R"(seeds(-shard-[0-9]+-of-[0-9]+)?\.jsonl)");
+  return std::regex_match(name, re);
+}
+
+namespace {
+
+// seeds.jsonl beside manifest.jsonl; seeds-shard-K-of-N.jsonl beside manifest-shard-K-of-N.jsonl.
+std::filesystem::path seeds_path_of(const std::filesystem::path& manifest) {
+  const std::string name = manifest.filename().string();
+  if (name.rfind("manifest-shard-", 0) == 0 && is_manifest_file_name(name))
+    return manifest.parent_path() / ("seeds" + name.substr(std::string("manifest").size()));
+  return manifest.parent_path() / "seeds.jsonl";
+}
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+Manifest::Manifest(std::filesystem::path path) : path_(std::move(path)), seeds_path_(seeds_path_of(path_)) {
+  std::vector<std::filesystem::path> manifests{path_}, seeds{seeds_path_};
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(path_.parent_path().empty() ? "." : path_.parent_path(), ec)) {
+    const std::string name = e.path().filename().string();
+    if (is_manifest_file_name(name) && e.path().filename() != path_.filename()) manifests.insert(manifests.begin(), e.path());
+    if (is_seeds_file_name(name) && e.path().filename() != seeds_path_.filename()) seeds.insert(seeds.begin(), e.path());
+  }
+  for (const auto& p : manifests) read_manifest_file(p);  // this run's own file last: it wins ties
+  for (const auto& p : seeds) read_seeds_file(p);
+}
+
+void Manifest::read_manifest_file(const std::filesystem::path& p) {
+  std::ifstream in(p);
   std::string line;
   while (std::getline(in, line)) {
     if (line.empty()) continue;
     try {
       ManifestEntry e = from_json(nlohmann::json::parse(line));
-      latest_[{e.task, e.index}] = std::move(e);
+      auto it = latest_.find({e.task, e.index});
+      if (it == latest_.end() || e.finished >= it->second.finished) latest_[{e.task, e.index}] = std::move(e);
     } catch (const std::exception&) {
       ++torn_lines_;  // a crash or a full disk mid-append tears at most that line
     }
   }
-  std::ifstream seeds(seeds_path_);
-  while (std::getline(seeds, line)) {
+}
+
+void Manifest::read_seeds_file(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::string line;
+  while (std::getline(in, line)) {
     try {
       const auto j = nlohmann::json::parse(line);
-      base_seeds_[j.at("task").get<std::string>()] = j.at("base_seed").get<std::int64_t>();
+      const RecordedSeed r{j.at("base_seed").get<std::int64_t>(), j.value("at_ns", std::int64_t{0})};
+      auto [it, fresh] = base_seeds_.try_emplace(j.at("task").get<std::string>(), r);
+      if (!fresh && r.at_ns >= it->second.at_ns) it->second = r;
     } catch (const std::exception&) {
       // a torn line: its task's seed was not yet used by any image
     }
@@ -107,7 +159,7 @@ std::optional<ManifestEntry> Manifest::find(const std::string& task, int index) 
 
 std::optional<std::int64_t> Manifest::task_base_seed(const std::string& task) const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = base_seeds_.find(task); it != base_seeds_.end()) return it->second;
+  if (auto it = base_seeds_.find(task); it != base_seeds_.end()) return it->second.base;
   for (auto it = latest_.lower_bound({task, 0}); it != latest_.end() && it->first.first == task; ++it)
     return it->second.seed - it->second.index;
   return std::nullopt;
@@ -115,8 +167,10 @@ std::optional<std::int64_t> Manifest::task_base_seed(const std::string& task) co
 
 void Manifest::record_base_seed(const std::string& task, std::int64_t base) {
   std::lock_guard<std::mutex> lock(mu_);
-  append_line_durable(seeds_path_, nlohmann::json({{"task", task}, {"base_seed", base}}).dump() + "\n");
-  base_seeds_[task] = base;
+  const RecordedSeed r{base, now_ns()};
+  append_line_durable(seeds_path_,
+                      nlohmann::json({{"task", task}, {"base_seed", base}, {"at_ns", r.at_ns}}).dump() + "\n");
+  base_seeds_[task] = r;
 }
 
 size_t Manifest::size() const {

@@ -38,9 +38,21 @@ struct ManifestEntry {
   std::vector<std::string> wildcards;
 };
 
+// The manifest a run appends to: "manifest.jsonl", or for a shard run
+// "manifest-shard-K-of-N.jsonl" — appends from several hosts to one file are
+// not atomic on every network file system, so each shard has its own file.
+// Its seeds go to "seeds.jsonl" / "seeds-shard-K-of-N.jsonl" beside it.
+std::string manifest_file_name(int shard_index, int shard_count);
+// Whether `name` is a manifest or seeds file of a run (plain or shard).
+bool is_manifest_file_name(const std::string& name);
+bool is_seeds_file_name(const std::string& name);
+
 class Manifest {
  public:
-  // Reads PATH if it exists (the file is created on the first append).
+  // Appends go to PATH (created on the first append). Reads PATH and every
+  // other manifest and seeds file in its folder (the shards' and the plain
+  // run's), so each run sees every finished image; for an image or a task
+  // found in several, the newest record wins.
   explicit Manifest(std::filesystem::path path);
 
   // The newest entry for (task, index), if any.
@@ -67,7 +79,13 @@ class Manifest {
   mutable std::mutex mu_;
   std::filesystem::path seeds_path_;
   std::map<std::pair<std::string, int>, ManifestEntry> latest_;
-  std::map<std::string, std::int64_t> base_seeds_;
+  struct RecordedSeed {
+    std::int64_t base = 0;
+    std::int64_t at_ns = 0;  // when it was recorded (newest wins across files)
+  };
+  std::map<std::string, RecordedSeed> base_seeds_;
+  void read_manifest_file(const std::filesystem::path& p);
+  void read_seeds_file(const std::filesystem::path& p);
   int torn_lines_ = 0;
 };
 

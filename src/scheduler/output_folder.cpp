@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <system_error>
 
+#include "batch/manifest.h"
 #include "core/error.h"
 
 namespace sdxl {
@@ -45,16 +46,16 @@ int remove_stale_temp_files(const fs::path& dir) {
 }
 
 void check_own_files(const std::filesystem::path& out_dir) {
-  for (const char* name : {"manifest.jsonl", "seeds.jsonl"}) {
-    const std::filesystem::path p = out_dir / name;
-    std::error_code ec;
-    const auto st = std::filesystem::symlink_status(p, ec);
-    if (ec || st.type() == std::filesystem::file_type::not_found) continue;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(out_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!is_manifest_file_name(name) && !is_seeds_file_name(name)) continue;
+    const auto st = std::filesystem::symlink_status(e.path(), ec);
     if (st.type() == std::filesystem::file_type::symlink)
-      throw UsageError("'" + p.string() + "' is a symbolic link; sdxl-batch appends to its own file and does not " +
-                       "follow links in the output folder (remove the link)");
+      throw UsageError("'" + e.path().string() + "' is a symbolic link; sdxl-batch reads and appends to its own " +
+                       "files and does not follow links in the output folder (remove the link)");
     if (st.type() != std::filesystem::file_type::regular)
-      throw UsageError("'" + p.string() + "' is not a regular file (remove it)");
+      throw UsageError("'" + e.path().string() + "' is not a regular file (remove it)");
   }
 }
 

@@ -13,8 +13,9 @@ namespace sdxl {
 // for a path that leaves the folder, IoError when the folder cannot be made.
 std::filesystem::path checked_output_path(const std::filesystem::path& out_dir_canonical, const std::string& rel);
 
-// Refuses (UsageError) an output folder whose manifest.jsonl or seeds.jsonl
-// is a symbolic link or not a regular file: the run appends to them and
+// Refuses (UsageError) an output folder where a manifest or seeds file
+// (manifest*.jsonl, seeds*.jsonl: the plain run's and the shards') is a
+// symbolic link or not a regular file: the run reads and appends to them and
 // never follows a link planted in a shared folder.
 void check_own_files(const std::filesystem::path& out_dir);
 

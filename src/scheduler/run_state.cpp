@@ -11,7 +11,7 @@ RunState::RunState(const BatchFile& b, const RunOptions& o, std::filesystem::pat
     : batch(b),
       opts(o),
       out_dir(std::move(dir)),
-      manifest(out_dir / "manifest.jsonl"),
+      manifest(out_dir / manifest_file_name(o.shard_index, o.shard_count)),
       date(local_date()),
       started(utc_now_iso8601()),
       start_unix(unix_now()),

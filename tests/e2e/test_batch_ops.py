@@ -48,20 +48,20 @@ def check_folder(test: unittest.TestCase, out: Path) -> dict:
         with Image.open(png) as im:
             im.load()  # raises on a truncated file
     entries, seen = {}, set()
-    manifest = out / "manifest.jsonl"
-    lines = manifest.read_text().splitlines() if manifest.exists() else []
-    for n, line in enumerate(lines):
-        try:
-            e = json.loads(line)
-        except json.JSONDecodeError:
-            test.assertEqual(n, len(lines) - 1, "only the last manifest line may be torn")
-            continue
-        key = (e["task"], e["index"])
-        test.assertNotIn(key, seen, f"duplicate manifest line {key}")
-        seen.add(key)
-        data = (out / e["file"]).read_bytes()
-        test.assertEqual(hashlib.sha256(data).hexdigest(), e["sha256"], e["file"])
-        entries[key] = e
+    for manifest in sorted(out.glob("manifest*.jsonl")):  # the plain run's and each shard's
+        lines = manifest.read_text().splitlines()
+        for n, line in enumerate(lines):
+            try:
+                e = json.loads(line)
+            except json.JSONDecodeError:
+                test.assertEqual(n, len(lines) - 1, "only the last manifest line may be torn")
+                continue
+            key = (e["task"], e["index"])
+            test.assertNotIn(key, seen, f"duplicate manifest line {key}")
+            seen.add(key)
+            data = (out / e["file"]).read_bytes()
+            test.assertEqual(hashlib.sha256(data).hexdigest(), e["sha256"], e["file"])
+            entries[key] = e
     return entries
 
 
@@ -136,6 +136,13 @@ class Unattended(unittest.TestCase):
             self.assertEqual(r.returncode, 0, r.stderr)
         entries = check_folder(self, out)
         self.assertEqual(set(entries), set(items))
+        self.assertEqual(sorted(p.name for p in out.glob("manifest*.jsonl")),
+                         [f"manifest-shard-{k}-of-3.jsonl" for k in range(3)], "one manifest per shard")
+        r = subprocess.run(run_cmd(str(work / "batch.json"), "--out", str(out)), capture_output=True, text=True,
+                           env=ENV, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(json.loads((out / "report.json").read_text())["images_done"], 0,
+                         "a plain run reads the shards' manifests: nothing left to make")
         r = subprocess.run(run_cmd(str(work / "batch.json"), "--out", str(out), "--shard", "3/3"),
                            capture_output=True, text=True, env=ENV)
         self.assertEqual(r.returncode, 2)

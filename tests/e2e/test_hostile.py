@@ -63,7 +63,7 @@ def held(lock: Path) -> bool:
 
 class NothingWrittenOutside(unittest.TestCase):
     def test_linked_lock_and_manifest_are_refused_not_followed(self):
-        for name in (".sdxl-batch.lock", "manifest.jsonl", "seeds.jsonl"):
+        for name in (".sdxl-batch.lock", "manifest.jsonl", "seeds.jsonl", "manifest-shard-1-of-2.jsonl"):
             d = fresh("link-" + name.strip("."))
             victim = d / "victim.txt"
             victim.write_text("precious\n")

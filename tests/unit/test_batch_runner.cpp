@@ -2,6 +2,7 @@
 // stop and max-runtime, templates. The real generator runs in the e2e tests.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <mutex>
 #include <fstream>
@@ -73,11 +74,19 @@ struct Fixture : ::testing::Test {
     });
   }
 
+  // The lines of every manifest in the output folder (the plain run's and each shard's).
   std::vector<nlohmann::json> manifest_lines() {
     std::vector<nlohmann::json> out;
-    std::ifstream in(dir / "out" / "manifest.jsonl");
-    std::string line;
-    while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
+    std::error_code ec;
+    std::vector<fs::path> files;
+    for (const auto& e : fs::directory_iterator(dir / "out", ec))
+      if (sdxl::is_manifest_file_name(e.path().filename().string())) files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+    for (const auto& f : files) {
+      std::ifstream in(f);
+      std::string line;
+      while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
+    }
     return out;
   }
 };

@@ -224,3 +224,35 @@ TEST(HostileFiles, DrawnSeedsAreRecordedBeforeImages) {
   EXPECT_EQ(again.task_base_seed("a"), 1234);
   EXPECT_FALSE(fs::exists(d.root / "manifest.jsonl")) << "no image yet, so no manifest line";
 }
+
+// Rule: each shard appends to its own manifest and seeds file (no file is appended to by two hosts),
+// and every run reads them all; the newest record of an image or a task wins.
+TEST(HostileFiles, ShardManifestsAreSeparateAndReadTogether) {
+  TempDir d("shards");
+  EXPECT_EQ(sdxl::manifest_file_name(0, 1), "manifest.jsonl");
+  EXPECT_EQ(sdxl::manifest_file_name(1, 3), "manifest-shard-1-of-3.jsonl");
+  auto entry = [](const std::string& task, std::int64_t seed, const std::string& finished) {
+    sdxl::ManifestEntry e;
+    e.task = task;
+    e.seed = seed;
+    e.file = task + ".png";
+    e.finished = finished;
+    return e;
+  };
+  {
+    sdxl::Manifest s0(d.root / sdxl::manifest_file_name(0, 2));
+    s0.append(entry("a", 1, "2026-12-01T00:00:00Z"));
+    s0.record_base_seed("r", 11);
+    sdxl::Manifest s1(d.root / sdxl::manifest_file_name(1, 2));
+    s1.append(entry("b", 2, "2026-12-01T00:00:00Z"));
+  }
+  EXPECT_TRUE(fs::exists(d.root / "seeds-shard-0-of-2.jsonl"));
+  sdxl::Manifest plain(d.root / "manifest.jsonl");
+  EXPECT_EQ(plain.size(), 2u);
+  EXPECT_EQ(plain.task_base_seed("r"), 11);
+  plain.append(entry("a", 7, "2026-12-02T00:00:00Z"));
+  plain.record_base_seed("r", 99);
+  const sdxl::Manifest again(d.root / sdxl::manifest_file_name(0, 2));
+  EXPECT_EQ(again.find("a", 0)->seed, 7) << "the newer record of image a#0 wins";
+  EXPECT_EQ(again.task_base_seed("r"), 99) << "the newer seed of task r wins";
+}
