@@ -54,6 +54,10 @@ void add_model_options(CLI::App& cmd, ModelOptions& o, bool model_required) {
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "fp32", "fp16", "bf16"}));
   cmd.add_option("--lora-dir", o.lora_dirs, "Directory where <lora:NAME:W> prompt tags find NAME.safetensors (repeatable)");
+  cmd.add_option("--embedding-dir", o.embedding_dirs,
+                 "Folder of SDXL textual-inversion embeddings (NAME.safetensors with clip_l and clip_g); prompts use "
+                 "NAME (repeatable)")
+      ->check(CLI::ExistingDirectory);
   cmd.add_option("--lora-cache", o.lora_cache,
                  "Device memory for cached LoRA factors, e.g. 2G (default: 30% of the memory free after the weights)");
   cmd.add_flag("--strict-lora,--strict", o.runtime.lora_strict, "LoRA keys that map to no model weight are an error, not a warning");
@@ -61,6 +65,7 @@ void add_model_options(CLI::App& cmd, ModelOptions& o, bool model_required) {
 
 void ModelOptions::finish() {
   runtime.lora_dirs.assign(lora_dirs.begin(), lora_dirs.end());
+  runtime.embedding_dirs.assign(embedding_dirs.begin(), embedding_dirs.end());
   if (!lora_cache.empty()) {
     runtime.lora_cache_bytes = parse_size_bytes(lora_cache);
     if (runtime.lora_cache_bytes == 0) runtime.lora_cache_bytes = 1;  // "0": cache nothing beyond the set in use

@@ -13,6 +13,7 @@ struct ModelOptions {
   std::string model_dir;
   RuntimeOptions runtime;
   std::vector<std::string> lora_dirs;
+  std::vector<std::string> embedding_dirs;
   std::string lora_cache;  // size text, "" = default
   bool verify_model = false;
   // Fills runtime.lora_* from the flags above; throws UsageError.

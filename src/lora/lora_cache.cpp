@@ -55,22 +55,22 @@ torch::Dtype float_dtype(const SafetensorsTensor& t, const std::string& label) {
   if (t.dtype == "F16") return torch::kFloat16;
   if (t.dtype == "BF16") return torch::kBFloat16;
   if (t.dtype == "F64") return torch::kFloat64;
-  throw UsageError("LoRA '" + label + "': tensor '" + t.name + "' has dtype " + t.dtype +
-                   "; LoRA factors must be F32, F16, BF16 or F64");
-}
-
-// Copies the bytes (the mapping may be unaligned for the dtype) into a tensor
-// on the device; NaN or Inf is refused, naming the tensor.
-torch::Tensor to_tensor(const SafetensorsTensor& t, const std::string& label, const torch::Device& device) {
-  torch::Tensor cpu = torch::empty(t.shape, torch::TensorOptions().dtype(float_dtype(t, label)));
-  if (!t.bytes.empty()) std::memcpy(cpu.data_ptr(), t.bytes.data(), t.bytes.size());
-  if (!torch::isfinite(cpu).all().item<bool>())
-    throw UsageError("LoRA '" + label + "': tensor '" + t.name + "' contains NaN or Inf (a broken training run?)");
-  if (cpu.dtype() == torch::kFloat64) cpu = cpu.to(torch::kFloat32);
-  return device.is_cpu() ? cpu : cpu.to(device);
+  throw UsageError("'" + label + "': tensor '" + t.name + "' has dtype " + t.dtype +
+                   "; expected F32, F16, BF16 or F64");
 }
 
 }  // namespace
+
+// Copies the bytes (the mapping may be unaligned for the dtype) into a tensor
+// on the device; NaN or Inf is refused, naming the tensor.
+torch::Tensor safetensors_to_tensor(const SafetensorsTensor& t, const std::string& label, const torch::Device& device) {
+  torch::Tensor cpu = torch::empty(t.shape, torch::TensorOptions().dtype(float_dtype(t, label)));
+  if (!t.bytes.empty()) std::memcpy(cpu.data_ptr(), t.bytes.data(), t.bytes.size());
+  if (!torch::isfinite(cpu).all().item<bool>())
+    throw UsageError("'" + label + "': tensor '" + t.name + "' contains NaN or Inf (a broken training run?)");
+  if (cpu.dtype() == torch::kFloat64) cpu = cpu.to(torch::kFloat32);
+  return device.is_cpu() ? cpu : cpu.to(device);
+}
 
 std::string lora_cache_key(const std::filesystem::path& path) {
   std::error_code ec;
@@ -115,8 +115,8 @@ std::shared_ptr<LoadedLora> LoraCache::load(const LoraRef& ref, const std::strin
     LoraFactor fac;
     fac.target = l.target;
     fac.param = l.param;
-    fac.down = to_tensor(*f.find(l.down), label, device_);
-    fac.up = to_tensor(*f.find(l.up), label, device_);
+    fac.down = safetensors_to_tensor(*f.find(l.down), label, device_);
+    fac.up = safetensors_to_tensor(*f.find(l.up), label, device_);
     const double rank = static_cast<double>(fac.down.size(0));
     if (!l.alpha.empty()) {
       const double alpha = safetensors_scalar(*f.find(l.alpha), label);

@@ -20,6 +20,13 @@
 
 namespace sdxl {
 
+struct SafetensorsTensor;
+
+// A float tensor of a safetensors file (F32/F16/BF16; F64 becomes F32) on
+// `device`. Throws UsageError naming `label` and the tensor for another dtype
+// or for NaN/Inf values.
+torch::Tensor safetensors_to_tensor(const SafetensorsTensor& t, const std::string& label, const torch::Device& device);
+
 struct LoraFactor {
   LoraTarget target;
   std::string param;

@@ -15,6 +15,7 @@
 #include "image/upscale.h"
 #include "image/vae_decode.h"
 #include "image/vae_encode.h"
+#include "lora/embeddings.h"
 #include "lora/lora_cache.h"
 #include "lora/lora_patcher.h"
 #include "model/sdxl_model.h"
@@ -139,6 +140,7 @@ Generator::Generator(const std::filesystem::path& model_dir, const RuntimeOption
   if (opts.threads > 0) at::set_num_threads(opts.threads);
   impl_->opts = opts;
   impl_->model = SdxlModel::load(cfg, device, opts.dtype);
+  load_embeddings(*impl_->model, opts.embedding_dirs);
   impl_->unet = std::make_unique<UnetRunner>(*impl_->model, opts.cuda_graphs, opts.unet_backend, &impl_->device_mu);
   impl_->text_stream = StageStream(device, /*high_priority=*/false);
   impl_->sample_stream = StageStream(device, /*high_priority=*/true);

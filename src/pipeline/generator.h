@@ -58,6 +58,9 @@ struct RuntimeOptions {
   std::vector<std::filesystem::path> lora_dirs;
   std::uint64_t lora_cache_bytes = 0;
   bool lora_strict = false;
+  // Textual-inversion embeddings: every .safetensors in these folders, loaded
+  // with the model (lora/embeddings.h); prompts use them by file name.
+  std::vector<std::filesystem::path> embedding_dirs;
 };
 
 struct StageSeconds {

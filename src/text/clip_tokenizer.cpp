@@ -509,7 +509,44 @@ void ClipTokenizer::encode_segment(std::u32string_view segment, std::vector<int3
       append_lower(composed[i++], text);
     }
   }
-  const std::u32string_view view(text);
+  // Embedding names split the normalised text first (as added tokens do).
+  size_t start = 0;
+  for (size_t i = 0; i < text.size() && !embeddings_.empty();) {
+    const AddedEmbedding* hit = nullptr;
+    for (const AddedEmbedding& e : embeddings_)
+      if (std::u32string_view(text).substr(i).starts_with(e.name)) {
+        hit = &e;
+        break;
+      }
+    if (hit == nullptr) {
+      ++i;
+      continue;
+    }
+    encode_normalized(std::u32string_view(text).substr(start, i - start), ids);
+    for (int32_t k = 0; k < hit->count; ++k) ids.push_back(hit->first_id + k);
+    i += hit->name.size();
+    start = i;
+  }
+  encode_normalized(std::u32string_view(text).substr(start), ids);
+}
+
+void ClipTokenizer::add_embedding(const std::string& name, int32_t first_id, int32_t count) {
+  const std::u32string raw = decode_utf8(name);
+  const std::u32string composed = nfc(raw);
+  std::u32string norm;
+  for (char32_t cp : composed) append_lower(cp, norm);
+  if (norm.empty() || count <= 0) throw ModelError("embedding '" + name + "': empty name or no vectors");
+  if (vocab_.count(name) != 0)
+    throw ModelError("embedding '" + name + "': the name is already a word of the tokenizer; rename the file");
+  for (const AddedEmbedding& e : embeddings_)
+    if (e.name == norm) throw ModelError("embedding '" + name + "' is loaded twice (two files of that name?)");
+  embeddings_.push_back({norm, first_id, count});
+  std::stable_sort(embeddings_.begin(), embeddings_.end(),
+                   [](const AddedEmbedding& a, const AddedEmbedding& b) { return a.name.size() > b.name.size(); });
+}
+
+void ClipTokenizer::encode_normalized(std::u32string_view view, std::vector<int32_t>& ids) const {
+  if (view.empty()) return;
   std::string word;
   auto encode_word = [&](std::u32string_view piece) {
     word.clear();

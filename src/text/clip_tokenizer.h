@@ -30,6 +30,15 @@ class ClipTokenizer {
   // bos, the first 75 ids, eos, then pad ids up to 77.
   std::vector<int64_t> encode_padded(std::string_view text) const;
 
+  // Adds a textual-inversion embedding of `count` vectors as diffusers'
+  // load_textual_inversion does: its name matches anywhere in the normalised
+  // (NFC, lower-case, whitespace-collapsed) text, longest name first, and
+  // stands for the ids first_id .. first_id + count - 1. Call before the
+  // tokenizer is shared between threads. Throws ModelError when the name is
+  // empty or already a token.
+  void add_embedding(const std::string& name, int32_t first_id, int32_t count);
+  size_t embedding_count() const { return embeddings_.size(); }
+
   int32_t bos_id() const { return bos_id_; }
   int32_t eos_id() const { return eos_id_; }
   int32_t pad_id() const { return pad_id_; }
@@ -47,6 +56,14 @@ class ClipTokenizer {
   };
 
   void encode_segment(std::u32string_view segment, std::vector<int32_t>& ids) const;
+  void encode_normalized(std::u32string_view text, std::vector<int32_t>& ids) const;
+
+  struct AddedEmbedding {
+    std::u32string name;  // normalised
+    int32_t first_id;
+    int32_t count;
+  };
+  std::vector<AddedEmbedding> embeddings_;  // longest name first
 
   std::unordered_map<std::string, int32_t> vocab_;
   std::vector<std::string> id_to_token_;

@@ -136,6 +136,31 @@ class BadInput(unittest.TestCase):
         r = sdxl("run", str(bad), "--model", ARGS.model, "--out", str(Path(ARGS.work) / "bad-out"))
         self.assert_fails(r, 2, "/tasks/0/steps", "/tasks/1/id", "/tasks/1/colour")
 
+    def test_bad_embeddings_are_refused_with_the_file(self):
+        from safetensors.torch import save_file
+        import torch
+        d = Path(ARGS.work) / "bad-embeddings"
+        cases = {
+            "sd15": ({"emb_params": torch.zeros(1, 768)}, "SD 1.x embedding"),
+            "narrow": ({"clip_l": torch.zeros(2, 7), "clip_g": torch.zeros(2, 7)}, "has shape [2, 7], this model needs"),
+            "cat": (None, "already a word of the tokenizer"),
+        }
+        for name, (tensors, why) in cases.items():
+            shutil.rmtree(d, ignore_errors=True)
+            d.mkdir(parents=True)
+            if tensors is None:  # a name that is a token already ("cat" is in CLIP's vocabulary)
+                model = json.loads((Path(ARGS.model) / "model.json").read_text())
+                vocab = json.loads((Path(ARGS.model) / model["text_encoders"][0]["tokenizer"] / "vocab.json").read_text())
+                self.assertIn("cat", vocab)
+                tensors = {"clip_l": torch.zeros(1, model["text_encoders"][0]["hidden_dim"]),
+                           "clip_g": torch.zeros(1, model["text_encoders"][1]["hidden_dim"])}
+            save_file(tensors, str(d / f"{name}.safetensors"))
+            r = sdxl("generate", "--model", ARGS.model, "--embedding-dir", str(d), "--prompt", "x", "--steps", "1",
+                     "--out", str(d / "x.png"))
+            self.assertEqual(r.returncode, 2, f"{name}: {r.stderr}")
+            self.assertIn(why, r.stderr, name)
+            self.assertIn(f"{name}.safetensors", r.stderr, name)
+
     def test_model_errors_name_the_file(self):
         self.assert_fails(sdxl("generate", "--model", "/nonexistent/m", "--prompt", "x"), 1, "/nonexistent/m")
         broken = Path(ARGS.work) / "broken-model"

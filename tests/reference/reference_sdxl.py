@@ -98,6 +98,9 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
     ap.add_argument("--lora", action="append", default=[],
                     help="FILE[:WEIGHT], fused into the weights before generating (reference.lora_reference)")
+    ap.add_argument("--embedding", action="append", default=[],
+                    help="an SDXL textual-inversion file (clip_l, clip_g), loaded as diffusers' load_textual_inversion "
+                         "under its file stem, which prompts use")
     ap.add_argument("--prompt-rules", choices=["a1111", "diffusers"], default="a1111",
                     help="a1111 (what sdxl-batch does): emphasis, BREAK and 75-token chunks via prompt_reference.py, "
                          "fed to the pipeline as embeddings; diffusers: the pipeline's own encode_prompt (truncates at 77)")
@@ -125,6 +128,16 @@ def main() -> int:
             path, _, w = spec.rpartition(":")
             specs.append((path, float(w)) if path and w.replace(".", "", 1).lstrip("-").isdigit() else (spec, 1.0))
         lora_counts = fuse_lora_files(pipe, specs)
+    for path in a.embedding:
+        from safetensors.torch import load_file
+
+        state, name = load_file(path), Path(path).stem
+        pipe.load_textual_inversion(state["clip_l"], token=name, text_encoder=pipe.text_encoder, tokenizer=pipe.tokenizer)
+        pipe.load_textual_inversion(state["clip_g"], token=name, text_encoder=pipe.text_encoder_2,
+                                    tokenizer=pipe.tokenizer_2)
+    if a.embedding:  # a name of n vectors becomes "name name_1 ... name_{n-1}", as diffusers' encode_prompt does
+        a.prompt = pipe.maybe_convert_prompt(a.prompt, pipe.tokenizer)
+        a.negative = pipe.maybe_convert_prompt(a.negative, pipe.tokenizer) if a.negative else a.negative
     t_load = time.time() - t0
 
     captured: dict[str, torch.Tensor] = {}

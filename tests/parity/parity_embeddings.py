@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Parity (ctest label parity): SDXL textual-inversion embeddings loaded by
+sdxl-batch (--embedding-dir) vs diffusers' load_textual_inversion (both
+encoders, diffusers' prompt conversion) on the tiny model, CPU.
+
+Random embedding files with the tiny encoders' widths are made here: one of one
+vector, one of three, and one used in the negative prompt. Each case runs
+`sdxl-batch generate` and reference.reference_sdxl --embedding ..., and prints
+PSNR against the reference and against the image without the embedding's name
+in the prompt (which must be at least 10 dB lower, or the comparison proves
+nothing: the tiny model's images depend little on the text).
+
+    PYTHONPATH=tests parity_embeddings.py --binary B --model TINY --diffusers TINY_DIFFUSERS --work DIR
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from parity_common import finish, parse_args
+
+from reference.compare_images import load_rgb, psnr
+
+# name, prompt, negative; the embeddings are sdxlhero (1 vector), inkstyle (3) and BadHands (1, matched in
+# any case). (diffusers expands a name of several vectors only when the prompt writes it as the file does in
+# lower case; sdxl-batch always uses all of its vectors, as A1111 does: the cases keep to what both do.)
+CASES = [
+    ("one-vector", "comic panel, sdxlhero in a storm", "blurry"),
+    ("three-vectors", "comic panel, a lighthouse, inkstyle", "blurry"),
+    ("negative-any-case", "comic panel, a lighthouse in a storm", "blurry, badhands"),
+    ("two-in-one-prompt", "sdxlhero at dusk, inkstyle", "BADHANDS"),
+]
+BASE = {  # the same prompts without the embeddings' names
+    "one-vector": ("comic panel, in a storm", "blurry"),
+    "three-vectors": ("comic panel, a lighthouse,", "blurry"),
+    "negative-any-case": ("comic panel, a lighthouse in a storm", "blurry,"),
+    "two-in-one-prompt": ("at dusk,", ""),
+}
+
+
+def make_embeddings(diffusers: Path, out: Path) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    w1 = json.loads((diffusers / "text_encoder" / "config.json").read_text())["hidden_size"]
+    w2 = json.loads((diffusers / "text_encoder_2" / "config.json").read_text())["hidden_size"]
+    out.mkdir(parents=True, exist_ok=True)
+    g = torch.Generator().manual_seed(7)
+    for name, n in (("sdxlhero", 1), ("inkstyle", 3), ("BadHands", 1)):  # scaled: a change the tiny model shows
+        save_file({"clip_l": 4 * torch.randn(n, w1, generator=g), "clip_g": 4 * torch.randn(n, w2, generator=g)},
+                  str(out / f"{name}.safetensors"))
+
+
+def main() -> int:
+    a, work = parse_args(__doc__)
+    emb = work / "embeddings"
+    make_embeddings(Path(a.diffusers), emb)
+    files = sorted(str(p) for p in emb.glob("*.safetensors"))
+    common = ["--seed", "42", "--steps", "6", "--cfg", "5.0", "--width", "256", "--height", "256"]
+
+    def ours(name, prompt, negative, with_embeddings=True):
+        png = work / f"{name}-sdxl.png"
+        args = [a.binary, "generate", "--model", a.model, "--prompt", prompt, "--negative", negative, *common,
+                "--out", str(png), "--threads", "1"] + (["--embedding-dir", str(emb)] if with_embeddings else [])
+        r = subprocess.run(args, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise SystemExit(f"{name}: sdxl-batch failed ({r.returncode}):\n{r.stderr}")
+        return load_rgb(str(png))
+
+    def ref(name, prompt, negative):
+        png = work / f"{name}-ref.png"
+        args = [sys.executable, "-m", "reference.reference_sdxl", "--diffusers", a.diffusers, "--prompt", prompt,
+                "--negative", negative, *common, "--out-png", str(png), "--threads", "1"]
+        for f in files:
+            args += ["--embedding", f]
+        r = subprocess.run(args, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise SystemExit(f"{name}: reference failed ({r.returncode}):\n{r.stderr}")
+        return load_rgb(str(png))
+
+    rows, failed = [], False
+    for name, prompt, negative in CASES:
+        ia, ib = ours(name, prompt, negative), ref(name, prompt, negative)
+        base = ours(name + "-without", *BASE[name], with_embeddings=False)
+        p, p_base = psnr(ia, ib), psnr(ia, base)
+        ok = p >= a.min_psnr and p_base <= p - 10  # the embedding changes the image far more than the gap
+        failed |= not ok
+        rows.append({"case": name, "prompt": prompt, "negative": negative, "psnr_db": p, "psnr_vs_without_db": p_base,
+                     "ok": ok})
+    return finish(rows, [("case", "case", "<26"), ("prompt", "prompt", "<40"), ("negative", "negative", "<16"),
+                         ("PSNR dB", "psnr_db", ">8.2f"), ("vs without", "psnr_vs_without_db", ">10.2f")],
+                  work / "parity_embeddings.json", failed,
+                  "a case is below {min_psnr} dB, or its embedding did not change the image",
+                  " and changed by their embeddings", a.min_psnr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
