@@ -8,6 +8,7 @@
 #   checks.sh    check     CUDA graphs on/off, batching, 12 GiB cap: same images?
 #                order     same 3 images in two orders, graphs on/off: identical PNGs?
 #                story     the story example: run, --force, shards, batch 4 agree? --verify-model time
+#                embeddings  random SDXL embeddings on the full model: deterministic, and they change the image?
 #   mixed.sh     mixed     the 32-image mixed batch, serial vs runtime, caps, LoRA bench
 #                caps      the mixed batch's serial baseline, the capped runs, the LoRA bench
 #                pipeline  the mixed batch: serial, runtime without / with stage overlap
@@ -27,7 +28,7 @@
 set -euo pipefail
 MODE=${1:-check}
 case "$MODE" in
-  check | order | story) family=checks ;;
+  check | order | story | embeddings) family=checks ;;
   mixed | caps | pipeline | single | defaults) family=mixed ;;
   multi | x2 | scale) family=multigpu ;;
   capmerge | wscap | alloc) family=memory ;;

@@ -10,11 +10,14 @@
 #        at 1024²) run, run --force, two shards and --max-batch 4: the same PNGs?
 #        (its one random-seed task draws a new seed in --force and shard runs)
 #        Then the time of --verify-model on the full-size export (all its files).
+# embeddings: random SDXL embeddings (clip_l 768, clip_g 1280) with --embedding-dir on the
+#        full-size fp16 model: the same seed with and without the name in the prompt,
+#        twice each (deterministic? changed by the embedding?).
 # Results: $OUT/summary.txt (+ build/export logs and the reports as JSON).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 MODE=${1:-}
-case "$MODE" in check|order|story) ;; *) echo "usage: [OUT=DIR] bash bench/runtime/checks.sh check|order|story" >&2; exit 2 ;; esac
+case "$MODE" in check|order|story|embeddings) ;; *) echo "usage: [OUT=DIR] bash bench/runtime/checks.sh check|order|story|embeddings" >&2; exit 2 ;; esac
 source bench/lib/gpu_prepare.sh  # build + export; sets OUT WORK SDXL MODEL
 source bench/lib/runtime.sh
 
@@ -50,6 +53,37 @@ elif [ "$MODE" = story ]; then
       | tee -a "$OUT/summary.txt"
   done
   log_warnings
+elif [ "$MODE" = embeddings ]; then
+  emb=$WORK/embeddings
+  python3 - "$emb" <<'PY'
+import sys, torch
+from pathlib import Path
+from safetensors.torch import save_file
+d = Path(sys.argv[1]); d.mkdir(parents=True, exist_ok=True)
+g = torch.Generator().manual_seed(3)
+for name, n in (("inkstyle", 3), ("badhands", 2)):
+    save_file({"clip_l": torch.randn(n, 768, generator=g) * 0.02, "clip_g": torch.randn(n, 1280, generator=g) * 0.02},
+              str(d / f"{name}.safetensors"))
+PY
+  gen() {  # NAME PROMPT NEGATIVE
+    "$SDXL" --log-level info generate --model "$MODEL" --device cuda --embedding-dir "$emb" --prompt "$2" \
+      --negative "$3" --seed 11 --steps 20 --out "$WORK/$1.png" > "$WORK/$1.log" 2>&1 || echo "$1: exit $?" >> "$OUT/summary.txt"
+    grep -h "embedding '\|loaded model" "$WORK/$1.log" | sed "s/^/$1: /" | tee -a "$OUT/summary.txt"
+  }
+  gen with-a "comic panel, a lighthouse, inkstyle" "blurry, badhands"
+  gen with-b "comic panel, a lighthouse, inkstyle" "blurry, badhands"
+  gen without "comic panel, a lighthouse," "blurry,"
+  python3 - "$WORK" <<'PY' | tee -a "$OUT/summary.txt"
+import sys, hashlib, math
+from pathlib import Path
+import numpy as np
+from PIL import Image
+w = Path(sys.argv[1])
+h = {n: hashlib.sha256((w / f"{n}.png").read_bytes()).hexdigest() for n in ("with-a", "with-b", "without")}
+a = np.asarray(Image.open(w / "with-a.png")).astype(np.float64); b = np.asarray(Image.open(w / "without.png")).astype(np.float64)
+mse = ((a - b) ** 2).mean()
+print(f"embeddings: with (twice) identical: {h['with-a'] == h['with-b']}; with vs without: PSNR {10 * math.log10(255**2 / mse):.1f} dB")
+PY
 elif [ "$MODE" = order ]; then
   # An image must not depend on whether it is the first of its size on its GPU.
   mkbatch "$WORK/fwd.json" 3 0
