@@ -532,13 +532,19 @@ BatchFile parse_batch_text(const std::string& text, const std::filesystem::path&
     ck.add("", "a batch file is a JSON object with \"version\" and \"tasks\"");
   } else {
     ck.check_keys(j, "", {"$schema", "version", "model", "output", "loras", "defaults", "tasks", "characters",
-                          "styles", "wildcards_dir"});
+                          "styles", "wildcards_dir", "embeddings_dir"});
     read_lora_registry(ck, j, bf);
     ck.registry = &bf.lora_registry;
     read_header(ck, j, bf);
     bf.wildcard_dirs = wildcard_dirs;
     std::string wd;
     if (ck.get_string(j, "", "wildcards_dir", wd)) bf.wildcard_dirs.push_back(ck.base_dir / wd);
+    std::string ed;
+    if (ck.get_string(j, "", "embeddings_dir", ed)) {
+      std::error_code ec;
+      if (std::filesystem::is_directory(ck.base_dir / ed, ec)) bf.embedding_dirs.push_back(ck.base_dir / ed);
+      else ck.add("/embeddings_dir", "'" + (ck.base_dir / ed).string() + "' is not a folder");
+    }
     const WildcardLibrary lib(bf.wildcard_dirs);
     const StoryBook book = read_story_book(ck, j);
     const TaskDefaults td = read_defaults(ck, j, fallback);

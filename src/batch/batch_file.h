@@ -49,6 +49,9 @@ struct BatchFile {
   // Where __name__ wildcards are looked up: --wildcards-dir folders, then the
   // file's "wildcards_dir" (relative to the batch file).
   std::vector<std::filesystem::path> wildcard_dirs;
+  // "embeddings_dir" (relative to the batch file): textual-inversion
+  // embeddings loaded with the model, after --embedding-dir's.
+  std::vector<std::filesystem::path> embedding_dirs;
   std::vector<BatchTask> tasks;
 };
 

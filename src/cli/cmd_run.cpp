@@ -318,6 +318,7 @@ int run_on_devices(const RunArgs& a, const BatchFile& batch, const std::filesyst
                    std::uint64_t vram_limit, WorkEstimator& estimator, const std::filesystem::path& estimates_path) {
   ModelOptions model_opts = a.model;
   model_opts.finish();
+  for (const auto& d : batch.embedding_dirs) model_opts.runtime.embedding_dirs.push_back(d);
   o.stop = &g_stop;
   o.allocator = [] { return cuda_allocator_settings(); };  // set by the first CUDA generator
   std::vector<std::unique_ptr<GeneratorLane>> lanes;

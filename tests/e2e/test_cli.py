@@ -161,6 +161,39 @@ class BadInput(unittest.TestCase):
             self.assertIn(why, r.stderr, name)
             self.assertIn(f"{name}.safetensors", r.stderr, name)
 
+    def test_batch_embeddings_dir_matches_the_flag(self):
+        from safetensors.torch import save_file
+        import numpy as np
+        import torch
+        d = Path(ARGS.work) / "batch-embeddings"
+        shutil.rmtree(d, ignore_errors=True)
+        (d / "emb").mkdir(parents=True)
+        model = json.loads((Path(ARGS.model) / "model.json").read_text())
+        g = torch.Generator().manual_seed(1)
+        save_file({"clip_l": 4 * torch.randn(2, model["text_encoders"][0]["hidden_dim"], generator=g),
+                   "clip_g": 4 * torch.randn(2, model["text_encoders"][1]["hidden_dim"], generator=g)},
+                  str(d / "emb" / "inkstyle.safetensors"))
+        (d / "b.json").write_text(json.dumps({"version": 1, "embeddings_dir": "emb", "tasks": [
+            {"id": "a", "prompt": "a lighthouse, inkstyle", "seed": 9, "steps": 3}]}))
+        r = sdxl("run", str(d / "b.json"), "--model", ARGS.model, "--out", str(d / "out"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = sdxl("generate", "--model", ARGS.model, "--embedding-dir", str(d / "emb"), "--prompt", "a lighthouse, inkstyle",
+                 "--seed", "9", "--steps", "3", "--out", str(d / "flag.png"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = sdxl("generate", "--model", ARGS.model, "--prompt", "a lighthouse, inkstyle", "--seed", "9", "--steps", "3",
+                 "--out", str(d / "plain.png"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        from PIL import Image
+        px = {n: np.asarray(Image.open(p)) for n, p in
+              (("batch", d / "out" / "a-0-9.png"), ("flag", d / "flag.png"), ("plain", d / "plain.png"))}
+        self.assertTrue((px["batch"] == px["flag"]).all(), "the batch key and the flag load the same embedding")
+        self.assertFalse((px["batch"] == px["plain"]).all(), "without it, 'inkstyle' is plain text")
+        (d / "bad.json").write_text(json.dumps({"version": 1, "embeddings_dir": "nowhere",
+                                                "tasks": [{"id": "a", "prompt": "x"}]}))
+        r = sdxl("validate", str(d / "bad.json"))
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("/embeddings_dir", r.stdout)
+
     def test_model_errors_name_the_file(self):
         self.assert_fails(sdxl("generate", "--model", "/nonexistent/m", "--prompt", "x"), 1, "/nonexistent/m")
         broken = Path(ARGS.work) / "broken-model"
