@@ -16,6 +16,7 @@
 #include "batch/priority.h"
 #include "batch/story.h"
 #include "batch/wildcards.h"
+#include "lora/embedding_files.h"
 #include "text/clip_tokenizer.h"
 #include "text/prompt_chunks.h"
 #include "core/units.h"
@@ -683,9 +684,19 @@ namespace {
 // A prompt that needs more 75-token chunks than the model was checked for
 // fails at run time; every image whose prompt is known now is checked here.
 // (Random-seed tasks with wildcards draw their prompts at run time.)
-void check_prompt_chunks(const ModelConfig& mc, const BatchFile& bf, std::vector<BatchProblem>& problems) {
+void check_prompt_chunks(const ModelConfig& mc, const BatchFile& bf, const std::vector<std::filesystem::path>& emb_dirs,
+                         std::vector<BatchProblem>& problems) {
   std::vector<ClipTokenizer> toks;
   for (const auto& te : mc.text_encoders) toks.push_back(ClipTokenizer::from_dir(mc.path_of(te.tokenizer), te.pad_token));
+  try {  // embeddings count as their vectors, as in the run
+    std::vector<std::filesystem::path> dirs = emb_dirs;
+    dirs.insert(dirs.end(), bf.embedding_dirs.begin(), bf.embedding_dirs.end());
+    const std::vector<EmbeddingFile> files = scan_embedding_files(dirs);
+    for (auto& t : toks) add_embedding_tokens(t, files);
+  } catch (const UsageError& e) {
+    problems.push_back({"/embeddings_dir", e.what(), 0});
+    return;
+  }
   auto chunks = [&](const std::string& text) {
     size_t n = 0;
     for (const auto& t : toks) n = std::max(n, tokenize_prompt(t, extract_lora_tags(text).text, nullptr).size());
@@ -719,7 +730,8 @@ void check_prompt_chunks(const ModelConfig& mc, const BatchFile& bf, std::vector
 }  // namespace
 
 std::vector<BatchProblem> validate_batch_file(const std::filesystem::path& path, const ModelConfig* model,
-                                              const std::vector<std::filesystem::path>& wildcard_dirs) {
+                                              const std::vector<std::filesystem::path>& wildcard_dirs,
+                                              const std::vector<std::filesystem::path>& embedding_dirs) {
   const std::string text = read_batch_text(path);
   std::vector<BatchProblem> problems;
   const BatchFile bf =
@@ -732,7 +744,7 @@ std::vector<BatchProblem> validate_batch_file(const std::filesystem::path& path,
         problems.push_back({"/tasks/" + std::to_string(i), e.what(), 0});
       }
     }
-    check_prompt_chunks(*model, bf, problems);
+    check_prompt_chunks(*model, bf, embedding_dirs, problems);
   }
   const auto lines = json_pointer_lines(text);
   for (auto& p : problems) p.line = line_of(lines, p.pointer);

@@ -70,9 +70,12 @@ std::map<std::string, int> json_pointer_lines(const std::string& text);
 
 // Every problem of a batch file (schema, then the model's size limits when
 // `model` is given), with lines. Empty when the file is valid.
-// `wildcard_dirs`: --wildcards-dir folders, searched before the file's "wildcards_dir".
+// `wildcard_dirs`: --wildcards-dir folders, searched before the file's "wildcards_dir";
+// `embedding_dirs`: --embedding-dir folders (with the file's "embeddings_dir",
+// their vectors count in the prompt-length check).
 std::vector<BatchProblem> validate_batch_file(const std::filesystem::path& path, const ModelConfig* model,
-                                              const std::vector<std::filesystem::path>& wildcard_dirs = {});
+                                              const std::vector<std::filesystem::path>& wildcard_dirs = {},
+                                              const std::vector<std::filesystem::path>& embedding_dirs = {});
 
 // The text of a batch file: a regular file of at most 64 MiB (UsageError otherwise).
 inline constexpr std::uint64_t kMaxBatchFileBytes = 64ull << 20;

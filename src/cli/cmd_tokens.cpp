@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "lora/embedding_files.h"
 #include "text/clip_tokenizer.h"
 #include "model/model_config.h"
 #include "text/prompt_chunks.h"
@@ -15,6 +16,7 @@ namespace sdxl::cli {
 
 struct TokensArgs {
   std::string model_dir, text;
+  std::vector<std::string> embedding_dirs;
   bool json = false;
 };
 
@@ -23,6 +25,9 @@ CLI::App* add_tokens(CLI::App& app, std::shared_ptr<TokensArgs>& args) {
   auto* cmd = app.add_subcommand("tokens", "Show the tokens, 75-token chunks and weights both text encoders get");
   cmd->add_option("--model", args->model_dir, "Model directory")->required();
   cmd->add_flag("--json", args->json, "Machine-readable output");
+  cmd->add_option("--embedding-dir", args->embedding_dirs,
+                  "Textual-inversion embeddings, as generate/run load them: each name shows as its vectors (repeatable)")
+      ->check(CLI::ExistingDirectory);
   cmd->add_option("text", args->text, "Prompt text (A1111 syntax: (x:1.2), [x], BREAK, long prompts)")->required();
   return cmd;
 }
@@ -31,9 +36,12 @@ int run_tokens(const TokensArgs& a) {
   const ModelConfig mc = load_model_config(a.model_dir);
   nlohmann::json out = {{"prompt", a.text}, {"encoders", nlohmann::json::array()}};
   std::vector<PromptWarning> warnings;
+  const std::vector<EmbeddingFile> embeddings =
+      scan_embedding_files(std::vector<std::filesystem::path>(a.embedding_dirs.begin(), a.embedding_dirs.end()));
   for (size_t i = 0; i < mc.text_encoders.size(); ++i) {
     const auto& te = mc.text_encoders[i];
-    const ClipTokenizer tok = ClipTokenizer::from_dir(mc.path_of(te.tokenizer), te.pad_token);
+    ClipTokenizer tok = ClipTokenizer::from_dir(mc.path_of(te.tokenizer), te.pad_token);
+    add_embedding_tokens(tok, embeddings);
     const TokenizedPrompt tp = tokenize_prompt_counted(tok, a.text, i == 0 ? &warnings : nullptr);
     nlohmann::json chunks = nlohmann::json::array();
     for (size_t c = 0; c < tp.chunks.size(); ++c) {

@@ -13,7 +13,7 @@ namespace sdxl::cli {
 
 struct ValidateArgs {
   std::string batch_file, model_dir;
-  std::vector<std::string> wildcard_dirs;
+  std::vector<std::string> wildcard_dirs, embedding_dirs;
   bool expand = false;
 };
 
@@ -24,6 +24,10 @@ CLI::App* add_validate(CLI::App& app, std::shared_ptr<ValidateArgs>& args) {
   cmd->add_option("--model", args->model_dir, "Also check sizes against this model's limits");
   cmd->add_option("--wildcards-dir", args->wildcard_dirs,
                   "Folder of __name__ wildcard files, searched before the batch's wildcards_dir (repeatable)")
+      ->check(CLI::ExistingDirectory);
+  cmd->add_option("--embedding-dir", args->embedding_dirs,
+                  "Embeddings the run will load (as run --embedding-dir): with --model, their vectors count in the "
+                  "prompt-length check (repeatable)")
       ->check(CLI::ExistingDirectory);
   cmd->add_flag("--expand", args->expand,
                 "Print every image's prompt and negative as the run will encode them (characters, style, wildcards)");
@@ -67,7 +71,8 @@ int run_validate(const ValidateArgs& a) {
   const bool with_model = !a.model_dir.empty();
   if (with_model) mc = load_model_config(a.model_dir);
   const std::vector<std::filesystem::path> dirs(a.wildcard_dirs.begin(), a.wildcard_dirs.end());
-  const auto problems = validate_batch_file(a.batch_file, with_model ? &mc : nullptr, dirs);
+  const std::vector<std::filesystem::path> emb(a.embedding_dirs.begin(), a.embedding_dirs.end());
+  const auto problems = validate_batch_file(a.batch_file, with_model ? &mc : nullptr, dirs, emb);
   if (problems.empty()) {
     if (a.expand)
       print_expansions(parse_batch_file(a.batch_file, with_model ? defaults_of(mc) : GenerationParams{}, dirs));

@@ -3,9 +3,8 @@
 #include <spdlog/spdlog.h>
 #include <torch/script.h>
 
-#include <algorithm>
-
 #include "core/error.h"
+#include "lora/embedding_files.h"
 #include "lora/lora_cache.h"
 #include "lora/safetensors.h"
 
@@ -62,21 +61,13 @@ LoadedEmbedding load_one(SdxlModel& model, const std::filesystem::path& path) {
 
 std::vector<LoadedEmbedding> load_embeddings(SdxlModel& model, const std::vector<std::filesystem::path>& dirs) {
   std::vector<LoadedEmbedding> out;
-  for (const auto& dir : dirs) {
-    std::error_code ec;
-    std::vector<std::filesystem::path> files;
-    for (const auto& e : std::filesystem::directory_iterator(dir, ec))
-      if (e.path().extension() == ".safetensors") files.push_back(e.path());
-    if (ec) throw UsageError("--embedding-dir '" + dir.string() + "': " + ec.message());
-    std::sort(files.begin(), files.end());
-    for (const auto& f : files) {
-      try {
-        out.push_back(load_one(model, f));
-      } catch (const ModelError& e) {  // the tokenizer's refusal of a name: the user's file, not the model
-        throw UsageError("'" + f.string() + "': " + e.what());
-      }
-      spdlog::info("embedding '{}': {} vector(s) from {}", out.back().name, out.back().vectors, f.string());
+  for (const auto& f : list_embedding_files(dirs)) {
+    try {
+      out.push_back(load_one(model, f));
+    } catch (const ModelError& e) {  // the tokenizer's refusal of a name: the user's file, not the model
+      throw UsageError("'" + f.string() + "': " + e.what());
     }
+    spdlog::info("embedding '{}': {} vector(s) from {}", out.back().name, out.back().vectors, f.string());
   }
   return out;
 }

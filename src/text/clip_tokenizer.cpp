@@ -427,8 +427,10 @@ ClipTokenizer ClipTokenizer::from_dir(const std::filesystem::path& dir, const st
 
 const std::string& ClipTokenizer::token_text(int32_t id) const {
   static const std::string empty;
-  if (id < 0 || static_cast<size_t>(id) >= id_to_token_.size()) return empty;
-  return id_to_token_[static_cast<size_t>(id)];
+  if (id >= 0 && static_cast<size_t>(id) < id_to_token_.size()) return id_to_token_[static_cast<size_t>(id)];
+  for (const AddedEmbedding& e : embeddings_)
+    if (id >= e.first_id && id < e.first_id + e.count) return e.texts[static_cast<size_t>(id - e.first_id)];
+  return empty;
 }
 
 // ---------------------------------------------------------------- encoding
@@ -540,7 +542,9 @@ void ClipTokenizer::add_embedding(const std::string& name, int32_t first_id, int
     throw ModelError("embedding '" + name + "': the name is already a word of the tokenizer; rename the file");
   for (const AddedEmbedding& e : embeddings_)
     if (e.name == norm) throw ModelError("embedding '" + name + "' is loaded twice (two files of that name?)");
-  embeddings_.push_back({norm, first_id, count});
+  std::vector<std::string> texts{name};
+  for (int32_t k = 1; k < count; ++k) texts.push_back(name + "_" + std::to_string(k));
+  embeddings_.push_back({norm, first_id, count, texts});
   std::stable_sort(embeddings_.begin(), embeddings_.end(),
                    [](const AddedEmbedding& a, const AddedEmbedding& b) { return a.name.size() > b.name.size(); });
 }

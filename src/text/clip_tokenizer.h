@@ -62,6 +62,7 @@ class ClipTokenizer {
     std::u32string name;  // normalised
     int32_t first_id;
     int32_t count;
+    std::vector<std::string> texts;  // "name", "name_1", ... (token_text)
   };
   std::vector<AddedEmbedding> embeddings_;  // longest name first
 

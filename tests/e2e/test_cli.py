@@ -188,6 +188,20 @@ class BadInput(unittest.TestCase):
               (("batch", d / "out" / "a-0-9.png"), ("flag", d / "flag.png"), ("plain", d / "plain.png"))}
         self.assertTrue((px["batch"] == px["flag"]).all(), "the batch key and the flag load the same embedding")
         self.assertFalse((px["batch"] == px["plain"]).all(), "without it, 'inkstyle' is plain text")
+        # Embedding vectors count in validate's prompt-length check and show in `tokens`.
+        (d / "long").mkdir()
+        save_file({"clip_l": torch.zeros(320, model["text_encoders"][0]["hidden_dim"]),
+                   "clip_g": torch.zeros(320, model["text_encoders"][1]["hidden_dim"])}, str(d / "long" / "zzepicz.safetensors"))
+        (d / "long.json").write_text(json.dumps({"version": 1, "tasks": [{"id": "a", "prompt": "a lighthouse, zzepicz", "seed": 1}]}))
+        r = sdxl("validate", str(d / "long.json"), "--model", ARGS.model)
+        self.assertEqual(r.returncode, 0, r.stdout)
+        r = sdxl("validate", str(d / "long.json"), "--model", ARGS.model, "--embedding-dir", str(d / "long"))
+        self.assertEqual(r.returncode, 2, r.stdout)
+        self.assertIn("/tasks/0/prompt: image 0's prompt needs 5 chunks", r.stdout)
+        r = sdxl("tokens", "--model", ARGS.model, "--embedding-dir", str(d / "emb"), "--json", "a inkstyle")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        texts = [t["text"] for t in json.loads(r.stdout)["encoders"][0]["chunks"][0]["tokens"]]
+        self.assertEqual(texts, ["a</w>", "inkstyle", "inkstyle_1"])
         (d / "bad.json").write_text(json.dumps({"version": 1, "embeddings_dir": "nowhere",
                                                 "tasks": [{"id": "a", "prompt": "x"}]}))
         r = sdxl("validate", str(d / "bad.json"))

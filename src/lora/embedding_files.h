@@ -1,0 +1,32 @@
+// The embedding files of --embedding-dir / "embeddings_dir" without loading
+// them into a model: their names and vector counts from the safetensors
+// headers, for what counts tokens before a run (`validate`, `tokens`).
+// torch-free (lora/embeddings.h loads them into the encoders).
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "text/clip_tokenizer.h"
+
+namespace sdxl {
+
+struct EmbeddingFile {
+  std::string name;  // the file's stem: what prompts write
+  std::filesystem::path path;
+  int vectors = 0;
+};
+
+// Every *.safetensors of the folders, each folder's in name order.
+std::vector<std::filesystem::path> list_embedding_files(const std::vector<std::filesystem::path>& dirs);
+
+// Names and vector counts (clip_l's rows). Throws UsageError naming the file
+// when it is not an SDXL embedding (no clip_l / clip_g, not 2-D, counts differ).
+std::vector<EmbeddingFile> scan_embedding_files(const std::vector<std::filesystem::path>& dirs);
+
+// Adds the embeddings' tokens to a tokenizer, with ids after its vocabulary
+// in the order given (the ids the loaded model uses).
+void add_embedding_tokens(ClipTokenizer& tokenizer, const std::vector<EmbeddingFile>& files);
+
+}  // namespace sdxl
