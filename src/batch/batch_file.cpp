@@ -692,7 +692,7 @@ void check_prompt_chunks(const ModelConfig& mc, const BatchFile& bf, const std::
     std::vector<std::filesystem::path> dirs = emb_dirs;
     dirs.insert(dirs.end(), bf.embedding_dirs.begin(), bf.embedding_dirs.end());
     const std::vector<EmbeddingFile> files = scan_embedding_files(dirs);
-    for (auto& t : toks) add_embedding_tokens(t, files);
+    for (auto& t : toks) add_embedding_tokens(t, files, static_cast<std::int32_t>(t.vocab_size()));
   } catch (const UsageError& e) {
     problems.push_back({"/embeddings_dir", e.what(), 0});
     return;

@@ -41,7 +41,7 @@ int run_tokens(const TokensArgs& a) {
   for (size_t i = 0; i < mc.text_encoders.size(); ++i) {
     const auto& te = mc.text_encoders[i];
     ClipTokenizer tok = ClipTokenizer::from_dir(mc.path_of(te.tokenizer), te.pad_token);
-    add_embedding_tokens(tok, embeddings);
+    add_embedding_tokens(tok, embeddings, static_cast<std::int32_t>(tok.vocab_size()));
     const TokenizedPrompt tp = tokenize_prompt_counted(tok, a.text, i == 0 ? &warnings : nullptr);
     nlohmann::json chunks = nlohmann::json::array();
     for (size_t c = 0; c < tp.chunks.size(); ++c) {

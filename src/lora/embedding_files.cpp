@@ -38,8 +38,8 @@ std::vector<EmbeddingFile> scan_embedding_files(const std::vector<std::filesyste
   return out;
 }
 
-void add_embedding_tokens(ClipTokenizer& tokenizer, const std::vector<EmbeddingFile>& files) {
-  auto next = static_cast<int32_t>(tokenizer.vocab_size());
+void add_embedding_tokens(ClipTokenizer& tokenizer, const std::vector<EmbeddingFile>& files, std::int32_t first_id) {
+  std::int32_t next = first_id;
   for (const EmbeddingFile& e : files) {
     try {
       tokenizer.add_embedding(e.name, next, e.vectors);

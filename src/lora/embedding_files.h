@@ -4,6 +4,7 @@
 // torch-free (lora/embeddings.h loads them into the encoders).
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -25,8 +26,10 @@ std::vector<std::filesystem::path> list_embedding_files(const std::vector<std::f
 // when it is not an SDXL embedding (no clip_l / clip_g, not 2-D, counts differ).
 std::vector<EmbeddingFile> scan_embedding_files(const std::vector<std::filesystem::path>& dirs);
 
-// Adds the embeddings' tokens to a tokenizer, with ids after its vocabulary
-// in the order given (the ids the loaded model uses).
-void add_embedding_tokens(ClipTokenizer& tokenizer, const std::vector<EmbeddingFile>& files);
+// Adds the embeddings' tokens to a tokenizer, in the order given, with ids
+// from `first_id` on (the row count of the encoder's token embedding, which
+// the loaded model appends their vectors to; the vocabulary size otherwise).
+// Throws UsageError naming the file for a name that is a token already.
+void add_embedding_tokens(ClipTokenizer& tokenizer, const std::vector<EmbeddingFile>& files, std::int32_t first_id);
 
 }  // namespace sdxl

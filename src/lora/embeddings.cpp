@@ -20,56 +20,43 @@ torch::jit::Module token_embedding(torch::jit::Module& encoder, const std::strin
   throw ModelError(which + ": no token_embedding module in the exported text encoder");
 }
 
-// Rows of one encoder: [n, width] where width is the encoder's; a clear error otherwise.
-torch::Tensor rows_of(const SafetensorsFile& f, const char* key, std::int64_t width, const torch::Tensor& like) {
-  const SafetensorsTensor* t = f.find(key);
-  if (t == nullptr)
-    throw UsageError("embedding '" + f.label() + "' has no '" + key + "' tensor: an SDXL embedding holds clip_l and " +
-                     "clip_g (an SD 1.x embedding, with emb_params or string_to_param, does not fit SDXL)");
-  if (t->shape.size() != 2 || t->shape[1] != width || t->shape[0] < 1)
-    throw UsageError("embedding '" + f.label() + "': '" + key + "' has shape [" +
-                     (t->shape.empty() ? std::string() : std::to_string(t->shape[0])) +
-                     (t->shape.size() > 1 ? ", " + std::to_string(t->shape[1]) : std::string()) + "], this model needs [n, " +
-                     std::to_string(width) + "]");
-  return safetensors_to_tensor(*t, f.label(), like.device()).to(like.dtype());
+// Rows of one encoder, [n, width] with the encoder's width (scan_embedding_files
+// checked that both tensors are there and 2-D with the same n).
+torch::Tensor rows_of(const SafetensorsFile& f, const char* key, const torch::Tensor& weight) {
+  const SafetensorsTensor& t = *f.find(key);
+  if (t.shape[1] != weight.size(1))
+    throw UsageError("embedding '" + f.label() + "': '" + key + "' has shape [" + std::to_string(t.shape[0]) + ", " +
+                     std::to_string(t.shape[1]) + "], this model needs [n, " + std::to_string(weight.size(1)) + "]");
+  return safetensors_to_tensor(t, f.label(), weight.device()).to(weight.dtype());
 }
 
-void append_rows(torch::jit::Module& embedding, const torch::Tensor& rows) {
-  const torch::Tensor weight = embedding.attr("weight").toTensor();
-  embedding.setattr("weight", torch::cat({weight, rows}, 0).detach());
-}
-
-LoadedEmbedding load_one(SdxlModel& model, const std::filesystem::path& path) {
-  const SafetensorsFile f = SafetensorsFile::open(path);
-  torch::jit::Module e1 = token_embedding(model.text_encoder, "text_encoder");
-  torch::jit::Module e2 = token_embedding(model.text_encoder_2, "text_encoder_2");
-  const torch::Tensor w1 = e1.attr("weight").toTensor(), w2 = e2.attr("weight").toTensor();
-  const torch::Tensor l = rows_of(f, "clip_l", w1.size(1), w1), g = rows_of(f, "clip_g", w2.size(1), w2);
-  if (l.size(0) != g.size(0))
-    throw UsageError("embedding '" + f.label() + "': clip_l has " + std::to_string(l.size(0)) + " vectors, clip_g " +
-                     std::to_string(g.size(0)));
-  LoadedEmbedding out{path.stem().string(), path, static_cast<int>(l.size(0))};
-  // Tokenizers first: they refuse a name that is a token already, before any weight changes.
-  model.tokenizer->add_embedding(out.name, static_cast<int32_t>(w1.size(0)), out.vectors);
-  model.tokenizer_2->add_embedding(out.name, static_cast<int32_t>(w2.size(0)), out.vectors);
-  append_rows(e1, l);
-  append_rows(e2, g);
-  return out;
+void append_rows(torch::jit::Module& embedding, const std::vector<torch::Tensor>& rows) {
+  if (rows.empty()) return;
+  std::vector<torch::Tensor> all{embedding.attr("weight").toTensor()};
+  all.insert(all.end(), rows.begin(), rows.end());
+  embedding.setattr("weight", torch::cat(all, 0).detach());
 }
 
 }  // namespace
 
-std::vector<LoadedEmbedding> load_embeddings(SdxlModel& model, const std::vector<std::filesystem::path>& dirs) {
-  std::vector<LoadedEmbedding> out;
-  for (const auto& f : list_embedding_files(dirs)) {
-    try {
-      out.push_back(load_one(model, f));
-    } catch (const ModelError& e) {  // the tokenizer's refusal of a name: the user's file, not the model
-      throw UsageError("'" + f.string() + "': " + e.what());
-    }
-    spdlog::info("embedding '{}': {} vector(s) from {}", out.back().name, out.back().vectors, f.string());
+std::vector<EmbeddingFile> load_embeddings(SdxlModel& model, const std::vector<std::filesystem::path>& dirs) {
+  const std::vector<EmbeddingFile> files = scan_embedding_files(dirs);
+  torch::jit::Module e1 = token_embedding(model.text_encoder, "text_encoder");
+  torch::jit::Module e2 = token_embedding(model.text_encoder_2, "text_encoder_2");
+  const torch::Tensor w1 = e1.attr("weight").toTensor(), w2 = e2.attr("weight").toTensor();
+  std::vector<torch::Tensor> rows1, rows2;  // every file read and checked before the model changes
+  for (const EmbeddingFile& e : files) {
+    const SafetensorsFile f = SafetensorsFile::open(e.path);
+    rows1.push_back(rows_of(f, "clip_l", w1));
+    rows2.push_back(rows_of(f, "clip_g", w2));
   }
-  return out;
+  add_embedding_tokens(*model.tokenizer, files, static_cast<std::int32_t>(w1.size(0)));
+  add_embedding_tokens(*model.tokenizer_2, files, static_cast<std::int32_t>(w2.size(0)));
+  append_rows(e1, rows1);
+  append_rows(e2, rows2);
+  for (const EmbeddingFile& e : files)
+    spdlog::info("embedding '{}': {} vector(s) from {}", e.name, e.vectors, e.path.string());
+  return files;
 }
 
 }  // namespace sdxl

@@ -1,28 +1,21 @@
-// Textual-inversion embeddings for SDXL, as diffusers' load_textual_inversion
-// and A1111 load them: a .safetensors file with "clip_l" [n, 768] and "clip_g"
-// [n, 1280] (the widths of the model's two text encoders). The file's stem is
-// the name a prompt uses ("easynegative" in a negative prompt); it stands for
-// n new tokens whose rows are appended to each encoder's token embedding.
+// Loads textual-inversion embeddings into a model, as diffusers'
+// load_textual_inversion and A1111 do: each file found by
+// lora/embedding_files.h adds n tokens (its name) to both tokenizers and its
+// "clip_l" [n, 768] and "clip_g" [n, 1280] rows to the two text encoders'
+// token embeddings.
 #pragma once
 
 #include <filesystem>
-#include <string>
 #include <vector>
 
+#include "lora/embedding_files.h"
 #include "model/sdxl_model.h"
 
 namespace sdxl {
 
-struct LoadedEmbedding {
-  std::string name;  // the file's stem: what prompts write
-  std::filesystem::path path;
-  int vectors = 0;
-};
-
-// Loads every *.safetensors in `dirs` (each folder's files in name order) into
-// the model's tokenizers and text encoders. Throws UsageError naming the file
-// for an SD 1.x embedding, missing or mis-shaped tensors, NaN/Inf, or a name
-// that is already a token or loaded twice.
-std::vector<LoadedEmbedding> load_embeddings(SdxlModel& model, const std::vector<std::filesystem::path>& dirs);
+// Every *.safetensors in `dirs`. Throws UsageError naming the file for an
+// SD 1.x embedding, mis-shaped tensors, NaN/Inf, or a name that is already a
+// token or loaded twice; nothing of the model changes then.
+std::vector<EmbeddingFile> load_embeddings(SdxlModel& model, const std::vector<std::filesystem::path>& dirs);
 
 }  // namespace sdxl

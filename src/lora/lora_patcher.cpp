@@ -99,11 +99,10 @@ void LoraPatcher::apply(const Applied& set) {
     } else if (orig->second.device() == w.device()) {
       acc.copy_(orig->second);
     } else {
-      // Up into the weight in its own dtype, queued from pinned memory, then
-      // widened on the device. A copy between host and device that also
-      // changes the dtype converts on the CPU from pageable memory, one
-      // synchronous copy per weight, which made merges under --vram-limit
-      // tens of times slower (bench/results/2026-11-30-aoti-table-capped-lora-h200.md).
+      // Rule: copy host -> device in the weight's own dtype (queued from pinned
+      // memory), then widen on the device. A copy that also changes the dtype
+      // converts on the CPU from pageable memory, one synchronous copy per
+      // weight (figures: bench/results/2026-11-30-aoti-table-capped-lora-h200.md).
       w.copy_(orig->second, /*non_blocking=*/true);
       acc.copy_(w);
     }

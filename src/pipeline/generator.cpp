@@ -117,10 +117,9 @@ namespace {
 
 // TorchScript's executor settings are per thread (a thread_local in libtorch):
 // set on the thread that loads the model, they would not reach the pipeline's
-// stage threads, which then ran the optimising profiling executor. That cost
-// 5-6 s of graph optimisation at the second UNet call of every new shape and
-// batch size (measured on the H200: bench/results/2026-11-30-cold-shapes-h200.md).
-// Every entry point that runs a module calls this first.
+// stage threads, which would run the optimising profiling executor (seconds of
+// graph optimisation per new shape; figures: bench/results/2026-11-30-cold-shapes-h200.md).
+// Rule: every entry point that runs a module calls this first.
 void apply_thread_settings(const RuntimeOptions& opts) { torch::jit::setGraphExecutorOptimize(opts.jit_optimize); }
 
 }  // namespace

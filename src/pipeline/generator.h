@@ -32,15 +32,15 @@ struct RuntimeOptions {
   bool jit_optimize = false;
   bool cudnn_benchmark = false;  // let cuDNN time convolution algorithms per shape
   // Ask cuDNN for deterministic algorithms only (its split-K "segment_k"
-  // convolutions may sum in a varying order). On by default: measured on 2 H200s
-  // (128 images, 2026-11-30), one GPU and two gave 128/128 identical PNGs with it
-  // (63/64 without), at the same steady sampling speed (1.225 s/image).
+  // convolutions may sum in a varying order). On by default, so the same seed
+  // gives the same PNG on any GPU, at no measured cost in speed
+  // (figures: bench/results/2026-11-30-defaults-h200.md).
   bool deterministic_cudnn = true;
   // The CUDA caching allocator: "expandable" (expandable segments) or "default".
-  // Expandable by default: the 32-image mixed batch at --max-batch 4 ran 3-6%
-  // faster with it under 24 and 12 GiB caps and reserved 18.9 instead of 24.0 GiB
-  // under 24 GiB (2026-11-30). PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF, when
-  // set, win. Process-wide: the first CUDA generator applies it.
+  // Expandable by default: less fragmentation under --vram-limit, so more images
+  // fit a cap (figures: bench/results/2026-11-30-defaults-h200.md).
+  // PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF, when set, win. Process-wide:
+  // the first CUDA generator applies it.
   std::string cuda_allocator = "expandable";
   // Capture the UNet step as a CUDA graph and replay it (CUDA only; falls back
   // to plain calls when capture fails).
