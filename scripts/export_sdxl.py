@@ -5,6 +5,10 @@ Sources (exactly one):
   --tiny          random tiny SDXL-shaped weights (CI; seconds on CPU)
   --random-full   the real SDXL base architecture with random weights (2.57 B UNet)
   --from DIR      a diffusers-format SDXL directory (real weights, local files only)
+  --from FILE     a single-file checkpoint (.safetensors, original Stability / A1111 layout);
+                  architecture: SDXL base's, or --config DIR (scripts/checkpoint_file.py)
+  --vae FILE|DIR  (with --from) this VAE instead of the checkpoint's
+  --vae-only      only the VAE of --vae, as a VAE folder a task can name ("vae")
 --print-config tiny|full prints the configs --tiny / --random-full build, as JSON
 (the test references make files that fit the exported model from it).
 
@@ -44,7 +48,6 @@ import argparse
 import contextlib
 import copy
 import faulthandler
-import hashlib
 import json
 import math
 import os
@@ -288,6 +291,12 @@ class TextEncoderTS(nn.Module):
         out = self.text_model(ids, output_hidden_states=True, return_dict=True)
         return out.hidden_states[-2], out.pooler_output
 
+    def hidden_states(self, ids):
+        """Every hidden state (the embeddings', then each layer's, no final layer norm) stacked
+        [layers + 1, B, 77, H], and the pooled output: what clip skip picks from."""
+        out = self.text_model(ids, output_hidden_states=True, return_dict=True)
+        return torch.stack(out.hidden_states), out.pooler_output
+
 
 class TextEncoder2TS(nn.Module):
     """CLIPTextModelWithProjection: names 'text_model.encoder...' and 'text_projection.weight'."""
@@ -300,6 +309,11 @@ class TextEncoder2TS(nn.Module):
     def forward(self, ids):
         out = self.text_model(ids, output_hidden_states=True, return_dict=True)
         return out.hidden_states[-2], self.text_projection(out.pooler_output)
+
+    def hidden_states(self, ids):
+        """As TextEncoderTS.hidden_states, with the projected pooled output."""
+        out = self.text_model(ids, output_hidden_states=True, return_dict=True)
+        return torch.stack(out.hidden_states), self.text_projection(out.pooler_output)
 
 
 class TextEncoder2Eager(nn.Module):
@@ -322,6 +336,38 @@ class TextEncoderEager(nn.Module):
     def forward(self, ids):
         out = self.te(ids, output_hidden_states=True)
         return out.hidden_states[-2], out[1]
+
+
+def trace_text_encoder(mod: nn.Module, eager: nn.Module, ids: torch.Tensor, path: Path, label: str,
+                       prefix: str = "") -> list[str]:
+    """Traces a text encoder wrapper's two methods into one module: forward(ids) -> (hidden_states[-2],
+    pooled) and hidden_states(ids) -> (every hidden state stacked, pooled), which clip skip uses. The
+    saved module must carry the eager encoder's parameter names, its hidden states must be the eager
+    encoder's, and hidden_states(ids)[0][-2] must be forward(ids)[0]. Returns the tracer warnings."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", category=torch.jit.TracerWarning)
+        with torch.no_grad():
+            ts = torch.jit.trace_module(mod, {"forward": (ids,), "hidden_states": (ids,)}, check_trace=False,
+                                        strict=False)
+    msgs = sorted({f"{Path(w.filename).name}:{w.lineno}: {str(w.message).splitlines()[0][:90]}"
+                   for w in caught if issubclass(w.category, torch.jit.TracerWarning)})
+    torch.jit.save(ts, str(path))
+    check_names(path, eager, ids.device.type, label, prefix)
+    loaded = torch.jit.load(str(path), map_location=ids.device)
+    with torch.no_grad():
+        stacked, pooled = loaded.hidden_states(ids)
+        hidden, pooled_fwd = loaded(ids)
+        want = eager(ids, output_hidden_states=True).hidden_states
+    tol = 1e-5 if stacked.dtype == torch.float32 else 1e-2
+    scale = max(1.0, float(stacked.abs().max()))
+    if stacked.shape[0] != len(want):
+        raise SystemExit(f"{label}: hidden_states() gives {stacked.shape[0]} hidden states, the encoder {len(want)}")
+    for name, a, b in (("hidden_states()", stacked, torch.stack(want)), ("hidden_states()[-2]", stacked[-2], hidden),
+                       ("hidden_states() pooled", pooled, pooled_fwd)):
+        d = float((a.float() - b.float()).abs().max())
+        if not d <= tol * scale:
+            raise SystemExit(f"{label}: {name} differs from the reference by {d:.3g} (tolerance {tol * scale:.3g})")
+    return msgs
 
 
 # --- example inputs -------------------------------------------------------------
@@ -673,6 +719,151 @@ def export_unet_aoti(unet, dtype, device: str, out_dir: Path, limits: dict, vae_
     }
 
 
+# --- real weights: a diffusers folder or a single-file checkpoint, and a VAE -------------
+def copy_tokenizers(src_dir: Path | None, tmp: Path, pads: tuple[str, str]) -> None:
+    """tokenizer/ and tokenizer_2/ in the export: src_dir's vocabulary where it has one,
+    else open-clip's (the one SDXL uses)."""
+    for sub, pad in zip(("tokenizer", "tokenizer_2"), pads):
+        write_clip_tokenizer(tmp / sub, pad)
+        for f in ("vocab.json", "merges.txt"):
+            if src_dir is not None and (src_dir / sub / f).is_file():
+                shutil.copyfile(src_dir / sub / f, tmp / sub / f)
+            elif src_dir is not None:
+                log(f"  warning: {src_dir / sub / f} missing; using open-clip's {f}")
+
+
+def configs_of(config_dir: Path | None) -> dict:
+    """The architecture of a single-file checkpoint: SDXL base's, or config_dir's (a diffusers
+    folder; only its config files are read)."""
+    if config_dir is None:
+        return architecture("full")
+    out = {}
+    for key, rel in (("unet", "unet/config.json"), ("vae", "vae/config.json"),
+                     ("text_encoder", "text_encoder/config.json"), ("text_encoder_2", "text_encoder_2/config.json"),
+                     ("scheduler", "scheduler/scheduler_config.json")):
+        f = config_dir / rel
+        if not f.is_file():
+            raise SystemExit(f"--config {config_dir}: {rel} is missing (a diffusers-layout folder is needed)")
+        out[key] = json.loads(f.read_text())
+    return out
+
+
+def tokenizer_pads(config_dir: Path | None) -> tuple[str, str]:
+    pads = ["<|endoftext|>", "!"]
+    for i, sub in enumerate(("tokenizer", "tokenizer_2")):
+        f = config_dir / sub / "special_tokens_map.json" if config_dir else None
+        if f is not None and f.is_file():
+            pad = json.loads(f.read_text()).get("pad_token", pads[i])
+            pads[i] = pad["content"] if isinstance(pad, dict) else pad
+    return pads[0], pads[1]
+
+
+def load_source(a, device: str, dtype: torch.dtype, tmp: Path):
+    """--from DIR|FILE [--config DIR] [--vae FILE|DIR] -> (pipeline, name, source, model.json
+    entries naming the files the weights came from)."""
+    from checkpoint_file import load_checkpoint, load_vae, sha256_file, vae_weights_file
+    from diffusers import EulerDiscreteScheduler, StableDiffusionXLPipeline
+    from transformers import CLIPTokenizer
+
+    src = Path(a.from_path).resolve()
+    config_dir = Path(a.config).resolve() if a.config else None
+    vae_src = Path(a.vae).resolve() if a.vae else None
+    meta = {}
+    if src.is_dir():
+        if config_dir:
+            raise SystemExit("--config is for a single-file checkpoint; a diffusers folder has its own configs")
+        pipe = StableDiffusionXLPipeline.from_pretrained(str(src), dtype=dtype, local_files_only=True)
+        pipe.to(device)
+        copy_tokenizers(src, tmp, (pipe.tokenizer.pad_token, pipe.tokenizer_2.pad_token))
+        if vae_src:
+            pipe.register_modules(vae=load_vae(vae_src, dict(pipe.vae.config), device, dtype, log))
+    elif src.is_file():
+        configs = configs_of(config_dir)
+        parts = load_checkpoint(src, configs, device, dtype, need_vae=vae_src is None, log=log)
+        copy_tokenizers(config_dir, tmp, tokenizer_pads(config_dir))
+        toks = [CLIPTokenizer.from_pretrained(str(tmp / sub)) for sub in ("tokenizer", "tokenizer_2")]
+        vae = load_vae(vae_src, configs["vae"], device, dtype, log) if vae_src else parts["vae"]
+        pipe = StableDiffusionXLPipeline(vae=vae, text_encoder=parts["text_encoder"],
+                                         text_encoder_2=parts["text_encoder_2"], tokenizer=toks[0], tokenizer_2=toks[1],
+                                         unet=parts["unet"], scheduler=EulerDiscreteScheduler.from_config(configs["scheduler"]),
+                                         force_zeros_for_empty_prompt=True, add_watermarker=False)
+        meta["source_file"] = {"name": src.name, "sha256": sha256_file(src)}
+    else:
+        raise SystemExit(f"--from {src}: no such file or folder")
+    weights = vae_weights_file(vae_src) if vae_src else None
+    if weights is not None:
+        meta["vae_file"] = {"name": weights.name, "sha256": sha256_file(weights)}
+    for m in (pipe.text_encoder, pipe.text_encoder_2, pipe.unet, pipe.vae):
+        m.eval().requires_grad_(False)
+    name = src.stem if src.is_file() else src.name
+    return pipe, name, f"from:{src}" + (f" vae:{vae_src}" if vae_src else ""), meta
+
+
+def file_digests(folder: Path) -> dict:
+    """Size and sha256 of every file under folder (model.json "files": --verify-model checks them)."""
+    from checkpoint_file import sha256_file
+
+    return {p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def publish(tmp: Path, out: Path) -> None:
+    """Replace out by tmp atomically: readers see the old folder or the new one, never a mix."""
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        out.rename(old)
+        tmp.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        tmp.rename(out)
+
+
+def export_vae_only(a, dtype_name: str, dtype: torch.dtype, device: str, out: Path, tmp: Path) -> int:
+    """--vae-only --vae FILE|DIR: a VAE folder that sdxl-batch swaps in per task ("vae" in a
+    batch file, --vae on the CLI): vae_decoder.ts, vae_encoder.ts and model.json (kind "vae")."""
+    from checkpoint_file import load_vae, sha256_file, vae_weights_file
+
+    torch.set_grad_enabled(False)
+    src = Path(a.vae).resolve()
+    vae = load_vae(src, configs_of(Path(a.config).resolve() if a.config else None)["vae"], device, dtype, log)
+    vae_dtype = torch.float32 if (dtype == torch.float16 and vae.config.force_upcast) else dtype
+    vae.to(vae_dtype)
+    down = 2 ** (len(vae.config.block_out_channels) - 1)
+    chans = int(vae.config.latent_channels)
+    gen = torch.Generator().manual_seed(99)
+    z = torch.randn(1, chans, 11, 13, generator=gen).to(device, vae_dtype)
+    img = (torch.rand(1, 3, 11 * down, 13 * down, generator=gen) * 2 - 1).to(device, vae_dtype)
+    trace_module(VaeDecoderTS(vae, vae_dtype), (z,), tmp / "vae_decoder.ts")
+    trace_module(VaeEncoderTS(vae, vae_dtype), (img,), tmp / "vae_encoder.ts")
+    check_names(tmp / "vae_decoder.ts", VaeDecoderTS(vae, vae_dtype), device, "vae_decoder")
+    check_names(tmp / "vae_encoder.ts", VaeEncoderTS(vae, vae_dtype), device, "vae_encoder")
+    chk = Checker(vae_dtype, device)
+    dec, enc = (torch.jit.load(str(tmp / f), map_location=device) for f in ("vae_decoder.ts", "vae_encoder.ts"))
+    for (b, h, w) in ((1, 32, 32), (2, 33, 25)):
+        chk.run_safe("vae_decoder.ts", dict(batch=b, width=8 * w, height=8 * h), dec, VaeDecoderTS(vae, vae_dtype),
+                     (torch.randn(b, chans, h, w, generator=gen).to(device, vae_dtype),))
+        chk.run_safe("vae_encoder.ts", dict(batch=b, width=8 * w, height=8 * h), enc, VaeEncoderTS(vae, vae_dtype),
+                     ((torch.rand(b, 3, h * down, w * down, generator=gen) * 2 - 1).to(device, vae_dtype),))
+    bad = [r for r in chk.results if not r["ok"]]
+    if bad:
+        raise SystemExit(f"the traced VAE does not match the eager one: {bad[0]}")
+    weights = vae_weights_file(src)
+    meta = {
+        "format_version": 1, "kind": "vae", "name": src.stem if src.is_file() else src.name, "source": f"vae:{src}",
+        "dtype": dtype_name, "vae_dtype": {v: k for k, v in DTYPES.items()}[vae_dtype], "export_device": device,
+        "torch_version": torch.__version__, "vae_scaling_factor": float(vae.config.scaling_factor),
+        "vae_downsample": down, "latent_channels": chans,
+        "vae_decoder": {"file": "vae_decoder.ts"}, "vae_encoder": {"file": "vae_encoder.ts"},
+        **({"vae_file": {"name": weights.name, "sha256": sha256_file(weights)}} if weights else {}),
+        "check": {"level": "quick", "modules": summarize_checks(chk.results), "notes": []},
+        "files": file_digests(tmp),
+    }
+    (tmp / "model.json").write_text(json.dumps(meta, indent=1) + "\n")
+    publish(tmp, out)
+    log(f"  wrote VAE {out} (decode dtype {meta['vae_dtype']}, scaling factor {meta['vae_scaling_factor']})")
+    return 0
+
+
 # --- main -------------------------------------------------------------------------------
 def main() -> int:
     # A crash in native code (e.g. the AOTInductor loader on CUDA, see
@@ -682,10 +873,21 @@ def main() -> int:
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--tiny", action="store_true")
     src.add_argument("--random-full", action="store_true")
-    src.add_argument("--from", dest="from_dir", metavar="DIR")
+    src.add_argument("--vae-only", action="store_true",
+                     help="export only the VAE given by --vae, as a VAE folder that tasks can swap in "
+                          "(\"vae\" in a batch file, --vae on the CLI)")
+    src.add_argument("--from", dest="from_path", metavar="DIR|FILE",
+                     help="real weights: a diffusers SDXL folder, or a single-file checkpoint (.safetensors, the "
+                          "original Stability / A1111 layout)")
     ap.add_argument("--print-config", choices=["tiny", "full"], action=PrintConfig,
                     help="print the diffusers / transformers configs and the scheduler config of the --tiny or "
                          "--random-full architecture as JSON, and exit")
+    ap.add_argument("--config", metavar="DIR",
+                    help="with --from FILE: the architecture as a diffusers-layout folder (configs, scheduler, "
+                         "tokenizers; weights not needed); default: SDXL base 1.0's built-in configs")
+    ap.add_argument("--vae", metavar="FILE|DIR",
+                    help="with --from: this VAE instead of the checkpoint's (a diffusers VAE folder, or a "
+                         ".safetensors VAE file in the original or the diffusers layout)")
     ap.add_argument("--dtype", choices=sorted(DTYPES))
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--out", required=True)
@@ -711,8 +913,12 @@ def main() -> int:
     if threads > 0:
         torch.set_num_threads(threads)
 
+    if (a.config or a.vae) and not (a.from_path or a.vae_only):
+        ap.error("--config and --vae go with --from or --vae-only")
+    if a.vae_only and not a.vae:
+        ap.error("--vae-only needs --vae FILE|DIR")
     t_start = time.time()
-    kind = "tiny" if a.tiny else "random-full" if a.random_full else "from"
+    kind = "tiny" if a.tiny else "random-full" if a.random_full else "vae-only" if a.vae_only else "from"
     dtype_name = a.dtype or ("fp32" if kind == "tiny" else "fp16")
     dtype = DTYPES[dtype_name]
     device = a.device
@@ -727,7 +933,10 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the temp dir is removed on kill
     try:
-        rc = export(a, kind, dtype_name, dtype, device, out, tmp, t_start)
+        if kind == "vae-only":
+            rc = export_vae_only(a, dtype_name, dtype, device, out, tmp)
+        else:
+            rc = export(a, kind, dtype_name, dtype, device, out, tmp, t_start)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -737,22 +946,10 @@ def main() -> int:
 def export(a, kind, dtype_name, dtype, device, out: Path, tmp: Path, t_start: float) -> int:
     torch.set_grad_enabled(False)
     log(f"export {kind}: dtype {dtype_name}, device {device}, torch {torch.__version__} -> {out}")
+    files_meta = {}
     if kind == "from":
-        from diffusers import StableDiffusionXLPipeline
-
-        src_dir = Path(a.from_dir).resolve()
-        pipe = StableDiffusionXLPipeline.from_pretrained(str(src_dir), dtype=dtype, local_files_only=True)
-        pipe.to(device)
-        for m in (pipe.text_encoder, pipe.text_encoder_2, pipe.unet, pipe.vae):
-            m.eval().requires_grad_(False)
-        for sub, tok in (("tokenizer", pipe.tokenizer), ("tokenizer_2", pipe.tokenizer_2)):
-            write_clip_tokenizer(tmp / sub, tok.pad_token)
-            for f in ("vocab.json", "merges.txt"):
-                if (src_dir / sub / f).is_file():
-                    shutil.copyfile(src_dir / sub / f, tmp / sub / f)
-                else:
-                    log(f"  warning: {src_dir / sub / f} missing; using open-clip's {f}")
-        name, source, seed = src_dir.name, f"from:{src_dir}", None
+        pipe, name, source, files_meta = load_source(a, device, dtype, tmp)
+        seed = None
     else:
         pipe = build_random_pipeline(kind, device, dtype, a.seed, tmp)
         name, source, seed = f"sdxl-{kind}", kind, a.seed
@@ -784,11 +981,11 @@ def export(a, kind, dtype_name, dtype, device, out: Path, tmp: Path, t_start: fl
     # text encoders
     t0 = time.time()
     ids = make_ids(2, pad1_id, gen, device)
-    warns["text_encoder.ts"] = trace_module(TextEncoderTS(te1), (ids,), tmp / "text_encoder.ts")
-    check_names(tmp / "text_encoder.ts", te1, device, "text_encoder", "text_model.")
+    warns["text_encoder.ts"] = trace_text_encoder(TextEncoderTS(te1), te1, ids, tmp / "text_encoder.ts",
+                                                  "text_encoder", "text_model.")
     ids = make_ids(2, pad2_id, gen, device)
-    warns["text_encoder_2.ts"] = trace_module(TextEncoder2TS(te2), (ids,), tmp / "text_encoder_2.ts")
-    check_names(tmp / "text_encoder_2.ts", te2, device, "text_encoder_2")
+    warns["text_encoder_2.ts"] = trace_text_encoder(TextEncoder2TS(te2), te2, ids, tmp / "text_encoder_2.ts",
+                                                    "text_encoder_2")
     timings["trace_text"] = time.time() - t0
 
     # UNet: trace at a latent size that is not a multiple of 2**n_up (forward_upsample_size path)
@@ -825,6 +1022,9 @@ def export(a, kind, dtype_name, dtype, device, out: Path, tmp: Path, t_start: fl
         "height_min": 256 if tiny else 512, "height_max": 1536,
         "size_multiple": 8,
         "context_chunks_max": 4,
+        # The --check level that verified the traces in this range (none: not verified).
+        # sdxl-batch runs other multiples of size_multiple too, with a warning.
+        "checked": a.check,
     }
     check_summary = None
     notes: list[str] = []
@@ -853,15 +1053,8 @@ def export(a, kind, dtype_name, dtype, device, out: Path, tmp: Path, t_start: fl
 
     # tokenizers (random sources wrote them already)
     sc = pipe.scheduler.config
-    files = {}  # size and sha256 of every file: `sdxl-batch ... --verify-model` checks them
     t0 = time.time()
-    for p in sorted(tmp.rglob("*")):
-        if p.is_file():
-            digest = hashlib.sha256()
-            with open(p, "rb") as f:
-                for block in iter(lambda: f.read(1 << 24), b""):
-                    digest.update(block)
-            files[p.relative_to(tmp).as_posix()] = {"bytes": p.stat().st_size, "sha256": digest.hexdigest()}
+    files = file_digests(tmp)
     timings["sha256"] = time.time() - t0
     meta = {
         "format_version": 1,
@@ -877,9 +1070,10 @@ def export(a, kind, dtype_name, dtype, device, out: Path, tmp: Path, t_start: fl
         "vae_downsample": vae_down,
         "latent_channels": int(unet.config.in_channels),
         "text_encoders": [
-            {"file": "text_encoder.ts", "tokenizer": "tokenizer", "pad_token": pad1, "hidden_dim": h1},
+            {"file": "text_encoder.ts", "tokenizer": "tokenizer", "pad_token": pad1, "hidden_dim": h1,
+             "hidden_states": te1.config.num_hidden_layers + 1},
             {"file": "text_encoder_2.ts", "tokenizer": "tokenizer_2", "pad_token": pad2, "hidden_dim": h2,
-             "pooled_dim": pdim},
+             "pooled_dim": pdim, "hidden_states": te2.config.num_hidden_layers + 1},
         ],
         "unet": {"file": "unet.ts", "in_channels": int(unet.config.in_channels), "context_dim": ctx_dim,
                  "pooled_dim": pdim, "time_ids_dim": 6, "parameters": count_params(unet),
@@ -891,21 +1085,14 @@ def export(a, kind, dtype_name, dtype, device, out: Path, tmp: Path, t_start: fl
         "defaults": ({"width": 256, "height": 256, "steps": 8, "cfg": 5.0} if tiny
                      else {"width": 1024, "height": 1024, "steps": 28, "cfg": 7.0}),
         "limits": limits,
+        **files_meta,
         "files": files,
     }
     if check_summary is not None:
         meta["check"] = {"level": a.check, "modules": check_summary, "notes": notes}
     (tmp / "model.json").write_text(json.dumps(meta, indent=1) + "\n")
 
-    # atomic replace
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        out.rename(old)
-        tmp.rename(out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        tmp.rename(out)
-
+    publish(tmp, out)
     total = time.time() - t_start
     log("summary:")
     log(f"  params: text_encoder {count_params(te1) / 1e6:,.3f} M, text_encoder_2 {count_params(te2) / 1e6:,.3f} M, "
@@ -914,6 +1101,12 @@ def export(a, kind, dtype_name, dtype, device, out: Path, tmp: Path, t_start: fl
         log(f"  {f:28s} {info['bytes'] / 2**20:10.2f} MiB")
     log(f"  build {t_built - t_start:.1f}s, " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items())
         + f", total {total:.1f}s")
+    import resource
+
+    peak = f"  peak memory: host {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB (max RSS)"
+    if device == "cuda":
+        peak += f", GPU {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB allocated"
+    log(peak)
     log(f"  wrote {out}")
     return 0
 

@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""Parity (ctest label parity): single-file checkpoints and VAE files, CPU.
+
+reference.single_file_fixture writes a tiny SDXL pipeline (second text encoder wider
+than the first) as a diffusers folder and as one .safetensors file in the original
+Stability layout (checked there against diffusers' from_single_file), a second VAE as a
+bare original-layout file and as a diffusers folder, and four files that must be
+refused. Then:
+  - export_sdxl.py --from FILE --config DIR gives the same tensors, bit for bit, as
+    --from the diffusers folder; --vae FILE and --vae DIR give the same VAE;
+  - sdxl-batch on those exports vs diffusers on the folders: PSNR >= 40 dB, with the
+    checkpoint's VAE and with the other one (which must change the image), and the
+    PNG's Model hash / VAE hash are the files' A1111 short hashes;
+  - the SD 1.x, refiner, truncated and missing-tensor files: exit code 1, a message
+    naming what is wrong, no output folder and no temporary folder left.
+
+    PYTHONPATH=tests parity_single_file.py --binary B --model TINY --diffusers TINY_DIFFUSERS --work DIR
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from parity_common import finish, parse_args
+
+from reference.compare_images import load_rgb, psnr
+
+EXPORT = Path(__file__).resolve().parents[2] / "scripts" / "export_sdxl.py"
+BAD = {"sd1": "SD 1.x", "refiner": "refiner", "truncated": "truncated", "missing-tensor": "1 missing"}
+COMMON = ["--seed", "11", "--steps", "6", "--cfg", "5.0", "--width", "256", "--height", "256"]
+PROMPT = "comic panel, a lighthouse in a storm"
+
+
+def run(args: list[str], what: str) -> subprocess.CompletedProcess:
+    r = subprocess.run(args, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"{what} failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
+    return r
+
+
+def export(work: Path, name: str, *args: str) -> Path:
+    out = work / name
+    run([sys.executable, str(EXPORT), *args, "--out", str(out), "--force", "--check", "none", "--dtype", "fp32"],
+        f"export {name}")
+    return out
+
+
+def same_tensors(a: Path, b: Path, files: tuple[str, ...]) -> float:
+    """The largest difference between the parameters of two exports (inf if names differ)."""
+    import torch
+
+    worst = 0.0
+    for f in files:
+        pa = dict(torch.jit.load(str(a / f)).named_parameters())
+        pb = dict(torch.jit.load(str(b / f)).named_parameters())
+        if set(pa) != set(pb):
+            return float("inf")
+        worst = max(worst, max(float((pa[k] - pb[k]).abs().max()) for k in pa))
+    return worst
+
+
+def short_hash(path: Path, n: int = 10) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:n]
+
+
+def bad_file_rows(work: Path, fx: Path) -> list[dict]:
+    rows = []
+    for name, words in BAD.items():
+        out = work / f"refused-{name}"
+        r = subprocess.run([sys.executable, str(EXPORT), "--from", str(fx / f"{name}.safetensors"), "--config",
+                            str(fx / "diffusers"), "--out", str(out), "--check", "none"], capture_output=True, text=True)
+        message = (r.stderr.strip().splitlines() or [""])[-1]
+        leftovers = [p.name for p in work.glob(f".refused-{name}*")] + ([out.name] if out.exists() else [])
+        ok = r.returncode == 1 and words in message and not leftovers
+        rows.append({"case": f"refused: {name}", "what": message[-110:], "value": float(r.returncode), "ok": ok})
+    return rows
+
+
+def main() -> int:
+    a, work = parse_args(__doc__)
+    fx = work / "fixture"
+    run([sys.executable, "-m", "reference.single_file_fixture", "--out", str(fx), "--tokenizers", a.diffusers,
+         "--dtype", "fp16"], "reference.single_file_fixture")
+    ckpt, vae_file = fx / "checkpoint.safetensors", fx / "vae.safetensors"
+    m_dir = export(work, "from-folder", "--from", str(fx / "diffusers"))
+    m_file = export(work, "from-file", "--from", str(ckpt), "--config", str(fx / "diffusers"))
+    m_vae = export(work, "from-file-vae", "--from", str(ckpt), "--config", str(fx / "diffusers"), "--vae", str(vae_file))
+    m_vae_dir = export(work, "from-file-vae-folder", "--from", str(ckpt), "--config", str(fx / "diffusers"),
+                       "--vae", str(fx / "vae-diffusers"))
+    rows = []
+    all_ts = ("text_encoder.ts", "text_encoder_2.ts", "unet.ts", "vae_decoder.ts", "vae_encoder.ts")
+    d = same_tensors(m_file, m_dir, all_ts)
+    rows.append({"case": "file == folder (tensors)", "what": "max |diff| of every parameter", "value": d, "ok": d == 0})
+    d = same_tensors(m_vae, m_vae_dir, ("vae_decoder.ts", "vae_encoder.ts"))
+    rows.append({"case": "--vae FILE == --vae DIR", "what": "max |diff| of the VAE", "value": d, "ok": d == 0})
+
+    images = {}
+    for case, model, ref_dir in (("checkpoint", m_file, fx / "diffusers"), ("checkpoint + --vae", m_vae,
+                                                                             fx / "diffusers-vae2")):
+        ours, ref = work / f"{model.name}-sdxl.png", work / f"{model.name}-ref.png"
+        run([a.binary, "generate", "--model", str(model), "--prompt", PROMPT, *COMMON, "--out", str(ours),
+             "--threads", "1"], f"sdxl-batch on {model.name}")
+        run([sys.executable, "-m", "reference.reference_sdxl", "--diffusers", str(ref_dir), "--prompt", PROMPT,
+             *COMMON, "--out-png", str(ref), "--threads", "1"], f"reference on {ref_dir.name}")
+        images[case] = load_rgb(str(ours))
+        p = psnr(images[case], load_rgb(str(ref)))
+        from PIL import Image
+
+        with Image.open(ours) as im:
+            params = im.info["parameters"]
+        want = [f"Model hash: {short_hash(ckpt)}"] + ([f"VAE hash: {short_hash(vae_file)}"] if "vae" in case else [])
+        hashes = all(w in params for w in want)
+        rows.append({"case": case, "what": "PSNR dB vs diffusers; " + ", ".join(want), "value": p,
+                     "ok": p >= a.min_psnr and hashes})
+    p = psnr(images["checkpoint"], images["checkpoint + --vae"])
+    rows.append({"case": "the other VAE changes it", "what": "PSNR dB between the two", "value": p,
+                 "ok": p < a.min_psnr - 10})
+    rows += bad_file_rows(work, fx)
+    failed = not all(r["ok"] for r in rows)
+    return finish(rows, [("case", "case", "<28"), ("what", "what", "<112"), ("value", "value", ">10.3g")],
+                  work / "parity_single_file.json", failed,
+                  "a single-file export differs from the folder's, is below {min_psnr} dB, has wrong hashes, or a "
+                  "bad file was not refused cleanly", ": single files and VAE files load exactly", a.min_psnr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
