@@ -28,6 +28,7 @@ using nlohmann::json;
 
 constexpr int kMaxSteps = 200;
 constexpr int kMaxCount = 1000;
+constexpr int kMaxClipSkip = 256;  // a bound without a model; validation checks the model's own limit
 
 // Collects problems instead of stopping at the first, so a user fixes a file in one go.
 struct Checker {
@@ -104,6 +105,7 @@ struct Checker {
     get_string(obj, pointer, "sampler", p.sampler);
     get_string(obj, pointer, "schedule", p.schedule);
     get_number(obj, pointer, "guidance_rescale", 0.0, 1.0, p.guidance_rescale);
+    if (get_int(obj, pointer, "clip_skip", 1, kMaxClipSkip, v)) p.clip_skip = static_cast<int>(v);
     get_number(obj, pointer, "strength", 0.0, 1.0, p.strength);
     if (obj.contains("hires")) {
       const std::string hp = pointer + "/hires";
@@ -384,7 +386,7 @@ TaskDefaults read_defaults(Checker& ck, const json& j, const GenerationParams& f
   }
   const json& d = j["defaults"];
   ck.check_keys(d, "/defaults", {"negative", "steps", "cfg", "width", "height", "sampler", "schedule",
-                                 "guidance_rescale", "strength", "hires", "priority", "timeout", "loras",
+                                 "guidance_rescale", "clip_skip", "strength", "hires", "priority", "timeout", "loras",
                                  "characters", "style", "expand", "max_images"});
   ck.read_settings(d, "/defaults", td.params);
   ck.check_sampler(d, "/defaults", td.params);
@@ -484,8 +486,8 @@ bool read_task(Checker& ck, const json& t, const std::string& ptr, const TaskDef
     return false;
   }
   ck.check_keys(t, ptr, {"id", "prompt", "negative", "seed", "count", "steps", "cfg", "width", "height", "sampler",
-                         "schedule", "guidance_rescale", "init_image", "strength", "hires", "priority", "deadline",
-                         "timeout", "loras", "characters", "style", "expand", "max_images"});
+                         "schedule", "guidance_rescale", "clip_skip", "init_image", "strength", "hires", "priority",
+                         "deadline", "timeout", "loras", "characters", "style", "expand", "max_images"});
   task.params = td.params;
   task.params.prompt.clear();
   if (!ck.get_string(t, ptr, "id", task.id) || task.id.empty()) {
@@ -742,6 +744,11 @@ std::vector<BatchProblem> validate_batch_file(const std::filesystem::path& path,
         check_task_size(*model, bf.tasks[i].params);
       } catch (const UsageError& e) {
         problems.push_back({"/tasks/" + std::to_string(i), e.what(), 0});
+      }
+      try {
+        if (bf.tasks[i].params.clip_skip != 0) check_clip_skip(*model, bf.tasks[i].params.clip_skip);
+      } catch (const UsageError& e) {
+        problems.push_back({"/tasks/" + std::to_string(i) + "/clip_skip", e.what(), 0});
       }
     }
     check_prompt_chunks(*model, bf, embedding_dirs, problems);

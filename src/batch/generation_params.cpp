@@ -35,35 +35,63 @@ std::string quote_if_needed(const std::string& v) {
   return out + "\"";
 }
 
+// "NAME: HASH, NAME2: HASH2", quoted as A1111 quotes it.
+std::string hash_list(const std::vector<std::pair<std::string, std::string>>& hashes) {
+  std::string h;
+  for (const auto& [name, hash] : hashes) h += (h.empty() ? "" : ", ") + name + ": " + hash;
+  return quote_if_needed(h);
+}
+
 }  // namespace
 
-std::string a1111_parameters(const GenerationParams& p, const std::string& model_name,
-                             const std::vector<std::pair<std::string, std::string>>& lora_hashes) {
+ImageSources model_sources(const ModelConfig& mc) {
+  ImageSources s;
+  s.model_name = mc.name;
+  if (mc.source_file.recorded()) s.model_hash = mc.source_file.short_hash();
+  if (mc.vae_file.recorded()) {
+    s.vae_hash = mc.vae_file.short_hash();
+    s.vae_name = mc.vae_file.name;
+  }
+  return s;
+}
+
+// The items in A1111's order (processing.py create_infotext): ..., Size, Model
+// hash, Model, VAE hash, VAE, Denoising strength, Clip skip, then the extra
+// items (init image, hires fix, Lora hashes, TI hashes), Version.
+std::string a1111_parameters(const GenerationParams& p, const ImageSources& src) {
   std::ostringstream s;
   s << p.prompt << "\n";
   if (!p.negative_prompt.empty()) s << "Negative prompt: " << p.negative_prompt << "\n";
   s << "Steps: " << p.steps << ", Sampler: " << quote_if_needed(p.sampler)
     << ", Schedule type: " << quote_if_needed(p.schedule) << ", CFG scale: " << format_number(p.cfg);
   if (p.guidance_rescale != 0.0) s << ", Guidance rescale: " << format_number(p.guidance_rescale);
-  s << ", Seed: " << p.seed << ", Size: " << p.width << "x" << p.height
-    << ", Model: " << quote_if_needed(model_name);
-  if (!p.init_image.empty()) {
-    s << ", Denoising strength: " << format_number(p.strength)
-      << ", Init image: " << quote_if_needed(std::filesystem::path(p.init_image).filename().string());
-  }
+  s << ", Seed: " << p.seed << ", Size: " << p.width << "x" << p.height;
+  if (!src.model_hash.empty()) s << ", Model hash: " << src.model_hash;
+  s << ", Model: " << quote_if_needed(src.model_name);
+  if (!src.vae_hash.empty()) s << ", VAE hash: " << src.vae_hash;
+  if (!src.vae_name.empty()) s << ", VAE: " << quote_if_needed(src.vae_name);
+  const bool img2img = !p.init_image.empty();
+  if (img2img) s << ", Denoising strength: " << format_number(p.strength);
+  else if (p.hires_on()) s << ", Denoising strength: " << format_number(p.hires.denoise);
+  if (p.clip_skip != 0) s << ", Clip skip: " << p.clip_skip;
+  if (img2img) s << ", Init image: " << quote_if_needed(std::filesystem::path(p.init_image).filename().string());
   if (p.hires_on()) {
-    if (p.init_image.empty()) s << ", Denoising strength: " << format_number(p.hires.denoise);
-    else s << ", Hires denoising strength: " << format_number(p.hires.denoise);
+    if (img2img) s << ", Hires denoising strength: " << format_number(p.hires.denoise);
     s << ", Hires upscale: " << format_number(p.hires.scale) << ", Hires steps: " << p.hires_steps()
       << ", Hires upscaler: " << quote_if_needed(p.hires.upscaler);
   }
-  if (!lora_hashes.empty()) {
-    std::string h;
-    for (const auto& [name, hash] : lora_hashes) h += (h.empty() ? "" : ", ") + name + ": " + hash;
-    s << ", Lora hashes: " << quote_if_needed(h);
-  }
+  if (!src.lora_hashes.empty()) s << ", Lora hashes: " << hash_list(src.lora_hashes);
+  if (!src.ti_hashes.empty()) s << ", TI hashes: " << hash_list(src.ti_hashes);
   s << ", Version: " << kProgramName << " " << kProgramVersion;
   return s.str();
+}
+
+std::string a1111_parameters(const GenerationParams& p, const std::string& model_name,
+                             const std::vector<std::pair<std::string, std::string>>& lora_hashes) {
+  ImageSources src;
+  src.model_name = model_name;
+  src.lora_hashes = lora_hashes;
+  return a1111_parameters(p, src);
 }
 
 const std::vector<std::string>& hires_upscaler_names() {
@@ -86,15 +114,18 @@ std::string canonical_hires_upscaler(const std::string& name) {
   throw UsageError("unknown hires upscaler '" + name + "'; valid: " + list);
 }
 
-void check_task_size(const ModelConfig& model, const GenerationParams& p) {
+std::string check_task_size(const ModelConfig& model, const GenerationParams& p) {
   check_generation_size(model, p.width, p.height, 1);
-  if (!p.hires_on()) return;
+  std::string note = unchecked_size_note(model, p.width, p.height);
+  if (!p.hires_on()) return note;
   try {
     check_generation_size(model, p.hires_width(), p.hires_height(), 1);
   } catch (const UsageError& e) {
     throw UsageError("hires fix to " + std::to_string(p.hires_width()) + "x" + std::to_string(p.hires_height()) +
                      " (scale " + format_number(p.hires.scale) + "): " + e.what());
   }
+  if (note.empty()) note = unchecked_size_note(model, p.hires_width(), p.hires_height());
+  return note;
 }
 
 void canonicalize_sampler(GenerationParams& p) {

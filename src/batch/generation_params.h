@@ -24,6 +24,10 @@ struct GenerationParams {
   std::string sampler = "Euler";       // A1111 sampler name (sdxl/sampler_plan.h), canonical after validation
   std::string schedule = "Automatic";  // A1111 schedule type; Automatic = the model's own (diffusers leading, offset 1)
   double guidance_rescale = 0.0;       // diffusers' guidance_rescale (0 = off)
+  // Clip skip, counted from the end as A1111 does: 0 = not set; 1 and 2 give
+  // SDXL's default (the penultimate hidden states); N >= 3 takes hidden_states[-N]
+  // of both text encoders (diffusers' clip_skip = N - 2). Pooled outputs unchanged.
+  int clip_skip = 0;
   // img2img (StableDiffusionXLImg2ImgPipeline): the input PNG, at width x height
   // exactly (no resampling), and the denoising strength. "" = text-to-image.
   std::string init_image;
@@ -55,8 +59,9 @@ const std::vector<std::string>& hires_upscaler_names();
 std::string canonical_hires_upscaler(const std::string& name);
 
 // check_generation_size for the image and, with the hires fix, for its second
-// pass (the message then names the hires size). Throws UsageError.
-void check_task_size(const ModelConfig& model, const GenerationParams& p);
+// pass (the message then names the hires size). Throws UsageError. Returns the
+// unchecked_size_note of the first size outside the checked range ("" if none).
+std::string check_task_size(const ModelConfig& model, const GenerationParams& p);
 
 // Validates sampler + schedule (throws UsageError listing the valid names) and
 // rewrites them to their canonical A1111 spelling: "dpm++ 2m karras" ->
@@ -66,17 +71,36 @@ void canonicalize_sampler(GenerationParams& p);
 inline constexpr const char* kProgramName = "sdxl-batch";
 inline constexpr const char* kProgramVersion = "0.1.0";
 
+// What an image's PNG parameters name besides its settings: the model (and the
+// A1111 short hashes of the files it was exported from, "" when not recorded),
+// the applied LoRAs and the textual-inversion embeddings its prompts used.
+struct ImageSources {
+  std::string model_name;
+  std::string model_hash;  // "Model hash": first 10 hex digits of the checkpoint file's sha256
+  std::string vae_name;    // "VAE": the VAE file's name (written with its hash)
+  std::string vae_hash;    // "VAE hash": first 10 hex digits of the VAE file's sha256
+  std::vector<std::pair<std::string, std::string>> lora_hashes;  // name, 12 hex digits ("Lora hashes")
+  std::vector<std::pair<std::string, std::string>> ti_hashes;    // name, 12 hex digits ("TI hashes")
+};
+
+// The model's part of ImageSources (name, and the hashes model.json records).
+ImageSources model_sources(const ModelConfig& mc);
+
 // A1111's format:
 //   <prompt>
 //   Negative prompt: <negative>          (omitted when empty)
 //   Steps: 28, Sampler: Euler, Schedule type: Automatic, CFG scale: 7, Seed: 42,
-//   Size: 1024x1024, Model: <model name>, Lora hashes: "name: 0123456789ab", Version: sdxl-batch 0.1.0
-// "Guidance rescale: <phi>" follows the CFG scale when it is not 0; img2img adds
-// "Denoising strength: S, Init image: <file name>"; the hires fix adds A1111's
-// "Denoising strength: D, Hires upscale: 2, Hires steps: N, Hires upscaler: U"
+//   Size: 1024x1024, Model hash: 0123456789, Model: <model name>, VAE hash: 0123456789, VAE: <file>,
+//   Clip skip: 3, Lora hashes: "name: 0123456789ab", TI hashes: "name: 0123456789ab", Version: sdxl-batch 0.1.0
+// "Guidance rescale: <phi>" follows the CFG scale when it is not 0; the hashes
+// only when known, "Clip skip" only when the task sets it;
+// img2img adds "Denoising strength: S" before Clip skip and "Init image: <file
+// name>" after it; the hires fix adds A1111's "Denoising strength: D" (for
+// text-to-image) and "Hires upscale: 2, Hires steps: N, Hires upscaler: U"
 // (Size stays the first pass's, as in A1111). The prompt keeps its <lora:...>
-// tags, as A1111 writes it; `lora_hashes` are the applied LoRAs' names and
-// short hashes (A1111's "Lora hashes" field).
+// tags, as A1111 writes it.
+std::string a1111_parameters(const GenerationParams& p, const ImageSources& sources);
+// The same with only a model name and LoRA hashes.
 std::string a1111_parameters(const GenerationParams& p, const std::string& model_name,
                              const std::vector<std::pair<std::string, std::string>>& lora_hashes = {});
 

@@ -25,6 +25,7 @@ nlohmann::json to_json(const ManifestEntry& e) {
     for (const auto& r : p.loras) l.push_back({{"name", r.name}, {"path", r.path.string()}, {"weight", r.weight}});
     j["params"]["loras"] = l;
   }
+  if (p.clip_skip != 0) j["params"]["clip_skip"] = p.clip_skip;  // absent = not set
   if (!e.source_prompt.empty() && e.source_prompt != p.prompt) j["source_prompt"] = e.source_prompt;
   if (!e.characters.empty()) j["characters"] = e.characters;
   if (!e.style.empty()) j["style"] = e.style;
@@ -52,6 +53,7 @@ ManifestEntry from_json(const nlohmann::json& j) {
     e.params.height = p.value("height", 0);
     e.params.sampler = p.value("sampler", "");
     e.params.schedule = p.value("schedule", "");
+    e.params.clip_skip = p.value("clip_skip", 0);
     if (p.contains("loras") && p["loras"].is_array())
       for (const auto& l : p["loras"]) {
         LoraRef r;

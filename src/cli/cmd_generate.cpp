@@ -19,6 +19,7 @@ struct GenerateArgs {
   std::string prompt, negative, out, save_latents, timings_json;
   std::string sampler = "Euler", schedule = "Automatic";
   double guidance_rescale = 0.0;
+  int clip_skip = 0;
   std::string init_image;
   double strength = 0.75;
   double hires_scale = 0.0, hires_denoise = 0.7;
@@ -48,6 +49,10 @@ CLI::App* add_generate(CLI::App& app, std::shared_ptr<GenerateArgs>& args) {
       ->capture_default_str();
   cmd->add_option("--guidance-rescale", args->guidance_rescale, "diffusers' guidance_rescale (0 = off)")
       ->check(finite_range(0.0, 1.0));
+  cmd->add_option("--clip-skip", args->clip_skip,
+                  "Clip skip, counted from the end as A1111 does: 1 or 2 = SDXL's default (penultimate layer), "
+                  "N >= 3 = hidden_states[-N] of both text encoders (at most the model's hidden states)")
+      ->check(CLI::Range(1, 256));
   cmd->add_option("--init-image", args->init_image,
                   "img2img: start from this PNG (its size unless --width/--height are given, which must then match)");
   cmd->add_option("--strength", args->strength, "img2img denoising strength")->check(finite_range(0.0, 1.0))->capture_default_str();
@@ -83,6 +88,7 @@ int run_generate(const GenerateArgs& args) {
   p.sampler = a.sampler;
   p.schedule = a.schedule;
   p.guidance_rescale = a.guidance_rescale;
+  p.clip_skip = a.clip_skip;
   canonicalize_sampler(p);  // UsageError (exit 2) listing the valid names, before the model loads
   int image_w = 0, image_h = 0;
   if (!a.init_image.empty()) {
@@ -97,7 +103,9 @@ int run_generate(const GenerateArgs& args) {
     p.hires.steps = a.hires_steps;
     p.hires.denoise = a.hires_denoise;
   }
-  verify_model_if_asked(a.model, load_model_config(a.model.model_dir));
+  const ModelConfig config = load_model_config(a.model.model_dir);
+  if (p.clip_skip != 0) check_clip_skip(config, p.clip_skip);  // UsageError before the model loads
+  verify_model_if_asked(a.model, config);
   Generator gen(a.model.model_dir, a.model.runtime);
   const ModelConfig& mc = gen.model();
   p.prompt = a.prompt;
@@ -113,7 +121,10 @@ int run_generate(const GenerateArgs& args) {
   const auto t0 = Clock::now();
   GeneratedImage img = gen.generate(p);
   const auto t1 = Clock::now();
-  write_png(out, img.width, img.height, 3, img.rgb.data(), {{"parameters", a1111_parameters(p, mc.name, img.lora_hashes)}});
+  ImageSources sources = model_sources(mc);
+  sources.lora_hashes = img.lora_hashes;
+  sources.ti_hashes = img.ti_hashes;
+  write_png(out, img.width, img.height, 3, img.rgb.data(), {{"parameters", a1111_parameters(p, sources)}});
   const double write_s = std::chrono::duration<double>(Clock::now() - t1).count();
   const double total_s = std::chrono::duration<double>(Clock::now() - t0).count();
   if (!a.save_latents.empty()) write_npy_f32(a.save_latents, img.latent_shape, img.latents);

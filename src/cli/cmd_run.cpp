@@ -33,6 +33,7 @@ struct RunArgs {
   std::vector<std::string> wildcard_dirs;
   bool force = false, skip_invalid = false, dry_run = false, no_progress = false, no_overlap = false;
   int max_batch = 1, retries = 1, release_every = 0, writer_threads = 2;
+  int clip_skip = 0;  // 0: not given
   double safety = 1.2, retry_backoff = 2.0, progress_interval = 10.0;
 };
 
@@ -52,6 +53,10 @@ CLI::App* add_run(CLI::App& app, std::shared_ptr<RunArgs>& args) {
   cmd->add_option("--wildcards-dir", args->wildcard_dirs,
                   "Folder of __name__ wildcard files (NAME.txt), searched before the batch's wildcards_dir (repeatable)")
       ->check(CLI::ExistingDirectory);
+  cmd->add_option("--clip-skip", args->clip_skip,
+                  "Clip skip of the tasks that set none (the batch file's \"clip_skip\", in defaults or a task, wins): "
+                  "1 or 2 = SDXL's default, N >= 3 = hidden_states[-N] of both text encoders")
+      ->check(CLI::Range(1, 256));
   cmd->add_flag("--dry-run", args->dry_run,
                 "Print the plan (batches, estimated memory and time) and exit; loads no model weights");
   cmd->add_option("--vram-limit", args->vram_limit,
@@ -140,7 +145,8 @@ std::filesystem::path relative_to_batch(const std::filesystem::path& batch, cons
 
 // --skip-invalid: problems under /tasks/N drop task N (reported as failed);
 // any other problem (the file's structure) still refuses the whole file.
-BatchFile load_valid_tasks(const std::filesystem::path& path, const ModelConfig& mc, const std::vector<std::filesystem::path>& wildcard_dirs,
+BatchFile load_valid_tasks(const std::filesystem::path& path, const ModelConfig& mc, const GenerationParams& fallback,
+                           const std::vector<std::filesystem::path>& wildcard_dirs,
                            std::vector<std::pair<std::string, std::string>>& invalid) {
   const std::vector<BatchProblem> problems = validate_batch_file(path, &mc, wildcard_dirs);
   std::map<size_t, std::string> bad;  // task position -> errors
@@ -160,7 +166,7 @@ BatchFile load_valid_tasks(const std::filesystem::path& path, const ModelConfig&
     throw UsageError(msg);
   }
   std::vector<BatchProblem> ignored;
-  BatchFile bf = parse_batch_text(read_batch_text(path), path, defaults_of(mc), &ignored, wildcard_dirs);
+  BatchFile bf = parse_batch_text(read_batch_text(path), path, fallback, &ignored, wildcard_dirs);
   std::vector<BatchTask> kept;
   for (size_t i = 0; i < bf.tasks.size(); ++i) {
     auto it = bad.find(i);
@@ -241,11 +247,15 @@ std::filesystem::path find_model_dir(const RunArgs& a, const std::filesystem::pa
 BatchFile load_batch(const RunArgs& a, const std::filesystem::path& batch_path, const ModelConfig& mc,
                      std::vector<std::pair<std::string, std::string>>& invalid) {
   const std::vector<std::filesystem::path> wildcard_dirs(a.wildcard_dirs.begin(), a.wildcard_dirs.end());
-  if (a.skip_invalid) return load_valid_tasks(batch_path, mc, wildcard_dirs, invalid);
-  BatchFile bf = parse_batch_file(batch_path, defaults_of(mc), wildcard_dirs);
+  GenerationParams fallback = defaults_of(mc);
+  fallback.clip_skip = a.clip_skip;  // checked against the model by run_run
+  if (a.skip_invalid) return load_valid_tasks(batch_path, mc, fallback, wildcard_dirs, invalid);
+  BatchFile bf = parse_batch_file(batch_path, fallback, wildcard_dirs);
   for (size_t i = 0; i < bf.tasks.size(); ++i) {
     try {
-      check_task_size(mc, bf.tasks[i].params);
+      const std::string note = check_task_size(mc, bf.tasks[i].params);
+      if (!note.empty()) spdlog::warn("{}: /tasks/{}: {}", batch_path.string(), i, note);
+      if (bf.tasks[i].params.clip_skip != 0) check_clip_skip(mc, bf.tasks[i].params.clip_skip);
     } catch (const UsageError& e) {
       throw UsageError(batch_path.string() + ": /tasks/" + std::to_string(i) + ": " + e.what());
     }
@@ -355,6 +365,13 @@ int run_run(const RunArgs& a) {
   const std::filesystem::path model_dir = find_model_dir(a, batch_path);
   const ModelConfig mc = load_model_config(model_dir);
   verify_model_if_asked(a.model, mc);
+  if (a.clip_skip != 0) {
+    try {
+      check_clip_skip(mc, a.clip_skip);
+    } catch (const UsageError& e) {
+      throw UsageError(std::string("--clip-skip: ") + e.what());
+    }
+  }
   std::vector<std::pair<std::string, std::string>> invalid;
   const BatchFile batch = load_batch(a, batch_path, mc, invalid);
   const std::filesystem::path out_dir = !a.out_dir.empty()          ? std::filesystem::path(a.out_dir)
@@ -362,6 +379,7 @@ int run_run(const RunArgs& a) {
                                                                     : std::filesystem::path("out");
   o.out_dir = out_dir;
   o.model_name = mc.name;
+  o.model_sources = model_sources(mc);
   o.invalid_tasks = invalid;
   const std::uint64_t vram_limit = a.vram_limit.empty() ? 0 : parse_size_bytes(a.vram_limit);
   // Memory and time per size measured by earlier runs into this folder on this device.

@@ -1,8 +1,11 @@
 #include "lora/embedding_files.h"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 
 #include "core/error.h"
+#include "core/sha256.h"
 #include "lora/safetensors.h"
 
 namespace sdxl {
@@ -33,7 +36,11 @@ std::vector<EmbeddingFile> scan_embedding_files(const std::vector<std::filesyste
                        "or string_to_param, does not fit SDXL)");
     if (l->shape.size() != 2 || g->shape.size() != 2 || l->shape[0] != g->shape[0] || l->shape[0] < 1)
       throw UsageError("embedding '" + f.label() + "': clip_l and clip_g must be [n, width] with the same n");
-    out.push_back({path.stem().string(), path, static_cast<int>(l->shape[0])});
+    EmbeddingFile e;
+    e.name = path.stem().string();
+    e.path = path;
+    e.vectors = static_cast<int>(l->shape[0]);
+    out.push_back(e);
   }
   return out;
 }
@@ -48,6 +55,28 @@ void add_embedding_tokens(ClipTokenizer& tokenizer, const std::vector<EmbeddingF
     }
     next += e.vectors;
   }
+}
+
+std::string embedding_short_hash(const std::filesystem::path& path) {
+  static std::mutex mu;
+  static std::map<std::string, std::string> hashes;  // path|size|mtime -> short hash
+  std::error_code ec;
+  const std::string key = path.lexically_normal().string() + "|" + std::to_string(std::filesystem::file_size(path, ec)) +
+                          "|" + std::to_string(std::filesystem::last_write_time(path, ec).time_since_epoch().count());
+  std::lock_guard lk(mu);  // embedding files are small: one lane hashes, the others wait for it
+  if (auto it = hashes.find(key); it != hashes.end()) return it->second;
+  const std::optional<std::string> sha = sha256_file_hex(path);
+  if (!sha) throw UsageError("embedding '" + path.string() + "' cannot be read to hash it");
+  return hashes.emplace(key, sha->substr(0, 12)).first->second;
+}
+
+void collect_used_embeddings(const ClipTokenizer& tokenizer, const std::vector<PromptChunk>& chunks,
+                             std::vector<std::string>& names) {
+  for (const PromptChunk& c : chunks)
+    for (const std::int64_t id : c.ids) {
+      const std::string* name = tokenizer.embedding_name(static_cast<std::int32_t>(id));
+      if (name != nullptr && std::find(names.begin(), names.end(), *name) == names.end()) names.push_back(*name);
+    }
 }
 
 }  // namespace sdxl

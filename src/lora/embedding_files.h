@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "text/clip_tokenizer.h"
+#include "text/prompt_chunks.h"
 
 namespace sdxl {
 
@@ -17,6 +18,7 @@ struct EmbeddingFile {
   std::string name;  // the file's stem: what prompts write
   std::filesystem::path path;
   int vectors = 0;
+  std::string short_hash;  // A1111's: the first 12 hex digits of the file's sha256 (set by load_embeddings)
 };
 
 // Every *.safetensors of the folders, each folder's in name order.
@@ -31,5 +33,16 @@ std::vector<EmbeddingFile> scan_embedding_files(const std::vector<std::filesyste
 // the loaded model appends their vectors to; the vocabulary size otherwise).
 // Throws UsageError naming the file for a name that is a token already.
 void add_embedding_tokens(ClipTokenizer& tokenizer, const std::vector<EmbeddingFile>& files, std::int32_t first_id);
+
+// A1111's short hash of an embedding file (the first 12 hex digits of its
+// sha256), computed once per file and process (keyed by path, size and
+// modification time) however many lanes load it. Throws UsageError when the
+// file cannot be read.
+std::string embedding_short_hash(const std::filesystem::path& path);
+
+// Appends to `names` the embeddings whose vectors `chunks` hold (by
+// ClipTokenizer::embedding_name), in order of first use, each name once.
+void collect_used_embeddings(const ClipTokenizer& tokenizer, const std::vector<PromptChunk>& chunks,
+                             std::vector<std::string>& names);
 
 }  // namespace sdxl

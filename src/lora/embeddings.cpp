@@ -40,22 +40,23 @@ void append_rows(torch::jit::Module& embedding, const std::vector<torch::Tensor>
 }  // namespace
 
 std::vector<EmbeddingFile> load_embeddings(SdxlModel& model, const std::vector<std::filesystem::path>& dirs) {
-  const std::vector<EmbeddingFile> files = scan_embedding_files(dirs);
+  std::vector<EmbeddingFile> files = scan_embedding_files(dirs);
   torch::jit::Module e1 = token_embedding(model.text_encoder, "text_encoder");
   torch::jit::Module e2 = token_embedding(model.text_encoder_2, "text_encoder_2");
   const torch::Tensor w1 = e1.attr("weight").toTensor(), w2 = e2.attr("weight").toTensor();
   std::vector<torch::Tensor> rows1, rows2;  // every file read and checked before the model changes
-  for (const EmbeddingFile& e : files) {
+  for (EmbeddingFile& e : files) {
     const SafetensorsFile f = SafetensorsFile::open(e.path);
     rows1.push_back(rows_of(f, "clip_l", w1));
     rows2.push_back(rows_of(f, "clip_g", w2));
+    e.short_hash = embedding_short_hash(e.path);
   }
   add_embedding_tokens(*model.tokenizer, files, static_cast<std::int32_t>(w1.size(0)));
   add_embedding_tokens(*model.tokenizer_2, files, static_cast<std::int32_t>(w2.size(0)));
   append_rows(e1, rows1);
   append_rows(e2, rows2);
   for (const EmbeddingFile& e : files)
-    spdlog::info("embedding '{}': {} vector(s) from {}", e.name, e.vectors, e.path.string());
+    spdlog::info("embedding '{}': {} vector(s) from {} (hash {})", e.name, e.vectors, e.path.string(), e.short_hash);
   return files;
 }
 

@@ -15,7 +15,8 @@ namespace sdxl {
 
 // Every *.safetensors in `dirs`. Throws UsageError naming the file for an
 // SD 1.x embedding, mis-shaped tensors, NaN/Inf, or a name that is already a
-// token or loaded twice; nothing of the model changes then.
+// token or loaded twice; nothing of the model changes then. The returned files
+// carry their short hashes (the PNG's "TI hashes").
 std::vector<EmbeddingFile> load_embeddings(SdxlModel& model, const std::vector<std::filesystem::path>& dirs);
 
 }  // namespace sdxl

@@ -1,5 +1,6 @@
 #include "model/model_config.h"
 
+#include <algorithm>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -87,6 +88,7 @@ void read_text_encoders(const Reader& r, const std::string& origin, ModelConfig&
     te.pad_token = t.str("pad_token");
     te.hidden_dim = t.integer("hidden_dim", 1, 1 << 16);
     te.pooled_dim = t.integer_or("pooled_dim", 0, 1 << 16, 0);
+    te.hidden_states = t.integer_or("hidden_states", 2, 1 << 12, 0);
     c.text_encoders.push_back(te);
   }
   if (c.text_encoders[1].pooled_dim <= 0) r.fail("/text_encoders/1/pooled_dim", "is missing (SDXL pools encoder 2)");
@@ -179,6 +181,19 @@ void read_file_sizes(const Reader& r, const std::string& origin, ModelConfig& c)
   }
 }
 
+// "source_file" / "vae_file": {"name": FILE, "sha256": 64 lowercase hex digits}, optional.
+ExportSourceFile read_source_file(const Reader& r, const std::string& key) {
+  ExportSourceFile f;
+  if (!r.has(key)) return f;
+  const Reader s = r.child(key);
+  f.name = s.str("name");
+  if (f.name.empty()) s.fail(s.at("name"), "is empty (the file name the export read)");
+  f.sha256 = s.str("sha256");
+  if (f.sha256.size() != 64 || f.sha256.find_first_not_of("0123456789abcdef") != std::string::npos)
+    s.fail(s.at("sha256"), "must be 64 lowercase hex digits, got '" + f.sha256 + "'");
+  return f;
+}
+
 // Every file model.json names exists, with the size it records.
 void check_model_files(const ModelConfig& c, const std::filesystem::path& dir, const std::string& origin) {
   auto need = [&](const std::string& rel, const std::string& pointer) {
@@ -248,6 +263,8 @@ ModelConfig parse_model_config(const std::string& json_text, const std::filesyst
   read_scheduler(r, c);
   read_defaults_and_limits(r, c);
   read_file_sizes(r, origin, c);
+  c.source_file = read_source_file(r, "source_file");
+  c.vae_file = read_source_file(r, "vae_file");
   if (check_files) check_model_files(c, dir, origin);
   return c;
 }
@@ -268,16 +285,45 @@ ModelConfig load_model_config(const std::filesystem::path& dir) {
 
 void check_generation_size(const ModelConfig& cfg, int width, int height, int batch) {
   const ModelLimits& l = cfg.limits;
-  auto check = [&](const char* what, int v, int lo, int hi) {
-    if (v < lo || v > hi || v % l.size_multiple != 0)
+  auto check = [&](const char* what, int v) {
+    if (v < kSizeHardMin || v > kSizeHardMax || v % l.size_multiple != 0)
       throw UsageError(std::string(what) + " " + std::to_string(v) + " is outside what model '" + cfg.name +
-                       "' supports: " + std::to_string(lo) + ".." + std::to_string(hi) + " in multiples of " +
-                       std::to_string(l.size_multiple) + " (model.json /limits)");
+                       "' can run: " + std::to_string(kSizeHardMin) + ".." + std::to_string(kSizeHardMax) +
+                       " in multiples of " + std::to_string(l.size_multiple) + " (model.json /limits/size_multiple)");
   };
-  check("width", width, l.width_min, l.width_max);
-  check("height", height, l.height_min, l.height_max);
+  check("width", width);
+  check("height", height);
   if (batch < 1 || batch > l.batch_max)
     throw UsageError("batch " + std::to_string(batch) + " exceeds the model's batch_max " + std::to_string(l.batch_max));
+}
+
+std::string unchecked_size_note(const ModelConfig& cfg, int width, int height) {
+  const ModelLimits& l = cfg.limits;
+  if (width >= l.width_min && width <= l.width_max && height >= l.height_min && height <= l.height_max) return "";
+  return std::to_string(width) + "x" + std::to_string(height) + " is outside the sizes model '" + cfg.name +
+         "' was checked at (" + std::to_string(l.width_min) + ".." + std::to_string(l.width_max) + " x " +
+         std::to_string(l.height_min) + ".." + std::to_string(l.height_max) +
+         ", model.json /limits): it runs, but the export did not compare its traces with eager there";
+}
+
+int clip_skip_max(const ModelConfig& cfg) {
+  int n = cfg.text_encoders.empty() ? 0 : std::numeric_limits<int>::max();
+  for (const TextEncoderConfig& te : cfg.text_encoders) n = std::min(n, te.hidden_states);
+  return std::max(n, 2);
+}
+
+void check_clip_skip(const ModelConfig& cfg, int clip_skip) {
+  const int max = clip_skip_max(cfg);
+  if (clip_skip >= 1 && clip_skip <= max) return;
+  bool recorded = !cfg.text_encoders.empty();
+  for (const TextEncoderConfig& te : cfg.text_encoders) recorded &= te.hidden_states > 0;
+  if (!recorded && clip_skip > max)
+    throw UsageError("clip skip " + std::to_string(clip_skip) + " needs the text encoders' hidden states, which model '" +
+                     cfg.name + "' was exported without (it allows only 1 or 2, the default layer): export it again "
+                     "with scripts/export_sdxl.py");
+  throw UsageError("clip skip " + std::to_string(clip_skip) + " is outside what model '" + cfg.name + "' allows: 1.." +
+                   std::to_string(max) + " (the hidden states of its smaller text encoder; model.json "
+                   "/text_encoders/N/hidden_states)");
 }
 
 std::uint64_t module_file_bytes(const ModelConfig& cfg) {

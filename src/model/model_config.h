@@ -28,6 +28,22 @@ struct TextEncoderConfig {
   std::string pad_token;
   int hidden_dim = 0;
   int pooled_dim = 0;  // 0 when the pooled output is not used
+  // How many hidden states the module's hidden_states() method returns
+  // (layers + 1: the embeddings', then each layer's); 0 when the export has no
+  // such method (exported before clip skip), which then allows no clip skip >= 3.
+  int hidden_states = 0;
+};
+
+// A file the model was exported from, as model.json records it ("source_file":
+// the checkpoint, "vae_file": a separate VAE): its file name and sha256 (64
+// lowercase hex digits). Both empty when the export recorded none (--tiny,
+// --random-full, a diffusers folder).
+struct ExportSourceFile {
+  std::string name;
+  std::string sha256;
+  bool recorded() const { return !sha256.empty(); }
+  // A1111's short hash of the file ("Model hash", "VAE hash"): the first 10 hex digits.
+  std::string short_hash() const { return sha256.substr(0, 10); }
 };
 
 struct ModelLimits {
@@ -83,6 +99,8 @@ struct ModelConfig {
   ModelLimits limits;
   std::map<std::string, std::uint64_t> file_bytes;  // relative path -> size
   std::map<std::string, std::string> file_sha256;   // relative path -> sha256 (hex), when the export recorded it
+  ExportSourceFile source_file;  // the checkpoint file of the export, when recorded
+  ExportSourceFile vae_file;     // the VAE file of the export, when recorded
 
   std::filesystem::path path_of(const std::string& rel) const { return dir / rel; }
 };
@@ -107,8 +125,25 @@ ModelConfig parse_model_config(const std::string& json_text, const std::filesyst
 // weights take on the device when loaded in the exported dtype.
 std::uint64_t module_file_bytes(const ModelConfig& cfg);
 
-// Throws UsageError naming the value if width/height/batch break the limits.
+// Sizes: model.json's /limits range (width_min..width_max, height_min..height_max)
+// is what the export checked its traces at. A multiple of size_multiple inside
+// kSizeHardMin..kSizeHardMax but outside that range runs with a warning (nothing
+// is known to break there; the traced graphs follow the size, but were not
+// compared with eager at it): unchecked_size_note says so. Throws UsageError
+// naming the value for a size that is not a multiple or is outside the hard
+// bounds, and for a batch above batch_max.
+inline constexpr int kSizeHardMin = 64;
+inline constexpr int kSizeHardMax = 8192;
 void check_generation_size(const ModelConfig& cfg, int width, int height, int batch);
+// "" for a size inside the checked range, else the warning to log.
+std::string unchecked_size_note(const ModelConfig& cfg, int width, int height);
+
+// Clip skip N (A1111's count from the end; 1 and 2 both mean SDXL's default,
+// the penultimate layer): the largest N the model allows, the hidden states
+// both text encoders have (2 when the export recorded none).
+int clip_skip_max(const ModelConfig& cfg);
+// Throws UsageError naming the model and its limit when N is outside 1..clip_skip_max.
+void check_clip_skip(const ModelConfig& cfg, int clip_skip);
 
 // Why the model's unet.pt2 cannot run on `device` ("cpu" / "cuda") in `dtype`
 // ("fp32" / "fp16" / "bf16"), with what to do about it; "" when it can.

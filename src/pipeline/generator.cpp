@@ -9,7 +9,9 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <map>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 
 #include "image/upscale.h"
@@ -83,6 +85,7 @@ struct Generator::Impl {
   LoraRegistry lora_registry;
   std::vector<LoraRef> applied;
   std::vector<std::pair<std::string, std::string>> applied_hashes;
+  std::map<std::string, std::string> embedding_hashes;  // loaded embedding name -> A1111 short hash
   // The pipeline's streams (see encode_batch) and the lock that keeps the
   // text and decode stages (shared) off the device while the sampling stage
   // captures a CUDA graph (exclusive).
@@ -139,7 +142,8 @@ Generator::Generator(const std::filesystem::path& model_dir, const RuntimeOption
   if (opts.threads > 0) at::set_num_threads(opts.threads);
   impl_->opts = opts;
   impl_->model = SdxlModel::load(cfg, device, opts.dtype);
-  load_embeddings(*impl_->model, opts.embedding_dirs);
+  for (const EmbeddingFile& e : load_embeddings(*impl_->model, opts.embedding_dirs))
+    impl_->embedding_hashes[e.name] = e.short_hash;
   impl_->unet = std::make_unique<UnetRunner>(*impl_->model, opts.cuda_graphs, opts.unet_backend, &impl_->device_mu);
   impl_->text_stream = StageStream(device, /*high_priority=*/false);
   impl_->sample_stream = StageStream(device, /*high_priority=*/true);
@@ -313,11 +317,20 @@ std::vector<LoraRef> batch_lora_set(const std::vector<GenerationParams>& ps, con
   return loras;
 }
 
+// Logs a warning the first time this process meets it ("" is no warning).
+void warn_once(const std::string& warning) {
+  static std::mutex mu;
+  static std::set<std::string> seen;
+  if (warning.empty()) return;
+  const std::lock_guard lock(mu);
+  if (seen.insert(warning).second) spdlog::warn("{}", warning);
+}
+
 // Sizes, the sampler plans (img2img strength, hires pass) and the init images.
 void plan_batch_sampling(const ModelConfig& cfg, EncodedBatch& eb) {
   const std::vector<GenerationParams>& ps = eb.params;
   const GenerationParams& p0 = ps.front();
-  for (const auto& p : ps) check_task_size(cfg, p);
+  for (const auto& p : ps) warn_once(check_task_size(cfg, p));
   check_generation_size(cfg, p0.width, p0.height, static_cast<int>(ps.size()));
   const SamplerChoice choice = parse_sampler_choice(p0.sampler, p0.schedule);
   eb.plan = make_sampler_plan(cfg.scheduler, choice, p0.steps);
@@ -365,6 +378,23 @@ std::vector<TextInputs> tokenize_batch(SdxlModel& m, const EncodedBatch& eb, con
   return text;
 }
 
+// The embeddings an image's prompt and encoded negative prompt use, as A1111
+// writes them: name without ':' and ',', short hash; in order of first use.
+std::vector<std::pair<std::string, std::string>> used_embedding_hashes(const SdxlModel& m, const TextInputs& ti,
+                                                                      const std::map<std::string, std::string>& hashes) {
+  std::vector<std::string> names;
+  collect_used_embeddings(*m.tokenizer, ti.pos.te1, names);
+  if (ti.neg_text) collect_used_embeddings(*m.tokenizer, ti.neg.te1, names);
+  std::vector<std::pair<std::string, std::string>> out;
+  for (std::string name : names) {
+    const auto it = hashes.find(name);
+    if (it == hashes.end()) continue;
+    std::erase_if(name, [](char c) { return c == ':' || c == ','; });
+    out.emplace_back(name, it->second);
+  }
+  return out;
+}
+
 // Images with the same chunk count share a sub-batch, in order.
 std::vector<SubBatch> group_by_chunks(const std::vector<GenerationParams>& ps, const std::vector<TextInputs>& text) {
   std::vector<SubBatch> subs;
@@ -391,14 +421,15 @@ void encode_sub_batches(SdxlModel& m, EncodedBatch& eb, std::vector<TextInputs>&
     for (size_t i : sub.idx) {
       TextInputs& ti = text[i];
       pad_sdxl_prompt(m, ti.pos, ti.chunks);
-      const PromptEmbeds pos = encode_prompt_tokens(m, ti.pos);
+      const int clip_skip = eb.params[i].clip_skip;
+      const PromptEmbeds pos = encode_prompt_tokens(m, ti.pos, clip_skip);
       ctx_pos.push_back(pos.context);
       pool_pos.push_back(pos.pooled);
       if (eb.cfg_on) {
         PromptEmbeds neg = zero_embeds(pos);
         if (ti.neg_text) {
           pad_sdxl_prompt(m, ti.neg, ti.chunks);
-          neg = encode_prompt_tokens(m, ti.neg);
+          neg = encode_prompt_tokens(m, ti.neg, clip_skip);
         }
         ctx_neg.push_back(neg.context);
         pool_neg.push_back(neg.pooled);
@@ -435,9 +466,11 @@ std::shared_ptr<EncodedBatch> Generator::encode_batch(const std::vector<Generati
       translate_device_errors("applying LoRAs", [&] { return set_loras(loras); });
   const double lora_s = seconds_since(t_lora);
   eb->out.resize(ps.size());
-  for (auto& g : eb->out) {
+  for (size_t i = 0; i < ps.size(); ++i) {
+    GeneratedImage& g = eb->out[i];
     g.lora_hashes = lora_hashes;
     g.lora_s = lora_s / static_cast<double>(ps.size());
+    g.ti_hashes = used_embedding_hashes(m, text[i], im.embedding_hashes);
   }
   eb->subs = group_by_chunks(ps, text);
   translate_device_errors(nullptr, [&] {

@@ -83,6 +83,9 @@ struct GeneratedImage {
   StageSeconds seconds;
   std::vector<std::pair<std::string, std::string>> lora_hashes;  // applied LoRAs: name, A1111 short hash
   double lora_s = 0;                                              // switching the LoRA set (load + merge)
+  // The textual-inversion embeddings its prompt and (encoded) negative prompt
+  // used, in order of first use: name, A1111 short hash (12 hex digits).
+  std::vector<std::pair<std::string, std::string>> ti_hashes;
 };
 
 // CUDA devices this process can use (0 without CUDA).

@@ -89,6 +89,9 @@ struct RunOptions {
   int shard_index = 0, shard_count = 1;
   const std::atomic<bool>* stop = nullptr;
   std::string model_name;
+  // What every PNG's parameters say of the model (its files' hashes, when
+  // model.json records them: model_sources()); its model_name is model_name's.
+  ImageSources model_sources;
   // The one-device overload of run_batch takes its device from these four.
   std::function<std::string()> device_name;            // called after the first image
   std::function<double()> load_seconds;                 // idem

@@ -40,6 +40,7 @@ nlohmann::json image_record(RunState& run, const WriteJob& j, const ManifestEntr
       spdlog::warn("{} finished {:.0f} s after its deadline {}", image_label(j.item), late_s, j.item.task->deadline);
     }
   }
+  if (p.clip_skip != 0) rec["clip_skip"] = p.clip_skip;
   if (!j.image.lora_hashes.empty()) {
     nlohmann::json l = nlohmann::json::array();
     for (const auto& [name, hash] : j.image.lora_hashes) l.push_back({{"name", name}, {"hash", hash}});
@@ -68,9 +69,12 @@ void write_image(RunState& run, WriteJob& j) {
   try {
     const auto t0 = std::chrono::steady_clock::now();
     const std::filesystem::path file = checked_output_path(run.out_dir, j.item.file);
-    const std::vector<std::uint8_t> png =
-        encode_png(j.image.width, j.image.height, 3, j.image.rgb.data(),
-                   {{"parameters", a1111_parameters(j.item.params, run.opts.model_name, j.image.lora_hashes)}});
+    ImageSources sources = run.opts.model_sources;
+    sources.model_name = run.opts.model_name;
+    sources.lora_hashes = j.image.lora_hashes;
+    sources.ti_hashes = j.image.ti_hashes;
+    const std::vector<std::uint8_t> png = encode_png(j.image.width, j.image.height, 3, j.image.rgb.data(),
+                                                     {{"parameters", a1111_parameters(j.item.params, sources)}});
     write_file_atomic(file, png);
     fault_point("png-written");
     const double write_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

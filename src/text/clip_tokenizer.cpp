@@ -433,6 +433,12 @@ const std::string& ClipTokenizer::token_text(int32_t id) const {
   return empty;
 }
 
+const std::string* ClipTokenizer::embedding_name(int32_t id) const {
+  for (const AddedEmbedding& e : embeddings_)
+    if (id >= e.first_id && id < e.first_id + e.count) return &e.texts.front();
+  return nullptr;
+}
+
 // ---------------------------------------------------------------- encoding
 
 std::vector<int32_t> ClipTokenizer::bpe_word(const std::string& word_bytes) const {

@@ -38,6 +38,9 @@ class ClipTokenizer {
   // empty or already a token.
   void add_embedding(const std::string& name, int32_t first_id, int32_t count);
   size_t embedding_count() const { return embeddings_.size(); }
+  // The name (as added) of the embedding whose vectors include `id`; nullptr
+  // when `id` is not an embedding's.
+  const std::string* embedding_name(int32_t id) const;
 
   int32_t bos_id() const { return bos_id_; }
   int32_t eos_id() const { return eos_id_; }

@@ -385,6 +385,72 @@ class SamplersImg2ImgHires(unittest.TestCase):
             self.assertIn(needle, r.stderr, args)
 
 
+class ClipSkip(unittest.TestCase):
+    """clip_skip in batch files and --clip-skip: PNG parameters, manifest, report, resume, the model's limit."""
+
+    def test_run_records_clip_skip_and_resumes_with_it(self):
+        d = Path(ARGS.work) / "clip-skip"
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+        batch = d / "batch.json"
+        batch.write_text(json.dumps({"version": 1, "defaults": {"steps": 2}, "tasks": [
+            {"id": "a", "prompt": "a lighthouse", "seed": 1, "clip_skip": 3},
+            {"id": "b", "prompt": "a lighthouse", "seed": 1}]}))
+        out = d / "out"
+        run = ("run", str(batch), "--model", ARGS.model, "--out", str(out))
+        r = sdxl(*run, "--clip-skip", "4")  # for the tasks that set none
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for task, n in (("a", 3), ("b", 4)):
+            with Image.open(out / f"{task}-0-1.png") as im:
+                self.assertIn(f", Clip skip: {n},", im.info["parameters"])
+        lines = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
+        self.assertEqual({line["task"]: line["params"]["clip_skip"] for line in lines}, {"a": 3, "b": 4})
+        report = json.loads((out / "report.json").read_text())
+        self.assertEqual(sorted(i["clip_skip"] for i in report["images"]), [3, 4])
+        r = sdxl(*run, "--clip-skip", "4")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(json.loads((out / "report.json").read_text())["images_skipped"], 2)
+        r = sdxl(*run)  # task b's clip skip changed: only b is made again
+        self.assertEqual(r.returncode, 0, r.stderr)
+        report = json.loads((out / "report.json").read_text())
+        self.assertEqual((report["images_done"], report["images_skipped"]), (1, 1))
+        with Image.open(out / "b-0-1.png") as im:
+            self.assertNotIn("Clip skip", im.info["parameters"])
+
+    def test_clip_skip_beyond_the_model_is_refused(self):
+        model = json.loads((Path(ARGS.model) / "model.json").read_text())
+        limit = min(te["hidden_states"] for te in model["text_encoders"])
+        d = Path(ARGS.work) / "clip-skip-bad"
+        d.mkdir(parents=True, exist_ok=True)
+        batch = d / "batch.json"
+        batch.write_text(json.dumps({"version": 1, "tasks": [
+            {"id": "a", "prompt": "x", "clip_skip": limit},
+            {"id": "b", "prompt": "x", "clip_skip": limit + 1}]}))
+        r = sdxl("validate", str(batch), "--model", ARGS.model)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("/tasks/1/clip_skip", r.stdout + r.stderr)
+        self.assertNotIn("/tasks/0/clip_skip", r.stdout + r.stderr)
+        self.assertIn(f"1..{limit}", r.stdout + r.stderr)
+        r = sdxl("run", str(batch), "--model", ARGS.model, "--out", str(d / "out"))
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("/tasks/1", r.stderr)
+        r = sdxl("generate", "--model", ARGS.model, "--prompt", "x", "--clip-skip", str(limit + 1), "--out",
+                 str(d / "x.png"))
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn(f"1..{limit}", r.stderr)
+        self.assertFalse((d / "x.png").exists())
+        # A model exported before clip skip (no hidden_states recorded) allows only the default layer.
+        old = d / "old-model"
+        shutil.rmtree(old, ignore_errors=True)
+        shutil.copytree(ARGS.model, old)
+        for te in model["text_encoders"]:
+            del te["hidden_states"]
+        (old / "model.json").write_text(json.dumps(model))
+        r = sdxl("run", str(batch), "--model", str(old), "--out", str(d / "out-old"), "--clip-skip", "3")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--clip-skip: clip skip 3 needs the text encoders' hidden states", r.stderr)
+
+
 class Tokens(unittest.TestCase):
     def test_tokens_json(self):
         long_prompt = ", ".join(["a knight in shining armour"] * 30)

@@ -8,7 +8,8 @@ vector, one of three, and one used in the negative prompt. Each case runs
 `sdxl-batch generate` and reference.reference_sdxl --embedding ..., and prints
 PSNR against the reference and against the image without the embedding's name
 in the prompt (which must be at least 10 dB lower, or the comparison proves
-nothing: the tiny model's images depend little on the text).
+nothing: the tiny model's images depend little on the text), and that the PNG's
+parameters name the embeddings used with A1111's short hashes ("TI hashes").
 
     PYTHONPATH=tests parity_embeddings.py --binary B --model TINY --diffusers TINY_DIFFUSERS --work DIR
 """
@@ -32,6 +33,12 @@ CASES = [
     ("negative-any-case", "comic panel, a lighthouse in a storm", "blurry, badhands"),
     ("two-in-one-prompt", "sdxlhero at dusk, inkstyle", "BADHANDS"),
 ]
+USED = {  # the embeddings each case's PNG names in "TI hashes", in order of first use (prompt, then negative)
+    "one-vector": ["sdxlhero"],
+    "three-vectors": ["inkstyle"],
+    "negative-any-case": ["BadHands"],
+    "two-in-one-prompt": ["sdxlhero", "inkstyle", "BadHands"],
+}
 BASE = {  # the same prompts without the embeddings' names
     "one-vector": ("comic panel, in a storm", "blurry"),
     "three-vectors": ("comic panel, a lighthouse,", "blurry"),
@@ -51,6 +58,21 @@ def make_embeddings(diffusers: Path, out: Path) -> None:
     for name, n in (("sdxlhero", 1), ("inkstyle", 3), ("BadHands", 1)):  # scaled: a change the tiny model shows
         save_file({"clip_l": 4 * torch.randn(n, w1, generator=g), "clip_g": 4 * torch.randn(n, w2, generator=g)},
                   str(out / f"{name}.safetensors"))
+
+
+def ti_hashes_ok(png: Path, names: list[str], emb: Path) -> bool:
+    """The PNG's parameters carry A1111's `TI hashes: "NAME: HASH, ..."` (the first 12 hex digits of each
+    file's sha256) for exactly the embeddings used, or no such item when none was."""
+    import hashlib
+
+    from PIL import Image
+
+    with Image.open(png) as im:
+        params = im.info["parameters"]
+    if not names:
+        return "TI hashes" not in params
+    items = [f"{n}: {hashlib.sha256((emb / f'{n}.safetensors').read_bytes()).hexdigest()[:12]}" for n in names]
+    return f', TI hashes: "{", ".join(items)}", Version:' in params
 
 
 def main() -> int:
@@ -86,14 +108,22 @@ def main() -> int:
         base = ours(name + "-without", *BASE[name], with_embeddings=False)
         p, p_base = psnr(ia, ib), psnr(ia, base)
         ok = p >= a.min_psnr and p_base <= p - 10  # the embedding changes the image far more than the gap
-        failed |= not ok
+        hashes = ti_hashes_ok(work / f"{name}-sdxl.png", USED[name], emb)
+        failed |= not (ok and hashes)
         rows.append({"case": name, "prompt": prompt, "negative": negative, "psnr_db": p, "psnr_vs_without_db": p_base,
-                     "ok": ok})
+                     "ti_hashes": "ok" if hashes else "wrong", "ok": ok and hashes})
+    ours("unused", "comic panel, a lighthouse", "blurry")  # embeddings loaded, none used: no TI hashes item
+    unused_ok = ti_hashes_ok(work / "unused-sdxl.png", [], emb)
+    failed |= not unused_ok
+    rows.append({"case": "loaded-not-used", "prompt": "comic panel, a lighthouse", "negative": "blurry",
+                 "psnr_db": float("nan"), "psnr_vs_without_db": float("nan"),
+                 "ti_hashes": "ok" if unused_ok else "wrong", "ok": unused_ok})
     return finish(rows, [("case", "case", "<26"), ("prompt", "prompt", "<40"), ("negative", "negative", "<16"),
-                         ("PSNR dB", "psnr_db", ">8.2f"), ("vs without", "psnr_vs_without_db", ">10.2f")],
+                         ("PSNR dB", "psnr_db", ">8.2f"), ("vs without", "psnr_vs_without_db", ">10.2f"),
+                         ("TI hashes", "ti_hashes", ">9")],
                   work / "parity_embeddings.json", failed,
-                  "a case is below {min_psnr} dB, or its embedding did not change the image",
-                  " and changed by their embeddings", a.min_psnr)
+                  "a case is below {min_psnr} dB, its embedding did not change the image, or its PNG's TI hashes "
+                  "are wrong", " and changed by their embeddings, TI hashes right", a.min_psnr)
 
 
 if __name__ == "__main__":

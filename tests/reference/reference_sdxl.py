@@ -30,12 +30,14 @@ from reference.prompt_reference import Chunker, pad_chunks
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-def a1111_embeds(pipe, prompt: str, negative: str, cfg_on: bool) -> dict:
+def a1111_embeds(pipe, prompt: str, negative: str, cfg_on: bool, clip_skip: int = 0) -> dict:
     """The reference of sdxl-batch's conditioning: A1111's chunks and weights
-    (reference.prompt_reference), each encoder's penultimate hidden states
+    (reference.prompt_reference), each encoder's penultimate hidden states (with
+    clip skip N >= 3, hidden_states[-N], for the prompt and the negative prompt)
     multiplied by the weights and rescaled to the chunk's mean before weighting,
     chunks concatenated; pooled output of encoder 2's first chunk; zeros for an
     empty negative prompt."""
+    layer = -clip_skip if clip_skip >= 3 else -2
     chunkers = (Chunker(pipe.tokenizer), Chunker(pipe.tokenizer_2))
 
     def chunks_of(text: str) -> list:
@@ -48,7 +50,7 @@ def a1111_embeds(pipe, prompt: str, negative: str, cfg_on: bool) -> dict:
         device = pipe.device
         for ids, mult in chunk_list:
             out = encoder(torch.tensor([ids], device=device), output_hidden_states=True)
-            z = out.hidden_states[-2]
+            z = out.hidden_states[layer]
             if pooled is None:
                 pooled = out[0]
             m = torch.tensor(mult, device=device).reshape(1, -1, 1).to(z.dtype)
@@ -95,6 +97,10 @@ def main() -> int:
     ap.add_argument("--sampler", default="Euler", help="A1111 sampler name (reference.a1111_schedulers)")
     ap.add_argument("--schedule", default="Automatic", help="A1111 schedule type")
     ap.add_argument("--guidance-rescale", type=float, default=0.0)
+    ap.add_argument("--clip-skip", type=int, default=0,
+                    help="A1111's clip skip N: 1, 2 = the default layer; N >= 3 passes clip_skip=N-2 to the pipeline "
+                         "(diffusers rules: the prompt's hidden_states[-N], the negative prompt's stay [-2]) and takes "
+                         "hidden_states[-N] of the prompt and the negative prompt (a1111 rules)")
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
     ap.add_argument("--lora", action="append", default=[],
                     help="FILE[:WEIGHT], fused into the weights before generating (reference.lora_reference)")
@@ -150,7 +156,9 @@ def main() -> int:
     prompt_kwargs = {"prompt": a.prompt, "negative_prompt": a.negative if a.negative else None}
     if a.prompt_rules == "a1111":
         with torch.inference_mode():
-            prompt_kwargs = a1111_embeds(pipe, a.prompt, a.negative, a.cfg > 1.0)
+            prompt_kwargs = a1111_embeds(pipe, a.prompt, a.negative, a.cfg > 1.0, a.clip_skip)
+    elif a.clip_skip >= 3:
+        prompt_kwargs["clip_skip"] = a.clip_skip - 2  # diffusers counts from the penultimate layer
 
     t0 = time.time()
     with torch.inference_mode():

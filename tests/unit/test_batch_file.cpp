@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "batch/batch_file.h"
 #include "core/error.h"
 #include "core/units.h"
@@ -202,4 +204,98 @@ TEST(BatchFile, HiresAndImg2ImgParameters) {
   EXPECT_EQ(sdxl::a1111_parameters(p, "m"),
             "a cat\nSteps: 20, Sampler: DPM++ 2M, Schedule type: Karras, CFG scale: 7, Guidance rescale: 0.7, Seed: 1, "
             "Size: 1024x1024, Model: m, Denoising strength: 0.6, Init image: start.png, Version: sdxl-batch 0.1.0");
+}
+
+TEST(BatchFile, ClipSkipFromTheFallbackDefaultsAndTasks) {
+  sdxl::GenerationParams fallback;
+  fallback.clip_skip = 4;  // run --clip-skip 4: below the file's defaults and tasks
+  std::vector<sdxl::BatchProblem> p;
+  auto bf = sdxl::parse_batch_text(R"({"version": 1, "defaults": {"clip_skip": 3},
+      "tasks": [{"id": "a", "prompt": "cat"}, {"id": "b", "prompt": "dog", "clip_skip": 2}]})",
+                                   "b.json", fallback, &p);
+  ASSERT_TRUE(p.empty()) << p.front().pointer << ": " << p.front().message;
+  EXPECT_EQ(bf.tasks[0].params.clip_skip, 3);
+  EXPECT_EQ(bf.tasks[1].params.clip_skip, 2);
+  bf = sdxl::parse_batch_text(R"({"version": 1, "tasks": [{"id": "a", "prompt": "cat"}]})", "b.json", fallback, &p);
+  ASSERT_TRUE(p.empty());
+  EXPECT_EQ(bf.tasks[0].params.clip_skip, 4);
+  bf = sdxl::parse_batch_text(R"({"version": 1, "tasks": [{"id": "a", "prompt": "cat"}]})", "b.json",
+                              sdxl::GenerationParams{}, &p);
+  EXPECT_EQ(bf.tasks[0].params.clip_skip, 0) << "not set";
+
+  auto ps = problems_of(R"({"version": 1, "defaults": {"clip_skip": 0}, "tasks": [
+      {"id": "a", "prompt": "x", "clip_skip": "3"},
+      {"id": "b", "prompt": "x", "clip_skip": 1.5},
+      {"id": "c", "prompt": "x", "clip_skip": 257}]})");
+  EXPECT_TRUE(has(ps, "/defaults/clip_skip"));
+  EXPECT_TRUE(has(ps, "/tasks/0/clip_skip"));
+  EXPECT_TRUE(has(ps, "/tasks/1/clip_skip"));
+  EXPECT_TRUE(has(ps, "/tasks/2/clip_skip"));
+  for (const auto& pr : ps) {
+    if (pr.pointer == "/tasks/2/clip_skip") {
+      EXPECT_EQ(pr.message, "257 is out of range 1..256");
+    }
+  }
+}
+
+TEST(GenerationParams, ClipSkipAndHashesInA1111Order) {
+  sdxl::GenerationParams p;
+  p.prompt = "a cat, easynegative";
+  p.seed = 1;
+  p.steps = 20;
+  p.clip_skip = 3;
+  sdxl::ImageSources src;
+  src.model_name = "juggernaut";
+  src.model_hash = "31e35c80fc";
+  src.vae_name = "sdxl_vae.safetensors";
+  src.vae_hash = "235745af8d";
+  src.lora_hashes = {{"ink", "0123456789ab"}};
+  src.ti_hashes = {{"easynegative", "c74b4e810b03"}, {"badhands", "ba9876543210"}};
+  EXPECT_EQ(sdxl::a1111_parameters(p, src),
+            "a cat, easynegative\nSteps: 20, Sampler: Euler, Schedule type: Automatic, CFG scale: 7, Seed: 1, "
+            "Size: 1024x1024, Model hash: 31e35c80fc, Model: juggernaut, VAE hash: 235745af8d, "
+            "VAE: sdxl_vae.safetensors, Clip skip: 3, Lora hashes: \"ink: 0123456789ab\", "
+            "TI hashes: \"easynegative: c74b4e810b03, badhands: ba9876543210\", Version: sdxl-batch 0.1.0");
+  p.init_image = "/in/start.png";
+  p.strength = 0.6;
+  src = {};
+  src.model_name = "m";
+  EXPECT_EQ(sdxl::a1111_parameters(p, src),
+            "a cat, easynegative\nSteps: 20, Sampler: Euler, Schedule type: Automatic, CFG scale: 7, Seed: 1, "
+            "Size: 1024x1024, Model: m, Denoising strength: 0.6, Clip skip: 3, Init image: start.png, "
+            "Version: sdxl-batch 0.1.0");
+  p.clip_skip = 0;
+  EXPECT_EQ(sdxl::a1111_parameters(p, src).find("Clip skip"), std::string::npos);
+}
+
+TEST(GenerationParams, ModelHashesComeFromModelJson) {
+  const std::string model_json = R"({
+    "format_version": 1, "name": "juggernaut", "architecture": "sdxl-base", "dtype": "fp16",
+    "export_device": "cuda", "vae_scaling_factor": 0.13025, "vae_downsample": 8, "latent_channels": 4,
+    "text_encoders": [
+      {"file": "text_encoder.ts", "tokenizer": "tokenizer", "pad_token": "<|endoftext|>", "hidden_dim": 768},
+      {"file": "text_encoder_2.ts", "tokenizer": "tokenizer_2", "pad_token": "!", "hidden_dim": 1280,
+       "pooled_dim": 1280}],
+    "unet": {"file": "unet.ts", "context_dim": 2048, "pooled_dim": 1280},
+    "vae_decoder": {"file": "vae_decoder.ts"},
+    "scheduler": {"num_train_timesteps": 1000, "beta_start": 0.00085, "beta_end": 0.012,
+                  "beta_schedule": "scaled_linear", "timestep_spacing": "leading", "prediction_type": "epsilon"},
+    "source_file": {"name": "juggernautXL_v9.safetensors",
+                    "sha256": "c9e3e68f89b8e38689e1097d4be4573cf308de4e3fd044c64ca697bdb4aa8bca"},
+    "vae_file": {"name": "sdxl_vae_fp16_fix.safetensors",
+                 "sha256": "235745af8d86bf4a4c1b5b4f529868b37019a10f7c0b2e79ad0abca3a22bc6e1"}})";
+  const sdxl::ModelConfig mc = sdxl::parse_model_config(model_json, "/m", "/m/model.json", false);
+  sdxl::GenerationParams p;
+  p.prompt = "x";
+  const std::string s = sdxl::a1111_parameters(p, sdxl::model_sources(mc));
+  EXPECT_NE(s.find(", Size: 1024x1024, Model hash: c9e3e68f89, Model: juggernaut, VAE hash: 235745af8d, "
+                   "VAE: sdxl_vae_fp16_fix.safetensors, Version:"),
+            std::string::npos)
+      << s;
+  auto without = nlohmann::json::parse(model_json);
+  without.erase("source_file");
+  without.erase("vae_file");
+  const std::string plain = sdxl::a1111_parameters(
+      p, sdxl::model_sources(sdxl::parse_model_config(without.dump(), "/m", "/m/model.json", false)));
+  EXPECT_NE(plain.find(", Size: 1024x1024, Model: juggernaut, Version:"), std::string::npos) << plain;
 }

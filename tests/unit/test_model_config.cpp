@@ -108,8 +108,16 @@ TEST(ModelConfig, SizeLimits) {
   auto c = sdxl::parse_model_config(valid().dump(), "/m", "/m/model.json", false);
   EXPECT_NO_THROW(sdxl::check_generation_size(c, 256, 512, 1));
   EXPECT_THROW(sdxl::check_generation_size(c, 260, 512, 1), sdxl::UsageError);
-  EXPECT_THROW(sdxl::check_generation_size(c, 2048, 512, 1), sdxl::UsageError);
   EXPECT_THROW(sdxl::check_generation_size(c, 256, 256, 9), sdxl::UsageError);
+  EXPECT_EQ(sdxl::unchecked_size_note(c, 256, 512), "");
+  // Past the checked range: runs, with a note that names the size and the range.
+  EXPECT_NO_THROW(sdxl::check_generation_size(c, 2048, 512, 1));
+  const std::string note = sdxl::unchecked_size_note(c, 2048, 512);
+  EXPECT_NE(note.find("2048x512 is outside the sizes model"), std::string::npos) << note;
+  EXPECT_NE(note.find("it runs"), std::string::npos) << note;
+  // The hard bounds still refuse.
+  EXPECT_THROW(sdxl::check_generation_size(c, sdxl::kSizeHardMax + 8, 512, 1), sdxl::UsageError);
+  EXPECT_THROW(sdxl::check_generation_size(c, 56, 512, 1), sdxl::UsageError);
 }
 
 TEST(ModelConfig, AotiPackageIsOptionalAndValidated) {
@@ -162,4 +170,67 @@ TEST(ModelConfig, AutoBackendTakesThePackageOnlyWhereItFits) {
   EXPECT_EQ(sdxl::resolve_unet_backend(packaged, "torchscript", "cuda", "fp16"), "torchscript");
   EXPECT_THROW(sdxl::resolve_unet_backend(packaged, "tensorrt", "cuda", "fp16"), sdxl::UsageError);
   EXPECT_EQ(sdxl::unet_aoti_mismatch(packaged, "cuda", "fp16"), "");
+}
+
+TEST(ModelConfig, HiddenStatesSetTheClipSkipLimit) {
+  auto j = valid();  // exported before hidden_states(): only the default layer
+  auto old = sdxl::parse_model_config(j.dump(), "/m", "/m/model.json", false);
+  EXPECT_EQ(old.text_encoders.at(0).hidden_states, 0);
+  EXPECT_EQ(sdxl::clip_skip_max(old), 2);
+  EXPECT_NO_THROW(sdxl::check_clip_skip(old, 1));
+  EXPECT_NO_THROW(sdxl::check_clip_skip(old, 2));
+  try {
+    sdxl::check_clip_skip(old, 3);
+    ADD_FAILURE() << "clip skip 3 on a model without hidden states";
+  } catch (const sdxl::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("export it again"), std::string::npos) << e.what();
+  }
+
+  j["text_encoders"][0]["hidden_states"] = 13;  // SDXL: CLIP-L 12 layers, bigG 32
+  j["text_encoders"][1]["hidden_states"] = 33;
+  auto c = sdxl::parse_model_config(j.dump(), "/m", "/m/model.json", false);
+  EXPECT_EQ(c.text_encoders.at(1).hidden_states, 33);
+  EXPECT_EQ(sdxl::clip_skip_max(c), 13);
+  EXPECT_NO_THROW(sdxl::check_clip_skip(c, 13));
+  EXPECT_THROW(sdxl::check_clip_skip(c, 0), sdxl::UsageError);
+  try {
+    sdxl::check_clip_skip(c, 14);
+    ADD_FAILURE() << "clip skip 14 with 13 hidden states";
+  } catch (const sdxl::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("clip skip 14 is outside what model 't' allows: 1..13"), std::string::npos)
+        << e.what();
+  }
+
+  j["text_encoders"][1]["hidden_states"] = 1;
+  EXPECT_NE(error_of(j).find("/text_encoders/1/hidden_states must be in [2, 4096], got 1"), std::string::npos)
+      << error_of(j);
+}
+
+TEST(ModelConfig, SourceAndVaeFilesAreOptionalAndValidated) {
+  auto c = sdxl::parse_model_config(valid().dump(), "/m", "/m/model.json", false);
+  EXPECT_FALSE(c.source_file.recorded());
+  EXPECT_FALSE(c.vae_file.recorded());
+
+  const std::string sha = "31e35c80fc4829d14f90153f4c74cd59c90b779f6afe05a74cd6ffb4a5c2f1f0";
+  auto j = valid();
+  j["source_file"] = {{"name", "sd_xl_base_1.0.safetensors"}, {"sha256", sha}};
+  j["vae_file"] = {{"name", "sdxl_vae.safetensors"}, {"sha256", std::string(64, 'b')}};
+  c = sdxl::parse_model_config(j.dump(), "/m", "/m/model.json", false);
+  EXPECT_EQ(c.source_file.name, "sd_xl_base_1.0.safetensors");
+  EXPECT_EQ(c.source_file.short_hash(), "31e35c80fc");
+  EXPECT_EQ(c.vae_file.short_hash(), "bbbbbbbbbb");
+
+  auto bad = j;
+  bad["source_file"]["sha256"] = std::string(64, 'A');
+  EXPECT_NE(error_of(bad).find("/source_file/sha256 must be 64 lowercase hex digits"), std::string::npos)
+      << error_of(bad);
+  bad = j;
+  bad["vae_file"]["sha256"] = sha.substr(0, 63);
+  EXPECT_NE(error_of(bad).find("/vae_file/sha256 must be 64 lowercase hex digits"), std::string::npos) << error_of(bad);
+  bad = j;
+  bad["vae_file"].erase("name");
+  EXPECT_NE(error_of(bad).find("/vae_file/name is missing"), std::string::npos) << error_of(bad);
+  bad = j;
+  bad["source_file"] = "sd_xl_base_1.0.safetensors";
+  EXPECT_NE(error_of(bad).find("/source_file must be a JSON object"), std::string::npos) << error_of(bad);
 }
