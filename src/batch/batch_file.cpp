@@ -88,7 +88,23 @@ struct Checker {
   }
 
   // Fields shared by /defaults and each task.
+  // "vae": a VAE folder (export_sdxl.py --vae-only), relative to the batch file.
+  void read_vae(const json& obj, const std::string& pointer, GenerationParams& p) {
+    std::string rel;
+    if (!get_string(obj, pointer, "vae", rel)) return;
+    std::filesystem::path path(rel);
+    if (path.is_relative()) path = base_dir / path;
+    path = std::filesystem::absolute(path).lexically_normal();
+    try {
+      (void)load_vae_config(path);
+      p.vae = path.string();
+    } catch (const ModelError& e) {
+      add(pointer + "/vae", e.what());
+    }
+  }
+
   void read_settings(const json& obj, const std::string& pointer, GenerationParams& p) {
+    read_vae(obj, pointer, p);
     get_string(obj, pointer, "prompt", p.prompt);
     get_string(obj, pointer, "negative", p.negative_prompt);
     long long v = 0;
@@ -386,7 +402,7 @@ TaskDefaults read_defaults(Checker& ck, const json& j, const GenerationParams& f
   }
   const json& d = j["defaults"];
   ck.check_keys(d, "/defaults", {"negative", "steps", "cfg", "width", "height", "sampler", "schedule",
-                                 "guidance_rescale", "clip_skip", "strength", "hires", "priority", "timeout", "loras",
+                                 "guidance_rescale", "clip_skip", "strength", "hires", "priority", "timeout", "loras", "vae",
                                  "characters", "style", "expand", "max_images"});
   ck.read_settings(d, "/defaults", td.params);
   ck.check_sampler(d, "/defaults", td.params);
@@ -486,7 +502,7 @@ bool read_task(Checker& ck, const json& t, const std::string& ptr, const TaskDef
     return false;
   }
   ck.check_keys(t, ptr, {"id", "prompt", "negative", "seed", "count", "steps", "cfg", "width", "height", "sampler",
-                         "schedule", "guidance_rescale", "clip_skip", "init_image", "strength", "hires", "priority",
+                         "schedule", "guidance_rescale", "clip_skip", "init_image", "strength", "hires", "priority", "vae",
                          "deadline", "timeout", "loras", "characters", "style", "expand", "max_images"});
   task.params = td.params;
   task.params.prompt.clear();
@@ -749,6 +765,11 @@ std::vector<BatchProblem> validate_batch_file(const std::filesystem::path& path,
         if (bf.tasks[i].params.clip_skip != 0) check_clip_skip(*model, bf.tasks[i].params.clip_skip);
       } catch (const UsageError& e) {
         problems.push_back({"/tasks/" + std::to_string(i) + "/clip_skip", e.what(), 0});
+      }
+      try {
+        if (!bf.tasks[i].params.vae.empty()) check_vae_fits(load_vae_config(bf.tasks[i].params.vae), *model);
+      } catch (const ModelError& e) {
+        problems.push_back({"/tasks/" + std::to_string(i), e.what(), 0});
       }
     }
     check_prompt_chunks(*model, bf, embedding_dirs, problems);

@@ -31,6 +31,9 @@ struct GenerationParams {
   // img2img (StableDiffusionXLImg2ImgPipeline): the input PNG, at width x height
   // exactly (no resampling), and the denoising strength. "" = text-to-image.
   std::string init_image;
+  // A VAE folder (export_sdxl.py --vae-only) that encodes and decodes this
+  // image instead of the model's VAE; "" = the model's.
+  std::string vae;
   double strength = 0.75;
   // Hires fix as A1111 offers it: a second pass at int(width * scale) rounded
   // down to a multiple of 8 (same for height), starting from the first result

@@ -26,6 +26,17 @@ nlohmann::json to_json(const ManifestEntry& e) {
     j["params"]["loras"] = l;
   }
   if (p.clip_skip != 0) j["params"]["clip_skip"] = p.clip_skip;  // absent = not set
+  // Every setting the resume check compares (scheduler/work_list.cpp same_settings)
+  // must be here, or a rerun makes the image again; absent = the default.
+  if (p.guidance_rescale != 0.0) j["params"]["guidance_rescale"] = p.guidance_rescale;
+  if (!p.vae.empty()) j["params"]["vae"] = p.vae;
+  if (!p.init_image.empty()) {
+    j["params"]["init_image"] = p.init_image;
+    j["params"]["strength"] = p.strength;
+  }
+  if (p.hires_on())
+    j["params"]["hires"] = {{"scale", p.hires.scale}, {"upscaler", p.hires.upscaler}, {"steps", p.hires.steps},
+                            {"denoise", p.hires.denoise}};
   if (!e.source_prompt.empty() && e.source_prompt != p.prompt) j["source_prompt"] = e.source_prompt;
   if (!e.characters.empty()) j["characters"] = e.characters;
   if (!e.style.empty()) j["style"] = e.style;
@@ -54,6 +65,17 @@ ManifestEntry from_json(const nlohmann::json& j) {
     e.params.sampler = p.value("sampler", "");
     e.params.schedule = p.value("schedule", "");
     e.params.clip_skip = p.value("clip_skip", 0);
+    e.params.guidance_rescale = p.value("guidance_rescale", 0.0);
+    e.params.vae = p.value("vae", "");
+    e.params.init_image = p.value("init_image", "");
+    e.params.strength = p.value("strength", GenerationParams{}.strength);
+    if (p.contains("hires") && p["hires"].is_object()) {
+      const auto& h = p["hires"];
+      e.params.hires.scale = h.value("scale", 0.0);
+      e.params.hires.upscaler = h.value("upscaler", GenerationParams{}.hires.upscaler);
+      e.params.hires.steps = h.value("steps", 0);
+      e.params.hires.denoise = h.value("denoise", GenerationParams{}.hires.denoise);
+    }
     if (p.contains("loras") && p["loras"].is_array())
       for (const auto& l : p["loras"]) {
         LoraRef r;

@@ -53,6 +53,14 @@ void add_model_options(CLI::App& cmd, ModelOptions& o, bool model_required) {
                  "is decoded again in fp32")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "fp32", "fp16", "bf16"}));
+  cmd.add_option("--vae", o.vae_dir,
+                 "VAE folder (scripts/export_sdxl.py --vae-only) that encodes and decodes the images instead of the "
+                 "model's VAE; a batch task's \"vae\" wins")
+      ->check(CLI::ExistingDirectory);
+  cmd.add_option("--vae-cache", o.runtime.vae_cache,
+                 "How many VAE folders that tasks name stay loaded beside the model's own (least recently used evicted)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
   cmd.add_option("--lora-dir", o.lora_dirs, "Directory where <lora:NAME:W> prompt tags find NAME.safetensors (repeatable)");
   cmd.add_option("--embedding-dir", o.embedding_dirs,
                  "Folder of SDXL textual-inversion embeddings (NAME.safetensors with clip_l and clip_g); prompts use "

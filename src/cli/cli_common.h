@@ -15,6 +15,7 @@ struct ModelOptions {
   std::vector<std::string> lora_dirs;
   std::vector<std::string> embedding_dirs;
   std::string lora_cache;  // size text, "" = default
+  std::string vae_dir;     // --vae: the VAE folder of images that name none ("" = the model's)
   bool verify_model = false;
   // Fills runtime.lora_* from the flags above; throws UsageError.
   void finish();

@@ -105,6 +105,10 @@ int run_generate(const GenerateArgs& args) {
   }
   const ModelConfig config = load_model_config(a.model.model_dir);
   if (p.clip_skip != 0) check_clip_skip(config, p.clip_skip);  // UsageError before the model loads
+  if (!a.model.vae_dir.empty()) {  // ModelError (exit 3) naming the folder, before the model loads
+    p.vae = std::filesystem::absolute(a.model.vae_dir).lexically_normal().string();
+    check_vae_fits(load_vae_config(p.vae), config);
+  }
   verify_model_if_asked(a.model, config);
   Generator gen(a.model.model_dir, a.model.runtime);
   const ModelConfig& mc = gen.model();
@@ -122,8 +126,7 @@ int run_generate(const GenerateArgs& args) {
   GeneratedImage img = gen.generate(p);
   const auto t1 = Clock::now();
   ImageSources sources = model_sources(mc);
-  sources.lora_hashes = img.lora_hashes;
-  sources.ti_hashes = img.ti_hashes;
+  add_image_sources(sources, p, img);
   write_png(out, img.width, img.height, 3, img.rgb.data(), {{"parameters", a1111_parameters(p, sources)}});
   const double write_s = std::chrono::duration<double>(Clock::now() - t1).count();
   const double total_s = std::chrono::duration<double>(Clock::now() - t0).count();

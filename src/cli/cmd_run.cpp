@@ -249,6 +249,7 @@ BatchFile load_batch(const RunArgs& a, const std::filesystem::path& batch_path, 
   const std::vector<std::filesystem::path> wildcard_dirs(a.wildcard_dirs.begin(), a.wildcard_dirs.end());
   GenerationParams fallback = defaults_of(mc);
   fallback.clip_skip = a.clip_skip;  // checked against the model by run_run
+  if (!a.model.vae_dir.empty()) fallback.vae = std::filesystem::absolute(a.model.vae_dir).lexically_normal().string();
   if (a.skip_invalid) return load_valid_tasks(batch_path, mc, fallback, wildcard_dirs, invalid);
   BatchFile bf = parse_batch_file(batch_path, fallback, wildcard_dirs);
   for (size_t i = 0; i < bf.tasks.size(); ++i) {
@@ -256,6 +257,9 @@ BatchFile load_batch(const RunArgs& a, const std::filesystem::path& batch_path, 
       const std::string note = check_task_size(mc, bf.tasks[i].params);
       if (!note.empty()) spdlog::warn("{}: /tasks/{}: {}", batch_path.string(), i, note);
       if (bf.tasks[i].params.clip_skip != 0) check_clip_skip(mc, bf.tasks[i].params.clip_skip);
+      if (!bf.tasks[i].params.vae.empty()) check_vae_fits(load_vae_config(bf.tasks[i].params.vae), mc);
+    } catch (const ModelError& e) {
+      throw ModelError(batch_path.string() + ": /tasks/" + std::to_string(i) + ": " + e.what());
     } catch (const UsageError& e) {
       throw UsageError(batch_path.string() + ": /tasks/" + std::to_string(i) + ": " + e.what());
     }

@@ -194,27 +194,31 @@ ExportSourceFile read_source_file(const Reader& r, const std::string& key) {
   return f;
 }
 
+// `rel` (model.json's `pointer`) names a file inside `dir` that exists with the size it records.
+void check_model_file(const ModelConfig& c, const std::filesystem::path& dir, const std::string& rel,
+                      const std::string& pointer, const std::string& origin) {
+  const std::filesystem::path r(rel);
+  bool leaves = r.is_absolute() || rel.empty();
+  for (const auto& part : r) leaves |= part == "..";
+  if (leaves)
+    throw ModelError(origin + ": " + pointer + " names '" + rel +
+                     "': model files must be inside the model directory (no absolute path, no '..')");
+  const auto p = dir / r;
+  if (const std::string why = input_file_problem(p, std::numeric_limits<std::uint64_t>::max()); !why.empty())
+    throw ModelError(origin + ": " + pointer + " names '" + p.string() + "', which " + why);
+  std::error_code ec;
+  auto it = c.file_bytes.find(rel);
+  if (it != c.file_bytes.end()) {
+    auto size = std::filesystem::file_size(p, ec);
+    if (!ec && size != it->second)
+      throw ModelError("'" + p.string() + "' has " + std::to_string(size) + " bytes, model.json records " +
+                       std::to_string(it->second) + ": the file is truncated or from another export");
+  }
+}
+
 // Every file model.json names exists, with the size it records.
 void check_model_files(const ModelConfig& c, const std::filesystem::path& dir, const std::string& origin) {
-  auto need = [&](const std::string& rel, const std::string& pointer) {
-    const std::filesystem::path r(rel);
-    bool leaves = r.is_absolute() || rel.empty();
-    for (const auto& part : r) leaves |= part == "..";
-    if (leaves)
-      throw ModelError(origin + ": " + pointer + " names '" + rel +
-                       "': model files must be inside the model directory (no absolute path, no '..')");
-    const auto p = dir / r;
-    if (const std::string why = input_file_problem(p, std::numeric_limits<std::uint64_t>::max()); !why.empty())
-      throw ModelError(origin + ": " + pointer + " names '" + p.string() + "', which " + why);
-    std::error_code ec;
-    auto it = c.file_bytes.find(rel);
-    if (it != c.file_bytes.end()) {
-      auto size = std::filesystem::file_size(p, ec);
-      if (!ec && size != it->second)
-        throw ModelError("'" + p.string() + "' has " + std::to_string(size) + " bytes, model.json records " +
-                         std::to_string(it->second) + ": the file is truncated or from another export");
-    }
-  };
+  auto need = [&](const std::string& rel, const std::string& pointer) { check_model_file(c, dir, rel, pointer, origin); };
   need(c.text_encoders[0].file, "/text_encoders/0/file");
   need(c.text_encoders[1].file, "/text_encoders/1/file");
   need(c.unet_file, "/unet/file");
@@ -226,29 +230,26 @@ void check_model_files(const ModelConfig& c, const std::filesystem::path& dir, c
   }
 }
 
-}  // namespace
-
-ModelConfig parse_model_config(const std::string& json_text, const std::filesystem::path& dir,
-                               const std::string& origin, bool check_files) {
+// model.json's text as JSON, after the shape checks (depth, duplicate keys).
+json parse_json_text(const std::string& json_text, const std::string& origin) {
   const JsonShape shape = check_json_shape(json_text);
   if (!shape.problems.empty())
     throw ModelError(origin + ": " + shape.problems[0].first + ": " + shape.problems[0].second);
-  json j;
   try {
-    j = json::parse(json_text);
+    return json::parse(json_text);
   } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers that overflow
     throw ModelError(origin + ": not valid JSON: " + e.what());
   }
-  Reader r(j, origin, "");
-  ModelConfig c;
-  c.dir = dir;
+}
+
+// The fields a model and a VAE folder share: format, name, dtypes, the VAE's geometry and files.
+void read_common(const Reader& r, ModelConfig& c) {
   c.format_version = r.integer("format_version", 1, 1000);
   if (c.format_version != kModelFormatVersion)
     r.fail("/format_version", "is " + std::to_string(c.format_version) + ", this sdxl-batch reads version " +
                                   std::to_string(kModelFormatVersion));
   c.name = r.str("name");
   c.source = r.str_or("source", "");
-  c.architecture = r.one_of("architecture", {"sdxl-base"});
   c.dtype = r.one_of("dtype", {"fp32", "fp16", "bf16"});
   c.vae_dtype = r.has("vae_dtype") ? r.one_of("vae_dtype", {"fp32", "fp16", "bf16"}) : c.dtype;
   c.export_device = r.one_of("export_device", {"cpu", "cuda"});
@@ -256,17 +257,74 @@ ModelConfig parse_model_config(const std::string& json_text, const std::filesyst
   c.vae_scaling_factor = r.number("vae_scaling_factor", 1e-6, 1e6);
   c.vae_downsample = r.integer("vae_downsample", 1, 64);
   c.latent_channels = r.integer("latent_channels", 1, 64);
-  read_text_encoders(r, origin, c);
-  read_unet(r, c);
   c.vae_decoder_file = r.child("vae_decoder").str("file");
   if (r.has("vae_encoder")) c.vae_encoder_file = r.child("vae_encoder").str("file");
+  c.vae_file = read_source_file(r, "vae_file");
+}
+
+}  // namespace
+
+ModelConfig parse_model_config(const std::string& json_text, const std::filesystem::path& dir,
+                               const std::string& origin, bool check_files) {
+  const json j = parse_json_text(json_text, origin);
+  Reader r(j, origin, "");
+  if (j.is_object() && j.value("kind", "") == "vae")
+    throw ModelError(origin + ": this is a VAE folder (export_sdxl.py --vae-only), not a model: give it to --vae "
+                              "or a task's \"vae\"");
+  ModelConfig c;
+  c.dir = dir;
+  read_common(r, c);
+  c.architecture = r.one_of("architecture", {"sdxl-base"});
+  read_text_encoders(r, origin, c);
+  read_unet(r, c);
   read_scheduler(r, c);
   read_defaults_and_limits(r, c);
   read_file_sizes(r, origin, c);
   c.source_file = read_source_file(r, "source_file");
-  c.vae_file = read_source_file(r, "vae_file");
   if (check_files) check_model_files(c, dir, origin);
   return c;
+}
+
+ModelConfig parse_vae_config(const std::string& json_text, const std::filesystem::path& dir,
+                             const std::string& origin, bool check_files) {
+  const json j = parse_json_text(json_text, origin);
+  Reader r(j, origin, "");
+  if (!j.is_object() || j.value("kind", "") != "vae")
+    throw ModelError(origin + ": not a VAE folder (model.json has no \"kind\": \"vae\"; make one with "
+                              "scripts/export_sdxl.py --vae-only --vae FILE|DIR)");
+  ModelConfig c;
+  c.dir = dir;
+  c.architecture = "vae";
+  read_common(r, c);
+  read_file_sizes(r, origin, c);
+  if (check_files) {
+    check_model_file(c, dir, c.vae_decoder_file, "/vae_decoder/file", origin);
+    if (!c.vae_encoder_file.empty()) check_model_file(c, dir, c.vae_encoder_file, "/vae_encoder/file", origin);
+  }
+  return c;
+}
+
+ModelConfig load_vae_config(const std::filesystem::path& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec))
+    throw ModelError("VAE folder '" + dir.string() + "' does not exist (make one with scripts/export_sdxl.py "
+                     "--vae-only --vae FILE|DIR)");
+  const auto path = dir / "model.json";
+  InputFile in(path, 16ull << 20);
+  std::string text = in.ok() ? in.read_all() : std::string();
+  if (!in.ok() && in.error() == "does not exist")
+    throw ModelError("'" + path.string() + "' not found: '" + dir.string() +
+                     "' is not a VAE folder (make one with scripts/export_sdxl.py --vae-only --vae FILE|DIR)");
+  if (!in.error().empty()) throw ModelError("'" + path.string() + "' " + in.error());
+  return parse_vae_config(text, dir, path.string(), /*check_files=*/true);
+}
+
+void check_vae_fits(const ModelConfig& vae, const ModelConfig& model) {
+  if (vae.latent_channels != model.latent_channels || vae.vae_downsample != model.vae_downsample)
+    throw ModelError("VAE '" + vae.dir.string() + "' has " + std::to_string(vae.latent_channels) +
+                     " latent channels and downsamples by " + std::to_string(vae.vae_downsample) + "; model '" +
+                     model.name + "' needs " + std::to_string(model.latent_channels) + " and " +
+                     std::to_string(model.vae_downsample));
 }
 
 ModelConfig load_model_config(const std::filesystem::path& dir) {

@@ -121,6 +121,16 @@ int verify_model_files(const ModelConfig& cfg);
 ModelConfig parse_model_config(const std::string& json_text, const std::filesystem::path& dir,
                                const std::string& origin, bool check_files);
 
+// A VAE folder (export_sdxl.py --vae-only; model.json "kind": "vae"): a config
+// with only the VAE's fields (dtypes, scaling factor, downsample, latent
+// channels, vae_decoder / vae_encoder files, vae_file) and architecture "vae".
+// Throws ModelError naming the folder or the field.
+ModelConfig load_vae_config(const std::filesystem::path& dir);
+ModelConfig parse_vae_config(const std::string& json_text, const std::filesystem::path& dir,
+                             const std::string& origin, bool check_files);
+// Throws ModelError when the VAE's latents are not the model's (channels, downsample).
+void check_vae_fits(const ModelConfig& vae, const ModelConfig& model);
+
 // Bytes of the TorchScript files (*.ts) listed in model.json: what the resident
 // weights take on the device when loaded in the exported dtype.
 std::uint64_t module_file_bytes(const ModelConfig& cfg);

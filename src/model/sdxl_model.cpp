@@ -102,6 +102,18 @@ std::unique_ptr<SdxlModel> SdxlModel::load(const ModelConfig& config, const torc
   return m;
 }
 
+std::unique_ptr<SdxlModel> SdxlModel::load_vae(const ModelConfig& vae_config, const SdxlModel& model) {
+  check_vae_fits(vae_config, model.config);
+  auto m = std::make_unique<SdxlModel>();
+  m->config = vae_config;
+  m->device = model.device;
+  m->dtype = model.dtype;
+  m->vae_dtype = parse_dtype(vae_config.vae_dtype);
+  m->vae_decode_dtype = m->vae_dtype;
+  m->vae_decoder = load_module(vae_config, vae_config.vae_decoder_file, m->device, m->vae_dtype, m->vae_dtype);
+  return m;
+}
+
 torch::jit::Module& vae_encoder_module(SdxlModel& model) {
   if (!model.vae_encoder) {
     if (model.config.vae_encoder_file.empty())

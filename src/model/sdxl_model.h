@@ -45,6 +45,11 @@ struct SdxlModel {
   // dtype_override: "" keeps model.json's dtype, else the modules are cast.
   static std::unique_ptr<SdxlModel> load(const ModelConfig& config, const torch::Device& device,
                                          const std::string& dtype_override);
+  // A VAE folder's bundle (load_vae_config) beside `model`: only the VAE fields are
+  // set (decoder loaded now, encoder and fp32 fallback on first need); dtype is the
+  // model's, so encoded latents come out as the model's. ModelError when it does
+  // not fit the model (check_vae_fits) or a file does not load.
+  static std::unique_ptr<SdxlModel> load_vae(const ModelConfig& vae_config, const SdxlModel& model);
 };
 
 // The VAE encoder, loaded on first call (in the VAE's dtype). Throws

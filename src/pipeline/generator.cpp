@@ -24,6 +24,7 @@
 #include "device/device.h"
 #include "pipeline/stage_stream.h"
 #include "pipeline/unet_runner.h"
+#include "pipeline/vae_cache.h"
 #include "sampling/samplers.h"
 #include "core/error.h"
 #include "image/png_reader.h"
@@ -74,6 +75,7 @@ int cuda_device_count() { return torch::cuda::is_available() ? static_cast<int>(
 struct Generator::Impl {
   std::unique_ptr<SdxlModel> model;
   std::unique_ptr<UnetRunner> unet;
+  std::unique_ptr<VaeCache> vaes;  // the VAEs tasks name; "" = the model's own
   Clock::time_point trace_last_call_end;  // SDXL_TRACE_STEPS (sampling stage only)
   VaeTiling vae_tiling = VaeTiling::kAuto;
   double load_s = 0;
@@ -150,10 +152,19 @@ Generator::Generator(const std::filesystem::path& model_dir, const RuntimeOption
   impl_->decode_stream = StageStream(device, /*high_priority=*/false);
   impl_->vae_tiling = parse_vae_tiling(opts.vae_tiling);
   set_vae_decode_dtype(*impl_->model, opts.vae_dtype);
+  impl_->vaes = std::make_unique<VaeCache>(*impl_->model, opts.vae_dtype, opts.vae_cache);
   device_synchronize(device);
   impl_->load_s = seconds_since(t0);
   spdlog::info("loaded model '{}' ({}, {}) on {} in {:.2f} s", cfg.name, cfg.source, dtype_name(impl_->model->dtype),
                device.str(), impl_->load_s);
+}
+
+void add_image_sources(ImageSources& sources, const GenerationParams& p, const GeneratedImage& img) {
+  sources.lora_hashes = img.lora_hashes;
+  sources.ti_hashes = img.ti_hashes;
+  if (p.vae.empty()) return;
+  sources.vae_name = img.vae_name;
+  sources.vae_hash = img.vae_hash;
 }
 
 Generator::~Generator() = default;
@@ -176,6 +187,13 @@ std::map<std::string, double> Generator::engine_counters() const {
   if (std::string(u.backend()) == "aoti") {
     c["unet_aoti_calls"] = u.aoti_calls();
     c["unet_aoti_fallback_calls"] = u.fallback_calls();
+  }
+  const VaeCacheStats v = impl_->vaes->stats();
+  if (v.loads > 0) {
+    c["vae_cache_loads"] = v.loads;
+    c["vae_cache_hits"] = v.hits;
+    c["vae_cache_evictions"] = v.evictions;
+    c["vae_cache_resident_mib"] = static_cast<double>(v.resident_bytes) / 1048576.0;
   }
   return c;
 }
@@ -490,6 +508,7 @@ namespace {
 struct SubSampling {
   SdxlModel& m;
   UnetRunner& unet;
+  VaeCache& vaes;  // the VAE of each image's task (img2img encode, pixel-space hires fix)
   const EncodedBatch& eb;
   SubBatch& sub;
   VaeTiling vae_tiling;
@@ -544,8 +563,8 @@ torch::Tensor initial_latents(SubSampling& s, std::vector<at::Generator>& gens) 
   }
   std::vector<torch::Tensor> inits;
   for (size_t i : s.sub.idx)
-    inits.push_back(vae_encode_rgb8(s.m, s.eb.init_images[i].rgb.data(), s.eb.init_images[i].width,
-                                    s.eb.init_images[i].height));
+    inits.push_back(vae_encode_rgb8(*s.vaes.get(s.eb.params[i].vae), s.eb.init_images[i].rgb.data(),
+                                    s.eb.init_images[i].width, s.eb.init_images[i].height));
   const torch::Tensor init = torch::cat(inits);
   return add_noise(s.eb.plan, init, randn_per_image(gens, init.sizes(), s.m.dtype, s.m.device));
 }
@@ -561,9 +580,10 @@ torch::Tensor hires_pass(SubSampling& s, const torch::Tensor& latents, int out_w
   } else {
     std::vector<torch::Tensor> ups;
     for (int64_t k = 0; k < s.b; ++k) {
-      const std::vector<std::uint8_t> first_pass = vae_decode_rgb8(s.m, latents.slice(0, k, k + 1), s.vae_tiling);
+      const std::shared_ptr<SdxlModel> vae = s.vaes.get(s.eb.params[s.sub.idx[static_cast<size_t>(k)]].vae);
+      const std::vector<std::uint8_t> first_pass = vae_decode_rgb8(*vae, latents.slice(0, k, k + 1), s.vae_tiling);
       const std::vector<std::uint8_t> big = resize_nearest_rgb8(first_pass.data(), p0.width, p0.height, out_w, out_h);
-      ups.push_back(vae_encode_rgb8(s.m, big.data(), out_w, out_h));
+      ups.push_back(vae_encode_rgb8(*vae, big.data(), out_w, out_h));
     }
     up = torch::cat(ups);
   }
@@ -592,7 +612,7 @@ std::shared_ptr<SampledBatch> Generator::sample_batch(const std::shared_ptr<Enco
       im.sample_stream.hand_over(sub.context);
       im.sample_stream.hand_over(sub.pooled);
       const int64_t b = static_cast<int64_t>(sub.idx.size());
-      SubSampling s{m, *im.unet, *eb, sub, im.vae_tiling, im.trace_last_call_end, b, eb->cfg_on ? 2 * b : b};
+      SubSampling s{m, *im.unet, *im.vaes, *eb, sub, im.vae_tiling, im.trace_last_call_end, b, eb->cfg_on ? 2 * b : b};
       // Each image's generator (its seed) draws its initial noise and then the
       // noise ancestral / SDE samplers draw, as diffusers' list of generators does.
       std::vector<at::Generator> gens = cpu_generators(sub.seeds);
@@ -645,8 +665,14 @@ std::vector<GeneratedImage> Generator::decode_batch(const std::shared_ptr<Sample
         const torch::Tensor one = lat_cpu.slice(0, kk, kk + 1);
         g.latent_shape.assign(one.sizes().begin(), one.sizes().end());
         g.latents.assign(one.data_ptr<float>(), one.data_ptr<float>() + one.numel());
-        g.rgb = vae_decode_rgb8(m, sub.latents.slice(0, kk, kk + 1), im.vae_tiling, {},
-                                "seed " + std::to_string(eb.params[sub.idx[k]].seed));
+        const GenerationParams& p = eb.params[sub.idx[k]];
+        const std::shared_ptr<SdxlModel> vae = im.vaes->get(p.vae);
+        g.rgb = vae_decode_rgb8(*vae, sub.latents.slice(0, kk, kk + 1), im.vae_tiling, {},
+                                "seed " + std::to_string(p.seed));
+        if (!p.vae.empty()) {
+          g.vae_name = vae->config.vae_file.recorded() ? vae->config.vae_file.name : vae->config.name;
+          g.vae_hash = vae->config.vae_file.recorded() ? vae->config.vae_file.short_hash() : "";
+        }
       }
       sub.latents = torch::Tensor();
     }

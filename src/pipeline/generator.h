@@ -52,6 +52,9 @@ struct RuntimeOptions {
   std::string vae_tiling = "auto";
   // VAE decode dtype: "auto" (the compute dtype), fp32, fp16, bf16; NaN/Inf output is decoded again in fp32.
   std::string vae_dtype = "auto";
+  // VAE folders tasks name ("vae"; --vae): how many stay loaded beside the
+  // model's own (least recently used evicted).
+  std::size_t vae_cache = 2;
   // LoRAs: where prompt tags <lora:NAME:W> are looked up (after the registry),
   // the factor cache's budget (0 = 30% of the memory free after the weights),
   // and whether keys that map to no weight are an error instead of a warning.
@@ -86,7 +89,14 @@ struct GeneratedImage {
   // The textual-inversion embeddings its prompt and (encoded) negative prompt
   // used, in order of first use: name, A1111 short hash (12 hex digits).
   std::vector<std::pair<std::string, std::string>> ti_hashes;
+  // The task's own VAE ("vae"), when it named one: its file's name and A1111
+  // short hash, for the PNG ("" = the model's VAE, whose hash the model gives).
+  std::string vae_name, vae_hash;
 };
+
+// The image's part of its PNG's sources (model_sources gives the model's part):
+// the LoRA and embedding hashes, and the task's own VAE when it named one.
+void add_image_sources(ImageSources& sources, const GenerationParams& p, const GeneratedImage& img);
 
 // CUDA devices this process can use (0 without CUDA).
 int cuda_device_count();

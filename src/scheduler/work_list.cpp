@@ -34,10 +34,11 @@ bool same_settings(const GenerationParams& a, const GenerationParams& b) {
   return a.prompt == b.prompt && a.negative_prompt == b.negative_prompt && a.seed == b.seed && a.steps == b.steps &&
          std::abs(a.cfg - b.cfg) < 1e-9 && a.width == b.width && a.height == b.height && a.sampler == b.sampler &&
          a.schedule == b.schedule && a.guidance_rescale == b.guidance_rescale && a.clip_skip == b.clip_skip &&
-         a.init_image == b.init_image &&
-         a.strength == b.strength && a.hires.scale == b.hires.scale && a.hires.upscaler == b.hires.upscaler &&
-         a.hires.steps == b.hires.steps && a.hires.denoise == b.hires.denoise &&
-         a.loras == b.loras;
+         a.init_image == b.init_image && (a.init_image.empty() || a.strength == b.strength) &&
+         a.hires.scale == b.hires.scale &&
+         (!a.hires_on() || (a.hires.upscaler == b.hires.upscaler && a.hires.steps == b.hires.steps &&
+                            a.hires.denoise == b.hires.denoise)) &&
+         a.loras == b.loras && a.vae == b.vae;
 }
 
 std::string image_label(const WorkItem& w) { return w.task->id + "#" + std::to_string(w.index); }

@@ -71,8 +71,7 @@ void write_image(RunState& run, WriteJob& j) {
     const std::filesystem::path file = checked_output_path(run.out_dir, j.item.file);
     ImageSources sources = run.opts.model_sources;
     sources.model_name = run.opts.model_name;
-    sources.lora_hashes = j.image.lora_hashes;
-    sources.ti_hashes = j.image.ti_hashes;
+    add_image_sources(sources, j.item.params, j.image);
     const std::vector<std::uint8_t> png = encode_png(j.image.width, j.image.height, 3, j.image.rgb.data(),
                                                      {{"parameters", a1111_parameters(j.item.params, sources)}});
     write_file_atomic(file, png);

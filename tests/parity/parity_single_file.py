@@ -12,7 +12,13 @@ refused. Then:
     checkpoint's VAE and with the other one (which must change the image), and the
     PNG's Model hash / VAE hash are the files' A1111 short hashes;
   - the SD 1.x, refiner, truncated and missing-tensor files: exit code 1, a message
-    naming what is wrong, no output folder and no temporary folder left.
+    naming what is wrong, no output folder and no temporary folder left;
+  - VAE switching at run time: the second VAE exported alone (--vae-only) and given to
+    `generate --vae` gives the pixels of the export that baked it in; one `run` of a
+    batch whose tasks use the model's VAE and the other one ("vae", batched together)
+    gives each task its single-VAE image (>= 60 dB: batched vs alone), records the VAE in the
+    manifest (a rerun skips both) and loads the VAE folder once; a task naming a
+    folder that is not a VAE is refused by validate with its JSON pointer.
 
     PYTHONPATH=tests parity_single_file.py --binary B --model TINY --diffusers TINY_DIFFUSERS --work DIR
 """
@@ -20,6 +26,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -79,6 +87,54 @@ def bad_file_rows(work: Path, fx: Path) -> list[dict]:
     return rows
 
 
+def pixels_equal(a: Path, b: Path) -> bool:
+    import numpy as np
+
+    return bool(np.array_equal(load_rgb(str(a)), load_rgb(str(b))))
+
+
+def vae_switch_rows(a, work: Path, model: Path, vae_dir: Path, with_vae: Path) -> list[dict]:
+    """generate --vae and a mixed batch against the images of single-VAE exports."""
+    base_png, vae_png = work / f"{model.name}-sdxl.png", work / "generate-vae.png"
+    run([a.binary, "generate", "--model", str(model), "--vae", str(vae_dir), "--prompt", PROMPT, *COMMON, "--out",
+         str(vae_png), "--threads", "1"], "generate --vae")
+    rows = [{"case": "generate --vae DIR", "what": "same pixels as the export with --vae FILE baked in",
+             "value": float(pixels_equal(vae_png, with_vae)), "ok": pixels_equal(vae_png, with_vae)}]
+    task = {"prompt": PROMPT, "seed": 11, "steps": 6, "cfg": 5.0, "width": 256, "height": 256}
+    batch = work / "mixed-vae.json"
+    batch.write_text(json.dumps({"version": 1, "tasks": [dict(task, id="own-vae"),
+                                           dict(task, id="other-vae", vae=os.path.relpath(vae_dir, work))]}))
+    out = work / "mixed-vae-out"
+    shutil.rmtree(out, ignore_errors=True)
+    run_args = [a.binary, "run", str(batch), "--model", str(model), "--out", str(out), "--max-batch", "2",
+                "--threads", "1", "--no-progress"]
+    run(run_args, "run (mixed VAEs)")
+    lines = {json.loads(x)["task"]: json.loads(x) for x in (out / "manifest.jsonl").read_text().splitlines()}
+    own, other = out / lines["own-vae"]["file"], out / lines["other-vae"]["file"]
+    # Batched (2 images per UNet call) vs one at a time: the same up to rounding, and far from the other VAE's.
+    p_own, p_other = psnr(load_rgb(str(own)), load_rgb(str(base_png))), psnr(load_rgb(str(other)), load_rgb(str(with_vae)))
+    ok = min(p_own, p_other) >= 60.0
+    rows.append({"case": "one run, two VAEs", "what": f"PSNR dB of each task vs its single-VAE image (own {p_own:.1f})",
+                 "value": p_other, "ok": ok})
+    report = json.loads((out / "report.json").read_text())
+    loads = report["devices"][0].get("engine", {}).get("vae_cache_loads", 0)
+    recorded = lines["other-vae"]["params"].get("vae") == str(vae_dir.resolve()) and "vae" not in lines["own-vae"]["params"]
+    rerun = run(run_args, "rerun (mixed VAEs)")
+    again = json.loads((out / "report.json").read_text())
+    skipped = again.get("images_skipped")
+    ok = loads == 1 and recorded and skipped == 2 and rerun.returncode == 0
+    rows.append({"case": "VAE cache, manifest, resume", "what": f"VAE folder loads {loads}, vae recorded {recorded}, "
+                 f"rerun skipped {skipped} of 2", "value": float(loads), "ok": ok})
+    bad = work / "bad-vae.json"
+    bad.write_text(json.dumps({"version": 1, "tasks": [dict(task, id="wrong", vae=str(model))]}))
+    r = subprocess.run([a.binary, "validate", str(bad), "--model", str(model)], capture_output=True, text=True)
+    text = r.stdout + r.stderr
+    ok = r.returncode != 0 and "/tasks/0/vae" in text and "not a VAE folder" in text
+    rows.append({"case": "task vae = a model folder", "what": (text.strip().splitlines() or [""])[-1][-110:],
+                 "value": float(r.returncode), "ok": ok})
+    return rows
+
+
 def main() -> int:
     a, work = parse_args(__doc__)
     fx = work / "fixture"
@@ -119,6 +175,10 @@ def main() -> int:
     rows.append({"case": "the other VAE changes it", "what": "PSNR dB between the two", "value": p,
                  "ok": p < a.min_psnr - 10})
     rows += bad_file_rows(work, fx)
+    vae_dir = work / "vae-only"
+    run([sys.executable, str(EXPORT), "--vae-only", "--vae", str(vae_file), "--config", str(fx / "diffusers"), "--out",
+         str(vae_dir), "--force", "--dtype", "fp32"], "export --vae-only")
+    rows += vae_switch_rows(a, work, m_file, vae_dir, work / f"{m_vae.name}-sdxl.png")
     failed = not all(r["ok"] for r in rows)
     return finish(rows, [("case", "case", "<28"), ("what", "what", "<112"), ("value", "value", ">10.3g")],
                   work / "parity_single_file.json", failed,

@@ -294,6 +294,39 @@ TEST(Manifest, TornLastLineIsIgnored) {
   fs::remove(path);
 }
 
+// A rerun skips a finished image only when its manifest line has the task's
+// settings: every setting the resume check compares must survive the round trip.
+TEST(Manifest, KeepsEverySettingTheResumeCheckCompares) {
+  const auto path = fs::temp_directory_path() / ("sdxl_manifest_rt_" + std::to_string(::getpid()) + ".jsonl");
+  fs::remove(path);
+  sdxl::ManifestEntry e;
+  e.task = "panel";
+  e.file = "panel.png";
+  e.sha256 = "00";
+  e.seed = 7;
+  sdxl::GenerationParams& p = e.params;
+  p.seed = 7;
+  p.prompt = "a lighthouse";
+  p.guidance_rescale = 0.3;
+  p.clip_skip = 3;
+  p.init_image = "/in/p01.png";
+  p.strength = 0.55;
+  p.hires.scale = 1.5;
+  p.hires.upscaler = "Nearest";
+  p.hires.steps = 9;
+  p.hires.denoise = 0.4;
+  p.loras.push_back({"ink", "/l/ink.safetensors", 0.8});
+  p.vae = "/vaes/fp16-fix";
+  sdxl::Manifest(path).append(e);
+  const auto back = sdxl::Manifest(path).find("panel", 0);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_TRUE(sdxl::same_settings(back->params, p));
+  sdxl::GenerationParams other = p;
+  other.hires.denoise = 0.5;  // a changed setting is seen
+  EXPECT_FALSE(sdxl::same_settings(back->params, other));
+  fs::remove(path);
+}
+
 namespace {
 
 // A fake device: `weights` always allocated; a batch of n images needs

@@ -234,3 +234,43 @@ TEST(ModelConfig, SourceAndVaeFilesAreOptionalAndValidated) {
   bad["source_file"] = "sd_xl_base_1.0.safetensors";
   EXPECT_NE(error_of(bad).find("/source_file must be a JSON object"), std::string::npos) << error_of(bad);
 }
+
+// A VAE folder (export_sdxl.py --vae-only) reads as a VAE-only config, is told
+// apart from a model either way round, and must fit the model's latents.
+TEST(ModelConfig, VaeFolder) {
+  nlohmann::json v = nlohmann::json::parse(R"({
+    "format_version": 1, "kind": "vae", "name": "fp16-fix", "dtype": "fp16", "vae_dtype": "fp16",
+    "export_device": "cuda", "vae_scaling_factor": 0.13025, "vae_downsample": 8, "latent_channels": 4,
+    "vae_decoder": {"file": "vae_decoder.ts"}, "vae_encoder": {"file": "vae_encoder.ts"},
+    "vae_file": {"name": "sdxl.vae.safetensors", "sha256": ")" + std::string(64, 'c') + R"("}})");
+  const auto vae = sdxl::parse_vae_config(v.dump(), "/v", "/v/model.json", false);
+  EXPECT_EQ(vae.architecture, "vae");
+  EXPECT_EQ(vae.vae_dtype, "fp16");
+  EXPECT_EQ(vae.vae_encoder_file, "vae_encoder.ts");
+  EXPECT_EQ(vae.vae_file.short_hash(), "cccccccccc");
+  const auto model = sdxl::parse_model_config(valid().dump(), "/m", "/m/model.json", false);
+  EXPECT_NO_THROW(sdxl::check_vae_fits(vae, model));
+
+  try {  // a VAE folder given as the model
+    sdxl::parse_model_config(v.dump(), "/v", "/v/model.json", false);
+    FAIL();
+  } catch (const sdxl::ModelError& e) {
+    EXPECT_NE(std::string(e.what()).find("is a VAE folder"), std::string::npos) << e.what();
+  }
+  try {  // a model given as a VAE folder
+    sdxl::parse_vae_config(valid().dump(), "/m", "/m/model.json", false);
+    FAIL();
+  } catch (const sdxl::ModelError& e) {
+    EXPECT_NE(std::string(e.what()).find("not a VAE folder"), std::string::npos) << e.what();
+  }
+  v["latent_channels"] = 16;  // an SD3 / Flux VAE's latents
+  const auto other = sdxl::parse_vae_config(v.dump(), "/v", "/v/model.json", false);
+  try {
+    sdxl::check_vae_fits(other, model);
+    FAIL();
+  } catch (const sdxl::ModelError& e) {
+    EXPECT_NE(std::string(e.what()).find("16 latent channels"), std::string::npos) << e.what();
+  }
+  v.erase("vae_decoder");
+  EXPECT_THROW(sdxl::parse_vae_config(v.dump(), "/v", "/v/model.json", false), sdxl::ModelError);
+}

@@ -1,0 +1,49 @@
+// VaeCache: the VAEs tasks name ("vae" in a batch file, --vae on the CLI), next
+// to the model's own. A VAE folder (export_sdxl.py --vae-only) is loaded on the
+// device on first use and kept in a least-recently-used cache of `capacity`
+// folders; its memory (the decoder's and encoder's weights) is counted and
+// logged, and evicting it frees it. "" names the model's own VAE, which is
+// always resident. Thread-safe: the sampling stage (img2img, pixel-space hires
+// fix) and the decode stage ask concurrently; a VAE evicted while a stage still
+// holds it lives until that stage lets it go.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "model/sdxl_model.h"
+
+namespace sdxl {
+
+struct VaeCacheStats {
+  int loads = 0, hits = 0, evictions = 0;
+  std::uint64_t resident_bytes = 0;  // weights of the cached VAE folders (not the model's own)
+};
+
+class VaeCache {
+ public:
+  // decode_dtype: --vae-dtype, applied to every VAE loaded (set_vae_decode_dtype).
+  VaeCache(SdxlModel& model, std::string decode_dtype, std::size_t capacity);
+
+  // The bundle whose VAE fields decode / encode for a task whose "vae" is `folder`
+  // ("" = the model's own). ModelError when the folder is not a VAE that fits.
+  std::shared_ptr<SdxlModel> get(const std::string& folder);
+  VaeCacheStats stats() const;
+
+ private:
+  SdxlModel& model_;
+  std::string decode_dtype_;
+  std::size_t capacity_;
+  mutable std::mutex mu_;
+  std::list<std::pair<std::string, std::shared_ptr<SdxlModel>>> lru_;  // most recent first
+  VaeCacheStats stats_;
+};
+
+// The weights' bytes of a VAE bundle's modules on the device.
+std::uint64_t vae_weight_bytes(const SdxlModel& vae);
+
+}  // namespace sdxl
