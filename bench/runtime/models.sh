@@ -7,13 +7,65 @@
 #        (--check none; wall time, host max RSS, GPU peak: the export's last lines), its tensors compared
 #        with the first export's (must be identical), and one 1024² image generated
 #        from each export with the same seed (must be the same pixels; the PNG's parameters differ: the model's name and hash).
+# vae-switch: the full-size VAE exported alone as an fp16-safe VAE folder (its config's
+#        force_upcast set false: stored and decoded in fp16), then 8 images at 1024²
+#        (--max-batch 4) with the model's VAE, and the same 8 with every second task
+#        naming the folder ("vae"): images/hour, decode seconds, the VAE cache's
+#        counters, the load log line, and whether the model-VAE images stay the same.
 # Results: $OUT/summary.txt (+ the logs).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 MODE=${1:-}
-case "$MODE" in single-file) ;; *) echo "usage: [OUT=DIR] bash bench/runtime/models.sh single-file" >&2; exit 2 ;; esac
+case "$MODE" in single-file | vae-switch) ;; *) echo "usage: [OUT=DIR] bash bench/runtime/models.sh single-file|vae-switch" >&2; exit 2 ;; esac
 export SDXL_SAVE_DIFFUSERS=1
 source bench/lib/gpu_prepare.sh  # build + export (+ $WORK/full-diffusers); sets OUT WORK SDXL MODEL
+source bench/lib/runtime.sh
+
+if [ "$MODE" = vae-switch ]; then
+  rm -rf "$WORK/vae-fp16-src" && cp -r "$WORK/full-diffusers/vae" "$WORK/vae-fp16-src"
+  python3 - "$WORK/vae-fp16-src/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["force_upcast"] = False; json.dump(c, open(sys.argv[1], "w"), indent=1)
+PY
+  t0=$(date +%s)
+  python3 scripts/export_sdxl.py --vae-only --vae "$WORK/vae-fp16-src" --dtype fp16 --device cuda \
+    --out "$WORK/vaes/fp16" --force > "$OUT/export-vae.log" 2>&1
+  echo "export --vae-only: $(( $(date +%s) - t0 )) s; $(tail -1 "$OUT/export-vae.log")" | tee -a "$OUT/summary.txt"
+  python3 - "$WORK" <<'PY'
+import json, sys
+w = sys.argv[1]
+tasks = [{"id": f"p{i}", "prompt": f"comic panel {i}, a lighthouse keeper in a storm, bold ink lines", "seed": 300 + i}
+         for i in range(8)]
+base = {"version": 1, "defaults": {"steps": 28, "cfg": 7.0, "width": 1024, "height": 1024}}
+json.dump(dict(base, tasks=tasks), open(f"{w}/own-vae.json", "w"), indent=1)
+mixed = [dict(t, vae="vaes/fp16") if i % 2 else t for i, t in enumerate(tasks)]
+json.dump(dict(base, tasks=mixed), open(f"{w}/mixed-vae.json", "w"), indent=1)
+PY
+  RUN_LOG_LEVEL=info run own-vae "$WORK/own-vae.json" --max-batch 4
+  RUN_LOG_LEVEL=info run mixed-vae "$WORK/mixed-vae.json" --max-batch 4
+  grep -h "VAE '" "$WORK/mixed-vae.log" | sed 's/^/mixed-vae: /' | tee -a "$OUT/summary.txt"
+  python3 - "$WORK" <<'PY' | tee -a "$OUT/summary.txt"
+import json, sys
+from pathlib import Path
+import numpy as np
+from PIL import Image
+w = Path(sys.argv[1])
+for name in ("own-vae", "mixed-vae"):
+    r = json.loads((w / name / "report.json").read_text()); d = r["devices"][0]
+    print(f"{name}: {r['images_done']} images, {r['images_per_hour']:.0f} images/h, decode {d['decode_s']:.2f} s, "
+          f"engine VAE counters {({k: v for k, v in d.get('engine', {}).items() if k.startswith('vae')})}")
+def files(name):
+    return {json.loads(l)["task"]: w / name / json.loads(l)["file"] for l in (w / name / "manifest.jsonl").read_text().splitlines()}
+a, b = files("own-vae"), files("mixed-vae")
+px = lambda p: np.asarray(Image.open(p).convert("RGB")).astype(np.float64)
+for t in sorted(a):
+    mse = ((px(a[t]) - px(b[t])) ** 2).mean()
+    print(f"{t}: {'other VAE' if int(t[1:]) % 2 else 'model VAE'} vs the own-VAE run: "
+          + ("identical" if mse == 0 else f"PSNR {10 * np.log10(255 ** 2 / mse):.1f} dB"))
+PY
+  log_warnings
+  exit 0
+fi
 
 t0=$(date +%s)
 python3 -m reference.single_file_fixture --from-diffusers "$WORK/full-diffusers" --out "$WORK/single" --dtype fp16 \

@@ -1,6 +1,7 @@
 #include "lora/embedding_files.h"
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <mutex>
 
@@ -15,8 +16,15 @@ std::vector<std::filesystem::path> list_embedding_files(const std::vector<std::f
   for (const auto& dir : dirs) {
     std::error_code ec;
     std::vector<std::filesystem::path> files;
-    for (const auto& e : std::filesystem::directory_iterator(dir, ec))
-      if (e.path().extension() == ".safetensors") files.push_back(e.path());
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+      std::string ext = e.path().extension().string();
+      std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+      if (ext == ".safetensors") files.push_back(e.path());
+      if (ext == ".pt" || ext == ".pth" || ext == ".bin" || ext == ".ckpt")  // refused as LoRA pickles are
+        throw UsageError("embedding '" + e.path().string() + "' is a pickle file (" + ext +
+                         "); sdxl-batch does not load pickles because unpickling can run arbitrary code. Convert it "
+                         "to NAME.safetensors with clip_l and clip_g, or move it out of the embedding folder");
+    }
     if (ec) throw UsageError("embedding folder '" + dir.string() + "': " + ec.message());
     std::sort(files.begin(), files.end());
     out.insert(out.end(), files.begin(), files.end());

@@ -160,6 +160,13 @@ class BadInput(unittest.TestCase):
             self.assertEqual(r.returncode, 2, f"{name}: {r.stderr}")
             self.assertIn(why, r.stderr, name)
             self.assertIn(f"{name}.safetensors", r.stderr, name)
+        shutil.rmtree(d, ignore_errors=True)  # a pickle is refused unopened, as LoRA pickles are
+        d.mkdir(parents=True)
+        (d / "badhands.pt").write_bytes(b"\x80\x02}q\x00.")
+        r = sdxl("generate", "--model", ARGS.model, "--embedding-dir", str(d), "--prompt", "x", "--steps", "1",
+                 "--out", str(d / "x.png"))
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("badhands.pt' is a pickle file", r.stderr)
 
     def test_batch_embeddings_dir_matches_the_flag(self):
         from safetensors.torch import save_file
