@@ -62,7 +62,7 @@ void add_model_options(CLI::App& cmd, ModelOptions& o, bool model_required) {
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
   cmd.add_option("--lora-dir", o.lora_dirs, "Directory where <lora:NAME:W> prompt tags find NAME.safetensors (repeatable)");
-  cmd.add_option("--embedding-dir", o.embedding_dirs,
+  cmd.add_option("--embedding-dir,--embeddings-dir", o.embedding_dirs,
                  "Folder of SDXL textual-inversion embeddings (NAME.safetensors with clip_l and clip_g); prompts use "
                  "NAME (repeatable)")
       ->check(CLI::ExistingDirectory);

@@ -25,7 +25,7 @@ CLI::App* add_tokens(CLI::App& app, std::shared_ptr<TokensArgs>& args) {
   auto* cmd = app.add_subcommand("tokens", "Show the tokens, 75-token chunks and weights both text encoders get");
   cmd->add_option("--model", args->model_dir, "Model directory")->required();
   cmd->add_flag("--json", args->json, "Machine-readable output");
-  cmd->add_option("--embedding-dir", args->embedding_dirs,
+  cmd->add_option("--embedding-dir,--embeddings-dir", args->embedding_dirs,
                   "Textual-inversion embeddings, as generate/run load them: each name shows as its vectors (repeatable)")
       ->check(CLI::ExistingDirectory);
   cmd->add_option("text", args->text, "Prompt text (A1111 syntax: (x:1.2), [x], BREAK, long prompts)")->required();

@@ -25,7 +25,7 @@ CLI::App* add_validate(CLI::App& app, std::shared_ptr<ValidateArgs>& args) {
   cmd->add_option("--wildcards-dir", args->wildcard_dirs,
                   "Folder of __name__ wildcard files, searched before the batch's wildcards_dir (repeatable)")
       ->check(CLI::ExistingDirectory);
-  cmd->add_option("--embedding-dir", args->embedding_dirs,
+  cmd->add_option("--embedding-dir,--embeddings-dir", args->embedding_dirs,
                   "Embeddings the run will load (as run --embedding-dir): with --model, their vectors count in the "
                   "prompt-length check (repeatable)")
       ->check(CLI::ExistingDirectory);

@@ -262,6 +262,22 @@ void read_common(const Reader& r, ModelConfig& c) {
   c.vae_file = read_source_file(r, "vae_file");
 }
 
+// DIR/model.json's text; a ModelError names the folder as `what` (a model
+// directory, a VAE folder) and the command that makes one.
+std::string read_model_json(const std::filesystem::path& dir, const std::string& what, const std::string& make) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec))
+    throw ModelError(what + " '" + dir.string() + "' does not exist (make one with " + make + ")");
+  const auto path = dir / "model.json";
+  InputFile in(path, 16ull << 20);
+  std::string text = in.ok() ? in.read_all() : std::string();
+  if (!in.ok() && in.error() == "does not exist")
+    throw ModelError("'" + path.string() + "' not found: '" + dir.string() + "' is not an sdxl-batch " + what +
+                     " (make one with " + make + ")");
+  if (!in.error().empty()) throw ModelError("'" + path.string() + "' " + in.error());
+  return text;
+}
+
 }  // namespace
 
 ModelConfig parse_model_config(const std::string& json_text, const std::filesystem::path& dir,
@@ -305,18 +321,9 @@ ModelConfig parse_vae_config(const std::string& json_text, const std::filesystem
 }
 
 ModelConfig load_vae_config(const std::filesystem::path& dir) {
-  std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec))
-    throw ModelError("VAE folder '" + dir.string() + "' does not exist (make one with scripts/export_sdxl.py "
-                     "--vae-only --vae FILE|DIR)");
   const auto path = dir / "model.json";
-  InputFile in(path, 16ull << 20);
-  std::string text = in.ok() ? in.read_all() : std::string();
-  if (!in.ok() && in.error() == "does not exist")
-    throw ModelError("'" + path.string() + "' not found: '" + dir.string() +
-                     "' is not a VAE folder (make one with scripts/export_sdxl.py --vae-only --vae FILE|DIR)");
-  if (!in.error().empty()) throw ModelError("'" + path.string() + "' " + in.error());
-  return parse_vae_config(text, dir, path.string(), /*check_files=*/true);
+  return parse_vae_config(read_model_json(dir, "VAE folder", "scripts/export_sdxl.py --vae-only --vae FILE|DIR"), dir,
+                          path.string(), /*check_files=*/true);
 }
 
 void check_vae_fits(const ModelConfig& vae, const ModelConfig& model) {
@@ -328,17 +335,9 @@ void check_vae_fits(const ModelConfig& vae, const ModelConfig& model) {
 }
 
 ModelConfig load_model_config(const std::filesystem::path& dir) {
-  std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec))
-    throw ModelError("model directory '" + dir.string() + "' does not exist (make one with scripts/export_sdxl.py)");
   const auto path = dir / "model.json";
-  InputFile in(path, 16ull << 20);
-  std::string text = in.ok() ? in.read_all() : std::string();
-  if (!in.ok() && in.error() == "does not exist")
-    throw ModelError("'" + path.string() + "' not found: '" + dir.string() +
-                     "' is not an sdxl-batch model directory (make one with scripts/export_sdxl.py)");
-  if (!in.error().empty()) throw ModelError("'" + path.string() + "' " + in.error());
-  return parse_model_config(text, dir, path.string(), /*check_files=*/true);
+  return parse_model_config(read_model_json(dir, "model directory", "scripts/export_sdxl.py"), dir, path.string(),
+                            /*check_files=*/true);
 }
 
 void check_generation_size(const ModelConfig& cfg, int width, int height, int batch) {
