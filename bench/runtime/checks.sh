@@ -13,11 +13,14 @@
 # embeddings: random SDXL embeddings (clip_l 768, clip_g 1280) with --embedding-dir on the
 #        full-size fp16 model: the same seed with and without the name in the prompt,
 #        twice each (deterministic? changed by the embedding?).
+# vae-fp16: 8 images at 1024² (--max-batch 4) decoded in fp32 (--vae-dtype fp32) and with
+#        the default (auto: fp16 on a GPU, fp32 again for an image that overflows):
+#        decode seconds, images/hour, PSNR between the two, fp32 re-decodes.
 # Results: $OUT/summary.txt (+ build/export logs and the reports as JSON).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 MODE=${1:-}
-case "$MODE" in check|order|story|embeddings) ;; *) echo "usage: [OUT=DIR] bash bench/runtime/checks.sh check|order|story|embeddings" >&2; exit 2 ;; esac
+case "$MODE" in check|order|story|embeddings|vae-fp16) ;; *) echo "usage: [OUT=DIR] bash bench/runtime/checks.sh check|order|story|embeddings|vae-fp16" >&2; exit 2 ;; esac
 source bench/lib/gpu_prepare.sh  # build + export; sets OUT WORK SDXL MODEL
 source bench/lib/runtime.sh
 
@@ -83,6 +86,24 @@ h = {n: hashlib.sha256((w / f"{n}.png").read_bytes()).hexdigest() for n in ("wit
 a = np.asarray(Image.open(w / "with-a.png")).astype(np.float64); b = np.asarray(Image.open(w / "without.png")).astype(np.float64)
 mse = ((a - b) ** 2).mean()
 print(f"embeddings: with (twice) identical: {h['with-a'] == h['with-b']}; with vs without: PSNR {10 * math.log10(255**2 / mse):.1f} dB")
+PY
+elif [ "$MODE" = vae-fp16 ]; then
+  mkbatch "$WORK/eight.json" 8 0
+  run vae-fp32 "$WORK/eight.json" --max-batch 4 --vae-dtype fp32
+  run vae-auto "$WORK/eight.json" --max-batch 4
+  run vae-fp32-2 "$WORK/eight.json" --max-batch 4 --vae-dtype fp32
+  run vae-auto-2 "$WORK/eight.json" --max-batch 4
+  compare vae-fp32 vae-auto
+  compare vae-auto vae-auto-2
+  python3 - "$WORK" <<'PY' | tee -a "$OUT/summary.txt"
+import json, sys
+from pathlib import Path
+w = Path(sys.argv[1])
+for name in ("vae-fp32", "vae-auto", "vae-fp32-2", "vae-auto-2"):
+    r = json.loads((w / name / "report.json").read_text()); d = r["devices"][0]
+    redo = (w / f"{name}.log").read_text().count("decoding it again in fp32")
+    print(f"{name}: {r['images_per_hour']:.0f} images/h, decode stage {d['decode_s']:.2f} s for {r['images_done']} images "
+          f"({d['decode_s'] / max(r['images_done'], 1):.3f} s/image), fp32 re-decodes {redo}")
 PY
 elif [ "$MODE" = order ]; then
   # An image must not depend on whether it is the first of its size on its GPU.

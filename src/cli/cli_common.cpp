@@ -49,8 +49,8 @@ void add_model_options(CLI::App& cmd, ModelOptions& o, bool model_required) {
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "always", "never"}));
   cmd.add_option("--vae-dtype", o.runtime.vae_dtype,
-                 "VAE decode dtype: auto (as exported: fp32 for GPU exports, like diffusers), fp32, fp16, bf16; an image whose decode has NaN/Inf "
-                 "is decoded again in fp32")
+                 "VAE decode dtype: auto (on a GPU the compute dtype, e.g. fp16; on the CPU as exported), fp32, fp16, bf16; "
+                 "an image whose decode has NaN/Inf is decoded again in fp32")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "fp32", "fp16", "bf16"}));
   cmd.add_option("--vae", o.vae_dir,

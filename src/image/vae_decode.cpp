@@ -32,9 +32,11 @@ std::vector<int64_t> tile_starts(int64_t size, int tile, int overlap) {
 
 void set_vae_decode_dtype(SdxlModel& model, const std::string& option) {
   torch::Dtype want;
-  // auto: as exported (fp32 for the GPU exports: diffusers upcasts SDXL's VAE
-  // too, and an fp16 decode would change every image against it).
-  if (option == "auto") want = model.vae_decode_dtype;
+  // auto: on a GPU, the compute dtype (fp16 / bf16: a shorter decode and a
+  // lower peak; an image whose decode overflows is decoded again in fp32,
+  // below), else as exported (fp32 on the CPU, where low precision is slow).
+  if (option == "auto")
+    want = model.device.is_cuda() && model.dtype != torch::kFloat32 ? model.dtype : model.vae_decode_dtype;
   else if (option == "fp32" || option == "fp16" || option == "bf16") want = parse_dtype(option);
   else throw UsageError("--vae-dtype '" + option + "': expected auto, fp32, fp16 or bf16");
   if (want == model.vae_decode_dtype) return;

@@ -2,8 +2,9 @@
 // dtype, divided by the scaling factor, decoded, then (x / 2 + 0.5).clamp(0, 1),
 // * 255, rounded half to even, to uint8 HWC RGB. Throws TaskError on NaN output.
 //
-// Decode dtype (--vae-dtype): auto = the model's compute dtype (fp16 for the
-// GPU exports, whose VAE is stored in fp32), or fp32 / fp16 / bf16. The traced
+// Decode dtype (--vae-dtype): auto = on a GPU the model's compute dtype (fp16
+// for the GPU exports, whose VAE is stored in fp32), on the CPU the stored one;
+// or fp32 / fp16 / bf16. The traced
 // decoder is retyped (sdxl_model.h, retyped_module). A decode in a dtype other
 // than fp32 whose output has NaN or Inf (SDXL's VAE overflows fp16 on some
 // latents) is logged and redone by an fp32 decoder loaded on first need, so the
