@@ -156,7 +156,7 @@ class Unattended(unittest.TestCase):
         batch.write_text(json.dumps({"version": 1, "defaults": {"steps": 2}, "tasks": [
             {"id": "good", "prompt": "x", "seed": 1},
             {"id": "bad-steps", "prompt": "y", "seed": 2, "steps": 999},
-            {"id": "bad-size", "prompt": "z", "seed": 3, "width": 4096}]}))
+            {"id": "bad-size", "prompt": "z", "seed": 3, "width": 8200}]}))
         r = subprocess.run(run_cmd(str(batch), "--out", str(work / "refused")), capture_output=True, text=True, env=ENV)
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertFalse((work / "refused" / "manifest.jsonl").exists(), "nothing runs without --skip-invalid")

@@ -4,14 +4,15 @@
 reference.single_file_fixture writes a tiny SDXL pipeline (second text encoder wider
 than the first) as a diffusers folder and as one .safetensors file in the original
 Stability layout (checked there against diffusers' from_single_file), a second VAE as a
-bare original-layout file and as a diffusers folder, and four files that must be
+bare original-layout file and as a diffusers folder, and seven files that must be
 refused. Then:
   - export_sdxl.py --from FILE --config DIR gives the same tensors, bit for bit, as
     --from the diffusers folder; --vae FILE and --vae DIR give the same VAE;
   - sdxl-batch on those exports vs diffusers on the folders: PSNR >= 40 dB, with the
     checkpoint's VAE and with the other one (which must change the image), and the
     PNG's Model hash / VAE hash are the files' A1111 short hashes;
-  - the SD 1.x, refiner, truncated and missing-tensor files: exit code 1, a message
+  - the SD 1.x, refiner, truncated, missing-tensor, inpainting, LoRA and Flux files:
+    exit code 1, a message
     naming what is wrong, no output folder and no temporary folder left;
   - VAE switching at run time: the second VAE exported alone (--vae-only) and given to
     `generate --vae` gives the pixels of the export that baked it in; one `run` of a
@@ -37,7 +38,8 @@ from parity_common import finish, parse_args
 from reference.compare_images import load_rgb, psnr
 
 EXPORT = Path(__file__).resolve().parents[2] / "scripts" / "export_sdxl.py"
-BAD = {"sd1": "SD 1.x", "refiner": "refiner", "truncated": "truncated", "missing-tensor": "1 missing"}
+BAD = {"sd1": "SD 1.x", "refiner": "refiner", "truncated": "truncated", "missing-tensor": "1 missing",
+       "inpainting": "inpainting UNet with 9 input channels", "lora": "a LoRA", "flux": "Flux"}
 COMMON = ["--seed", "11", "--steps", "6", "--cfg", "5.0", "--width", "256", "--height", "256"]
 PROMPT = "comic panel, a lighthouse in a storm"
 

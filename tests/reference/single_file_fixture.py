@@ -13,8 +13,8 @@ loading it back with diffusers' from_single_file and comparing every tensor.
 
 DIR gets: diffusers/ (the pipeline, also the --config folder), checkpoint.safetensors,
 vae.safetensors (a second VAE, bare original layout), vae-diffusers/ (the same VAE as a
-diffusers folder) and the bad files: sd1.safetensors, refiner.safetensors,
-truncated.safetensors, missing-tensor.safetensors.
+diffusers folder) and the bad files: sd1, refiner, truncated, missing-tensor,
+inpainting, lora and flux (.safetensors).
 """
 from __future__ import annotations
 
@@ -203,7 +203,8 @@ def check_with_diffusers(ckpt: Path, config_dir: Path, pipe) -> float:
 
 def write_bad_files(good: dict[str, torch.Tensor], ckpt: Path, out: Path) -> None:
     """Files export_sdxl.py must refuse: an SD 1.x layout, a refiner layout, a truncated
-    file, and the good checkpoint less one UNet tensor."""
+    file, the good checkpoint less one UNet tensor, an inpainting UNet, a LoRA and a
+    Flux-shaped file."""
     from safetensors.torch import save_file
 
     unet = {k: v for k, v in good.items() if k.startswith("model.diffusion_model.")}
@@ -220,6 +221,14 @@ def write_bad_files(good: dict[str, torch.Tensor], ckpt: Path, out: Path) -> Non
     missing = dict(good)
     del missing["model.diffusion_model.input_blocks.1.0.in_layers.2.weight"]
     save_file(missing, str(out / "missing-tensor.safetensors"))
+    inpaint = dict(good)  # an inpainting UNet: latents + mask + masked image = 9 input channels
+    w = inpaint["model.diffusion_model.input_blocks.0.0.weight"]
+    inpaint["model.diffusion_model.input_blocks.0.0.weight"] = torch.cat([w, w, w[:, :1]], dim=1).contiguous()
+    save_file(inpaint, str(out / "inpainting.safetensors"))
+    z = lambda: torch.zeros(4, 4)  # noqa: E731  (safetensors refuses one tensor under two names)
+    save_file({"lora_unet_down_blocks_1_attentions_0_proj_in.lora_down.weight": z(),
+               "lora_unet_down_blocks_1_attentions_0_proj_in.lora_up.weight": z()}, str(out / "lora.safetensors"))
+    save_file({"double_blocks.0.img_attn.qkv.weight": z(), "img_in.weight": z()}, str(out / "flux.safetensors"))
 
 
 def write_checkpoint_only(src: Path, out: Path, dtype: torch.dtype) -> int:
