@@ -1,6 +1,7 @@
 // Hires fix upscaling (A1111's upscalers that can be reproduced exactly):
 // latent space through torch.nn.functional.interpolate, pixel space through a
-// nearest-neighbour resize of the 8-bit image that equals PIL's Image.NEAREST.
+// nearest-neighbour resize of the 8-bit image that equals PIL's Image.NEAREST
+// (image/resize.h).
 #pragma once
 
 #include <torch/types.h>
@@ -17,8 +18,5 @@ bool is_latent_upscaler(const std::string& canonical_name);
 // modes: "Latent" bilinear, "(antialiased)", "(bicubic)", "(bicubic antialiased)",
 // "(nearest)", "(nearest-exact)"; align_corners false.
 torch::Tensor upscale_latents(const torch::Tensor& latents, int64_t out_h, int64_t out_w, const std::string& upscaler);
-
-// PIL Image.resize((out_w, out_h), Image.NEAREST): source pixel floor((x + 0.5) * in / out).
-std::vector<std::uint8_t> resize_nearest_rgb8(const std::uint8_t* rgb, int width, int height, int out_w, int out_h);
 
 }  // namespace sdxl

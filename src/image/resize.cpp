@@ -1,0 +1,126 @@
+#include "image/resize.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+namespace sdxl {
+
+std::vector<std::uint8_t> resize_nearest_rgb8(const std::uint8_t* rgb, int width, int height, int out_w, int out_h) {
+  // PIL's ImagingScaleAffine: the source position starts at half a step and
+  // grows by one step per pixel (accumulated in double, then truncated).
+  auto positions = [](int in, int out) {
+    std::vector<int> pos(static_cast<size_t>(out));
+    const double step = static_cast<double>(in) / out;
+    double at = step * 0.5;
+    for (int i = 0; i < out; ++i, at += step) pos[static_cast<size_t>(i)] = std::min(static_cast<int>(at), in - 1);
+    return pos;
+  };
+  const std::vector<int> xs = positions(width, out_w), ys = positions(height, out_h);
+  std::vector<std::uint8_t> out(static_cast<size_t>(out_w) * static_cast<size_t>(out_h) * 3);
+  for (int y = 0; y < out_h; ++y) {
+    for (int x = 0; x < out_w; ++x) {
+      const std::uint8_t* s = rgb + (static_cast<size_t>(ys[static_cast<size_t>(y)]) * static_cast<size_t>(width) +
+                                     static_cast<size_t>(xs[static_cast<size_t>(x)])) * 3;
+      std::uint8_t* d = out.data() + (static_cast<size_t>(y) * static_cast<size_t>(out_w) + static_cast<size_t>(x)) * 3;
+      std::copy(s, s + 3, d);
+    }
+  }
+  return out;
+}
+
+namespace {
+
+constexpr int kPrecisionBits = 32 - 8 - 2;  // PIL's fixed-point weights
+
+double sinc(double x) {
+  if (x == 0.0) return 1.0;
+  x *= std::numbers::pi;
+  return std::sin(x) / x;
+}
+
+double lanczos3(double x) { return (-3.0 <= x && x < 3.0) ? sinc(x) * sinc(x / 3.0) : 0.0; }
+
+// One output pixel's taps: the first source pixel and a fixed-point weight per tap.
+struct Taps {
+  int first = 0;
+  std::vector<std::int32_t> weights;
+};
+
+// PIL's precompute_coeffs + normalize_coeffs_8bpc for one axis.
+std::vector<Taps> lanczos_taps(int in_size, int out_size) {
+  const double scale = static_cast<double>(in_size) / out_size;
+  const double filterscale = std::max(scale, 1.0);
+  const double support = 3.0 * filterscale;
+  std::vector<Taps> taps(static_cast<size_t>(out_size));
+  for (int xx = 0; xx < out_size; ++xx) {
+    const double center = (xx + 0.5) * scale;
+    const double ss = 1.0 / filterscale;
+    const int xmin = std::max(0, static_cast<int>(center - support + 0.5));
+    const int xmax = std::min(in_size, static_cast<int>(center + support + 0.5)) - xmin;
+    std::vector<double> k(static_cast<size_t>(std::max(xmax, 0)));
+    double ww = 0.0;
+    for (int x = 0; x < xmax; ++x) {
+      k[static_cast<size_t>(x)] = lanczos3((x + xmin - center + 0.5) * ss);
+      ww += k[static_cast<size_t>(x)];
+    }
+    Taps& t = taps[static_cast<size_t>(xx)];
+    t.first = xmin;
+    for (double w : k) {
+      if (ww != 0.0) w /= ww;
+      const double fixed = w * (1 << kPrecisionBits);
+      t.weights.push_back(static_cast<std::int32_t>(w < 0 ? -0.5 + fixed : 0.5 + fixed));
+    }
+  }
+  return taps;
+}
+
+std::uint8_t clip8(std::int32_t v) { return static_cast<std::uint8_t>(std::clamp(v >> kPrecisionBits, 0, 255)); }
+
+// One pass along an axis: `count` lines of `in_len` pixels, `stride_pixel` apart
+// within a line and `stride_line` between lines (in pixels of 3 bytes).
+void resample_axis(const std::uint8_t* in, std::uint8_t* out, const std::vector<Taps>& taps, int lines,
+                   size_t in_pixel, size_t in_line, size_t out_pixel, size_t out_line) {
+  for (int l = 0; l < lines; ++l) {
+    for (size_t o = 0; o < taps.size(); ++o) {
+      const Taps& t = taps[o];
+      for (int c = 0; c < 3; ++c) {
+        std::int32_t acc = 1 << (kPrecisionBits - 1);
+        for (size_t i = 0; i < t.weights.size(); ++i)
+          acc += static_cast<std::int32_t>(in[(l * in_line + (t.first + i) * in_pixel) * 3 + c]) * t.weights[i];
+        out[(l * out_line + o * out_pixel) * 3 + c] = clip8(acc);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<std::uint8_t> resize_lanczos_rgb8(const std::uint8_t* rgb, int width, int height, int out_w, int out_h) {
+  std::vector<std::uint8_t> cur(rgb, rgb + static_cast<size_t>(width) * static_cast<size_t>(height) * 3);
+  int w = width, h = height;
+  auto horizontal = [&] {  // each row
+    std::vector<std::uint8_t> next(static_cast<size_t>(out_w) * static_cast<size_t>(h) * 3);
+    resample_axis(cur.data(), next.data(), lanczos_taps(w, out_w), h, 1, static_cast<size_t>(w), 1,
+                  static_cast<size_t>(out_w));
+    cur.swap(next);
+    w = out_w;
+  };
+  auto vertical = [&] {  // each column
+    std::vector<std::uint8_t> next(static_cast<size_t>(w) * static_cast<size_t>(out_h) * 3);
+    resample_axis(cur.data(), next.data(), lanczos_taps(h, out_h), w, static_cast<size_t>(w), 1,
+                  static_cast<size_t>(w), 1);
+    cur.swap(next);
+    h = out_h;
+  };
+  // Pillow 13 resamples vertically first when the height shrinks by more than
+  // twice the pixels the width does (ImagingResampleInner); the 8-bit rounding
+  // between the passes makes the order visible.
+  const bool vertical_first = out_h < height && height - out_h > 2 * (width - out_w);
+  if (vertical_first && out_h != height) vertical();
+  if (out_w != width) horizontal();
+  if (!vertical_first && out_h != height) vertical();
+  return cur;
+}
+
+}  // namespace sdxl
