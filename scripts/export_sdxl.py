@@ -9,6 +9,9 @@ Sources (exactly one):
                   architecture: SDXL base's, or --config DIR (scripts/checkpoint_file.py)
   --vae FILE|DIR  (with --from) this VAE instead of the checkpoint's
   --vae-only      only the VAE of --vae, as a VAE folder a task can name ("vae")
+  --controlnet SRC an SDXL ControlNet (diffusers folder, or one .safetensors file in the
+                  diffusers or the original layout) as a ControlNet folder
+                  (scripts/controlnet_export.py); --config DIR|config.json its architecture
 --print-config tiny|full prints the configs --tiny / --random-full build, as JSON
 (the test references make files that fit the exported model from it).
 
@@ -25,6 +28,11 @@ keys of that component, so LoRA keys map without a prefix):
                       text_embeds [B,P], time_ids [B,6]) -> noise prediction [B,4,h,w]
                      (floating inputs are cast to the model dtype inside, the
                       timestep to float32; output is in the model dtype)
+                     method forward_control(the same five, residuals): residuals is a tuple
+                     of N+1 tensors, a ControlNet's N down-block residuals in diffusers'
+                     order then its mid residual (model.json unet.control gives N, their
+                     channels and downscales); = diffusers' UNet with
+                     down_block_additional_residuals / mid_block_additional_residual
   vae_decoder.ts     latent / scaling_factor [B,4,h,w] -> image [B,3,8h,8w] in [-1,1]
   vae_encoder.ts     image [B,3,H,W] in [-1,1] -> latent mean [B,4,H/8,W/8] (unscaled)
   unet.pt2           (--aoti) the same UNet wrapper, torch.export'ed and compiled by
@@ -260,6 +268,52 @@ class UNetTS(_SharedChildren):
             return_dict=False,
         )[0]
 
+    def forward_control(self, latent, timestep, context, text_embeds, time_ids, residuals: tuple):
+        """forward plus a ControlNet's residuals: (down_0 .. down_{N-1}, mid), each cast to the model dtype."""
+        dt = self._dtype
+        res = [r.to(dt) for r in residuals]
+        return self._inner(
+            latent.to(dt),
+            timestep.to(torch.float32),
+            encoder_hidden_states=context.to(dt),
+            added_cond_kwargs={"text_embeds": text_embeds.to(dt), "time_ids": time_ids.to(dt)},
+            down_block_additional_residuals=tuple(res[:-1]),
+            mid_block_additional_residual=res[-1],
+            return_dict=False,
+        )[0]
+
+
+def control_layout(unet_config) -> dict:
+    """The residuals a ControlNet of this UNet gives, in diffusers' order: conv_in's output,
+    then each resnet and down-sampler output of the down blocks, then the mid block's.
+    {"residuals": N (down residuals), "channels": [c_0 .. c_{N-1}, c_mid],
+     "downscales": [d_0 .. d_{N-1}, d_mid]} (downscale relative to the latent)."""
+    blocks = list(unet_config["block_out_channels"])
+    lpb = unet_config["layers_per_block"]
+    lpb = [lpb] * len(blocks) if isinstance(lpb, int) else list(lpb)
+    channels, downscales, scale = [blocks[0]], [1], 1
+    for i, c in enumerate(blocks):
+        channels += [c] * lpb[i]
+        downscales += [scale] * lpb[i]
+        if i < len(blocks) - 1:  # every down block but the last ends with a down-sampler
+            scale *= 2
+            channels.append(c)
+            downscales.append(scale)
+    return {"residuals": len(channels), "channels": channels + [blocks[-1]], "downscales": downscales + [scale]}
+
+
+def residual_size(n: int, downscale: int) -> int:
+    """A latent side of n after log2(downscale) stride-2 convolutions (kernel 3, padding 1)."""
+    while downscale > 1:
+        n, downscale = (n + 1) // 2, downscale // 2
+    return n
+
+
+def control_residuals(layout: dict, batch: int, lat_h: int, lat_w: int, dtype, device, gen) -> tuple:
+    """Random residuals of the shapes `layout` gives for a latent of lat_h x lat_w."""
+    return tuple((torch.randn(batch, c, residual_size(lat_h, d), residual_size(lat_w, d), generator=gen) * 0.5)
+                 .to(device, dtype) for c, d in zip(layout["channels"], layout["downscales"]))
+
 
 class VaeDecoderTS(_SharedChildren):
     def __init__(self, vae, dtype):
@@ -393,11 +447,15 @@ def unet_inputs(batch, width, height, k, ctx_dim, pooled_dim, dtype, device, gen
 
 
 # --- tracing -----------------------------------------------------------------------
-def trace_module(mod: nn.Module, inputs: tuple, path: Path):
+def trace_module(mod: nn.Module, inputs: tuple | dict, path: Path):
+    """Traces mod's forward on `inputs`, or each method of a {method: inputs} dict, into `path`."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", category=torch.jit.TracerWarning)
         with torch.no_grad():
-            ts = torch.jit.trace(mod, inputs, check_trace=False, strict=False)
+            if isinstance(inputs, dict):
+                ts = torch.jit.trace_module(mod, inputs, check_trace=False, strict=False)
+            else:
+                ts = torch.jit.trace(mod, inputs, check_trace=False, strict=False)
     msgs = sorted({f"{Path(w.filename).name}:{w.lineno}: {str(w.message).splitlines()[0][:90]}"
                    for w in caught if issubclass(w.category, torch.jit.TracerWarning)})
     torch.jit.save(ts, str(path))
@@ -518,11 +576,17 @@ def run_checks(level: str, tiny: bool, out: Path, pipe, dtype, vae_dtype, device
     log(f"  checked text encoders ({time.time() - t0:.1f}s)")
     ts = load("unet.ts")
     eager = UNetTS(pipe.unet, dtype)  # the same wrapper, run eagerly
+    layout = control_layout(pipe.unet.config)
+    control_cases = unet_cases if level == "quick" else unet_cases[::4]
     for (b, w, h, k) in unet_cases:
         inp = unet_inputs(b, w, h, k, h1 + h2, pdim, dtype, device, gen)
-        chk.run_safe("unet.ts", dict(batch=b, width=w, height=h, chunks=k), ts, eager, inp)
+        key = dict(batch=b, width=w, height=h, chunks=k)
+        chk.run_safe("unet.ts", key, ts, eager, inp)
+        if (b, w, h, k) in control_cases:
+            res = control_residuals(layout, b, h // 8, w // 8, dtype, device, gen)
+            chk.run_safe("unet.ts forward_control", key, ts.forward_control, eager.forward_control, inp + (res,))
     del ts
-    log(f"  checked unet: {len(unet_cases)} shapes ({time.time() - t0:.1f}s)")
+    log(f"  checked unet: {len(unet_cases)} shapes, forward_control {len(control_cases)} ({time.time() - t0:.1f}s)")
 
     vae = pipe.vae
     dec_ts, dec_e = load("vae_decoder.ts"), VaeDecoderTS(vae, vae_dtype)
@@ -554,7 +618,8 @@ def settle_limits(limits: dict, results: list[dict]) -> list[str]:
         sized = [r for r in sized if r["width"] % 32 == 0 and r["height"] % 32 == 0]
     for r in sized:
         if r.get("batch", 1) > 1 and r["width"] == r["height"]:
-            limits["batch_max"] = min(limits["batch_max"], max(1, (r["batch"] - 1) // (2 if r["module"] == "unet.ts" else 1)))
+            limits["batch_max"] = min(limits["batch_max"],
+                                      max(1, (r["batch"] - 1) // (2 if r["module"].startswith("unet.ts") else 1)))
             notes.append(f"{r['module']} failed at batch {r['batch']} -> batch_max {limits['batch_max']}")
         else:
             for dim in ("width", "height"):
@@ -879,12 +944,17 @@ def main() -> int:
     src.add_argument("--from", dest="from_path", metavar="DIR|FILE",
                      help="real weights: a diffusers SDXL folder, or a single-file checkpoint (.safetensors, the "
                           "original Stability / A1111 layout)")
+    src.add_argument("--controlnet", metavar="DIR|FILE",
+                     help="export one SDXL ControlNet (a diffusers folder, or a .safetensors file in the diffusers "
+                          "or the original layout) as a ControlNet folder a task can name")
     ap.add_argument("--print-config", choices=["tiny", "full"], action=PrintConfig,
                     help="print the diffusers / transformers configs and the scheduler config of the --tiny or "
                          "--random-full architecture as JSON, and exit")
     ap.add_argument("--config", metavar="DIR",
                     help="with --from FILE: the architecture as a diffusers-layout folder (configs, scheduler, "
-                         "tokenizers; weights not needed); default: SDXL base 1.0's built-in configs")
+                         "tokenizers; weights not needed); default: SDXL base 1.0's built-in configs. With "
+                         "--controlnet FILE: the ControlNet's config.json (or a folder holding it, or a diffusers "
+                         "SDXL folder whose unet/config.json the ControlNet is derived from)")
     ap.add_argument("--vae", metavar="FILE|DIR",
                     help="with --from: this VAE instead of the checkpoint's (a diffusers VAE folder, or a "
                          ".safetensors VAE file in the original or the diffusers layout)")
@@ -913,12 +983,15 @@ def main() -> int:
     if threads > 0:
         torch.set_num_threads(threads)
 
-    if (a.config or a.vae) and not (a.from_path or a.vae_only):
-        ap.error("--config and --vae go with --from or --vae-only")
+    if a.config and not (a.from_path or a.vae_only or a.controlnet):
+        ap.error("--config goes with --from, --vae-only or --controlnet")
+    if a.vae and not (a.from_path or a.vae_only):
+        ap.error("--vae goes with --from or --vae-only")
     if a.vae_only and not a.vae:
         ap.error("--vae-only needs --vae FILE|DIR")
     t_start = time.time()
-    kind = "tiny" if a.tiny else "random-full" if a.random_full else "vae-only" if a.vae_only else "from"
+    kind = ("tiny" if a.tiny else "random-full" if a.random_full else "vae-only" if a.vae_only
+            else "controlnet" if a.controlnet else "from")
     dtype_name = a.dtype or ("fp32" if kind == "tiny" else "fp16")
     dtype = DTYPES[dtype_name]
     device = a.device
@@ -935,6 +1008,10 @@ def main() -> int:
     try:
         if kind == "vae-only":
             rc = export_vae_only(a, dtype_name, dtype, device, out, tmp)
+        elif kind == "controlnet":
+            from controlnet_export import export_controlnet
+
+            rc = export_controlnet(a, dtype_name, dtype, device, out, tmp)
         else:
             rc = export(a, kind, dtype_name, dtype, device, out, tmp, t_start)
     except BaseException:
@@ -993,7 +1070,10 @@ def export(a, kind, dtype_name, dtype, device, out: Path, tmp: Path, t_start: fl
     lat_w, lat_h = 4 * 3 + 1, 4 * 2 + 3  # 13 x 11 latent = 104 x 88 px
     assert lat_w % (2**n_up) and lat_h % (2**n_up)
     inp = unet_inputs(2, lat_w * 8, lat_h * 8, 1, ctx_dim, pdim, dtype, device, gen)
-    warns["unet.ts"] = trace_module(UNetTS(unet, dtype), inp, tmp / "unet.ts")
+    control = control_layout(unet.config)
+    res = control_residuals(control, 2, lat_h, lat_w, dtype, device, gen)
+    warns["unet.ts"] = trace_module(UNetTS(unet, dtype), {"forward": inp, "forward_control": inp + (res,)},
+                                    tmp / "unet.ts")
     check_names(tmp / "unet.ts", unet, device, "unet")
     timings["trace_unet"] = time.time() - t0
 
@@ -1076,7 +1156,7 @@ def export(a, kind, dtype_name, dtype, device, out: Path, tmp: Path, t_start: fl
              "pooled_dim": pdim, "hidden_states": te2.config.num_hidden_layers + 1},
         ],
         "unet": {"file": "unet.ts", "in_channels": int(unet.config.in_channels), "context_dim": ctx_dim,
-                 "pooled_dim": pdim, "time_ids_dim": 6, "parameters": count_params(unet),
+                 "pooled_dim": pdim, "time_ids_dim": 6, "parameters": count_params(unet), "control": control,
                  **({"aoti": aoti_meta} if aoti_meta else {})},
         "vae_decoder": {"file": "vae_decoder.ts"},
         "vae_encoder": {"file": "vae_encoder.ts"},

@@ -1,0 +1,306 @@
+"""SDXL ControlNets for export_sdxl.py --controlnet SRC: a "ControlNet folder" that sdxl-batch loads
+next to a model (controlnet.ts + model.json, kind "controlnet").
+
+Sources: a diffusers folder (config.json + diffusion_pytorch_model[.fp16].safetensors, or shards
+with their index), or one .safetensors file with diffusers keys (controlnet_cond_embedding.*,
+controlnet_down_blocks.*, down_blocks.*) or in the original layout (input_blocks.*, zero_convs.*,
+input_hint_block.*, middle_block_out.*, bare or under "control_model."). Rules kept here:
+  - a file is checked before anything is loaded (checkpoint_file.read_header: truncated files,
+    pickles); what is not an SDXL ControlNet is refused with a message naming it: an SD 1.x / 2.x
+    ControlNet, a T2I-Adapter, a Control-LoRA, a ControlLLLite, ControlNet-XS, a Union ControlNet
+    (not supported yet), a whole checkpoint, a LoRA;
+  - the architecture of a single file is SDXL base's ControlNet (ControlNetModel.from_unet of the
+    SDXL base UNet: conditioning channels 3, embedding channels (16, 32, 96, 256)) unless --config
+    gives one; a folder has its own config.json;
+  - the module is built on the meta device and filled by assignment: every tensor must arrive
+    from the source with its shape (checkpoint_file.fill_module);
+  - the original layout is converted by diffusers' convert_controlnet_checkpoint, plus the SDXL
+    size-conditioning embedding (label_emb.* -> add_embedding.*), which that function does not map;
+    the names come from diffusers' own table (DIFFUSERS_TO_LDM_MAPPING["controlnet"]).
+
+controlnet.ts contract (traced on --device, weights in the model dtype, parameter names = the
+diffusers state-dict keys):
+  forward(latent [B,4,h,w], timestep f32 [B], context [B,77k,C], text_embeds [B,P], time_ids [B,6],
+          cond [B,3,8h,8w] float in [0,1]) -> tuple of N+1 tensors: the N down-block residuals in
+          diffusers' order, then the mid residual, in the model dtype; conditioning_scale 1.0, no
+          guess mode (the caller multiplies by the strength). With global_pool_conditions the
+          residuals are spatial means [B,c,1,1] (they broadcast when added).
+The residual layout (model.json controlnet.residuals / channels / downscales) equals the UNet's
+unet.control entry of a model of the same architecture.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+
+import export_sdxl as ex
+from checkpoint_file import CheckpointError, fill_module, read_header, sha256_file
+
+LDM_PREFIX = "control_model."
+UNION_KEYS = ("task_embedding", "control_type_proj.", "control_add_embedding.", "transformer_layes.",
+              "spatial_ch_projs.")
+
+
+def _any(keys, pred) -> bool:
+    return any(pred(k) for k in keys)
+
+
+def what_else(shapes: dict[str, list[int]]) -> str | None:
+    """What a file is when it is no ControlNet of the layouts read here, else None."""
+    keys = list(shapes)
+    if _any(keys, lambda k: k.startswith("lllite_")):
+        return "a ControlLLLite file (kohya's lllite_unet_* modules), not a ControlNet; not supported"
+    if "lora_controlnet" in shapes or _any(keys, lambda k: k.endswith((".up", ".down"))):
+        return "a Control-LoRA (Stability's low-rank ControlNet), not a full ControlNet; not supported"
+    if _any(keys, lambda k: k.startswith(("lora_unet_", "lora_te")) or ".lora_down." in k or ".lora_A." in k):
+        return "a LoRA, not a ControlNet (use it with --lora or a task's \"loras\")"
+    if _any(keys, lambda k: k.startswith("adapter.") or (k.startswith("body.") and ".block1." in k)):
+        return "a T2I-Adapter, not a ControlNet; not supported"
+    if _any(keys, lambda k: k.startswith(UNION_KEYS)):
+        return "a Union ControlNet (ControlNetUnionModel: several control types in one); not supported yet"
+    if _any(keys, lambda k: "ctrl_to_base" in k or "base_to_ctrl" in k):
+        return "a ControlNet-XS adapter, not a ControlNet; not supported"
+    if _any(keys, lambda k: k.startswith(("model.diffusion_model.", "first_stage_model.", "conditioner."))):
+        return "a whole checkpoint (model.diffusion_model.* / first_stage_model.*), not a ControlNet"
+    if not (diffusers_layout(shapes) or ldm_layout(shapes)):
+        prefixes = sorted({k.split(".")[0] for k in keys})[:6]
+        return f"not a ControlNet (no controlnet_cond_embedding.* or input_hint_block.* tensors; top-level " \
+               f"names: {', '.join(prefixes)})"
+    return not_sdxl(shapes)
+
+
+def diffusers_layout(shapes) -> bool:
+    return "controlnet_cond_embedding.conv_in.weight" in shapes
+
+
+def ldm_layout(shapes) -> bool:
+    return "input_hint_block.0.weight" in shapes or LDM_PREFIX + "input_hint_block.0.weight" in shapes
+
+
+def _context_dim(shapes) -> int | None:
+    for k, shp in shapes.items():
+        if k.endswith("attn2.to_k.weight") and len(shp) == 2:
+            return shp[1]
+    return None
+
+
+def not_sdxl(shapes) -> str | None:
+    """An SD 1.x / 2.x ControlNet (no SDXL size conditioning, 768 / 1024 wide text context)."""
+    sdxl_key = ("add_embedding.linear_1.weight", "label_emb.0.0.weight", LDM_PREFIX + "label_emb.0.0.weight")
+    ctx = _context_dim(shapes)
+    if any(k in shapes for k in sdxl_key):
+        return None
+    family = {768: "an SD 1.x ControlNet (text context 768)", 1024: "an SD 2.x ControlNet (text context 1024)"}
+    return family.get(ctx, f"a ControlNet without SDXL's size conditioning (text context {ctx})") + ", not SDXL"
+
+
+def config_not_sdxl(cfg: dict, where: str) -> None:
+    """Refuses a ControlNet config that is not an SDXL ControlNet (or a Union one)."""
+    if cfg.get("_class_name") not in (None, "ControlNetModel"):
+        what = ("a Union ControlNet (ControlNetUnionModel); not supported yet"
+                if cfg["_class_name"] == "ControlNetUnionModel" else f"a {cfg['_class_name']}, not a ControlNetModel")
+        raise CheckpointError(f"{where}: {what}")
+    if cfg.get("addition_embed_type") != "text_time":
+        ctx = cfg.get("cross_attention_dim")
+        family = {768: "an SD 1.x ControlNet", 1024: "an SD 2.x ControlNet"}.get(ctx, "a ControlNet")
+        raise CheckpointError(f"{where}: {family} (cross_attention_dim {ctx}, no addition_embed_type text_time), "
+                              "not SDXL")
+
+
+def sdxl_config(unet_config: dict) -> dict:
+    """The ControlNet config ControlNetModel.from_unet makes of a UNet config (built on meta)."""
+    from diffusers import ControlNetModel, UNet2DConditionModel
+
+    with torch.device("meta"):
+        unet = UNet2DConditionModel.from_config(unet_config)
+        cn = ControlNetModel.from_unet(unet, load_weights_from_unet=False)
+    return {k: v for k, v in dict(cn.config).items() if not k.startswith("_")}
+
+
+def config_for_file(config: str | None) -> dict:
+    """--config for a single file: a config.json, a folder holding one, or a diffusers SDXL folder (its
+    unet/config.json, as from_unet derives it); default SDXL base's ControlNet."""
+    if config is None:
+        return sdxl_config(ex.FULL_UNET)
+    p = Path(config).resolve()
+    if p.is_file():
+        return json.loads(p.read_text())
+    if (p / "config.json").is_file():
+        return json.loads((p / "config.json").read_text())
+    if (p / "unet" / "config.json").is_file():
+        return sdxl_config(json.loads((p / "unet" / "config.json").read_text()))
+    raise CheckpointError(f"--config {p}: neither a config.json nor a folder with config.json or unet/config.json")
+
+
+def folder_weights(src: Path) -> list[Path]:
+    """The safetensors files of a diffusers ControlNet folder (one file, or the shards of its index)."""
+    for name in ("diffusion_pytorch_model.safetensors.index.json", "diffusion_pytorch_model.fp16.safetensors.index.json"):
+        if (src / name).is_file():
+            shards = sorted(set(json.loads((src / name).read_text())["weight_map"].values()))
+            return [src / s for s in shards]
+    for name in ("diffusion_pytorch_model.safetensors", "diffusion_pytorch_model.fp16.safetensors"):
+        if (src / name).is_file():
+            return [src / name]
+    files = sorted(src.glob("*.safetensors"))
+    if len(files) == 1:
+        return files
+    if list(src.glob("*.bin")):
+        raise CheckpointError(f"{src}: only pickle (.bin) weights; loading one can run code. Convert it to "
+                              ".safetensors with a tool you trust first")
+    raise CheckpointError(f"{src}: no diffusion_pytorch_model.safetensors (found {len(files)} .safetensors files)")
+
+
+def convert_ldm(sd: dict[str, torch.Tensor], config: dict) -> dict[str, torch.Tensor]:
+    """Original layout -> diffusers keys: diffusers' convert_controlnet_checkpoint, plus label_emb ->
+    add_embedding from diffusers' own table (the function leaves SDXL's size embedding out)."""
+    from diffusers.loaders import single_file_utils as sfu
+
+    bare = {k.removeprefix(LDM_PREFIX): v for k, v in sd.items()}
+    out = sfu.convert_controlnet_checkpoint(bare, config)
+    for new, old in sfu.DIFFUSERS_TO_LDM_MAPPING["controlnet"]["addition_embed_type"].items():
+        if old in bare:
+            out[new] = bare[old]
+    return {k: v for k, v in out.items() if v is not None}  # .get() of an absent tensor gives None
+
+
+def load_controlnet(src: Path, config: str | None, device: str, dtype: torch.dtype):
+    """-> (ControlNetModel on device in dtype, model.json entries naming the source)."""
+    from diffusers import ControlNetModel
+    from safetensors.torch import load_file
+
+    if src.is_dir():
+        if config:
+            raise CheckpointError("--config is for a single-file ControlNet; a diffusers folder has its own config.json")
+        if not (src / "config.json").is_file():
+            raise CheckpointError(f"{src}: a folder without config.json is not a diffusers ControlNet folder")
+        cfg = json.loads((src / "config.json").read_text())
+        config_not_sdxl(cfg, str(src))
+        files = folder_weights(src)
+    elif src.is_file():
+        cfg, files = None, [src]
+    else:
+        raise CheckpointError(f"--controlnet {src}: no such file or folder")
+    shapes = {}
+    for f in files:
+        shapes.update(read_header(f))
+    what = what_else(shapes)
+    if what:
+        raise CheckpointError(f"{src}: {what}")
+    if cfg is None:
+        cfg = config_for_file(config)
+        config_not_sdxl(cfg, f"--config for {src.name}")
+    sd = {}
+    for f in files:
+        sd.update(load_file(str(f), device="cpu"))
+    if ldm_layout(shapes):
+        sd = convert_ldm(sd, cfg)
+    ex.log(f"  {src.name}: {len(shapes)} tensors, {'original' if ldm_layout(shapes) else 'diffusers'} layout")
+    with torch.device("meta"):
+        cn = ControlNetModel.from_config(cfg)
+    cn = fill_module(cn, sd, "the ControlNet", src, device, dtype)
+    meta = {"source": f"controlnet:{src}"}
+    if len(files) == 1:
+        meta["source_file"] = {"name": files[0].name, "sha256": sha256_file(files[0])}
+    return cn, meta
+
+
+class ControlNetTS(ex._SharedChildren):
+    def __init__(self, cn, dtype):
+        super().__init__(cn)
+        self._dtype = dtype
+
+    def forward(self, latent, timestep, context, text_embeds, time_ids, cond):
+        dt = self._dtype
+        down, mid = self._inner(
+            latent.to(dt),
+            timestep.to(torch.float32),
+            encoder_hidden_states=context.to(dt),
+            controlnet_cond=cond.to(dt),
+            conditioning_scale=1.0,
+            added_cond_kwargs={"text_embeds": text_embeds.to(dt), "time_ids": time_ids.to(dt)},
+            guess_mode=False,
+            return_dict=False,
+        )
+        return tuple(down) + (mid,)
+
+
+def controlnet_inputs(cn, batch: int, lat_h: int, lat_w: int, dtype, device, gen) -> tuple:
+    """Example inputs: latent lat_h x lat_w, one 77-token chunk, a control image in [0, 1]."""
+    c = cn.config
+    pooled = c["projection_class_embeddings_input_dim"] - 6 * c["addition_time_embed_dim"]
+    inp = ex.unet_inputs(batch, 8 * lat_w, 8 * lat_h, 1, c["cross_attention_dim"], pooled, dtype, device, gen)
+    cond = torch.rand(batch, c["conditioning_channels"], 8 * lat_h, 8 * lat_w, generator=gen).to(device, dtype)
+    return inp + (cond,)
+
+
+def check_layout(cn, outs: tuple, lat_h: int, lat_w: int) -> dict:
+    """The residuals' channels / sizes must be what control_layout says (it describes unet.ts's input)."""
+    layout = ex.control_layout(cn.config)
+    got = [(int(o.shape[1]), int(o.shape[2]), int(o.shape[3])) for o in outs]
+    pool = cn.config["global_pool_conditions"]
+    want = [(c, 1 if pool else ex.residual_size(lat_h, d), 1 if pool else ex.residual_size(lat_w, d))
+            for c, d in zip(layout["channels"], layout["downscales"])]
+    if got != want:
+        raise SystemExit(f"internal: the ControlNet's residuals {got} are not the layout {want}")
+    return layout
+
+
+def export_controlnet(a, dtype_name: str, dtype: torch.dtype, device: str, out: Path, tmp: Path) -> int:
+    """--controlnet SRC: controlnet.ts + model.json (kind "controlnet") into tmp, checked, published to out."""
+    torch.set_grad_enabled(False)
+    src = Path(a.controlnet).resolve()
+    ex.log(f"export controlnet: {src} dtype {dtype_name}, device {device}, torch {torch.__version__} -> {out}")
+    t0 = time.time()
+    cn, src_meta = load_controlnet(src, a.config, device, dtype)
+    gen = torch.Generator().manual_seed(99)
+    lat_h, lat_w = 11, 13  # odd: no size a multiple of the down-sampling gets baked in
+    inp = controlnet_inputs(cn, 2, lat_h, lat_w, dtype, device, gen)
+    wrapper = ControlNetTS(cn, dtype)
+    layout = check_layout(cn, wrapper(*inp), lat_h, lat_w)
+    msgs = ex.trace_module(wrapper, inp, tmp / "controlnet.ts")
+    ex.check_names(tmp / "controlnet.ts", cn, device, "controlnet")
+    if msgs:
+        ex.log(f"  controlnet.ts: {len(msgs)} distinct tracer warning(s): "
+               + " | ".join(m.split(": Converting")[0] for m in msgs))
+    chk = ex.Checker(dtype, device)
+    if a.check != "none":
+        ts = torch.jit.load(str(tmp / "controlnet.ts"), map_location=device)
+        for (b, h, w) in ((2, lat_h, lat_w), (1, 64, 96), (2, 40, 56), (1, 32, 32)):
+            chk.run_safe("controlnet.ts", dict(batch=b, width=8 * w, height=8 * h), ts, wrapper,
+                         controlnet_inputs(cn, b, h, w, dtype, device, gen))
+        bad = [r for r in chk.results if not r["ok"]]
+        if bad:
+            raise SystemExit(f"the traced ControlNet does not match the eager one: {bad[0]}")
+        for m, s in ex.summarize_checks(chk.results).items():
+            ex.log(f"  check {a.check:5s} {m:24s} cases {s['cases']:3d}  failed {s['failed']:2d}  "
+                   f"max|diff| {s['max_abs_diff']:.3g}")
+    write_meta(a, cn, src, src_meta, layout, dtype_name, device, chk, tmp)
+    ex.publish(tmp, out)
+    ex.log(f"  wrote ControlNet {out} ({ex.count_params(cn) / 1e6:,.3f} M params, {layout['residuals']} + 1 "
+           f"residuals, {time.time() - t0:.1f}s)")
+    return 0
+
+
+def write_meta(a, cn, src: Path, src_meta: dict, layout: dict, dtype_name: str, device: str, chk, tmp: Path):
+    c = cn.config
+    meta = {
+        "format_version": 1, "kind": "controlnet", "name": src.stem if src.is_file() else src.name,
+        "dtype": dtype_name, "export_device": device, "torch_version": torch.__version__,
+        "controlnet": {
+            "file": "controlnet.ts", "in_channels": int(c["in_channels"]),
+            "context_dim": int(c["cross_attention_dim"]),
+            "pooled_dim": int(c["projection_class_embeddings_input_dim"] - 6 * c["addition_time_embed_dim"]),
+            "time_ids_dim": 6, "cond_channels": int(c["conditioning_channels"]),
+            "downscale": 2 ** (len(c["conditioning_embedding_out_channels"]) - 1),
+            **layout, "parameters": ex.count_params(cn),
+            "global_pool_conditions": bool(c["global_pool_conditions"]),
+            "channel_order": c["controlnet_conditioning_channel_order"],
+        },
+        **src_meta,
+        "check": {"level": a.check, "modules": ex.summarize_checks(chk.results), "notes": []},
+        "files": ex.file_digests(tmp),
+    }
+    (tmp / "model.json").write_text(json.dumps(meta, indent=1) + "\n")
