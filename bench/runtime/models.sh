@@ -12,14 +12,87 @@
 #        (--max-batch 4) with the model's VAE, and the same 8 with every second task
 #        naming the folder ("vae"): images/hour, decode seconds, the VAE cache's
 #        counters, the load log line, and whether the model-VAE images stay the same.
+# controlnet: a random full-size SDXL ControlNet (reference.controlnet_fixture from the
+#        export's UNet, its zero convolutions re-drawn small) exported with
+#        export_sdxl.py --controlnet (fp16, cuda, --check quick), then 8 images at 1024²
+#        (--max-batch 4) without it, with it on every step (strength 0.8, each task its
+#        own 1024² control image), with it for the first half of the steps (end 0.5),
+#        and with it at --max-batch 1 (must equal the batched images): s/image,
+#        sampling seconds, peak memory, the ControlNet cache's counters and MiB.
 # Results: $OUT/summary.txt (+ the logs).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 MODE=${1:-}
-case "$MODE" in single-file | vae-switch) ;; *) echo "usage: [OUT=DIR] bash bench/runtime/models.sh single-file|vae-switch" >&2; exit 2 ;; esac
+case "$MODE" in single-file | vae-switch | controlnet) ;; *) echo "usage: [OUT=DIR] bash bench/runtime/models.sh single-file|vae-switch|controlnet" >&2; exit 2 ;; esac
 export SDXL_SAVE_DIFFUSERS=1
 source bench/lib/gpu_prepare.sh  # build + export (+ $WORK/full-diffusers); sets OUT WORK SDXL MODEL
 source bench/lib/runtime.sh
+
+if [ "$MODE" = controlnet ]; then
+  # The ControlNet lives in $WORK/controlnets/ (a run named cn would remove $WORK/cn); kept between calls.
+  if [ ! -f "$WORK/controlnets/pose/model.json" ]; then
+    t0=$(date +%s)
+    python3 -m reference.controlnet_fixture --diffusers "$WORK/full-diffusers" --out "$WORK/cn-src" --seed 3 \
+      --std-scale 0.02 --diffusers-only --name full-random-controlnet > "$OUT/cn-fixture.log" 2>&1
+    echo "random full-size ControlNet (from_unet): $(( $(date +%s) - t0 )) s; $(tail -1 "$OUT/cn-fixture.log")" | tee -a "$OUT/summary.txt"
+    t0=$(date +%s)
+    python3 scripts/export_sdxl.py --controlnet "$WORK/cn-src/diffusers" --dtype fp16 --device cuda --check quick \
+      --out "$WORK/controlnets/pose" --force > "$OUT/export-cn.log" 2>&1
+    echo "export --controlnet (cuda, --check quick): $(( $(date +%s) - t0 )) s; $(tail -1 "$OUT/export-cn.log")" | tee -a "$OUT/summary.txt"
+  fi
+  python3 - "$WORK" <<'PY'
+import json, sys
+from pathlib import Path
+import numpy as np
+from PIL import Image, ImageDraw
+w = Path(sys.argv[1]); (w / "poses").mkdir(exist_ok=True)
+rng = np.random.default_rng(4)
+for i in range(8):  # stick figures: white lines on black, as pose maps are drawn
+    im = Image.new("RGB", (1024, 1024)); d = ImageDraw.Draw(im)
+    pts = rng.integers(100, 924, size=(12, 2))
+    for a, b in zip(pts[:-1], pts[1:]):
+        d.line([tuple(a), tuple(b)], fill=tuple(int(c) for c in rng.integers(80, 256, 3)), width=12)
+    im.save(w / "poses" / f"p{i}.png")
+tasks = [{"id": f"p{i}", "prompt": f"comic panel {i}, a lighthouse keeper in a storm, bold ink lines", "seed": 300 + i}
+         for i in range(8)]
+base = {"version": 1, "defaults": {"steps": 28, "cfg": 7.0, "width": 1024, "height": 1024}}
+json.dump(dict(base, tasks=tasks), open(w / "plain.json", "w"), indent=1)
+for name, extra in (("cn", {}), ("cn-half", {"end": 0.5})):
+    cn = [dict(t, controlnets=[dict({"model": "controlnets/pose", "image": f"poses/p{i}.png", "strength": 0.8}, **extra)])
+          for i, t in enumerate(tasks)]
+    json.dump(dict(base, tasks=cn), open(w / f"{name}.json", "w"), indent=1)
+PY
+  run plain "$WORK/plain.json" --max-batch 4
+  RUN_LOG_LEVEL=info run cn "$WORK/cn.json" --max-batch 4
+  run cn-half "$WORK/cn-half.json" --max-batch 4
+  run cn-b1 "$WORK/cn.json" --max-batch 1
+  grep -h "ControlNet '" "$WORK/cn.log" | sed 's/^/cn: /' | tee -a "$OUT/summary.txt"
+  compare cn cn-b1
+  python3 - "$WORK" <<'PY' | tee -a "$OUT/summary.txt"
+import json, sys
+from pathlib import Path
+import numpy as np
+from PIL import Image
+w = Path(sys.argv[1])
+for name in ("plain", "cn", "cn-half", "cn-b1"):
+    r = json.loads((w / name / "report.json").read_text()); d = r["devices"][0]
+    n = max(1, r["images_done"])
+    eng = {k: round(v, 1) for k, v in d.get("engine", {}).items() if k.startswith("controlnet")}
+    print(f"{name}: {r['images_done']} images, {r['images_per_hour']:.0f} images/h, sample {d['sample_s'] / n:.3f} s/image, "
+          f"peak allocated {r['memory']['peak_allocated_bytes'] / 2**30:.2f} GiB, fp32 VAE re-decodes: "
+          f"{(w / (name + '.log')).read_text().count('decoding it again in fp32')}, {eng}")
+def files(name):
+    return {json.loads(l)["task"]: w / name / json.loads(l)["file"] for l in (w / name / "manifest.jsonl").read_text().splitlines()}
+a, b = files("plain"), files("cn")
+px = lambda p: np.asarray(Image.open(p).convert("RGB")).astype(np.float64)
+ps = [10 * np.log10(255 ** 2 / max(((px(a[t]) - px(b[t])) ** 2).mean(), 1e-12)) for t in sorted(a)]
+print(f"plain vs cn (the ControlNet acts): PSNR {min(ps):.1f}..{max(ps):.1f} dB")
+p = Image.open(sorted(b.values())[0]).info.get("parameters", "")
+print("cn PNG:", [i.strip() for i in p.split(", ") if "ControlNet" in i or "Guidance" in i][:2])
+PY
+  log_warnings
+  exit 0
+fi
 
 if [ "$MODE" = vae-switch ]; then
   rm -rf "$WORK/vae-fp16-src" && cp -r "$WORK/full-diffusers/vae" "$WORK/vae-fp16-src"

@@ -103,8 +103,62 @@ struct Checker {
     }
   }
 
+  // A path of the batch file (relative to its folder), absolute and normal.
+  std::string resolve(const std::string& rel) const {
+    std::filesystem::path path(rel);
+    if (path.is_relative()) path = base_dir / path;
+    return std::filesystem::absolute(path).lexically_normal().string();
+  }
+
+  // One entry of "controlnets": a ControlNet folder and a readable PNG, strength and window.
+  void read_controlnet(const json& c, const std::string& cp, GenerationParams& p) {
+    check_keys(c, cp, {"model", "image", "strength", "start", "end"});
+    ControlNetUse u;
+    std::string rel;
+    if (get_string(c, cp, "model", rel)) {
+      u.model = resolve(rel);
+      try {
+        (void)load_controlnet_config(u.model);
+      } catch (const ModelError& e) {
+        add(cp + "/model", e.what());
+      }
+    } else if (!c.contains("model")) {
+      add(cp + "/model", "is missing (a ControlNet folder made by scripts/export_sdxl.py --controlnet)");
+    }
+    if (get_string(c, cp, "image", rel)) {
+      u.image = resolve(rel);
+      int w = 0, h = 0;
+      if (const std::string why = png_size(u.image, w, h); !why.empty()) add(cp + "/image", "'" + u.image + "' " + why);
+    } else if (!c.contains("image")) {
+      add(cp + "/image", "is missing (the control image: a PNG pose, edge or depth map)");
+    }
+    get_number(c, cp, "strength", 0.0, 10.0, u.strength);
+    get_number(c, cp, "start", 0.0, 1.0, u.start);
+    get_number(c, cp, "end", 0.0, 1.0, u.end);
+    if (u.start >= u.end) add(cp + "/start", "must be below \"end\" (fractions of the steps)");
+    p.controlnets.push_back(u);
+  }
+
+  // "controlnets": a task's list replaces the defaults'.
+  void read_controlnets(const json& obj, const std::string& pointer, GenerationParams& p) {
+    if (!obj.contains("controlnets")) return;
+    const std::string ptr = pointer + "/controlnets";
+    const json& list = obj["controlnets"];
+    const char* shape = "an array of {\"model\": DIR, \"image\": PNG, \"strength\": 1, \"start\": 0, \"end\": 1}";
+    if (!list.is_array()) {
+      add(ptr, std::string("must be ") + shape);
+      return;
+    }
+    p.controlnets.clear();
+    for (size_t k = 0; k < list.size(); ++k) {
+      if (list[k].is_object()) read_controlnet(list[k], ptr + "/" + std::to_string(k), p);
+      else add(ptr + "/" + std::to_string(k), std::string("must be an object; \"controlnets\" is ") + shape);
+    }
+  }
+
   void read_settings(const json& obj, const std::string& pointer, GenerationParams& p) {
     read_vae(obj, pointer, p);
+    read_controlnets(obj, pointer, p);
     get_string(obj, pointer, "prompt", p.prompt);
     get_string(obj, pointer, "negative", p.negative_prompt);
     long long v = 0;
@@ -403,7 +457,7 @@ TaskDefaults read_defaults(Checker& ck, const json& j, const GenerationParams& f
   const json& d = j["defaults"];
   ck.check_keys(d, "/defaults", {"negative", "steps", "cfg", "width", "height", "sampler", "schedule",
                                  "guidance_rescale", "clip_skip", "strength", "hires", "priority", "timeout", "loras", "vae",
-                                 "characters", "style", "expand", "max_images"});
+                                 "controlnets", "characters", "style", "expand", "max_images"});
   ck.read_settings(d, "/defaults", td.params);
   ck.check_sampler(d, "/defaults", td.params);
   if (ck.get_string(d, "/defaults", "priority", td.priority) && !parse_priority(td.priority)) {
@@ -503,7 +557,7 @@ bool read_task(Checker& ck, const json& t, const std::string& ptr, const TaskDef
   }
   ck.check_keys(t, ptr, {"id", "prompt", "negative", "seed", "count", "steps", "cfg", "width", "height", "sampler",
                          "schedule", "guidance_rescale", "clip_skip", "init_image", "strength", "hires", "priority", "vae",
-                         "deadline", "timeout", "loras", "characters", "style", "expand", "max_images"});
+                         "controlnets", "deadline", "timeout", "loras", "characters", "style", "expand", "max_images"});
   task.params = td.params;
   task.params.prompt.clear();
   if (!ck.get_string(t, ptr, "id", task.id) || task.id.empty()) {
@@ -770,6 +824,14 @@ std::vector<BatchProblem> validate_batch_file(const std::filesystem::path& path,
         if (!bf.tasks[i].params.vae.empty()) check_vae_fits(load_vae_config(bf.tasks[i].params.vae), *model);
       } catch (const ModelError& e) {
         problems.push_back({"/tasks/" + std::to_string(i), e.what(), 0});
+      }
+      const auto& cns = bf.tasks[i].params.controlnets;
+      for (size_t k = 0; k < cns.size(); ++k) {
+        try {
+          check_controlnet_fits(load_controlnet_config(cns[k].model), *model);
+        } catch (const ModelError& e) {
+          problems.push_back({"/tasks/" + std::to_string(i) + "/controlnets/" + std::to_string(k), e.what(), 0});
+        }
       }
     }
     check_prompt_chunks(*model, bf, embedding_dirs, problems);

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <random>
 #include <sstream>
+#include <tuple>
 
 #include <cctype>
 #include <filesystem>
@@ -40,6 +41,16 @@ std::string hash_list(const std::vector<std::pair<std::string, std::string>>& ha
   std::string h;
   for (const auto& [name, hash] : hashes) h += (h.empty() ? "" : ", ") + name + ": " + hash;
   return quote_if_needed(h);
+}
+
+// A1111's ControlNet extension's unit text, for ControlNet `i` of the task.
+std::string controlnet_unit(const GenerationParams& p, const ImageSources& src, size_t i) {
+  const ControlNetUse& c = p.controlnets[i];
+  std::string name = std::filesystem::path(c.model).filename().string(), hash;
+  if (i < src.controlnets.size()) std::tie(name, hash) = src.controlnets[i];
+  return "Module: none, Model: " + name + (hash.empty() ? "" : " [" + hash + "]") +
+         ", Weight: " + format_number(c.strength) + ", Resize Mode: Just Resize, Guidance Start: " +
+         format_number(c.start) + ", Guidance End: " + format_number(c.end);
 }
 
 }  // namespace
@@ -82,6 +93,8 @@ std::string a1111_parameters(const GenerationParams& p, const ImageSources& src)
   }
   if (!src.lora_hashes.empty()) s << ", Lora hashes: " << hash_list(src.lora_hashes);
   if (!src.ti_hashes.empty()) s << ", TI hashes: " << hash_list(src.ti_hashes);
+  for (size_t i = 0; i < p.controlnets.size(); ++i)
+    s << ", ControlNet " << i << ": " << quote_if_needed(controlnet_unit(p, src, i));
   s << ", Version: " << kProgramName << " " << kProgramVersion;
   return s.str();
 }

@@ -13,6 +13,19 @@
 
 namespace sdxl {
 
+// One ControlNet of a task (diffusers' StableDiffusionXLControlNetPipeline):
+// a ControlNet folder (export_sdxl.py --controlnet), its control image (a PNG,
+// resized to the task's size as diffusers' control image processor does), its
+// strength (controlnet_conditioning_scale) and the fraction of the model calls
+// it acts in (control_guidance_start / _end).
+struct ControlNetUse {
+  std::string model;  // the folder
+  std::string image;  // the control image
+  double strength = 1.0;
+  double start = 0.0, end = 1.0;
+  bool operator==(const ControlNetUse&) const = default;
+};
+
 struct GenerationParams {
   std::string prompt;
   std::string negative_prompt;
@@ -51,6 +64,7 @@ struct GenerationParams {
   int hires_height() const { return static_cast<int>(height * hires.scale) / 8 * 8; }
   int hires_steps() const { return hires.steps > 0 ? hires.steps : steps; }
   std::vector<LoraRef> loras;          // resolved --lora / batch entries; prompt tags are added at generation
+  std::vector<ControlNetUse> controlnets;  // summed per step, in this order
 };
 
 // Hires fix upscalers (A1111 names): latent space "Latent" (bilinear),
@@ -84,6 +98,8 @@ struct ImageSources {
   std::string vae_hash;    // "VAE hash": first 10 hex digits of the VAE file's sha256
   std::vector<std::pair<std::string, std::string>> lora_hashes;  // name, 12 hex digits ("Lora hashes")
   std::vector<std::pair<std::string, std::string>> ti_hashes;    // name, 12 hex digits ("TI hashes")
+  // Per ControlNet of the task, in order: its name and A1111 short hash (8 hex digits, "" unknown).
+  std::vector<std::pair<std::string, std::string>> controlnets;
 };
 
 // The model's part of ImageSources (name, and the hashes model.json records).
@@ -101,7 +117,9 @@ ImageSources model_sources(const ModelConfig& mc);
 // name>" after it; the hires fix adds A1111's "Denoising strength: D" (for
 // text-to-image) and "Hires upscale: 2, Hires steps: N, Hires upscaler: U"
 // (Size stays the first pass's, as in A1111). The prompt keeps its <lora:...>
-// tags, as A1111 writes it.
+// tags, as A1111 writes it. Each ControlNet adds, as A1111's ControlNet
+// extension writes it (before Version): ControlNet N: "Module: none, Model:
+// <name> [<hash>], Weight: W, Resize Mode: Just Resize, Guidance Start: S, Guidance End: E".
 std::string a1111_parameters(const GenerationParams& p, const ImageSources& sources);
 // The same with only a model name and LoRA hashes.
 std::string a1111_parameters(const GenerationParams& p, const std::string& model_name,

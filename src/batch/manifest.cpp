@@ -34,6 +34,9 @@ nlohmann::json to_json(const ManifestEntry& e) {
     j["params"]["init_image"] = p.init_image;
     j["params"]["strength"] = p.strength;
   }
+  for (const auto& c : p.controlnets)
+    j["params"]["controlnets"].push_back(
+        {{"model", c.model}, {"image", c.image}, {"strength", c.strength}, {"start", c.start}, {"end", c.end}});
   if (p.hires_on())
     j["params"]["hires"] = {{"scale", p.hires.scale}, {"upscaler", p.hires.upscaler}, {"steps", p.hires.steps},
                             {"denoise", p.hires.denoise}};
@@ -76,6 +79,16 @@ ManifestEntry from_json(const nlohmann::json& j) {
       e.params.hires.steps = h.value("steps", 0);
       e.params.hires.denoise = h.value("denoise", GenerationParams{}.hires.denoise);
     }
+    if (p.contains("controlnets") && p["controlnets"].is_array())
+      for (const auto& c : p["controlnets"]) {
+        ControlNetUse u;
+        u.model = c.value("model", "");
+        u.image = c.value("image", "");
+        u.strength = c.value("strength", 1.0);
+        u.start = c.value("start", 0.0);
+        u.end = c.value("end", 1.0);
+        e.params.controlnets.push_back(u);
+      }
     if (p.contains("loras") && p["loras"].is_array())
       for (const auto& l : p["loras"]) {
         LoraRef r;

@@ -61,6 +61,10 @@ void add_model_options(CLI::App& cmd, ModelOptions& o, bool model_required) {
                  "How many VAE folders that tasks name stay loaded beside the model's own (least recently used evicted)")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
+  cmd.add_option("--controlnet-cache", o.runtime.controlnet_cache,
+                 "How many ControlNet folders that tasks name stay loaded (least recently used evicted)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
   cmd.add_option("--lora-dir", o.lora_dirs, "Directory where <lora:NAME:W> prompt tags find NAME.safetensors (repeatable)");
   cmd.add_option("--embedding-dir,--embeddings-dir", o.embedding_dirs,
                  "Folder of SDXL textual-inversion embeddings (NAME.safetensors with clip_l and clip_g); prompts use "

@@ -2,7 +2,9 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "cli/cli_common.h"
 #include "cli/commands.h"
@@ -29,7 +31,67 @@ struct GenerateArgs {
   std::int64_t seed = -1;
   int steps = 0, width = 0, height = 0;
   double cfg = -1;
+  // --controlnet and its --control-* flags, grouped by the order they came in (controlnet_flags).
+  std::vector<std::string> cn_models, cn_images, cn_strengths, cn_starts, cn_ends;
+  CLI::App* cmd = nullptr;
 };
+
+namespace {
+
+// --controlnet DIR --control-image FILE [--control-strength W] [--control-start S]
+// [--control-end E], repeatable: each --controlnet starts a ControlNet and the
+// --control-* flags after it set its fields. Throws UsageError.
+std::vector<ControlNetUse> controlnet_flags(const GenerateArgs& a) {
+  std::vector<ControlNetUse> out;
+  std::map<std::string, size_t> taken;  // values used so far per flag
+  std::vector<std::set<std::string>> seen;  // flags given per ControlNet
+  auto number = [](const std::string& flag, const std::string& v, double lo, double hi) {
+    double x = 0;
+    try {
+      size_t used = 0;
+      x = std::stod(v, &used);
+      if (used != v.size()) throw std::invalid_argument(v);
+    } catch (const std::exception&) {
+      throw UsageError(flag + " " + v + ": not a number");
+    }
+    if (!(x >= lo && x <= hi)) throw UsageError(flag + " " + v + ": must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return x;
+  };
+  const std::map<std::string, const std::vector<std::string>*> values = {
+      {"--controlnet", &a.cn_models}, {"--control-image", &a.cn_images}, {"--control-strength", &a.cn_strengths},
+      {"--control-start", &a.cn_starts}, {"--control-end", &a.cn_ends}};
+  for (const CLI::Option* o : a.cmd->parse_order()) {
+    const std::string flag = o->get_name();
+    const auto it = values.find(flag);
+    if (it == values.end()) continue;
+    const std::string& v = it->second->at(taken[flag]++);
+    if (flag == "--controlnet") {
+      out.push_back({std::filesystem::absolute(v).lexically_normal().string(), "", 1.0, 0.0, 1.0});
+      seen.emplace_back();
+      continue;
+    }
+    if (out.empty()) throw UsageError(flag + " " + v + " comes before any --controlnet DIR (it sets the ControlNet before it)");
+    if (!seen.back().insert(flag).second)
+      throw UsageError("ControlNet " + std::to_string(out.size() - 1) + " (" + out.back().model + ") has " + flag + " twice");
+    ControlNetUse& c = out.back();
+    if (flag == "--control-image") c.image = v;
+    else if (flag == "--control-strength") c.strength = number(flag, v, 0.0, 10.0);
+    else if (flag == "--control-start") c.start = number(flag, v, 0.0, 1.0);
+    else c.end = number(flag, v, 0.0, 1.0);
+  }
+  for (size_t k = 0; k < out.size(); ++k) {
+    if (out[k].image.empty())
+      throw UsageError("ControlNet " + std::to_string(k) + " (" + out[k].model + ") has no --control-image FILE after it");
+    if (out[k].start >= out[k].end)
+      throw UsageError("ControlNet " + std::to_string(k) + ": --control-start must be below --control-end");
+    int w = 0, h = 0;
+    if (const std::string why = png_size(out[k].image, w, h); !why.empty())
+      throw UsageError("--control-image '" + out[k].image + "' " + why);
+  }
+  return out;
+}
+
+}  // namespace
 
 CLI::App* add_generate(CLI::App& app, std::shared_ptr<GenerateArgs>& args) {
   args = std::make_shared<GenerateArgs>();
@@ -70,9 +132,22 @@ CLI::App* add_generate(CLI::App& app, std::shared_ptr<GenerateArgs>& args) {
   cmd->add_option("--width", args->width, "Width in pixels (default: the model's)")->check(CLI::Range(8, 16384));
   cmd->add_option("--height", args->height, "Height in pixels (default: the model's)")->check(CLI::Range(8, 16384));
   cmd->add_option("--lora", args->loras, "LoRA file with an optional weight, FILE[:WEIGHT] (repeatable; weight 1.0)");
+  cmd->add_option("--controlnet", args->cn_models,
+                  "ControlNet folder (scripts/export_sdxl.py --controlnet); repeatable, each followed by its "
+                  "--control-image and optional --control-strength/--control-start/--control-end");
+  cmd->add_option("--control-image", args->cn_images,
+                  "The control image (PNG: pose, edges, depth...) of the --controlnet before it; resized to the "
+                  "image's size as diffusers does");
+  cmd->add_option("--control-strength", args->cn_strengths,
+                  "Strength of the --controlnet before it (diffusers' controlnet_conditioning_scale; default 1)");
+  cmd->add_option("--control-start", args->cn_starts,
+                  "Fraction of the steps where the --controlnet before it starts acting (default 0)");
+  cmd->add_option("--control-end", args->cn_ends,
+                  "Fraction of the steps where the --controlnet before it stops acting (default 1)");
   cmd->add_option("--out,-o", args->out, "Output PNG (default: sdxl-<seed>.png)");
   cmd->add_option("--save-latents", args->save_latents, "Also write the final latents as float32 .npy (parity checks)");
   cmd->add_option("--timings-json", args->timings_json, "Write stage timings and peak memory as JSON to this file");
+  args->cmd = cmd;
   return cmd;
 }
 
@@ -109,6 +184,9 @@ int run_generate(const GenerateArgs& args) {
     p.vae = std::filesystem::absolute(a.model.vae_dir).lexically_normal().string();
     check_vae_fits(load_vae_config(p.vae), config);
   }
+  p.controlnets = controlnet_flags(a);
+  for (const ControlNetUse& c : p.controlnets)  // ModelError (exit 3) naming the folder, before the model loads
+    check_controlnet_fits(load_controlnet_config(c.model), config);
   verify_model_if_asked(a.model, config);
   Generator gen(a.model.model_dir, a.model.runtime);
   const ModelConfig& mc = gen.model();

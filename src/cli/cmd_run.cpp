@@ -258,6 +258,8 @@ BatchFile load_batch(const RunArgs& a, const std::filesystem::path& batch_path, 
       if (!note.empty()) spdlog::warn("{}: /tasks/{}: {}", batch_path.string(), i, note);
       if (bf.tasks[i].params.clip_skip != 0) check_clip_skip(mc, bf.tasks[i].params.clip_skip);
       if (!bf.tasks[i].params.vae.empty()) check_vae_fits(load_vae_config(bf.tasks[i].params.vae), mc);
+      for (const ControlNetUse& c : bf.tasks[i].params.controlnets)
+        check_controlnet_fits(load_controlnet_config(c.model), mc);
     } catch (const ModelError& e) {
       throw ModelError(batch_path.string() + ": /tasks/" + std::to_string(i) + ": " + e.what());
     } catch (const UsageError& e) {

@@ -116,6 +116,23 @@ void read_unet_aoti(const Reader& a, UnetAotiConfig& x) {
   range("latent_width", 1, 1 << 16, x.latent_width_min, x.latent_width_max);
 }
 
+// /unet/control or /controlnet: the residuals' channels and downscales (the last is the mid block's).
+void read_control_inputs(const Reader& r, UnetControlInputs& x) {
+  const int n = r.integer("residuals", 1, 64);
+  auto ints = [&](const char* key, std::vector<int>& out) {
+    const json& v = r.raw(key);
+    if (!v.is_array() || v.size() != static_cast<size_t>(n) + 1)
+      r.fail(r.at(key), "must list " + std::to_string(n + 1) + " integers (each down residual, then the mid one)");
+    for (const json& e : v) {
+      if (!e.is_number_integer() || e.get<long long>() < 1 || e.get<long long>() > (1 << 16))
+        r.fail(r.at(key), "must hold positive integers");
+      out.push_back(e.get<int>());
+    }
+  };
+  ints("channels", x.channels);
+  ints("downscales", x.downscales);
+}
+
 void read_unet(const Reader& r, ModelConfig& c) {
   Reader u = r.child("unet");
   c.unet_file = u.str("file");
@@ -127,6 +144,7 @@ void read_unet(const Reader& r, ModelConfig& c) {
   if (c.unet_pooled_dim != c.text_encoders[1].pooled_dim)
     r.fail("/unet/pooled_dim", "must equal /text_encoders/1/pooled_dim");
   if (u.has("aoti")) read_unet_aoti(u.child("aoti"), c.unet_aoti);
+  if (u.has("control")) read_control_inputs(u.child("control"), c.unet_control);
 }
 
 void read_scheduler(const Reader& r, ModelConfig& c) {
@@ -287,6 +305,9 @@ ModelConfig parse_model_config(const std::string& json_text, const std::filesyst
   if (j.is_object() && j.value("kind", "") == "vae")
     throw ModelError(origin + ": this is a VAE folder (export_sdxl.py --vae-only), not a model: give it to --vae "
                               "or a task's \"vae\"");
+  if (j.is_object() && j.value("kind", "") == "controlnet")
+    throw ModelError(origin + ": this is a ControlNet folder (export_sdxl.py --controlnet), not a model: give it to "
+                              "--controlnet or a task's \"controlnets\"");
   ModelConfig c;
   c.dir = dir;
   read_common(r, c);
@@ -332,6 +353,75 @@ void check_vae_fits(const ModelConfig& vae, const ModelConfig& model) {
                      " latent channels and downsamples by " + std::to_string(vae.vae_downsample) + "; model '" +
                      model.name + "' needs " + std::to_string(model.latent_channels) + " and " +
                      std::to_string(model.vae_downsample));
+}
+
+std::string ControlNetConfig::short_hash() const {
+  if (source_file.recorded()) return source_file.sha256.substr(0, 8);
+  const auto it = file_sha256.find(file);
+  return it == file_sha256.end() ? "" : it->second.substr(0, 8);
+}
+
+ControlNetConfig parse_controlnet_config(const std::string& json_text, const std::filesystem::path& dir,
+                                         const std::string& origin, bool check_files) {
+  const json j = parse_json_text(json_text, origin);
+  Reader r(j, origin, "");
+  if (!j.is_object() || j.value("kind", "") != "controlnet")
+    throw ModelError(origin + ": not a ControlNet folder (model.json has no \"kind\": \"controlnet\"; make one with "
+                              "scripts/export_sdxl.py --controlnet SRC --out DIR)");
+  ModelConfig files;  // the shared readers fill a ModelConfig
+  files.dir = dir;
+  ControlNetConfig c;
+  c.dir = dir;
+  const int version = r.integer("format_version", 1, 1000);
+  if (version != kModelFormatVersion)
+    r.fail("/format_version", "is " + std::to_string(version) + ", this sdxl-batch reads version " +
+                                  std::to_string(kModelFormatVersion));
+  c.name = r.str("name");
+  c.dtype = r.one_of("dtype", {"fp32", "fp16", "bf16"});
+  c.export_device = r.one_of("export_device", {"cpu", "cuda"});
+  const Reader cn = r.child("controlnet");
+  c.file = cn.str("file");
+  c.in_channels = cn.integer("in_channels", 1, 64);
+  c.context_dim = cn.integer("context_dim", 1, 1 << 16);
+  c.pooled_dim = cn.integer("pooled_dim", 1, 1 << 16);
+  c.cond_channels = cn.integer("cond_channels", 1, 64);
+  c.downscale = cn.integer("downscale", 1, 64);
+  read_control_inputs(cn, c.outputs);
+  if (cn.has("global_pool_conditions") && cn.raw("global_pool_conditions").is_boolean() &&
+      cn.raw("global_pool_conditions").get<bool>())
+    cn.fail(cn.at("global_pool_conditions"), "is true: ControlNets with pooled conditions (diffusers' guess mode, "
+                                              "e.g. shuffle) are not supported");
+  c.source_file = read_source_file(r, "source_file");
+  read_file_sizes(r, origin, files);
+  c.file_sha256 = files.file_sha256;
+  if (check_files) check_model_file(files, dir, c.file, "/controlnet/file", origin);
+  return c;
+}
+
+ControlNetConfig load_controlnet_config(const std::filesystem::path& dir) {
+  const auto path = dir / "model.json";
+  return parse_controlnet_config(
+      read_model_json(dir, "ControlNet folder", "scripts/export_sdxl.py --controlnet SRC --out DIR"), dir,
+      path.string(), /*check_files=*/true);
+}
+
+void check_controlnet_fits(const ControlNetConfig& cn, const ModelConfig& model) {
+  const std::string head = "ControlNet '" + cn.dir.string() + "' does not fit model '" + model.name + "': ";
+  if (!model.unet_control.supported())
+    throw ModelError(head + "the model was exported before ControlNet support (its unet.ts has no forward_control); "
+                            "export it again with scripts/export_sdxl.py");
+  if (cn.context_dim != model.unet_context_dim || cn.pooled_dim != model.unet_pooled_dim)
+    throw ModelError(head + "it takes text of width " + std::to_string(cn.context_dim) + " (pooled " +
+                     std::to_string(cn.pooled_dim) + "), the model's is " + std::to_string(model.unet_context_dim) +
+                     " (pooled " + std::to_string(model.unet_pooled_dim) + ") - a ControlNet for another model family?");
+  if (cn.in_channels != model.latent_channels || cn.downscale != model.vae_downsample)
+    throw ModelError(head + "its latents have " + std::to_string(cn.in_channels) + " channels at 1/" +
+                     std::to_string(cn.downscale) + " size, the model's " + std::to_string(model.latent_channels) +
+                     " at 1/" + std::to_string(model.vae_downsample));
+  if (cn.outputs.channels != model.unet_control.channels || cn.outputs.downscales != model.unet_control.downscales)
+    throw ModelError(head + "it makes " + std::to_string(cn.outputs.channels.size()) +
+                     " residuals whose channels or sizes are not the ones the UNet's blocks take (" +
+                     std::to_string(model.unet_control.channels.size()) + ")");
 }
 
 ModelConfig load_model_config(const std::filesystem::path& dir) {

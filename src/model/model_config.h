@@ -68,6 +68,15 @@ struct UnetAotiConfig {
   int latent_width_min = 1, latent_width_max = 1;
 };
 
+// unet.control in model.json: the ControlNet residuals unet.ts's forward_control
+// method adds (diffusers' down_block_additional_residuals, then the mid block's),
+// each one's channels and downscale from the latent. Empty in models exported
+// before ControlNet support, which then take no ControlNet.
+struct UnetControlInputs {
+  std::vector<int> channels, downscales;  // the down residuals, then the mid one
+  bool supported() const { return !channels.empty(); }
+};
+
 struct GenerationDefaults {
   int width = 1024, height = 1024, steps = 28;
   double cfg = 7.0;
@@ -92,6 +101,7 @@ struct ModelConfig {
   int unet_pooled_dim = 0;
   int unet_time_ids_dim = 6;
   UnetAotiConfig unet_aoti;  // .file empty: no unet.pt2
+  UnetControlInputs unet_control;
   std::string vae_decoder_file;
   std::string vae_encoder_file;  // optional ("" when absent)
   SchedulerConfig scheduler;
@@ -130,6 +140,29 @@ ModelConfig parse_vae_config(const std::string& json_text, const std::filesystem
                              const std::string& origin, bool check_files);
 // Throws ModelError when the VAE's latents are not the model's (channels, downsample).
 void check_vae_fits(const ModelConfig& vae, const ModelConfig& model);
+
+// A ControlNet folder (export_sdxl.py --controlnet; model.json "kind": "controlnet"):
+// controlnet.ts maps (latent, timestep, context, text_embeds, time_ids, control
+// image [B,3,H,W] in [0,1]) to the residuals the UNet's forward_control takes.
+struct ControlNetConfig {
+  std::filesystem::path dir;
+  std::string name, dtype, export_device, file;
+  int in_channels = 4, context_dim = 0, pooled_dim = 0, cond_channels = 3, downscale = 8;
+  UnetControlInputs outputs;     // the residuals it makes
+  ExportSourceFile source_file;  // the file it was exported from, when recorded
+  std::map<std::string, std::string> file_sha256;
+  // A1111's short hash of a ControlNet ("[hash]" in its unit text): 8 hex digits of the
+  // source file's sha256, else of controlnet.ts's; "" when neither is recorded.
+  std::string short_hash() const;
+};
+
+// Throws ModelError naming the folder or the field.
+ControlNetConfig load_controlnet_config(const std::filesystem::path& dir);
+ControlNetConfig parse_controlnet_config(const std::string& json_text, const std::filesystem::path& dir,
+                                         const std::string& origin, bool check_files);
+// Throws ModelError saying why the ControlNet cannot drive this model's UNet
+// (an export without forward_control, other widths or residuals).
+void check_controlnet_fits(const ControlNetConfig& cn, const ModelConfig& model);
 
 // Bytes of the TorchScript files (*.ts) listed in model.json: what the resident
 // weights take on the device when loaded in the exported dtype.

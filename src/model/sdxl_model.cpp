@@ -13,12 +13,18 @@
 namespace sdxl {
 namespace {
 
+torch::jit::Module load_module(const ModelConfig& cfg, const std::string& rel, const torch::Device& device,
+                               torch::Dtype exported, torch::Dtype dtype) {
+  return load_traced_module(cfg.path_of(rel), device, exported, dtype, cfg.torch_version);
+}
+
+}  // namespace
+
 // A module exported in `exported` that runs in another `dtype` has its floating
 // weights converted and the dtype constants its trace baked in rewritten
 // (retyped_module), so `--dtype bf16` works on an fp16 or fp32 export.
-torch::jit::Module load_module(const ModelConfig& cfg, const std::string& rel, const torch::Device& device,
-                               torch::Dtype exported, torch::Dtype dtype) {
-  const auto path = cfg.path_of(rel);
+torch::jit::Module load_traced_module(const std::filesystem::path& path, const torch::Device& device,
+                                      torch::Dtype exported, torch::Dtype dtype, const std::string& torch_version) {
   torch::jit::Module m;
   try {
     // Loaded on the CPU, then moved: tensor constants of the traced code stay on
@@ -29,9 +35,10 @@ torch::jit::Module load_module(const ModelConfig& cfg, const std::string& rel, c
     m = torch::jit::load(path.string(), torch::kCPU);
   } catch (const c10::Error& e) {
     throw ModelError("cannot load TorchScript module '" + path.string() + "': " + e.what_without_backtrace() +
-                     " (was it exported with scripts/export_sdxl.py and torch " + cfg.torch_version + "?)");
+                     " (was it exported with scripts/export_sdxl.py and torch " + torch_version + "?)");
   }
   m.eval();
+  const std::string rel = path.filename().string();
   if (dtype != exported) {
     int rewritten = 0;
     m = retyped_module(m, exported, dtype, &rewritten);
@@ -43,8 +50,6 @@ torch::jit::Module load_module(const ModelConfig& cfg, const std::string& rel, c
     spdlog::debug("{}: {} device literal(s) of the traced code moved to {}", rel, n, device.str());
   return m;
 }
-
-}  // namespace
 
 // Device literals of traced code: a module traced on cuda:0 creates some
 // tensors with `device=cuda:0` written into its graph (the text encoders'

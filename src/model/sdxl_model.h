@@ -22,6 +22,12 @@ namespace sdxl {
 // calls it so that a model traced on GPU 0 runs on any GPU (--devices).
 int retarget_device_literals(torch::jit::Module& module, const torch::Device& device);
 
+// Loads a traced module (on the CPU, then moved to `device`); exported in
+// `exported`, it runs in `dtype` (retyped_module when they differ). Throws
+// ModelError naming the file (and the torch version the export recorded).
+torch::jit::Module load_traced_module(const std::filesystem::path& path, const torch::Device& device,
+                                      torch::Dtype exported, torch::Dtype dtype, const std::string& torch_version);
+
 struct SdxlModel {
   ModelConfig config;
   torch::Device device{torch::kCPU};

@@ -14,6 +14,9 @@
 #include <set>
 #include <shared_mutex>
 
+#include "control/control_image.h"
+#include "control/controlnet_cache.h"
+#include "image/resize.h"
 #include "image/upscale.h"
 #include "image/vae_decode.h"
 #include "image/vae_encode.h"
@@ -76,6 +79,7 @@ struct Generator::Impl {
   std::unique_ptr<SdxlModel> model;
   std::unique_ptr<UnetRunner> unet;
   std::unique_ptr<VaeCache> vaes;  // the VAEs tasks name; "" = the model's own
+  std::unique_ptr<ControlNetCache> controlnets;
   Clock::time_point trace_last_call_end;  // SDXL_TRACE_STEPS (sampling stage only)
   VaeTiling vae_tiling = VaeTiling::kAuto;
   double load_s = 0;
@@ -153,6 +157,7 @@ Generator::Generator(const std::filesystem::path& model_dir, const RuntimeOption
   impl_->vae_tiling = parse_vae_tiling(opts.vae_tiling);
   set_vae_decode_dtype(*impl_->model, opts.vae_dtype);
   impl_->vaes = std::make_unique<VaeCache>(*impl_->model, opts.vae_dtype, opts.vae_cache);
+  impl_->controlnets = std::make_unique<ControlNetCache>(*impl_->model, opts.controlnet_cache);
   device_synchronize(device);
   impl_->load_s = seconds_since(t0);
   spdlog::info("loaded model '{}' ({}, {}) on {} in {:.2f} s", cfg.name, cfg.source, dtype_name(impl_->model->dtype),
@@ -162,6 +167,7 @@ Generator::Generator(const std::filesystem::path& model_dir, const RuntimeOption
 void add_image_sources(ImageSources& sources, const GenerationParams& p, const GeneratedImage& img) {
   sources.lora_hashes = img.lora_hashes;
   sources.ti_hashes = img.ti_hashes;
+  sources.controlnets = img.controlnets;
   if (p.vae.empty()) return;
   sources.vae_name = img.vae_name;
   sources.vae_hash = img.vae_hash;
@@ -194,6 +200,13 @@ std::map<std::string, double> Generator::engine_counters() const {
     c["vae_cache_hits"] = v.hits;
     c["vae_cache_evictions"] = v.evictions;
     c["vae_cache_resident_mib"] = static_cast<double>(v.resident_bytes) / 1048576.0;
+  }
+  const ControlNetCacheStats cn = impl_->controlnets->stats();
+  if (cn.loads > 0) {
+    c["controlnet_cache_loads"] = cn.loads;
+    c["controlnet_cache_hits"] = cn.hits;
+    c["controlnet_cache_evictions"] = cn.evictions;
+    c["controlnet_cache_resident_mib"] = static_cast<double>(cn.resident_bytes) / 1048576.0;
   }
   return c;
 }
@@ -241,7 +254,17 @@ GeneratedImage Generator::generate(const GenerationParams& p) { return generate_
 
 namespace {
 
-// Images that share a UNet call must agree on everything but prompt and seed.
+// The same ControlNets with the same strengths and windows (control images may differ).
+bool same_controlnets(const GenerationParams& a, const GenerationParams& b) {
+  if (a.controlnets.size() != b.controlnets.size()) return false;
+  for (size_t k = 0; k < a.controlnets.size(); ++k) {
+    const ControlNetUse &x = a.controlnets[k], &y = b.controlnets[k];
+    if (x.model != y.model || x.strength != y.strength || x.start != y.start || x.end != y.end) return false;
+  }
+  return true;
+}
+
+// Images that share a UNet call must agree on everything but prompt, seed and control images.
 void check_compatible(const std::vector<GenerationParams>& ps) {
   const GenerationParams& a = ps.front();
   for (const auto& b : ps)
@@ -249,9 +272,9 @@ void check_compatible(const std::vector<GenerationParams>& ps) {
         b.schedule != a.schedule || b.cfg != a.cfg || b.guidance_rescale != a.guidance_rescale ||
         b.init_image.empty() != a.init_image.empty() || (!a.init_image.empty() && b.strength != a.strength) ||
         b.hires.scale != a.hires.scale || b.hires.upscaler != a.hires.upscaler || b.hires.steps != a.hires.steps ||
-        b.hires.denoise != a.hires.denoise)
-      throw UsageError("a batch mixes sizes, steps, samplers, guidance, img2img or hires settings; group images by "
-                       "batch_group_key()");
+        b.hires.denoise != a.hires.denoise || !same_controlnets(a, b))
+      throw UsageError("a batch mixes sizes, steps, samplers, guidance, img2img, hires or ControlNet settings; group "
+                       "images by batch_group_key()");
 }
 
 struct TextInputs {
@@ -276,6 +299,9 @@ struct EncodedBatch {
   std::vector<GenerationParams> params;
   std::vector<SubBatch> subs;
   std::vector<RgbImage> init_images;
+  // The batch's ControlNets (loaded on the text stage) and each one's control image per image.
+  std::vector<std::shared_ptr<ControlNet>> controlnets;
+  std::vector<std::vector<RgbImage>> control_images;  // [ControlNet][image]
   SamplerPlan plan, hires_plan;
   bool cfg_on = false, img2img = false;
   std::vector<GeneratedImage> out;  // LoRA hashes and text seconds filled in
@@ -344,6 +370,20 @@ void warn_once(const std::string& warning) {
   if (seen.insert(warning).second) spdlog::warn("{}", warning);
 }
 
+// Each ControlNet's control image per image (the files are read now; they are
+// resized to each pass's size on the sampling stage).
+void read_control_images(EncodedBatch& eb) {
+  const std::vector<GenerationParams>& ps = eb.params;
+  const size_t n = ps.front().controlnets.size();
+  eb.control_images.assign(n, std::vector<RgbImage>(ps.size()));
+  for (size_t k = 0; k < n; ++k)
+    for (size_t i = 0; i < ps.size(); ++i) {
+      const std::string& path = ps[i].controlnets[k].image;
+      eb.control_images[k][i] = read_png_rgb(path);
+      warn_once(control_aspect_note(path, eb.control_images[k][i], ps[i].width, ps[i].height));
+    }
+}
+
 // Sizes, the sampler plans (img2img strength, hires pass) and the init images.
 void plan_batch_sampling(const ModelConfig& cfg, EncodedBatch& eb) {
   const std::vector<GenerationParams>& ps = eb.params;
@@ -370,6 +410,7 @@ void plan_batch_sampling(const ModelConfig& cfg, EncodedBatch& eb) {
                          ": resize the image first, or leave width/height unset to take its size");
     }
   }
+  read_control_images(eb);
   eb.cfg_on = p0.cfg > 1.0;
 }
 
@@ -483,12 +524,24 @@ std::shared_ptr<EncodedBatch> Generator::encode_batch(const std::vector<Generati
   const std::vector<std::pair<std::string, std::string>> lora_hashes =
       translate_device_errors("applying LoRAs", [&] { return set_loras(loras); });
   const double lora_s = seconds_since(t_lora);
+  std::vector<std::pair<std::string, std::string>> cn_names;
+  for (const ControlNetUse& c : ps.front().controlnets) {
+    try {
+      eb->controlnets.push_back(translate_device_errors("loading a ControlNet", [&] { return im.controlnets->get(c.model); }));
+    } catch (const ModelError& e) {  // the task's ControlNet, not the model: this task fails, the run goes on
+      throw UsageError(e.what());
+    }
+    const ControlNetConfig& cc = eb->controlnets.back()->config();
+    cn_names.emplace_back(cc.source_file.recorded() ? std::filesystem::path(cc.source_file.name).stem().string() : cc.name,
+                          cc.short_hash());
+  }
   eb->out.resize(ps.size());
   for (size_t i = 0; i < ps.size(); ++i) {
     GeneratedImage& g = eb->out[i];
     g.lora_hashes = lora_hashes;
     g.lora_s = lora_s / static_cast<double>(ps.size());
     g.ti_hashes = used_embedding_hashes(m, text[i], im.embedding_hashes);
+    g.controlnets = cn_names;
   }
   eb->subs = group_by_chunks(ps, text);
   translate_device_errors(nullptr, [&] {
@@ -504,6 +557,14 @@ std::shared_ptr<EncodedBatch> Generator::encode_batch(const std::vector<Generati
 
 namespace {
 
+// A ControlNet in one pass: its module, its control images at the pass's size
+// (CFG order [negatives, positives], as diffusers doubles them), strength and window.
+struct ActiveControl {
+  ControlNet* net = nullptr;
+  torch::Tensor cond;
+  double strength = 1.0, start = 0.0, end = 1.0;
+};
+
 // What the sampling of one sub-batch needs from the generator.
 struct SubSampling {
   SdxlModel& m;
@@ -514,7 +575,24 @@ struct SubSampling {
   VaeTiling vae_tiling;
   Clock::time_point& trace_last_call_end;  // SDXL_TRACE_STEPS
   int64_t b = 0, rows = 0;                 // images; UNet rows (2b with CFG)
+  std::vector<ActiveControl> controls;     // the pass's ControlNets (model_at)
+  int call = 0, calls = 0;                 // the pass's model calls so far, and in all
 };
+
+// The UNet call of model call `s.call` with the residuals of every ControlNet
+// whose window holds it: diffusers' controlnet_keep[i] = 1 - (i / n < start or
+// (i + 1) / n > end) over the pass's n model calls. A ControlNet outside its
+// window adds zeros in diffusers; here it is not run (the same sum).
+torch::Tensor controlled_unet_call(SubSampling& s, const torch::Tensor& x, const torch::Tensor& t) {
+  const double i = s.call++, n = s.calls;
+  std::vector<torch::Tensor> residuals;
+  for (const ActiveControl& c : s.controls) {
+    if (i / n < c.start || (i + 1) / n > c.end) continue;
+    add_residuals(residuals, c.net->residuals(x, t, s.unet.context(), s.unet.pooled(), s.unet.time_ids(), c.cond,
+                                              c.strength));
+  }
+  return residuals.empty() ? s.unet(x, t) : s.unet.with_residuals(x, t, residuals);
+}
 
 // One UNet call with CFG, timed per call under SDXL_TRACE_STEPS.
 torch::Tensor guided_unet_call(SubSampling& s, const torch::Tensor& x_in, double timestep) {
@@ -527,7 +605,7 @@ torch::Tensor guided_unet_call(SubSampling& s, const torch::Tensor& x_in, double
   }
   torch::Tensor x = s.eb.cfg_on ? torch::cat({x_in, x_in}) : x_in;
   torch::Tensor t = torch::full({s.rows}, timestep, torch::TensorOptions().dtype(torch::kFloat32).device(s.m.device));
-  torch::Tensor eps = s.unet(x, t);
+  torch::Tensor eps = s.controls.empty() ? s.unet(x, t) : controlled_unet_call(s, x, t);
   if (trace) {
     stream_synchronize(s.m.device);
     const auto now = Clock::now();
@@ -544,10 +622,29 @@ torch::Tensor guided_unet_call(SubSampling& s, const torch::Tensor& x_in, double
   return apply_guidance(halves[0], halves[1], p0.cfg, p0.guidance_rescale);
 }
 
-// The UNet with CFG at a size (SDXL's time_ids: original = target = that size, crop 0).
-ModelFn model_at(SubSampling& s, int width, int height) {
+// The batch's ControlNets for a pass of `plan` at width x height.
+void bind_controls(SubSampling& s, const SamplerPlan& plan, int width, int height) {
+  s.controls.clear();
+  s.call = 0;
+  s.calls = static_cast<int>(plan.timesteps.size()) - plan.begin;
+  const GenerationParams& p0 = s.eb.params.front();
+  for (size_t k = 0; k < s.eb.controlnets.size(); ++k) {
+    std::vector<torch::Tensor> images;
+    for (size_t i : s.sub.idx)
+      images.push_back(control_image_tensor(s.eb.control_images[k][i], width, height, s.m.dtype, s.m.device));
+    torch::Tensor cond = torch::cat(images);
+    if (s.eb.cfg_on) cond = torch::cat({cond, cond});
+    const ControlNetUse& c = p0.controlnets[k];
+    s.controls.push_back({s.eb.controlnets[k].get(), cond, c.strength, c.start, c.end});
+  }
+}
+
+// The UNet with CFG (and the batch's ControlNets) for a pass of `plan` at a
+// size (SDXL's time_ids: original = target = that size, crop 0).
+ModelFn model_at(SubSampling& s, const SamplerPlan& plan, int width, int height) {
   torch::Tensor time_ids = sdxl_time_ids(width, height, s.m.dtype, s.m.device).repeat({s.rows, 1});
   s.unet.bind(s.sub.context, s.sub.pooled, time_ids);
+  bind_controls(s, plan, width, height);
   return [&s](const torch::Tensor& x_in, double timestep) { return guided_unet_call(s, x_in, timestep); };
 }
 
@@ -589,7 +686,7 @@ torch::Tensor hires_pass(SubSampling& s, const torch::Tensor& latents, int out_w
   }
   std::vector<at::Generator> gens2 = cpu_generators(s.sub.seeds);
   torch::Tensor noisy = add_noise(s.eb.hires_plan, up, randn_per_image(gens2, up.sizes(), s.m.dtype, s.m.device));
-  return sample(s.eb.hires_plan, noisy, model_at(s, out_w, out_h), gens2, hook);
+  return sample(s.eb.hires_plan, noisy, model_at(s, s.eb.hires_plan, out_w, out_h), gens2, hook);
 }
 
 }  // namespace
@@ -612,7 +709,7 @@ std::shared_ptr<SampledBatch> Generator::sample_batch(const std::shared_ptr<Enco
       im.sample_stream.hand_over(sub.context);
       im.sample_stream.hand_over(sub.pooled);
       const int64_t b = static_cast<int64_t>(sub.idx.size());
-      SubSampling s{m, *im.unet, *im.vaes, *eb, sub, im.vae_tiling, im.trace_last_call_end, b, eb->cfg_on ? 2 * b : b};
+      SubSampling s{m, *im.unet, *im.vaes, *eb, sub, im.vae_tiling, im.trace_last_call_end, b, eb->cfg_on ? 2 * b : b, {}, 0, 0};
       // Each image's generator (its seed) draws its initial noise and then the
       // noise ancestral / SDE samplers draw, as diffusers' list of generators does.
       std::vector<at::Generator> gens = cpu_generators(sub.seeds);
@@ -623,7 +720,7 @@ std::shared_ptr<SampledBatch> Generator::sample_batch(const std::shared_ptr<Enco
                      std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
         im.trace_last_call_end = Clock::time_point{};
       }
-      latents = sample(eb->plan, latents, model_at(s, p0.width, p0.height), gens, hook);
+      latents = sample(eb->plan, latents, model_at(s, eb->plan, p0.width, p0.height), gens, hook);
       if (p0.hires_on()) {
         sb->out_w = p0.hires_width();
         sb->out_h = p0.hires_height();

@@ -55,6 +55,9 @@ struct RuntimeOptions {
   // VAE folders tasks name ("vae"; --vae): how many stay loaded beside the
   // model's own (least recently used evicted).
   std::size_t vae_cache = 2;
+  // ControlNet folders tasks name ("controlnets"; --controlnet): how many stay
+  // loaded (least recently used evicted).
+  std::size_t controlnet_cache = 2;
   // LoRAs: where prompt tags <lora:NAME:W> are looked up (after the registry),
   // the factor cache's budget (0 = 30% of the memory free after the weights),
   // and whether keys that map to no weight are an error instead of a warning.
@@ -92,10 +95,12 @@ struct GeneratedImage {
   // The task's own VAE ("vae"), when it named one: its file's name and A1111
   // short hash, for the PNG ("" = the model's VAE, whose hash the model gives).
   std::string vae_name, vae_hash;
+  // Its ControlNets, in the task's order: name and A1111 short hash ("" unknown).
+  std::vector<std::pair<std::string, std::string>> controlnets;
 };
 
 // The image's part of its PNG's sources (model_sources gives the model's part):
-// the LoRA and embedding hashes, and the task's own VAE when it named one.
+// the LoRA and embedding hashes, the task's own VAE when it named one, and its ControlNets.
 void add_image_sources(ImageSources& sources, const GenerationParams& p, const GeneratedImage& img);
 
 // CUDA devices this process can use (0 without CUDA).

@@ -98,6 +98,21 @@ torch::Tensor UnetRunner::operator()(const torch::Tensor& x, const torch::Tensor
   return capture(key, x, t);
 }
 
+torch::Tensor UnetRunner::with_residuals(const torch::Tensor& x, const torch::Tensor& t,
+                                         const std::vector<torch::Tensor>& residuals) {
+  const std::vector<c10::IValue> parts(residuals.begin(), residuals.end());
+  const std::vector<c10::IValue> inputs{x, t, context_, pooled_, time_ids_, c10::ivalue::Tuple::create(parts)};
+  auto run = [&] {
+    return translate_device_errors("unet.ts forward_control",
+                                   [&] { return model_.unet.get_method("forward_control")(inputs).toTensor(); });
+  };
+  std::vector<std::int64_t> key(x.sizes().begin(), x.sizes().end());
+  key.push_back(context_.size(1));
+  key.push_back(-1);  // apart from the plain calls' shapes
+  if (warmed_.insert(key).second) (void)run();  // see warm_up
+  return run();
+}
+
 void UnetRunner::warm_up(const std::vector<std::int64_t>& key, const torch::Tensor& x, const torch::Tensor& t) {
   // The very first call of a shape in a process is discarded: on CUDA it can
   // differ from every later call by a rounding step, so without it an image

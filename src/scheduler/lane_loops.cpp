@@ -169,8 +169,10 @@ bool finish_batch(RunState& run, LaneState& l, const BatchPtr& bp, std::vector<G
   if (WorkEstimator* est = run.opts.estimator) {
     // Only a device with an allocator budget (CUDA) has a per-batch peak,
     // and only a batch that ran alone on it measures its own.
-    if (m.limit > 0 && b.alone) est->observe_memory(b.est_w, b.est_h, b.n, std::max(b.sample_peak, b.decode_peak), b.sample_peak);
-    est->observe_time(b.est_w, b.est_h, b.n, b.params.front().steps, text + sample + decode);
+    const int controlnets = static_cast<int>(b.params.front().controlnets.size());
+    if (m.limit > 0 && b.alone)
+      est->observe_memory(b.est_w, b.est_h, b.n, std::max(b.sample_peak, b.decode_peak), b.sample_peak, controlnets);
+    est->observe_time(b.est_w, b.est_h, b.n, b.params.front().steps, text + sample + decode, controlnets);
   }
   for (size_t k = 0; k < b.picked.size(); ++k) {
     WriteJob j;

@@ -16,25 +16,25 @@ constexpr size_t kTimeWindow = 8;
 }
 
 void WorkEstimator::observe_memory(int width, int height, int batch, std::uint64_t peak_work_bytes,
-                                   std::uint64_t sample_peak_bytes) {
+                                   std::uint64_t sample_peak_bytes, int controlnets) {
   if (batch < 1) return;
-  auto& m = memory_[{width, height}][batch];
+  auto& m = memory_[{width, height, controlnets}][batch];
   m = std::max(m, peak_work_bytes);
   if (sample_peak_bytes > 0) {
-    auto& s = sample_memory_[{width, height}][batch];
+    auto& s = sample_memory_[{width, height, controlnets}][batch];
     s = std::max(s, std::min(sample_peak_bytes, peak_work_bytes));
   }
 }
 
-void WorkEstimator::observe_time(int width, int height, int batch, int steps, double seconds) {
+void WorkEstimator::observe_time(int width, int height, int batch, int steps, double seconds, int controlnets) {
   if (batch < 1 || steps < 1 || !(seconds > 0)) return;
-  auto& v = time_[{width, height}][batch];
+  auto& v = time_[{width, height, controlnets}][batch];
   v.push_back(seconds / batch / steps);
   if (v.size() > kTimeWindow) v.erase(v.begin());
 }
 
-std::optional<std::uint64_t> WorkEstimator::peak_bytes(int width, int height, int batch) const {
-  auto it = memory_.find({width, height});
+std::optional<std::uint64_t> WorkEstimator::peak_bytes(int width, int height, int batch, int controlnets) const {
+  auto it = memory_.find({width, height, controlnets});
   if (it == memory_.end() || it->second.empty() || batch < 1) return std::nullopt;
   const auto& obs = it->second;
   if (auto exact = obs.find(batch); exact != obs.end() && obs.size() == 1) return exact->second;
@@ -71,25 +71,27 @@ std::optional<std::uint64_t> WorkEstimator::peak_bytes(int width, int height, in
   return static_cast<std::uint64_t>(std::ceil(est));
 }
 
-int WorkEstimator::max_batch(int width, int height, int max_n, std::uint64_t free_bytes, double safety) const {
-  if (max_n <= 1 || !peak_bytes(width, height, 1)) return 1;
+int WorkEstimator::max_batch(int width, int height, int max_n, std::uint64_t free_bytes, double safety,
+                             int controlnets) const {
+  if (max_n <= 1 || !peak_bytes(width, height, 1, controlnets)) return 1;
   int best = 1;
   for (int n = 2; n <= max_n; ++n) {
-    const auto est = peak_bytes(width, height, n);
+    const auto est = peak_bytes(width, height, n, controlnets);
     if (!est || static_cast<double>(*est) * safety > static_cast<double>(free_bytes)) break;
     best = n;
   }
   return best;
 }
 
-std::optional<TimeEstimate> WorkEstimator::seconds_per_image(int width, int height, int batch, int steps) const {
+std::optional<TimeEstimate> WorkEstimator::seconds_per_image(int width, int height, int batch, int steps,
+                                                             int controlnets) const {
   if (time_.empty() || steps < 1) return std::nullopt;
   auto mean = [](const std::vector<double>& v) {
     double s = 0;
     for (double x : v) s += x;
     return s / static_cast<double>(v.size());
   };
-  if (auto it = time_.find({width, height}); it != time_.end()) {
+  if (auto it = time_.find({width, height, controlnets}); it != time_.end()) {
     if (auto b = it->second.find(batch); b != it->second.end()) return TimeEstimate{mean(b->second) * steps, true};
     // Nearest batch size of this resolution.
     const auto* best = &*it->second.begin();
@@ -97,11 +99,14 @@ std::optional<TimeEstimate> WorkEstimator::seconds_per_image(int width, int heig
       if (std::abs(e.first - batch) < std::abs(best->first - batch)) best = &e;
     return TimeEstimate{mean(best->second) * steps, false};
   }
-  // Nearest resolution by pixel count, scaled by pixels.
+  // Nearest resolution by pixel count (with the same ControlNets first), scaled by pixels.
   const double px = static_cast<double>(width) * height;
+  const bool same_known = std::any_of(time_.begin(), time_.end(),
+                                      [&](const auto& kv) { return std::get<2>(kv.first) == controlnets; });
   double best_ratio = std::numeric_limits<double>::infinity(), per = 0;
   for (const auto& [res, by_batch] : time_) {
-    const double rpx = static_cast<double>(res.first) * res.second;
+    if (same_known && std::get<2>(res) != controlnets) continue;
+    const double rpx = static_cast<double>(std::get<0>(res)) * std::get<1>(res);
     const double ratio = std::abs(std::log(px / rpx));
     if (ratio < best_ratio) {
       best_ratio = ratio;
@@ -119,14 +124,20 @@ std::string WorkEstimator::to_json() const {
   nlohmann::json mem = nlohmann::json::array(), tim = nlohmann::json::array();
   for (const auto& [res, by_batch] : memory_)
     for (const auto& [n, p] : by_batch) {
-      nlohmann::json m = {{"width", res.first}, {"height", res.second}, {"batch", n}, {"peak_work_bytes", p}};
+      nlohmann::json m = {{"width", std::get<0>(res)}, {"height", std::get<1>(res)}, {"batch", n},
+                          {"peak_work_bytes", p}};
+      if (std::get<2>(res) > 0) m["controlnets"] = std::get<2>(res);
       if (auto s = sample_memory_.find(res); s != sample_memory_.end())
         if (auto sn = s->second.find(n); sn != s->second.end()) m["sample_peak_bytes"] = sn->second;
       mem.push_back(m);
     }
   for (const auto& [res, by_batch] : time_)
-    for (const auto& [n, v] : by_batch)
-      tim.push_back({{"width", res.first}, {"height", res.second}, {"batch", n}, {"seconds_per_image_step", v}});
+    for (const auto& [n, v] : by_batch) {
+      nlohmann::json t = {{"width", std::get<0>(res)}, {"height", std::get<1>(res)}, {"batch", n},
+                          {"seconds_per_image_step", v}};
+      if (std::get<2>(res) > 0) t["controlnets"] = std::get<2>(res);
+      tim.push_back(t);
+    }
   j["memory"] = mem;
   j["time"] = tim;
   return j.dump(1) + "\n";
@@ -152,9 +163,11 @@ WorkEstimator WorkEstimator::load(const std::filesystem::path& path, const std::
     }
     for (const auto& m : j.at("memory"))
       e.observe_memory(m.at("width").get<int>(), m.at("height").get<int>(), m.at("batch").get<int>(),
-                       m.at("peak_work_bytes").get<std::uint64_t>(), m.value("sample_peak_bytes", std::uint64_t{0}));
+                       m.at("peak_work_bytes").get<std::uint64_t>(), m.value("sample_peak_bytes", std::uint64_t{0}),
+                       m.value("controlnets", 0));
     for (const auto& t : j.at("time")) {
-      auto& v = e.time_[{t.at("width").get<int>(), t.at("height").get<int>()}][t.at("batch").get<int>()];
+      auto& v = e.time_[{t.at("width").get<int>(), t.at("height").get<int>(), t.value("controlnets", 0)}]
+                       [t.at("batch").get<int>()];
       for (const auto& x : t.at("seconds_per_image_step")) {
         const double s = x.get<double>();
         if (s > 0 && std::isfinite(s)) v.push_back(s);

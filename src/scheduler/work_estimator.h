@@ -18,6 +18,10 @@
 // (the newest 8 observations averaged); unmeasured sizes are scaled from the
 // nearest measured one by pixels, and marked as such.
 //
+// Batches that run ControlNets beside the UNet (`controlnets` > 0: their
+// activations and residuals) are kept apart from plain ones of the same size:
+// every figure is per (width, height, ControlNet count).
+//
 // Saved as JSON (estimates.json in the output folder) so the next run and
 // `--dry-run` start from this run's figures; keyed by device and model, since
 // figures from another GPU do not apply. torch-free, not thread-safe.
@@ -28,6 +32,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -46,16 +51,16 @@ class WorkEstimator {
   // peak_work_bytes: the batch's whole peak; sample_peak_bytes: that of its
   // sampling stage alone (0: not measured).
   void observe_memory(int width, int height, int batch, std::uint64_t peak_work_bytes,
-                      std::uint64_t sample_peak_bytes = 0);
-  void observe_time(int width, int height, int batch, int steps, double seconds);
+                      std::uint64_t sample_peak_bytes = 0, int controlnets = 0);
+  void observe_time(int width, int height, int batch, int steps, double seconds, int controlnets = 0);
 
   // Estimated peak work bytes of a batch; nullopt when this resolution was never measured.
-  std::optional<std::uint64_t> peak_bytes(int width, int height, int batch) const;
+  std::optional<std::uint64_t> peak_bytes(int width, int height, int batch, int controlnets = 0) const;
   // Largest n in 1..max_n whose estimate × safety fits in `free_bytes`; 1 when
   // the resolution is unmeasured (a probe) or nothing fits.
-  int max_batch(int width, int height, int max_n, std::uint64_t free_bytes, double safety) const;
+  int max_batch(int width, int height, int max_n, std::uint64_t free_bytes, double safety, int controlnets = 0) const;
 
-  std::optional<TimeEstimate> seconds_per_image(int width, int height, int batch, int steps) const;
+  std::optional<TimeEstimate> seconds_per_image(int width, int height, int batch, int steps, int controlnets = 0) const;
 
   bool empty() const { return memory_.empty() && time_.empty(); }
   const std::string& device() const { return device_; }
@@ -69,7 +74,7 @@ class WorkEstimator {
   void save(const std::filesystem::path& path) const;  // atomic write; throws IoError
 
  private:
-  using Res = std::pair<int, int>;
+  using Res = std::tuple<int, int, int>;  // width, height, ControlNets
   std::string device_, model_;
   std::map<Res, std::map<int, std::uint64_t>> memory_;         // resolution -> batch -> max observed peak
   std::map<Res, std::map<int, std::uint64_t>> sample_memory_;  // the same for the sampling stage (when measured)

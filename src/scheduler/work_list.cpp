@@ -38,7 +38,7 @@ bool same_settings(const GenerationParams& a, const GenerationParams& b) {
          a.hires.scale == b.hires.scale &&
          (!a.hires_on() || (a.hires.upscaler == b.hires.upscaler && a.hires.steps == b.hires.steps &&
                             a.hires.denoise == b.hires.denoise)) &&
-         a.loras == b.loras && a.vae == b.vae;
+         a.loras == b.loras && a.vae == b.vae && a.controlnets == b.controlnets;
 }
 
 std::string image_label(const WorkItem& w) { return w.task->id + "#" + std::to_string(w.index); }
@@ -135,6 +135,9 @@ std::string batch_group_key(const GenerationParams& p) {
            num(p.hires.denoise);
   const std::string loras = lora_set_key(p);
   if (!loras.empty()) key += "|loras:" + loras;
+  // ControlNets: the same models, strengths and windows (each image brings its own control image).
+  for (const auto& c : p.controlnets)
+    key += "|cn:" + c.model + ":" + num(c.strength) + ":" + num(c.start) + ":" + num(c.end);
   return key;
 }
 

@@ -47,6 +47,16 @@ nlohmann::json image_record(RunState& run, const WriteJob& j, const ManifestEntr
     rec["loras"] = l;
     rec["lora_s"] = j.image.lora_s;
   }
+  for (size_t k = 0; k < p.controlnets.size(); ++k) {
+    const ControlNetUse& c = p.controlnets[k];
+    nlohmann::json cn = {{"model", c.model}, {"image", c.image}, {"strength", c.strength}, {"start", c.start},
+                         {"end", c.end}};
+    if (k < j.image.controlnets.size()) {
+      cn["name"] = j.image.controlnets[k].first;
+      cn["hash"] = j.image.controlnets[k].second;
+    }
+    rec["controlnets"].push_back(cn);
+  }
   return rec;
 }
 

@@ -1,8 +1,12 @@
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include "batch/batch_file.h"
+#include "image/png_writer.h"
 #include "core/error.h"
 #include "core/units.h"
 
@@ -298,4 +302,67 @@ TEST(GenerationParams, ModelHashesComeFromModelJson) {
   const std::string plain = sdxl::a1111_parameters(
       p, sdxl::model_sources(sdxl::parse_model_config(without.dump(), "/m", "/m/model.json", false)));
   EXPECT_NE(plain.find(", Size: 1024x1024, Model: juggernaut, Version:"), std::string::npos) << plain;
+}
+
+TEST(BatchFile, ControlNetsAreCheckedAndRelativeToTheBatchFile) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("sdxl_cn_batch_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "cn" / "pose");
+  fs::create_directories(dir / "poses");
+  std::ofstream(dir / "cn" / "pose" / "controlnet.ts") << "not read by the parser";
+  std::ofstream(dir / "cn" / "pose" / "model.json") << R"({"format_version": 1, "kind": "controlnet", "name": "pose",
+    "dtype": "fp16", "export_device": "cuda", "controlnet": {"file": "controlnet.ts", "in_channels": 4,
+    "context_dim": 64, "pooled_dim": 32, "cond_channels": 3, "downscale": 8, "residuals": 1,
+    "channels": [8, 8], "downscales": [1, 1]}})";
+  const std::vector<std::uint8_t> px(16 * 8 * 3, 200);
+  sdxl::write_png((dir / "poses" / "p01.png").string(), 16, 8, 3, px.data(), {});
+  std::vector<sdxl::BatchProblem> p;
+  const auto bf = sdxl::parse_batch_text(R"({"version": 1,
+      "defaults": {"controlnets": [{"model": "cn/pose", "image": "poses/p01.png", "strength": 0.8}]},
+      "tasks": [{"id": "a", "prompt": "x"},
+                {"id": "b", "prompt": "y", "controlnets": [{"model": "cn/pose", "image": "poses/p01.png",
+                                                            "start": 0.2, "end": 0.7}]},
+                {"id": "c", "prompt": "z", "controlnets": []}]})",
+                                         dir / "b.json", sdxl::GenerationParams{}, &p);
+  ASSERT_TRUE(p.empty()) << p[0].pointer << " " << p[0].message;
+  ASSERT_EQ(bf.tasks[0].params.controlnets.size(), 1u);
+  EXPECT_EQ(bf.tasks[0].params.controlnets[0].model, (dir / "cn" / "pose").string());
+  EXPECT_EQ(bf.tasks[0].params.controlnets[0].image, (dir / "poses" / "p01.png").string());
+  EXPECT_EQ(bf.tasks[0].params.controlnets[0].strength, 0.8);
+  EXPECT_EQ(bf.tasks[1].params.controlnets[0].strength, 1.0) << "a task's list replaces the defaults'";
+  EXPECT_EQ(bf.tasks[1].params.controlnets[0].start, 0.2);
+  EXPECT_TRUE(bf.tasks[2].params.controlnets.empty());
+  p.clear();
+  sdxl::parse_batch_text(R"({"version": 1, "tasks": [
+      {"id": "a", "prompt": "x", "controlnets": [{"model": "cn/none", "image": "poses/p01.png"}]},
+      {"id": "b", "prompt": "x", "controlnets": [{"model": "cn/pose", "image": "poses/missing.png"}]},
+      {"id": "c", "prompt": "x", "controlnets": [{"model": "cn/pose"}]},
+      {"id": "d", "prompt": "x", "controlnets": [{"model": "poses", "image": "poses/p01.png", "start": 0.5, "end": 0.5}]},
+      {"id": "e", "prompt": "x", "controlnets": {"model": "cn/pose"}}]})",
+                         dir / "b.json", sdxl::GenerationParams{}, &p);
+  EXPECT_TRUE(has(p, "/tasks/0/controlnets/0/model"));
+  EXPECT_TRUE(has(p, "/tasks/1/controlnets/0/image"));
+  EXPECT_TRUE(has(p, "/tasks/2/controlnets/0/image"));
+  EXPECT_TRUE(has(p, "/tasks/3/controlnets/0/model")) << "a folder without a ControlNet's model.json";
+  EXPECT_TRUE(has(p, "/tasks/3/controlnets/0/start"));
+  EXPECT_TRUE(has(p, "/tasks/4/controlnets"));
+  fs::remove_all(dir);
+}
+
+TEST(GenerationParams, ControlNetUnitsAsTheA1111Extension) {
+  sdxl::GenerationParams p;
+  p.prompt = "a cat";
+  p.seed = 1;
+  p.controlnets = {{"/cn/openpose-sdxl", "/p/a.png", 0.8, 0.0, 1.0}, {"/cn/depth", "/p/b.png", 0.5, 0.25, 0.75}};
+  sdxl::ImageSources src;
+  src.model_name = "m";
+  src.controlnets = {{"openpose-sdxl", "2b69fca4"}, {"depth", ""}};
+  const std::string text = sdxl::a1111_parameters(p, src);
+  EXPECT_NE(text.find(", ControlNet 0: \"Module: none, Model: openpose-sdxl [2b69fca4], Weight: 0.8, Resize Mode: "
+                      "Just Resize, Guidance Start: 0, Guidance End: 1\", ControlNet 1: \"Module: none, Model: "
+                      "depth, Weight: 0.5, Resize Mode: Just Resize, Guidance Start: 0.25, Guidance End: 0.75\", "
+                      "Version:"),
+            std::string::npos)
+      << text;
 }

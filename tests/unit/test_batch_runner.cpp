@@ -317,12 +317,16 @@ TEST(Manifest, KeepsEverySettingTheResumeCheckCompares) {
   p.hires.denoise = 0.4;
   p.loras.push_back({"ink", "/l/ink.safetensors", 0.8});
   p.vae = "/vaes/fp16-fix";
+  p.controlnets.push_back({"/cn/pose", "/poses/p01.png", 0.8, 0.1, 0.9});
   sdxl::Manifest(path).append(e);
   const auto back = sdxl::Manifest(path).find("panel", 0);
   ASSERT_TRUE(back.has_value());
   EXPECT_TRUE(sdxl::same_settings(back->params, p));
   sdxl::GenerationParams other = p;
   other.hires.denoise = 0.5;  // a changed setting is seen
+  EXPECT_FALSE(sdxl::same_settings(back->params, other));
+  other = p;
+  other.controlnets[0].end = 1.0;
   EXPECT_FALSE(sdxl::same_settings(back->params, other));
   fs::remove(path);
 }

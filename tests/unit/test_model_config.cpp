@@ -274,3 +274,45 @@ TEST(ModelConfig, VaeFolder) {
   v.erase("vae_decoder");
   EXPECT_THROW(sdxl::parse_vae_config(v.dump(), "/v", "/v/model.json", false), sdxl::ModelError);
 }
+
+TEST(ModelConfig, ControlNetFolder) {
+  const nlohmann::json control = {{"residuals", 3}, {"channels", {8, 8, 16, 16}}, {"downscales", {1, 1, 2, 2}}};
+  nlohmann::json c = nlohmann::json::parse(R"({
+    "format_version": 1, "kind": "controlnet", "name": "pose", "dtype": "fp16", "export_device": "cuda",
+    "controlnet": {"file": "controlnet.ts", "in_channels": 4, "context_dim": 64, "pooled_dim": 32,
+                   "cond_channels": 3, "downscale": 8},
+    "source_file": {"name": "pose.safetensors", "sha256": ")" + std::string(64, 'd') + R"("}})");
+  c["controlnet"].update(control);
+  const auto cn = sdxl::parse_controlnet_config(c.dump(), "/c", "/c/model.json", false);
+  EXPECT_EQ(cn.outputs.channels, (std::vector<int>{8, 8, 16, 16}));
+  EXPECT_EQ(cn.short_hash(), "dddddddd");
+  nlohmann::json m = valid();
+  auto expect_unfit = [&](const std::string& why) {
+    const auto model = sdxl::parse_model_config(m.dump(), "/m", "/m/model.json", false);
+    try {
+      sdxl::check_controlnet_fits(cn, model);
+      FAIL() << why;
+    } catch (const sdxl::ModelError& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  expect_unfit("exported before ControlNet support");  // no /unet/control
+  m["unet"]["control"] = control;
+  EXPECT_NO_THROW(sdxl::check_controlnet_fits(cn, sdxl::parse_model_config(m.dump(), "/m", "/m/model.json", false)));
+  m["unet"]["control"]["channels"] = {8, 8, 16, 32};
+  expect_unfit("residuals whose channels");
+  m["unet"]["control"] = control;
+  m["unet"]["context_dim"] = 2048;  // an SD 1.x-width ControlNet would differ here the other way round
+  m["text_encoders"][0]["hidden_dim"] = 768;
+  m["text_encoders"][1]["hidden_dim"] = 1280;
+  expect_unfit("text of width 64");
+  try {  // a ControlNet folder given as the model
+    sdxl::parse_model_config(c.dump(), "/c", "/c/model.json", false);
+    FAIL();
+  } catch (const sdxl::ModelError& e) {
+    EXPECT_NE(std::string(e.what()).find("is a ControlNet folder"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(sdxl::parse_controlnet_config(valid().dump(), "/m", "/m/model.json", false), sdxl::ModelError);
+  c["controlnet"]["downscales"] = {1, 1, 2};  // one short of residuals + 1
+  EXPECT_THROW(sdxl::parse_controlnet_config(c.dump(), "/c", "/c/model.json", false), sdxl::ModelError);
+}

@@ -242,6 +242,26 @@ TEST(WorkEstimator, SavedFiguresComeBackOnlyForTheSameDeviceAndModel) {
   std::filesystem::remove(path);
 }
 
+TEST(WorkEstimator, ControlNetBatchesAreKeptApart) {
+  const auto path = std::filesystem::temp_directory_path() / ("sdxl_est_cn_" + std::to_string(::getpid()) + ".json");
+  sdxl::WorkEstimator e("cuda/fp16", "sdxl");
+  e.observe_memory(1024, 1024, 1, 1000);
+  EXPECT_FALSE(e.peak_bytes(1024, 1024, 1, 1)) << "a ControlNet batch is not estimated from plain ones";
+  EXPECT_EQ(e.max_batch(1024, 1024, 4, 1ull << 40, 1.2, 1), 1) << "it runs alone first and is measured";
+  e.observe_memory(1024, 1024, 1, 1800, 0, 1);
+  e.observe_time(1024, 1024, 1, 28, 1.4);
+  e.observe_time(1024, 1024, 1, 28, 2.8, 1);
+  EXPECT_EQ(*e.peak_bytes(1024, 1024, 2, 1), 3600u);
+  EXPECT_EQ(*e.peak_bytes(1024, 1024, 2), 2000u);
+  EXPECT_NEAR(e.seconds_per_image(1024, 1024, 1, 28, 1)->seconds_per_image, 2.8, 1e-9);
+  EXPECT_NEAR(e.seconds_per_image(512, 512, 1, 28, 1)->seconds_per_image, 0.7, 1e-9) << "scaled from its own kind";
+  e.save(path);
+  const auto back = sdxl::WorkEstimator::load(path, "cuda/fp16", "sdxl");
+  EXPECT_EQ(back.peak_bytes(1024, 1024, 2, 1), e.peak_bytes(1024, 1024, 2, 1));
+  EXPECT_EQ(back.peak_bytes(1024, 1024, 2), e.peak_bytes(1024, 1024, 2));
+  std::filesystem::remove(path);
+}
+
 TEST(Units, SizesAndDeadlines) {
   EXPECT_EQ(sdxl::parse_size_bytes("24GiB"), 24ull << 30);
   EXPECT_EQ(sdxl::parse_size_bytes("12G"), 12ull << 30);

@@ -1,0 +1,40 @@
+// ControlNetCache: the ControlNets tasks name ("controlnets", --controlnet),
+// loaded on the model's device on first use and kept in a least-recently-used
+// cache of `capacity` folders (a night's batch uses a few ControlNets over
+// hundreds of images). Their weights are counted (stats, the report's engine
+// counters); evicting one frees it once no stage holds it. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "control/controlnet.h"
+
+namespace sdxl {
+
+struct ControlNetCacheStats {
+  int loads = 0, hits = 0, evictions = 0;
+  std::uint64_t resident_bytes = 0;  // weights of the cached ControlNets
+};
+
+class ControlNetCache {
+ public:
+  ControlNetCache(const SdxlModel& model, std::size_t capacity);
+
+  // The ControlNet of folder `dir`; ModelError when it is not one or does not fit the model.
+  std::shared_ptr<ControlNet> get(const std::string& dir);
+  ControlNetCacheStats stats() const;
+
+ private:
+  const SdxlModel& model_;
+  std::size_t capacity_;
+  mutable std::mutex mu_;
+  std::list<std::pair<std::string, std::shared_ptr<ControlNet>>> lru_;  // most recent first
+  ControlNetCacheStats stats_;
+};
+
+}  // namespace sdxl

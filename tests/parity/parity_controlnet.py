@@ -1,0 +1,320 @@
+#!/usr/bin/env python3
+"""Parity (ctest label parity): ControlNet vs diffusers on the tiny model, CPU.
+
+reference.controlnet_fixture makes two tiny random SDXL ControlNets (seeds differ) from the
+tiny model's UNet, each as a diffusers folder, a diffusers-keys .safetensors file and an
+original-layout .safetensors file (bare and under "control_model."). Then:
+  - export_sdxl.py --controlnet (fp32, cpu) of each layout gives the same controlnet.ts, bit for
+    bit: the same parameters and the same outputs on the same inputs; its residual layout is the
+    model's unet.control;
+  - `sdxl-batch generate --controlnet DIR --control-image PNG ...` vs
+    StableDiffusionXLControlNetPipeline / StableDiffusionXLControlNetImg2ImgPipeline built from the
+    tiny model's components (Euler, A1111 prompt embeddings, the same seed, CFG, steps, size):
+    PSNR >= --min-psnr (40 dB) for one ControlNet (strength 0.8), two ControlNets with
+    windows (strengths 0.7 / 0.5, start/end 0.0-0.6 and 0.3-1.0), img2img (strength 0.6) with
+    one ControlNet, a control image of another size than the task (200x320 for 256x256:
+    diffusers stretches it with PIL LANCZOS), and one ControlNet with a LoRA (kohya_unet at 0.8,
+    fused into the reference's UNet and text encoders by reference.lora_reference);
+  - the ControlNet acts: with vs without it, PSNR < 30 dB (ours and the reference);
+  - the fixture's bad files (SD 1.x ControlNets, a T2I-Adapter, a Control-LoRA, a ControlLLLite, a
+    LoRA, a whole checkpoint, a Union ControlNet, truncated, pickle, a missing tensor): exit code 1, a
+    message naming what is wrong, no output folder and no temporary folder left.
+
+    PYTHONPATH=tests parity_controlnet.py --binary B --model TINY --diffusers TINY_DIFFUSERS --work DIR [--loras DIR]
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+from parity_common import finish, parse_args, reference_pipeline
+from PIL import Image, ImageDraw
+
+from reference.a1111_schedulers import make_scheduler
+from reference.compare_images import load_rgb, psnr
+from reference.reference_sdxl import a1111_embeds
+
+EXPORT = Path(__file__).resolve().parents[2] / "scripts" / "export_sdxl.py"
+PROMPT, NEGATIVE, SEED, CFG, STEPS, W, H = "comic panel, a lighthouse on a cliff", "blurry", 13, 5.0, 8, 256, 256
+I2I_STRENGTH = 0.6
+ACTS_MAX_PSNR = 30.0
+LAYOUTS = (("folder", "diffusers", False), ("keys", "diffusers-keys.safetensors", True),
+           ("original", "original.safetensors", True), ("original-prefixed", "original-prefixed.safetensors", True))
+
+
+def run(args: list[str], what: str) -> subprocess.CompletedProcess:
+    r = subprocess.run(args, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"{what} failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
+    return r
+
+
+def control_images(work: Path) -> dict[str, Path]:
+    """Deterministic control images: random white strokes on black (a line drawing), circles on a
+    gradient, and a line drawing of another size than the task (200 wide, 320 high)."""
+    rng = np.random.RandomState(5)
+    out = {}
+    for name, (w, h) in (("lines", (W, H)), ("lines-200x320", (200, 320))):
+        im = Image.new("RGB", (w, h), "black")
+        d = ImageDraw.Draw(im)
+        for _ in range(14):
+            pts = [tuple(int(v) for v in (rng.randint(0, w), rng.randint(0, h))) for _ in range(3)]
+            d.line(pts, fill="white", width=int(rng.randint(2, 6)))
+        out[name] = work / f"control-{name}.png"
+        im.save(out[name])
+    x = np.linspace(0, 255, W, dtype=np.float32)[None, :, None]
+    y = np.linspace(255, 0, H, dtype=np.float32)[:, None, None]
+    im = Image.fromarray(np.concatenate([np.broadcast_to(x, (H, W, 1)), np.broadcast_to(y, (H, W, 1)),
+                                         np.full((H, W, 1), 96, np.float32)], axis=2).astype(np.uint8))
+    d = ImageDraw.Draw(im)
+    for _ in range(6):
+        cx, cy, r = (int(v) for v in (rng.randint(0, W), rng.randint(0, H), rng.randint(15, 60)))
+        d.ellipse((cx - r, cy - r, cx + r, cy + r), outline="white", width=4)
+    out["circles"] = work / "control-circles.png"
+    im.save(out["circles"])
+    return out
+
+
+def make_controlnets(work: Path, diffusers: str) -> dict[str, dict[str, Path]]:
+    """Two fixture ControlNets, each exported from every layout: {name: {layout: export dir}}."""
+    exports = {}
+    for name, seed in (("cn-a", 21), ("cn-b", 22)):
+        fx = work / name
+        run([sys.executable, "-m", "reference.controlnet_fixture", "--diffusers", diffusers, "--out", str(fx),
+             "--seed", str(seed), "--name", name], f"reference.controlnet_fixture {name}")
+        exports[name] = {}
+        for layout, src, single in LAYOUTS:
+            if layout == "original-prefixed" and name != "cn-a":
+                continue
+            out = work / f"export-{name}-{layout}"
+            # The folder's export checks the trace against eager; the others must equal it bit for bit.
+            run([sys.executable, str(EXPORT), "--controlnet", str(fx / src), *(["--config", str(fx / "diffusers")]
+                 if single else []), "--out", str(out), "--force", "--dtype", "fp32", "--device", "cpu",
+                 "--check", "quick" if layout == "folder" else "none"], f"export --controlnet {name} {layout}")
+            exports[name][layout] = out
+    return exports
+
+
+def export_rows(exports: dict, model: Path) -> list[dict]:
+    """Every layout's controlnet.ts equals the folder's: parameters and outputs, bit for bit."""
+    rows = []
+    control = json.loads((model / "model.json").read_text())["unet"]["control"]
+    for name, by_layout in exports.items():
+        ref = torch.jit.load(str(by_layout["folder"] / "controlnet.ts"))
+        meta = json.loads((by_layout["folder"] / "model.json").read_text())["controlnet"]
+        gen = torch.Generator().manual_seed(3)
+        inp = (torch.randn(2, 4, 32, 40, generator=gen), torch.tensor([999.0, 501.0]),
+               torch.randn(2, 77, meta["context_dim"], generator=gen), torch.randn(2, meta["pooled_dim"], generator=gen),
+               torch.tensor([[256.0, 320, 0, 0, 256, 320]] * 2), torch.rand(2, 3, 256, 320, generator=gen))
+        want_p, want_o = dict(ref.named_parameters()), ref(*inp)
+        same = all(meta[k] == control[k] for k in ("residuals", "channels", "downscales"))
+        rows.append({"case": f"{name}: layout = unet.control", "what": f"{meta['residuals']} + 1 residuals, channels "
+                     f"{meta['channels']}", "value": float(same), "ok": same and len(want_o) == meta["residuals"] + 1})
+        for layout, d in by_layout.items():
+            if layout == "folder":
+                continue
+            ts = torch.jit.load(str(d / "controlnet.ts"))
+            got_p, got_o = dict(ts.named_parameters()), ts(*inp)
+            dp = (max(float((want_p[k] - got_p[k]).abs().max()) for k in want_p) if set(got_p) == set(want_p)
+                  else float("inf"))
+            do = max(float((x - y).abs().max()) for x, y in zip(want_o, got_o)) if len(got_o) == len(want_o) else 1e9
+            rows.append({"case": f"{name}: {layout} == folder", "what": "max |diff| of parameters, outputs "
+                         f"({do:.3g})", "value": max(dp, do), "ok": dp == 0 and do == 0})
+    return rows
+
+
+BAD = {"sd1.safetensors": "SD 1.x ControlNet", "sd1-folder": "SD 1.x ControlNet", "t2i-adapter.safetensors": "T2I-Adapter",
+       "control-lora.safetensors": "Control-LoRA", "lllite.safetensors": "ControlLLLite", "lora.safetensors": "a LoRA",
+       "checkpoint.safetensors": "a whole checkpoint", "union.safetensors": "not supported yet",
+       "truncated.safetensors": "truncated", "pickle.safetensors": "a pickle", "missing-tensor.safetensors": "1 missing"}
+
+
+def refused_rows(work: Path) -> list[dict]:
+    """The fixture's bad files: exit code 1, a message naming what the file is, nothing left behind."""
+    rows = []
+    fx = work / "cn-a"
+    for name, words in BAD.items():
+        out = work / f"refused-{Path(name).stem}"
+        config = ["--config", str(fx / "diffusers")] if name.endswith(".safetensors") else []
+        r = subprocess.run([sys.executable, str(EXPORT), "--controlnet", str(fx / "bad" / name), *config, "--out",
+                            str(out), "--dtype", "fp32"], capture_output=True, text=True)
+        message = (r.stderr.strip().splitlines() or [""])[-1]
+        leftovers = [p.name for p in work.glob(f".{out.name}*")] + ([out.name] if out.exists() else [])
+        ok = r.returncode == 1 and words in message and not leftovers
+        rows.append({"case": f"refused: {Path(name).stem}", "what": message[-76:], "value": float(r.returncode), "ok": ok})
+    return rows
+
+
+class Reference:
+    """diffusers' ControlNet pipelines on the tiny model's components (fp32, CPU, Euler)."""
+
+    def __init__(self, diffusers: str, exports_src: dict[str, Path]):
+        from diffusers import (ControlNetModel, StableDiffusionXLControlNetImg2ImgPipeline,
+                               StableDiffusionXLControlNetPipeline)
+
+        self.pipe = reference_pipeline(diffusers)
+        self.pipe.scheduler = make_scheduler(dict(self.pipe.scheduler.config), "Euler", "Automatic")
+        self.cns = {n: ControlNetModel.from_pretrained(str(p), dtype=torch.float32, local_files_only=True,
+                                                       low_cpu_mem_usage=False).eval() for n, p in exports_src.items()}
+        parts = dict(self.pipe.components)
+        self.t2i = StableDiffusionXLControlNetPipeline(**parts, controlnet=self.cns["cn-a"], add_watermarker=False)
+        self.i2i = StableDiffusionXLControlNetImg2ImgPipeline(**parts, controlnet=self.cns["cn-a"],
+                                                              add_watermarker=False)
+        for p in (self.t2i, self.i2i):
+            p.set_progress_bar_config(disable=True)
+        with torch.inference_mode():
+            self.embeds = a1111_embeds(self.pipe, PROMPT, NEGATIVE, True)
+
+    def _common(self):
+        cap = {}
+
+        def on_end(p, i, t, kw):
+            cap["latents"] = kw["latents"].detach().clone()
+            return kw
+
+        return cap, dict(**self.embeds, num_inference_steps=STEPS, guidance_scale=CFG, width=W, height=H,
+                         generator=[torch.Generator("cpu").manual_seed(SEED)], output_type="pil",
+                         callback_on_step_end=on_end, callback_on_step_end_tensor_inputs=["latents"])
+
+    def plain(self):
+        cap, kw = self._common()
+        with torch.inference_mode():
+            return self.pipe(**kw).images[0], cap["latents"].float().numpy()
+
+    def control(self, nets: list[str], images: list[Path], scales: list[float], starts: list[float],
+                ends: list[float], init_latents: torch.Tensor | None = None):
+        cap, kw = self._common()
+        pils = [Image.open(p).convert("RGB") for p in images]
+        one = len(nets) == 1
+        args = dict(controlnet_conditioning_scale=scales[0] if one else scales,
+                    control_guidance_start=starts[0] if one else starts, control_guidance_end=ends[0] if one else ends)
+        pipe = self.t2i if init_latents is None else self.i2i
+        pipe.controlnet = self.cns[nets[0]] if one else _multi([self.cns[n] for n in nets])
+        with torch.inference_mode():
+            if init_latents is None:
+                out = pipe(**kw, image=pils[0] if one else pils, **args)
+            else:
+                out = pipe(**kw, image=init_latents, control_image=pils[0] if one else pils, strength=I2I_STRENGTH,
+                           **args)
+        return out.images[0], cap["latents"].float().numpy()
+
+    def control_with_lora(self, lora: tuple[str, float], **kw):
+        """control() with a LoRA fused into the shared UNet and text encoders (and the prompt
+        embeddings made again), then every weight put back."""
+        from reference.lora_reference import fuse_lora_files, restore_originals
+
+        originals: dict = {}
+        saved = self.embeds
+        fuse_lora_files(self.pipe, [lora], originals)
+        try:
+            with torch.inference_mode():
+                self.embeds = a1111_embeds(self.pipe, PROMPT, NEGATIVE, True)
+            return self.control(**kw)
+        finally:
+            restore_originals(originals)
+            self.embeds = saved
+
+    def encode(self, png: Path) -> torch.Tensor:
+        """The mean of the VAE's latent distribution, scaled: what sdxl-batch starts img2img from."""
+        x = torch.from_numpy(np.array(Image.open(png).convert("RGB"))).float() / 255.0
+        with torch.inference_mode():
+            lat = self.pipe.vae.encode(x.permute(2, 0, 1)[None] * 2.0 - 1.0).latent_dist.mean
+        return lat * self.pipe.vae.config.scaling_factor
+
+
+def _multi(nets):
+    from diffusers.models.controlnets.multicontrolnet import MultiControlNetModel
+
+    return MultiControlNetModel(nets)
+
+
+def cases(exports: dict, images: dict[str, Path], init_png: Path, lora: Path) -> list[dict]:
+    """The generate cases: ours' extra arguments and the reference's call."""
+    a, b = (str(exports[n]["folder"]) for n in ("cn-a", "cn-b"))
+    one = lambda img, s: ["--controlnet", a, "--control-image", str(img), "--control-strength", str(s)]  # noqa: E731
+    return [
+        dict(tag="lora", ours=[*one(images["lines"], 0.8), "--lora", f"{lora}:0.8"],
+             ref=dict(nets=["cn-a"], images=[images["lines"]], scales=[0.8], starts=[0.0], ends=[1.0]),
+             lora=(str(lora), 0.8)),
+        dict(tag="one", ours=one(images["lines"], 0.8),
+             ref=dict(nets=["cn-a"], images=[images["lines"]], scales=[0.8], starts=[0.0], ends=[1.0])),
+        dict(tag="two-windows",
+             ours=[*one(images["lines"], 0.7), "--control-start", "0.0", "--control-end", "0.6",
+                   "--controlnet", b, "--control-image", str(images["circles"]), "--control-strength", "0.5",
+                   "--control-start", "0.3", "--control-end", "1.0"],
+             ref=dict(nets=["cn-a", "cn-b"], images=[images["lines"], images["circles"]], scales=[0.7, 0.5],
+                      starts=[0.0, 0.3], ends=[0.6, 1.0])),
+        dict(tag="img2img", ours=[*one(images["lines"], 0.8), "--init-image", str(init_png), "--strength",
+                                  str(I2I_STRENGTH)],
+             ref=dict(nets=["cn-a"], images=[images["lines"]], scales=[0.8], starts=[0.0], ends=[1.0]), init=True),
+        dict(tag="resized-200x320", ours=one(images["lines-200x320"], 0.8),
+             ref=dict(nets=["cn-a"], images=[images["lines-200x320"]], scales=[0.8], starts=[0.0], ends=[1.0])),
+    ]
+
+
+def run_ours(a, work: Path, tag: str, extra: list[str]) -> tuple[Path, Path]:
+    png, lat = work / f"{tag}-sdxl.png", work / f"{tag}-sdxl.npy"
+    run([a.binary, "generate", "--model", a.model, "--prompt", PROMPT, "--negative", NEGATIVE, "--seed", str(SEED),
+         "--cfg", str(CFG), "--steps", str(STEPS), "--sampler", "Euler", "--width", str(W), "--height", str(H),
+         *extra, "--out", str(png), "--save-latents", str(lat), "--threads", "1"], f"sdxl-batch {tag}")
+    return png, lat
+
+
+def image_rows(a, work: Path, exports: dict, images: dict[str, Path], lora: Path) -> list[dict]:
+    ref = Reference(a.diffusers, {n: work / n / "diffusers" for n in exports})
+    plain_img, _ = ref.plain()
+    init_png = work / "init-ref.png"  # the img2img start: the reference's image without ControlNet
+    plain_img.save(init_png)
+    init_lat = ref.encode(init_png)
+    refs = {}
+    for c in cases(exports, images, init_png, lora):
+        init = init_lat if c.get("init") else None
+        img, lat = (ref.control_with_lora(c["lora"], **c["ref"], init_latents=init) if c.get("lora")
+                    else ref.control(**c["ref"], init_latents=init))
+        img.save(work / f"{c['tag']}-ref.png")
+        np.save(work / f"{c['tag']}-ref.npy", lat)
+        refs[c["tag"]] = (work / f"{c['tag']}-ref.png", lat)
+    p = psnr(load_rgb(str(refs["one"][0])), load_rgb(str(init_png)))
+    rows = [{"case": "reference: ControlNet acts", "what": "PSNR dB of diffusers with vs without the ControlNet",
+             "value": p, "ok": p < ACTS_MAX_PSNR}]
+    print(f"reference images written; with vs without ControlNet {p:.2f} dB", flush=True)
+    plain_png, _ = run_ours(a, work, "plain", [])
+    for c in cases(exports, images, init_png, lora):
+        png, lat = run_ours(a, work, c["tag"], c["ours"])
+        ref_png, ref_lat = refs[c["tag"]]
+        ours_lat = np.load(lat)
+        d = float(np.abs(ours_lat - ref_lat).max()) if ours_lat.shape == ref_lat.shape else float("inf")
+        p = psnr(load_rgb(str(png)), load_rgb(str(ref_png)))
+        rows.append({"case": c["tag"], "what": f"PSNR dB vs diffusers (latent max|diff| {d:.3g})", "value": p,
+                     "ok": p >= a.min_psnr})
+    p = psnr(load_rgb(str(work / "one-sdxl.png")), load_rgb(str(plain_png)))
+    rows.append({"case": "ours: ControlNet acts", "what": "PSNR dB of sdxl-batch with vs without the ControlNet",
+                 "value": p, "ok": p < ACTS_MAX_PSNR})
+    return rows
+
+
+def main() -> int:
+    a, work = parse_args(__doc__, lambda ap: ap.add_argument(
+        "--loras", help="existing reference.make_test_loras output (default: make them under --work)"))
+    torch.set_num_threads(1)
+    loras = Path(a.loras) if a.loras else work / "loras"
+    if not a.loras:
+        subprocess.run([sys.executable, "-m", "reference.make_test_loras", "--out", str(loras)], check=True,
+                       capture_output=True)
+    exports = make_controlnets(work, a.diffusers)
+    rows = export_rows(exports, Path(a.model)) + refused_rows(work)
+    images = control_images(work)
+    rows += image_rows(a, work, exports, images, loras / "kohya_unet.safetensors")
+    failed = not all(r["ok"] for r in rows)
+    return finish(rows, [("case", "case", "<34"), ("what", "what", "<76"), ("value", "value", ">10.3g")],
+                  work / "parity_controlnet.json", failed,
+                  "a ControlNet export differs between layouts, an image is below {min_psnr} dB, or the ControlNet "
+                  "does not change the image", ": ControlNets match diffusers", a.min_psnr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
