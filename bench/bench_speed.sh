@@ -15,14 +15,19 @@
 #   2. sdxl-batch `run` of BENCH_IMAGES (64) images of 1024x1024, 28 steps,
 #      CFG 7, Euler, four prompts, fixed seeds, --max-batch 1 (the rate from
 #      report.json: model load excluded);
-#   3. diffusers eager batch 1 and batch 4 (bench/bench_diffusers_sdxl.py,
-#      one warm-up call excluded, BENCH_DIFFUSERS_CALLS timed calls);
+#   3. diffusers eager batch 4, then batch 1 (bench/bench_diffusers_sdxl.py,
+#      one warm-up call excluded, BENCH_DIFFUSERS_CALLS timed calls; batch 4
+#      first, so the row the others are compared with is always there);
 #   4. sdxl-batch --max-batch 4 on BENCH_IMAGES_MB4 (64) images;
-#   5. diffusers with torch.compile of the UNet (mode BENCH_COMPILE_MODE,
+#   5. MLPerf Inference's SDXL settings (20 steps, CFG 8, 1024², Euler):
+#      sdxl-batch --max-batch 4 and diffusers eager batch 4, compared with
+#      each other (the anchor's figures are per image at these settings);
+#   6. diffusers with torch.compile of the UNet (mode BENCH_COMPILE_MODE,
 #      "default"), batch 1; compile time reported apart;
-#   6. bench/bench_table.py: s/image, images/hour, achieved TFLOP/s
+#   7. bench/bench_table.py: s/image, images/hour, achieved TFLOP/s
 #      (389 TFLOP per image at 28 steps), fraction of the hardware limit,
-#      peak memory, ratio to the best diffusers row -> stdout and $OUT/table.md.
+#      peak memory, ratio to the best diffusers row of the same steps and CFG
+#      -> stdout and $OUT/table.md.
 #
 # Environment: OUT (results; default bench/tmp), WORK (scratch; /tmp/sdxl-gpu),
 # BENCH_IMAGES (64), BENCH_IMAGES_MB4 (64), BENCH_DIFFUSERS_CALLS (2),
@@ -30,7 +35,7 @@
 # BENCH_SDXL_FLAGS (extra flags of both sdxl-batch rows, e.g. "--vae-dtype fp32"),
 # BENCH_DEADLINE_S (every step must end this many seconds after the start; 570),
 # BENCH_SKIP (space-separated rows to leave out: matmul sdxl-mb1 diffusers-eager
-# diffusers-compile sdxl-mb4), BENCH_AOTI=1 (export with --aoti --aoti-size
+# diffusers-compile sdxl-mb4 mlperf), BENCH_AOTI=1 (export with --aoti --aoti-size
 # 1024x1024 into $WORK/full-aoti, about 5 more minutes, and run the sdxl-batch
 # rows with --unet-backend aoti; to fit one call, e.g. BENCH_IMAGES=32
 # BENCH_IMAGES_MB4=32 BENCH_SKIP=diffusers-compile BENCH_DEADLINE_S=590).
@@ -110,25 +115,25 @@ skipped() { [[ "$SKIP" == *" $1 "* ]]; }
 
 # The batch: N images, four prompts in turn, seeds 1000 + i, one size and
 # sampler so that --max-batch can group any of them.
-mkbatch() {  # mkbatch FILE N
-  "$PY" - "$1" "$2" "$SIZE" "$STEPS" <<'PY'
+mkbatch() {  # mkbatch FILE N STEPS CFG
+  "$PY" - "$1" "$2" "$SIZE" "$3" "$4" <<'PY'
 import json, sys
-path, n, size, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+path, n, size, steps, cfg = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
 prompts = ["comic panel, a lighthouse keeper in a storm, bold ink lines",
            "comic panel, a fishing boat fighting huge waves at night, dramatic sky",
            "watercolour, a quiet harbour at dawn, seagulls, soft pastel light",
            "oil painting, a red umbrella on a rainy city street, reflections"]
 tasks = [{"id": f"img{i:03d}", "prompt": prompts[i % len(prompts)], "seed": 1000 + i} for i in range(n)]
 json.dump({"version": 1,
-           "defaults": {"negative": "blurry, lowres", "steps": steps, "cfg": 7.0, "width": size, "height": size,
+           "defaults": {"negative": "blurry, lowres", "steps": steps, "cfg": cfg, "width": size, "height": size,
                         "sampler": "Euler"},
            "tasks": tasks}, open(path, "w"), indent=1)
 PY
 }
 
-# sdxl_row NAME IMAGES LIMIT_S ARGS...: one `sdxl-batch run`, a line in rows.jsonl.
+# sdxl_row NAME IMAGES LIMIT_S MAX_BATCH STEPS CFG ARGS...: one `sdxl-batch run`, a line in rows.jsonl.
 sdxl_row() {
-  local name=$1 n=$2 limit=$3; shift 3
+  local name=$1 n=$2 limit=$3 mb=$4 steps=$5 cfg=$6; shift 6
   local dir=$WORK/$name log=$OUT/$name.log rc why=""
   rm -rf "$dir" "$OUT/report-$name.json"
   if [ -n "$SDXL_BUILD_FAILED" ]; then
@@ -136,38 +141,41 @@ sdxl_row() {
   elif (( limit < 20 )); then
     rc=124; limit=0; why="skipped: no time left before the deadline"; echo "$why" > "$log"
   else
-    mkbatch "$WORK/$name.json" "$n"
-    echo "== $name: $n images, limit $limit s: $*" | tee -a "$OUT/summary.txt"
+    mkbatch "$WORK/$name.json" "$n" "$steps" "$cfg"
+    echo "== $name: $n images, $steps steps, CFG $cfg, --max-batch $mb, limit $limit s: $*" | tee -a "$OUT/summary.txt"
     # SIGTERM at the limit: sdxl-batch finishes the image in flight and writes
     # report.json (the row then counts the images made); -k: then SIGKILL.
     # shellcheck disable=SC2086
     timeout -k 20 "$limit" "$SDXL" --log-level info run "$WORK/$name.json" --model "$MODEL" --device "$DEVICE" \
-      --out "$dir" --no-progress "$@" ${BENCH_AOTI:+--unet-backend aoti} ${BENCH_SDXL_FLAGS:-} > "$log" 2>&1
+      --out "$dir" --no-progress --max-batch "$mb" "$@" ${BENCH_AOTI:+--unet-backend aoti} ${BENCH_SDXL_FLAGS:-} \
+      > "$log" 2>&1
     rc=$?
     cp "$dir/report.json" "$OUT/report-$name.json" 2>/dev/null
   fi
   local fallbacks; fallbacks=$(grep -c "decoding it again in fp32" "$log" 2>/dev/null)
   "$PY" -c 'import json,sys; a=sys.argv; r={"tool": "sdxl-batch", "name": a[1], "report": a[2], "rc": int(a[3]),
       "limit_s": int(a[4]), "log": a[5], "vae_fallbacks": int(a[6] or 0)}; r.update({"error": a[7]} if a[7] else {}); print(json.dumps(r))' \
-    "sdxl-batch${BENCH_AOTI:+ aoti} --max-batch ${name##*mb}" "$OUT/report-$name.json" "$rc" "$limit" "$log" "${fallbacks:-0}" "$why" >> "$ROWS"
+    "sdxl-batch${BENCH_AOTI:+ aoti} --max-batch $mb" "$OUT/report-$name.json" "$rc" "$limit" "$log" "${fallbacks:-0}" "$why" \
+    >> "$ROWS"
   echo "   $name: exit $rc after $(( $(date +%s) - T_START )) s" | tee -a "$OUT/summary.txt"
 }
 
-# diffusers_row NAME CONFIGS LIMIT_S ARGS...: one bench_diffusers_sdxl.py process.
+# diffusers_row NAME CONFIGS LIMIT_S STEPS CFG ARGS...: one bench_diffusers_sdxl.py process.
 diffusers_row() {
-  local name=$1 configs=$2 limit=$3; shift 3
+  local name=$1 configs=$2 limit=$3 steps=$4 cfg=$5; shift 5
   local log=$OUT/$name.log rc why=""
   if (( limit < 20 )); then
     rc=124; limit=0; why="skipped: no time left before the deadline"; echo "$why" > "$log"
   else
-    echo "== $name: $configs, limit $limit s" | tee -a "$OUT/summary.txt"
+    echo "== $name: $configs, $steps steps, CFG $cfg, limit $limit s" | tee -a "$OUT/summary.txt"
     timeout -k 10 "$limit" "$PY" bench/bench_diffusers_sdxl.py --diffusers "$DIFF" --configs "$configs" \
-      --jsonl "$ROWS" --device "$DEVICE" --dtype "$DTYPE" --size "$SIZE" --steps "$STEPS" --images "$CALLS" "$@" > "$log" 2>&1
+      --jsonl "$ROWS" --device "$DEVICE" --dtype "$DTYPE" --size "$SIZE" --steps "$steps" --cfg "$cfg" \
+      --images "$CALLS" "$@" > "$log" 2>&1
     rc=$?
   fi
   "$PY" -c 'import json,sys; a=sys.argv; r={"tool": "diffusers-run", "configs": a[1], "rc": int(a[2]),
-      "limit_s": int(a[3]), "log": a[4]}; r.update({"error": a[5]} if a[5] else {}); print(json.dumps(r))' \
-    "$configs" "$rc" "$limit" "$log" "$why" >> "$ROWS"
+      "limit_s": int(a[3]), "log": a[4], "steps": int(a[6]), "cfg": float(a[7])}; r.update({"error": a[5]} if a[5] else {}); print(json.dumps(r))' \
+    "$configs" "$rc" "$limit" "$log" "$why" "$steps" "$cfg" >> "$ROWS"
   echo "   $name: exit $rc after $(( $(date +%s) - T_START )) s" | tee -a "$OUT/summary.txt"
 }
 
@@ -186,8 +194,14 @@ fi
 # (64 x 1.3 s + load), diffusers eager ~45, --max-batch 4 ~90 (64 images),
 # compile 80-140. Each box keeps a reserve for the rows after it, except for
 # the compile row (the least predictable, so it runs last and gets what is left).
-skipped sdxl-mb1 || sdxl_row sdxl-mb1 "$N1" "$(box 200 150)" --max-batch 1
-skipped diffusers-eager || diffusers_row diffusers-eager "eager:1,eager:4" "$(box 120 120)"
-skipped sdxl-mb4 || sdxl_row sdxl-mb4 "$N4" "$(box 150 30)" --max-batch 4
-skipped diffusers-compile || diffusers_row diffusers-compile "compile:1" "$(box 300)" "${COMPILE_ARGS[@]}"
+skipped sdxl-mb1 || sdxl_row sdxl-mb1 "$N1" "$(box 200 250)" 1 "$STEPS" 7
+skipped diffusers-eager || diffusers_row diffusers-eager "eager:4,eager:1" "$(box 120 220)" "$STEPS" 7
+skipped sdxl-mb4 || sdxl_row sdxl-mb4 "$N4" "$(box 150 130)" 4 "$STEPS" 7
+# MLPerf Inference SDXL: 20 steps, CFG 8 (the smoke test keeps its own step count).
+MLPERF_STEPS=$([ -n "$SMOKE" ] && echo "$STEPS" || echo 20)
+if ! skipped mlperf; then
+  sdxl_row sdxl-mb4-mlperf "$N4" "$(box 120 70)" 4 "$MLPERF_STEPS" 8
+  diffusers_row diffusers-mlperf "eager:4" "$(box 70 30)" "$MLPERF_STEPS" 8
+fi
+skipped diffusers-compile || diffusers_row diffusers-compile "compile:1" "$(box 300)" "$STEPS" 7 "${COMPILE_ARGS[@]}"
 echo "bench_speed: done in $(( $(date +%s) - T_START )) s; table in $OUT/table.md" | tee -a "$OUT/summary.txt"

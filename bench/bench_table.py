@@ -17,7 +17,7 @@ FLOP per image = steps x UNet FLOP per CFG call (batch 2) + VAE decode FLOP; the
 defaults are the full SDXL base at 1024x1024 (GPU-NOTES.md: 13.52 and 10.5 TFLOP,
 389 TFLOP at 28 steps). Hardware limit s/image = FLOP per image / the measured
 dense matmul peak in --dtype; fraction of the limit = that / s per image.
-"vs best diffusers" = the best (lowest) diffusers s/image / this row's s/image
+"vs best diffusers" = the best (lowest) diffusers s/image of the same steps and CFG / this row's s/image
 (above 1: faster than diffusers). A row that failed says "failed" and why.
 """
 from __future__ import annotations
@@ -74,6 +74,8 @@ def sdxl_row(r: dict) -> dict:
         row["peak_bytes"] = rep["memory"]["peak_allocated_bytes"]
         steps = [im["steps"] for im in rep.get("images", []) if "steps" in im]
         row["steps"] = steps[0] if steps else None
+        cfgs = [im["cfg"] for im in rep.get("images", []) if "cfg" in im]
+        row["cfg"] = cfgs[0] if cfgs else None
         batches = rep.get("batches", [])
         warm = [b for b in batches[1:] if "error" not in b]
         if warm:
@@ -106,6 +108,7 @@ def diffusers_row(r: dict) -> dict:
     row["s_per_image"] = float(r.get("s_per_image_mean", r["s_per_image"]))
     row["peak_bytes"] = r.get("peak_allocated_bytes")
     row["steps"] = r.get("steps")
+    row["cfg"] = r.get("cfg")
     notes = [f"{len(r.get('call_s', []))} timed calls (best {r['s_per_image']:.3f} s/image)", f"load {r['load_s']:.1f} s"]
     if "compile_s" in r:
         notes.append(f"compile {r['compile_s']:.0f} s")
@@ -123,15 +126,16 @@ def build_rows(raw: list[dict]) -> list[dict]:
             rows.append(sdxl_row(r))
         elif r.get("tool") == "diffusers":
             rows.append(diffusers_row(r))
-            seen.add((r.get("mode"), r.get("batch")))
+            seen.add((r.get("mode"), r.get("batch"), r.get("steps")))
     for r in raw:  # configurations of a diffusers process that never reported
         if r.get("tool") != "diffusers-run":
             continue
         for item in str(r.get("configs", "")).split(","):
             mode, _, batch = item.partition(":")
-            if not batch.isdigit() or (mode, int(batch)) in seen:
+            if not batch.isdigit() or (mode, int(batch), r.get("steps")) in seen:
                 continue
-            rows.append({"name": f"diffusers {mode} batch {batch}", "tool": "diffusers",
+            rows.append({"name": f"diffusers {mode} batch {batch}", "tool": "diffusers", "steps": r.get("steps"),
+                         "cfg": r.get("cfg"),
                          "error": r.get("error") or why_failed(r.get("rc"), r.get("limit_s"), r.get("log"))})
     return rows
 
@@ -143,8 +147,12 @@ def fmt(x, spec: str, missing: str = "—") -> str:
 def render(rows: list[dict], peak: dict, dtype: str, unet_tflop: float, vae_tflop: float, default_steps: int,
            title: str) -> str:
     peak_tflops = (peak.get(dtype) or {}).get("tflops")
-    ok_diff = [r["s_per_image"] for r in rows if r["tool"] == "diffusers" and "s_per_image" in r]
-    best_diff = min(ok_diff) if ok_diff else None
+    # Each row is compared with the best diffusers row of its own settings (steps, CFG).
+    settings = lambda r: (r.get("steps") or default_steps, r.get("cfg"))  # noqa: E731
+    best_diff: dict = {}
+    for r in rows:
+        if r["tool"] == "diffusers" and "s_per_image" in r:
+            best_diff[settings(r)] = min(best_diff.get(settings(r), math.inf), r["s_per_image"])
     flop_default = (default_steps * unet_tflop + vae_tflop) * 1e12
     lines = [f"### {title}", ""]
     measured = {k: v for k, v in peak.items() if isinstance(v, dict) and "tflops" in v}
@@ -160,6 +168,8 @@ def render(rows: list[dict], peak: dict, dtype: str, unet_tflop: float, vae_tflo
                  "vs best diffusers | notes |")
     lines.append("|---|---|---|---|---|---|---|---|")
     for r in rows:
+        if (r.get("steps") and r["steps"] != default_steps) or r.get("cfg") not in (None, 7.0):
+            r["name"] += f" ({r.get('steps') or default_steps} steps, CFG {fmt(r.get('cfg'), 'g', '?')})"
         if "error" in r:
             lines.append(f"| {r['name']} | failed | — | — | — | — | — | {r['error'].replace('|', '/')} |")
             continue
@@ -169,7 +179,8 @@ def render(rows: list[dict], peak: dict, dtype: str, unet_tflop: float, vae_tflo
         achieved = flop / s / 1e12 if s > 0 else None
         frac = achieved / peak_tflops if (achieved and peak_tflops) else None
         peak_gib = r["peak_bytes"] / GIB if r.get("peak_bytes") else None
-        ratio = best_diff / s if (best_diff and s > 0) else None
+        best = best_diff.get(settings(r))
+        ratio = best / s if (best and s > 0) else None
         lines.append(f"| {r['name']} | {s:.3f} | {fmt(3600.0 / s if s > 0 else None, '.0f')} | {fmt(achieved, '.1f')} | "
                      f"{fmt(frac * 100 if frac is not None else None, '.1f')}{'%' if frac is not None else ''} | "
                      f"{fmt(peak_gib, '.2f')} | {fmt(ratio, '.2f')}{'×' if ratio is not None else ''} | "
