@@ -4,36 +4,26 @@
 
 namespace sdxl {
 
-ControlNetCache::ControlNetCache(const SdxlModel& model, std::size_t capacity)
-    : model_(model), capacity_(capacity == 0 ? 1 : capacity) {}
-
 std::shared_ptr<ControlNet> ControlNetCache::get(const std::string& dir) {
-  const std::lock_guard lock(mu_);
-  for (auto it = lru_.begin(); it != lru_.end(); ++it) {
-    if (it->first != dir) continue;
-    ++stats_.hits;
-    lru_.splice(lru_.begin(), lru_, it);
-    return lru_.front().second;
-  }
-  auto cn = std::make_shared<ControlNet>(load_controlnet_config(dir), model_);
-  ++stats_.loads;
-  lru_.emplace_front(dir, cn);
-  while (lru_.size() > capacity_) {
-    spdlog::info("ControlNet '{}' evicted from the ControlNet cache ({} at most)", lru_.back().first, capacity_);
-    lru_.pop_back();
-    ++stats_.evictions;
-  }
-  stats_.resident_bytes = 0;
-  for (const auto& [name, c] : lru_) stats_.resident_bytes += c->weight_bytes();
-  spdlog::info("ControlNet '{}' loaded ({}): {:.1f} MiB; ControlNet cache {} of {}, {:.1f} MiB", dir,
-               cn->config().name, cn->weight_bytes() / 1048576.0, lru_.size(), capacity_,
-               stats_.resident_bytes / 1048576.0);
+  bool loaded = false;
+  std::shared_ptr<ControlNet> cn = cache_.get(
+      dir, [&] { return std::make_shared<ControlNet>(load_controlnet_config(dir), model_); },
+      [&](const std::string& key) {
+        spdlog::info("ControlNet '{}' evicted from the ControlNet cache ({} at most)", key, cache_.capacity());
+      },
+      &loaded);
+  if (loaded)
+    spdlog::info("ControlNet '{}' loaded ({}): {:.1f} MiB; ControlNet cache {} of {}, {:.1f} MiB", dir,
+                 cn->config().name, cn->weight_bytes() / 1048576.0, cache_.size(), cache_.capacity(),
+                 stats().resident_bytes / 1048576.0);
   return cn;
 }
 
 ControlNetCacheStats ControlNetCache::stats() const {
-  const std::lock_guard lock(mu_);
-  return stats_;
+  const LruCacheStats s = cache_.stats();
+  ControlNetCacheStats out{s.loads, s.hits, s.evictions, 0};
+  cache_.for_each([&](const ControlNet& c) { out.resident_bytes += c.weight_bytes(); });
+  return out;
 }
 
 }  // namespace sdxl

@@ -6,13 +6,11 @@
 #pragma once
 
 #include <cstdint>
-#include <list>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <utility>
 
 #include "control/controlnet.h"
+#include "core/lru_cache.h"
 
 namespace sdxl {
 
@@ -23,7 +21,7 @@ struct ControlNetCacheStats {
 
 class ControlNetCache {
  public:
-  ControlNetCache(const SdxlModel& model, std::size_t capacity);
+  ControlNetCache(const SdxlModel& model, std::size_t capacity) : model_(model), cache_(capacity) {}
 
   // The ControlNet of folder `dir`; ModelError when it is not one or does not fit the model.
   std::shared_ptr<ControlNet> get(const std::string& dir);
@@ -31,10 +29,7 @@ class ControlNetCache {
 
  private:
   const SdxlModel& model_;
-  std::size_t capacity_;
-  mutable std::mutex mu_;
-  std::list<std::pair<std::string, std::shared_ptr<ControlNet>>> lru_;  // most recent first
-  ControlNetCacheStats stats_;
+  LruCache<ControlNet> cache_;
 };
 
 }  // namespace sdxl

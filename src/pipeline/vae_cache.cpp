@@ -7,7 +7,7 @@
 namespace sdxl {
 
 VaeCache::VaeCache(SdxlModel& model, std::string decode_dtype, std::size_t capacity)
-    : model_(model), decode_dtype_(std::move(decode_dtype)), capacity_(capacity == 0 ? 1 : capacity) {}
+    : model_(model), decode_dtype_(std::move(decode_dtype)), cache_(capacity) {}
 
 std::uint64_t vae_weight_bytes(const SdxlModel& vae) {
   std::uint64_t n = 0;
@@ -22,33 +22,33 @@ std::uint64_t vae_weight_bytes(const SdxlModel& vae) {
 
 std::shared_ptr<SdxlModel> VaeCache::get(const std::string& folder) {
   if (folder.empty()) return std::shared_ptr<SdxlModel>(std::shared_ptr<void>(), &model_);  // not owned
-  const std::lock_guard lock(mu_);
-  for (auto it = lru_.begin(); it != lru_.end(); ++it) {
-    if (it->first != folder) continue;
-    ++stats_.hits;
-    lru_.splice(lru_.begin(), lru_, it);
-    return lru_.front().second;
+  bool loaded = false;
+  std::shared_ptr<SdxlModel> vae = cache_.get(
+      folder,
+      [&] {
+        std::shared_ptr<SdxlModel> v = SdxlModel::load_vae(load_vae_config(folder), model_);
+        set_vae_decode_dtype(*v, decode_dtype_);
+        return v;
+      },
+      [&](const std::string& key) {
+        spdlog::info("VAE '{}' evicted from the VAE cache ({} VAEs at most)", key, cache_.capacity());
+      },
+      &loaded);
+  if (loaded) {
+    // Counted at load (an encoder or fp32 decoder loaded later by a stage is not read from here).
+    std::uint64_t bytes = 0;
+    cache_.for_each([&](const SdxlModel& v) { bytes += vae_weight_bytes(v); });
+    resident_bytes_ = bytes;
+    spdlog::info("VAE '{}' loaded ({}, decode in {}): {:.1f} MiB; VAE cache {} of {}, {:.1f} MiB", folder,
+                 vae->config.name, c10::toString(vae->vae_decode_dtype), vae_weight_bytes(*vae) / 1048576.0,
+                 cache_.size(), cache_.capacity(), bytes / 1048576.0);
   }
-  std::shared_ptr<SdxlModel> vae = SdxlModel::load_vae(load_vae_config(folder), model_);
-  set_vae_decode_dtype(*vae, decode_dtype_);
-  ++stats_.loads;
-  lru_.emplace_front(folder, vae);
-  while (lru_.size() > capacity_) {
-    spdlog::info("VAE '{}' evicted from the VAE cache ({} VAEs at most)", lru_.back().first, capacity_);
-    lru_.pop_back();
-    ++stats_.evictions;
-  }
-  stats_.resident_bytes = 0;
-  for (const auto& [name, v] : lru_) stats_.resident_bytes += vae_weight_bytes(*v);
-  spdlog::info("VAE '{}' loaded ({}, decode in {}): {:.1f} MiB; VAE cache {} of {}, {:.1f} MiB", folder,
-               vae->config.name, c10::toString(vae->vae_decode_dtype), vae_weight_bytes(*vae) / 1048576.0,
-               lru_.size(), capacity_, stats_.resident_bytes / 1048576.0);
   return vae;
 }
 
 VaeCacheStats VaeCache::stats() const {
-  const std::lock_guard lock(mu_);
-  return stats_;
+  const LruCacheStats s = cache_.stats();
+  return {s.loads, s.hits, s.evictions, resident_bytes_.load()};
 }
 
 }  // namespace sdxl

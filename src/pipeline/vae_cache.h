@@ -8,13 +8,12 @@
 // holds it lives until that stage lets it go.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
-#include <list>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <utility>
 
+#include "core/lru_cache.h"
 #include "model/sdxl_model.h"
 
 namespace sdxl {
@@ -37,10 +36,8 @@ class VaeCache {
  private:
   SdxlModel& model_;
   std::string decode_dtype_;
-  std::size_t capacity_;
-  mutable std::mutex mu_;
-  std::list<std::pair<std::string, std::shared_ptr<SdxlModel>>> lru_;  // most recent first
-  VaeCacheStats stats_;
+  LruCache<SdxlModel> cache_;
+  std::atomic<std::uint64_t> resident_bytes_{0};
 };
 
 // The weights' bytes of a VAE bundle's modules on the device.

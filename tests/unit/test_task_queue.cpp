@@ -6,6 +6,7 @@
 
 #include "batch/batch_file.h"
 #include "core/error.h"
+#include "core/lru_cache.h"
 #include "scheduler/task_queue.h"
 #include "scheduler/work_estimator.h"
 #include "core/units.h"
@@ -296,4 +297,29 @@ TEST(TaskQueue, FileOrderIsTheBaseline) {
   EXPECT_EQ(b[0].handle, 0u);
   EXPECT_EQ(b[1].handle, 1u);
   EXPECT_EQ(drain(q), (std::vector<size_t>{2, 3}));
+}
+
+TEST(LruCache, LoadsOnceKeepsTheMostRecentAndSurvivesAFailedLoad) {
+  sdxl::LruCache<int> cache(2);
+  int made = 0;
+  std::vector<std::string> evicted;
+  auto get = [&](const std::string& key) {
+    return cache.get(key, [&] { return std::make_shared<int>(++made); },
+                     [&](const std::string& k) { evicted.push_back(k); });
+  };
+  const auto a = get("a");
+  EXPECT_EQ(*get("a"), *a) << "a hit, not a second load";
+  get("b");
+  get("a");  // a is now the most recent
+  get("c");  // so b goes
+  EXPECT_EQ(evicted, std::vector<std::string>{"b"});
+  EXPECT_EQ(*a, 1) << "an evicted value lives while held";
+  EXPECT_THROW(cache.get("d", []() -> std::shared_ptr<int> { throw std::runtime_error("bad file"); },
+                         [](const std::string&) {}),
+               std::runtime_error);
+  EXPECT_EQ(cache.size(), 2u) << "a failed load leaves the cache as it was";
+  const sdxl::LruCacheStats s = cache.stats();
+  EXPECT_EQ(s.loads, 3);
+  EXPECT_EQ(s.hits, 2);
+  EXPECT_EQ(s.evictions, 1);
 }
