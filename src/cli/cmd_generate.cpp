@@ -32,7 +32,8 @@ struct GenerateArgs {
   int steps = 0, width = 0, height = 0;
   double cfg = -1;
   // --controlnet and its --control-* flags, grouped by the order they came in (controlnet_flags).
-  std::vector<std::string> cn_models, cn_images, cn_strengths, cn_starts, cn_ends;
+  std::vector<std::string> cn_models, cn_images;
+  std::vector<double> cn_strengths, cn_starts, cn_ends;
   CLI::App* cmd = nullptr;
 };
 
@@ -45,39 +46,25 @@ std::vector<ControlNetUse> controlnet_flags(const GenerateArgs& a) {
   std::vector<ControlNetUse> out;
   std::map<std::string, size_t> taken;  // values used so far per flag
   std::vector<std::set<std::string>> seen;  // flags given per ControlNet
-  auto number = [](const std::string& flag, const std::string& v, double lo, double hi) {
-    double x = 0;
-    try {
-      size_t used = 0;
-      x = std::stod(v, &used);
-      if (used != v.size()) throw std::invalid_argument(v);
-    } catch (const std::exception&) {
-      throw UsageError(flag + " " + v + ": not a number");
-    }
-    if (!(x >= lo && x <= hi)) throw UsageError(flag + " " + v + ": must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-    return x;
-  };
-  const std::map<std::string, const std::vector<std::string>*> values = {
-      {"--controlnet", &a.cn_models}, {"--control-image", &a.cn_images}, {"--control-strength", &a.cn_strengths},
-      {"--control-start", &a.cn_starts}, {"--control-end", &a.cn_ends}};
   for (const CLI::Option* o : a.cmd->parse_order()) {
     const std::string flag = o->get_name();
-    const auto it = values.find(flag);
-    if (it == values.end()) continue;
-    const std::string& v = it->second->at(taken[flag]++);
+    static const std::set<std::string> kFlags = {"--controlnet", "--control-image", "--control-strength",
+                                                 "--control-start", "--control-end"};
+    if (!kFlags.count(flag)) continue;
+    const size_t i = taken[flag]++;
     if (flag == "--controlnet") {
-      out.push_back({std::filesystem::absolute(v).lexically_normal().string(), "", 1.0, 0.0, 1.0});
+      out.push_back({std::filesystem::absolute(a.cn_models.at(i)).lexically_normal().string(), "", 1.0, 0.0, 1.0});
       seen.emplace_back();
       continue;
     }
-    if (out.empty()) throw UsageError(flag + " " + v + " comes before any --controlnet DIR (it sets the ControlNet before it)");
+    if (out.empty()) throw UsageError(flag + " comes before any --controlnet DIR (it sets the ControlNet before it)");
     if (!seen.back().insert(flag).second)
       throw UsageError("ControlNet " + std::to_string(out.size() - 1) + " (" + out.back().model + ") has " + flag + " twice");
     ControlNetUse& c = out.back();
-    if (flag == "--control-image") c.image = v;
-    else if (flag == "--control-strength") c.strength = number(flag, v, 0.0, 10.0);
-    else if (flag == "--control-start") c.start = number(flag, v, 0.0, 1.0);
-    else c.end = number(flag, v, 0.0, 1.0);
+    if (flag == "--control-image") c.image = a.cn_images.at(i);
+    else if (flag == "--control-strength") c.strength = a.cn_strengths.at(i);
+    else if (flag == "--control-start") c.start = a.cn_starts.at(i);
+    else if (flag == "--control-end") c.end = a.cn_ends.at(i);
   }
   for (size_t k = 0; k < out.size(); ++k) {
     if (out[k].image.empty())
@@ -139,11 +126,14 @@ CLI::App* add_generate(CLI::App& app, std::shared_ptr<GenerateArgs>& args) {
                   "The control image (PNG: pose, edges, depth...) of the --controlnet before it; resized to the "
                   "image's size as diffusers does");
   cmd->add_option("--control-strength", args->cn_strengths,
-                  "Strength of the --controlnet before it (diffusers' controlnet_conditioning_scale; default 1)");
+                  "Strength of the --controlnet before it (diffusers' controlnet_conditioning_scale; default 1)")
+      ->check(finite_range(0.0, 10.0));
   cmd->add_option("--control-start", args->cn_starts,
-                  "Fraction of the steps where the --controlnet before it starts acting (default 0)");
+                  "Fraction of the steps where the --controlnet before it starts acting (default 0)")
+      ->check(finite_range(0.0, 1.0));
   cmd->add_option("--control-end", args->cn_ends,
-                  "Fraction of the steps where the --controlnet before it stops acting (default 1)");
+                  "Fraction of the steps where the --controlnet before it stops acting (default 1)")
+      ->check(finite_range(0.0, 1.0));
   cmd->add_option("--out,-o", args->out, "Output PNG (default: sdxl-<seed>.png)");
   cmd->add_option("--save-latents", args->save_latents, "Also write the final latents as float32 .npy (parity checks)");
   cmd->add_option("--timings-json", args->timings_json, "Write stage timings and peak memory as JSON to this file");

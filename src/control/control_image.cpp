@@ -10,10 +10,12 @@ namespace sdxl {
 
 torch::Tensor control_image_tensor(const RgbImage& image, int width, int height, torch::Dtype dtype,
                                    const torch::Device& device) {
-  std::vector<std::uint8_t> rgb = image.rgb;
+  std::vector<std::uint8_t> resized;
   if (image.width != width || image.height != height)
-    rgb = resize_lanczos_rgb8(image.rgb.data(), image.width, image.height, width, height);
-  const torch::Tensor u8 = torch::from_blob(rgb.data(), {height, width, 3}, torch::kUInt8);
+    resized = resize_lanczos_rgb8(image.rgb.data(), image.width, image.height, width, height);
+  const std::uint8_t* rgb = resized.empty() ? image.rgb.data() : resized.data();
+  // from_blob does not own the pixels; the float copy below is made before they go.
+  const torch::Tensor u8 = torch::from_blob(const_cast<std::uint8_t*>(rgb), {height, width, 3}, torch::kUInt8);
   // diffusers: np.array(images).astype(np.float32) / 255.0, then .to(dtype)
   const torch::Tensor x = u8.to(torch::kFloat32) / 255.0;
   return x.permute({2, 0, 1}).unsqueeze(0).contiguous().to(device, dtype);

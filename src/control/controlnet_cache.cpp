@@ -7,7 +7,14 @@ namespace sdxl {
 std::shared_ptr<ControlNet> ControlNetCache::get(const std::string& dir) {
   bool loaded = false;
   std::shared_ptr<ControlNet> cn = cache_.get(
-      dir, [&] { return std::make_shared<ControlNet>(load_controlnet_config(dir), model_); },
+      dir,
+      [&] {
+        try {
+          return std::make_shared<ControlNet>(load_controlnet_config(dir), model_);
+        } catch (const ModelError& e) {  // a task's folder, not the model: the task fails, the run goes on
+          throw UsageError(e.what());
+        }
+      },
       [&](const std::string& key) {
         spdlog::info("ControlNet '{}' evicted from the ControlNet cache ({} at most)", key, cache_.capacity());
       },
@@ -19,11 +26,10 @@ std::shared_ptr<ControlNet> ControlNetCache::get(const std::string& dir) {
   return cn;
 }
 
-ControlNetCacheStats ControlNetCache::stats() const {
-  const LruCacheStats s = cache_.stats();
-  ControlNetCacheStats out{s.loads, s.hits, s.evictions, 0};
-  cache_.for_each([&](const ControlNet& c) { out.resident_bytes += c.weight_bytes(); });
-  return out;
+LruCacheStats ControlNetCache::stats() const {
+  LruCacheStats s = cache_.stats();
+  cache_.for_each([&](const ControlNet& c) { s.resident_bytes += c.weight_bytes(); });
+  return s;
 }
 
 }  // namespace sdxl

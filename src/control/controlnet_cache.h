@@ -14,18 +14,15 @@
 
 namespace sdxl {
 
-struct ControlNetCacheStats {
-  int loads = 0, hits = 0, evictions = 0;
-  std::uint64_t resident_bytes = 0;  // weights of the cached ControlNets
-};
-
 class ControlNetCache {
  public:
   ControlNetCache(const SdxlModel& model, std::size_t capacity) : model_(model), cache_(capacity) {}
 
-  // The ControlNet of folder `dir`; ModelError when it is not one or does not fit the model.
+  // The ControlNet of folder `dir`; UsageError (a task's failure, not the run's) when
+  // it is not one, does not fit the model or does not load.
   std::shared_ptr<ControlNet> get(const std::string& dir);
-  ControlNetCacheStats stats() const;
+  // resident_bytes: the weights of the cached ControlNets.
+  LruCacheStats stats() const;
 
  private:
   const SdxlModel& model_;

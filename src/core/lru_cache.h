@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -16,6 +17,7 @@ namespace sdxl {
 
 struct LruCacheStats {
   int loads = 0, hits = 0, evictions = 0;
+  std::uint64_t resident_bytes = 0;  // what the caller counts its values' weights at (LruCache leaves it 0)
 };
 
 template <class T>

@@ -102,7 +102,7 @@ void LoraPatcher::apply(const Applied& set) {
       // Rule: copy host -> device in the weight's own dtype (queued from pinned
       // memory), then widen on the device. A copy that also changes the dtype
       // converts on the CPU from pageable memory, one synchronous copy per
-      // weight (figures: bench/results/2026-11-30-aoti-table-capped-lora-h200.md).
+      // weight (measured: docs/gpu-benchmarks.md, results).
       w.copy_(orig->second, /*non_blocking=*/true);
       acc.copy_(w);
     }

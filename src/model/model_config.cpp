@@ -260,12 +260,18 @@ json parse_json_text(const std::string& json_text, const std::string& origin) {
   }
 }
 
+// /format_version: the one this sdxl-batch reads.
+int read_format_version(const Reader& r) {
+  const int v = r.integer("format_version", 1, 1000);
+  if (v != kModelFormatVersion)
+    r.fail("/format_version", "is " + std::to_string(v) + ", this sdxl-batch reads version " +
+                                  std::to_string(kModelFormatVersion));
+  return v;
+}
+
 // The fields a model and a VAE folder share: format, name, dtypes, the VAE's geometry and files.
 void read_common(const Reader& r, ModelConfig& c) {
-  c.format_version = r.integer("format_version", 1, 1000);
-  if (c.format_version != kModelFormatVersion)
-    r.fail("/format_version", "is " + std::to_string(c.format_version) + ", this sdxl-batch reads version " +
-                                  std::to_string(kModelFormatVersion));
+  c.format_version = read_format_version(r);
   c.name = r.str("name");
   c.source = r.str_or("source", "");
   c.dtype = r.one_of("dtype", {"fp32", "fp16", "bf16"});
@@ -372,10 +378,7 @@ ControlNetConfig parse_controlnet_config(const std::string& json_text, const std
   files.dir = dir;
   ControlNetConfig c;
   c.dir = dir;
-  const int version = r.integer("format_version", 1, 1000);
-  if (version != kModelFormatVersion)
-    r.fail("/format_version", "is " + std::to_string(version) + ", this sdxl-batch reads version " +
-                                  std::to_string(kModelFormatVersion));
+  (void)read_format_version(r);
   c.name = r.str("name");
   c.dtype = r.one_of("dtype", {"fp32", "fp16", "bf16"});
   c.export_device = r.one_of("export_device", {"cpu", "cuda"});

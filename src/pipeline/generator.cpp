@@ -127,7 +127,7 @@ namespace {
 // TorchScript's executor settings are per thread (a thread_local in libtorch):
 // set on the thread that loads the model, they would not reach the pipeline's
 // stage threads, which would run the optimising profiling executor (seconds of
-// graph optimisation per new shape; figures: bench/results/2026-11-30-cold-shapes-h200.md).
+// graph optimisation per new shape; measured: docs/scheduling-and-memory.md#speed).
 // Rule: every entry point that runs a module calls this first.
 void apply_thread_settings(const RuntimeOptions& opts) { torch::jit::setGraphExecutorOptimize(opts.jit_optimize); }
 
@@ -183,6 +183,19 @@ std::uint64_t Generator::memory_in_use_bytes() const { return device_memory_in_u
 
 void Generator::set_lora_registry(LoraRegistry registry) { impl_->lora_registry = std::move(registry); }
 
+namespace {
+
+// A folder cache's counters as "<prefix>_loads", "_hits", "_evictions", "_resident_mib" (once it loaded one).
+void add_cache_counters(std::map<std::string, double>& c, const std::string& prefix, const LruCacheStats& s) {
+  if (s.loads == 0) return;
+  c[prefix + "_loads"] = s.loads;
+  c[prefix + "_hits"] = s.hits;
+  c[prefix + "_evictions"] = s.evictions;
+  c[prefix + "_resident_mib"] = static_cast<double>(s.resident_bytes) / 1048576.0;
+}
+
+}  // namespace
+
 std::map<std::string, double> Generator::engine_counters() const {
   const UnetRunner& u = *impl_->unet;
   std::map<std::string, double> c{{"unet_graph_captures", u.captures()},
@@ -194,20 +207,8 @@ std::map<std::string, double> Generator::engine_counters() const {
     c["unet_aoti_calls"] = u.aoti_calls();
     c["unet_aoti_fallback_calls"] = u.fallback_calls();
   }
-  const VaeCacheStats v = impl_->vaes->stats();
-  if (v.loads > 0) {
-    c["vae_cache_loads"] = v.loads;
-    c["vae_cache_hits"] = v.hits;
-    c["vae_cache_evictions"] = v.evictions;
-    c["vae_cache_resident_mib"] = static_cast<double>(v.resident_bytes) / 1048576.0;
-  }
-  const ControlNetCacheStats cn = impl_->controlnets->stats();
-  if (cn.loads > 0) {
-    c["controlnet_cache_loads"] = cn.loads;
-    c["controlnet_cache_hits"] = cn.hits;
-    c["controlnet_cache_evictions"] = cn.evictions;
-    c["controlnet_cache_resident_mib"] = static_cast<double>(cn.resident_bytes) / 1048576.0;
-  }
+  add_cache_counters(c, "vae_cache", impl_->vaes->stats());
+  add_cache_counters(c, "controlnet_cache", impl_->controlnets->stats());
   return c;
 }
 
@@ -526,11 +527,7 @@ std::shared_ptr<EncodedBatch> Generator::encode_batch(const std::vector<Generati
   const double lora_s = seconds_since(t_lora);
   std::vector<std::pair<std::string, std::string>> cn_names;
   for (const ControlNetUse& c : ps.front().controlnets) {
-    try {
-      eb->controlnets.push_back(translate_device_errors("loading a ControlNet", [&] { return im.controlnets->get(c.model); }));
-    } catch (const ModelError& e) {  // the task's ControlNet, not the model: this task fails, the run goes on
-      throw UsageError(e.what());
-    }
+    eb->controlnets.push_back(translate_device_errors("loading a ControlNet", [&] { return im.controlnets->get(c.model); }));
     const ControlNetConfig& cc = eb->controlnets.back()->config();
     cn_names.emplace_back(cc.source_file.recorded() ? std::filesystem::path(cc.source_file.name).stem().string() : cc.name,
                           cc.short_hash());

@@ -34,11 +34,11 @@ struct RuntimeOptions {
   // Ask cuDNN for deterministic algorithms only (its split-K "segment_k"
   // convolutions may sum in a varying order). On by default, so the same seed
   // gives the same PNG on any GPU, at no measured cost in speed
-  // (figures: bench/results/2026-11-30-defaults-h200.md).
+  // (docs/scheduling-and-memory.md#determinism).
   bool deterministic_cudnn = true;
   // The CUDA caching allocator: "expandable" (expandable segments) or "default".
   // Expandable by default: less fragmentation under --vram-limit, so more images
-  // fit a cap (figures: bench/results/2026-11-30-defaults-h200.md).
+  // fit a cap (docs/scheduling-and-memory.md#allocator).
   // PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF, when set, win. Process-wide:
   // the first CUDA generator applies it.
   std::string cuda_allocator = "expandable";

@@ -26,9 +26,13 @@ std::shared_ptr<SdxlModel> VaeCache::get(const std::string& folder) {
   std::shared_ptr<SdxlModel> vae = cache_.get(
       folder,
       [&] {
-        std::shared_ptr<SdxlModel> v = SdxlModel::load_vae(load_vae_config(folder), model_);
-        set_vae_decode_dtype(*v, decode_dtype_);
-        return v;
+        try {
+          std::shared_ptr<SdxlModel> v = SdxlModel::load_vae(load_vae_config(folder), model_);
+          set_vae_decode_dtype(*v, decode_dtype_);
+          return v;
+        } catch (const ModelError& e) {  // a task's folder, not the model: the task fails, the run goes on
+          throw UsageError(e.what());
+        }
       },
       [&](const std::string& key) {
         spdlog::info("VAE '{}' evicted from the VAE cache ({} VAEs at most)", key, cache_.capacity());
@@ -46,9 +50,10 @@ std::shared_ptr<SdxlModel> VaeCache::get(const std::string& folder) {
   return vae;
 }
 
-VaeCacheStats VaeCache::stats() const {
-  const LruCacheStats s = cache_.stats();
-  return {s.loads, s.hits, s.evictions, resident_bytes_.load()};
+LruCacheStats VaeCache::stats() const {
+  LruCacheStats s = cache_.stats();
+  s.resident_bytes = resident_bytes_.load();
+  return s;
 }
 
 }  // namespace sdxl

@@ -18,10 +18,6 @@
 
 namespace sdxl {
 
-struct VaeCacheStats {
-  int loads = 0, hits = 0, evictions = 0;
-  std::uint64_t resident_bytes = 0;  // weights of the cached VAE folders (not the model's own)
-};
 
 class VaeCache {
  public:
@@ -29,9 +25,11 @@ class VaeCache {
   VaeCache(SdxlModel& model, std::string decode_dtype, std::size_t capacity);
 
   // The bundle whose VAE fields decode / encode for a task whose "vae" is `folder`
-  // ("" = the model's own). ModelError when the folder is not a VAE that fits.
+  // ("" = the model's own). UsageError (a task's failure, not the run's) when the folder
+  // is not a VAE that fits or does not load.
   std::shared_ptr<SdxlModel> get(const std::string& folder);
-  VaeCacheStats stats() const;
+  // resident_bytes: the weights of the cached VAE folders (not the model's own).
+  LruCacheStats stats() const;
 
  private:
   SdxlModel& model_;

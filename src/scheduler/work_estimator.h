@@ -9,7 +9,7 @@
 // (when it was measured): estimate(n) = peak + (n - n0) * sampling peak / n0,
 // and the peak itself for n <= n0 — the VAE decodes image by image, so its
 // peak, most of the whole, hardly grows with the batch while the sampling
-// peak does (figures in bench/results/2026-11-30-aoti-prefetch-h200.md). Without
+// peak does (measured: docs/scheduling-and-memory.md#admission-and-the-estimator). Without
 // a sampling peak (older estimates.json files) the whole peak scales per
 // image, an overestimate that admits too few images. A resolution never
 // measured has no estimate: the caller runs it alone first (a probe) and measures.
