@@ -156,9 +156,53 @@ struct Checker {
     }
   }
 
+  // "ip_adapter": {"model": DIR, "images": [PNG, ...], "scale": 1}; a task's replaces
+  // the defaults'; null turns the defaults' off for a task.
+  void read_ip_adapter(const json& obj, const std::string& pointer, GenerationParams& p) {
+    if (!obj.contains("ip_adapter")) return;
+    const std::string ptr = pointer + "/ip_adapter";
+    const json& ip = obj["ip_adapter"];
+    p.ip_adapter = IpAdapterUse{};
+    if (ip.is_null()) return;
+    if (!ip.is_object()) {
+      add(ptr, "must be {\"model\": DIR, \"images\": [PNG, ...], \"scale\": 1} (or null for none)");
+      return;
+    }
+    check_keys(ip, ptr, {"model", "images", "scale"});
+    std::string rel;
+    if (get_string(ip, ptr, "model", rel)) {
+      p.ip_adapter.model = resolve(rel);
+      try {
+        (void)load_ip_adapter_config(p.ip_adapter.model);
+      } catch (const ModelError& e) {
+        add(ptr + "/model", e.what());
+      }
+    } else if (!ip.contains("model")) {
+      add(ptr + "/model", "is missing (an IP-Adapter folder made by scripts/export_sdxl.py --ip-adapter)");
+    }
+    const json* images = ip.contains("images") ? &ip["images"] : nullptr;
+    if (!images || !images->is_array() || images->empty()) {
+      add(ptr + "/images", "must be a non-empty array of reference images (PNG files)");
+    } else {
+      for (size_t k = 0; k < images->size(); ++k) {
+        const std::string ip_k = ptr + "/images/" + std::to_string(k);
+        if (!(*images)[k].is_string()) {
+          add(ip_k, "must be a PNG file name");
+          continue;
+        }
+        const std::string path = resolve((*images)[k].get<std::string>());
+        int w = 0, h = 0;
+        if (const std::string why = png_size(path, w, h); !why.empty()) add(ip_k, "'" + path + "' " + why);
+        p.ip_adapter.images.push_back(path);
+      }
+    }
+    get_number(ip, ptr, "scale", 0.0, 10.0, p.ip_adapter.scale);
+  }
+
   void read_settings(const json& obj, const std::string& pointer, GenerationParams& p) {
     read_vae(obj, pointer, p);
     read_controlnets(obj, pointer, p);
+    read_ip_adapter(obj, pointer, p);
     get_string(obj, pointer, "prompt", p.prompt);
     get_string(obj, pointer, "negative", p.negative_prompt);
     long long v = 0;
@@ -457,7 +501,7 @@ TaskDefaults read_defaults(Checker& ck, const json& j, const GenerationParams& f
   const json& d = j["defaults"];
   ck.check_keys(d, "/defaults", {"negative", "steps", "cfg", "width", "height", "sampler", "schedule",
                                  "guidance_rescale", "clip_skip", "strength", "hires", "priority", "timeout", "loras", "vae",
-                                 "controlnets", "characters", "style", "expand", "max_images"});
+                                 "controlnets", "ip_adapter", "characters", "style", "expand", "max_images"});
   ck.read_settings(d, "/defaults", td.params);
   ck.check_sampler(d, "/defaults", td.params);
   if (ck.get_string(d, "/defaults", "priority", td.priority) && !parse_priority(td.priority)) {
@@ -557,7 +601,7 @@ bool read_task(Checker& ck, const json& t, const std::string& ptr, const TaskDef
   }
   ck.check_keys(t, ptr, {"id", "prompt", "negative", "seed", "count", "steps", "cfg", "width", "height", "sampler",
                          "schedule", "guidance_rescale", "clip_skip", "init_image", "strength", "hires", "priority", "vae",
-                         "controlnets", "deadline", "timeout", "loras", "characters", "style", "expand", "max_images"});
+                         "controlnets", "ip_adapter", "deadline", "timeout", "loras", "characters", "style", "expand", "max_images"});
   task.params = td.params;
   task.params.prompt.clear();
   if (!ck.get_string(t, ptr, "id", task.id) || task.id.empty()) {
@@ -832,6 +876,12 @@ std::vector<BatchProblem> validate_batch_file(const std::filesystem::path& path,
         } catch (const ModelError& e) {
           problems.push_back({"/tasks/" + std::to_string(i) + "/controlnets/" + std::to_string(k), e.what(), 0});
         }
+      }
+      try {
+        const IpAdapterUse& ip = bf.tasks[i].params.ip_adapter;
+        if (ip.on()) check_ip_adapter_fits(load_ip_adapter_config(ip.model), *model);
+      } catch (const ModelError& e) {
+        problems.push_back({"/tasks/" + std::to_string(i) + "/ip_adapter/model", e.what(), 0});
       }
     }
     check_prompt_chunks(*model, bf, embedding_dirs, problems);

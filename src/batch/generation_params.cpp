@@ -53,6 +53,21 @@ std::string controlnet_unit(const GenerationParams& p, const ImageSources& src, 
          format_number(c.start) + ", Guidance End: " + format_number(c.end);
 }
 
+// The IP-Adapter's text: model, scale and each reference image's file and hash.
+std::string ip_adapter_unit(const GenerationParams& p, const ImageSources& src) {
+  const IpAdapterUse& ip = p.ip_adapter;
+  const std::string name =
+      src.ip_adapter_name.empty() ? std::filesystem::path(ip.model).filename().string() : src.ip_adapter_name;
+  std::string images;
+  for (size_t i = 0; i < ip.images.size(); ++i) {
+    std::string file = std::filesystem::path(ip.images[i]).filename().string(), hash;
+    if (i < src.ip_images.size()) std::tie(file, hash) = src.ip_images[i];
+    images += (images.empty() ? "" : ", ") + file + (hash.empty() ? "" : " [" + hash + "]");
+  }
+  return "Model: " + name + (src.ip_adapter_hash.empty() ? "" : " [" + src.ip_adapter_hash + "]") +
+         ", Weight: " + format_number(ip.scale) + ", Images: " + images;
+}
+
 }  // namespace
 
 ImageSources model_sources(const ModelConfig& mc) {
@@ -95,6 +110,7 @@ std::string a1111_parameters(const GenerationParams& p, const ImageSources& src)
   if (!src.ti_hashes.empty()) s << ", TI hashes: " << hash_list(src.ti_hashes);
   for (size_t i = 0; i < p.controlnets.size(); ++i)
     s << ", ControlNet " << i << ": " << quote_if_needed(controlnet_unit(p, src, i));
+  if (p.ip_adapter.on()) s << ", IP-Adapter: " << quote_if_needed(ip_adapter_unit(p, src));
   s << ", Version: " << kProgramName << " " << kProgramVersion;
   return s.str();
 }

@@ -26,6 +26,17 @@ struct ControlNetUse {
   bool operator==(const ControlNetUse&) const = default;
 };
 
+// A task's IP-Adapter (diffusers' load_ip_adapter + ip_adapter_image): an
+// IP-Adapter folder (export_sdxl.py --ip-adapter), its reference images (PNGs;
+// several give one token row, in this order) and its scale (set_ip_adapter_scale).
+struct IpAdapterUse {
+  std::string model;  // the folder; "" = no IP-Adapter
+  std::vector<std::string> images;
+  double scale = 1.0;
+  bool on() const { return !model.empty(); }
+  bool operator==(const IpAdapterUse&) const = default;
+};
+
 struct GenerationParams {
   std::string prompt;
   std::string negative_prompt;
@@ -65,6 +76,7 @@ struct GenerationParams {
   int hires_steps() const { return hires.steps > 0 ? hires.steps : steps; }
   std::vector<LoraRef> loras;          // resolved --lora / batch entries; prompt tags are added at generation
   std::vector<ControlNetUse> controlnets;  // summed per step, in this order
+  IpAdapterUse ip_adapter;
 };
 
 // Hires fix upscalers (A1111 names): latent space "Latent" (bilinear),
@@ -100,6 +112,10 @@ struct ImageSources {
   std::vector<std::pair<std::string, std::string>> ti_hashes;    // name, 12 hex digits ("TI hashes")
   // Per ControlNet of the task, in order: its name and A1111 short hash (8 hex digits, "" unknown).
   std::vector<std::pair<std::string, std::string>> controlnets;
+  // The task's IP-Adapter: its name and short hash (8 hex digits, "" unknown), and
+  // each reference image's file name and sha256 (first 10 hex digits, as A1111 shortens).
+  std::string ip_adapter_name, ip_adapter_hash;
+  std::vector<std::pair<std::string, std::string>> ip_images;
 };
 
 // The model's part of ImageSources (name, and the hashes model.json records).
@@ -120,6 +136,8 @@ ImageSources model_sources(const ModelConfig& mc);
 // tags, as A1111 writes it. Each ControlNet adds, as A1111's ControlNet
 // extension writes it (before Version): ControlNet N: "Module: none, Model:
 // <name> [<hash>], Weight: W, Resize Mode: Just Resize, Guidance Start: S, Guidance End: E".
+// An IP-Adapter adds (after the ControlNets): IP-Adapter: "Model: <name> [<hash>],
+// Weight: <scale>, Images: <file> [<sha256 10>], <file2> [...]".
 std::string a1111_parameters(const GenerationParams& p, const ImageSources& sources);
 // The same with only a model name and LoRA hashes.
 std::string a1111_parameters(const GenerationParams& p, const std::string& model_name,

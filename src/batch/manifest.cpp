@@ -37,6 +37,9 @@ nlohmann::json to_json(const ManifestEntry& e) {
   for (const auto& c : p.controlnets)
     j["params"]["controlnets"].push_back(
         {{"model", c.model}, {"image", c.image}, {"strength", c.strength}, {"start", c.start}, {"end", c.end}});
+  if (p.ip_adapter.on())
+    j["params"]["ip_adapter"] = {
+        {"model", p.ip_adapter.model}, {"images", p.ip_adapter.images}, {"scale", p.ip_adapter.scale}};
   if (p.hires_on())
     j["params"]["hires"] = {{"scale", p.hires.scale}, {"upscaler", p.hires.upscaler}, {"steps", p.hires.steps},
                             {"denoise", p.hires.denoise}};
@@ -89,6 +92,14 @@ ManifestEntry from_json(const nlohmann::json& j) {
         u.end = c.value("end", 1.0);
         e.params.controlnets.push_back(u);
       }
+    if (p.contains("ip_adapter") && p["ip_adapter"].is_object()) {
+      const auto& ip = p["ip_adapter"];
+      e.params.ip_adapter.model = ip.value("model", "");
+      e.params.ip_adapter.scale = ip.value("scale", 1.0);
+      if (ip.contains("images") && ip["images"].is_array())
+        for (const auto& f : ip["images"])
+          if (f.is_string()) e.params.ip_adapter.images.push_back(f.get<std::string>());
+    }
     if (p.contains("loras") && p["loras"].is_array())
       for (const auto& l : p["loras"]) {
         LoraRef r;

@@ -65,6 +65,14 @@ void add_model_options(CLI::App& cmd, ModelOptions& o, bool model_required) {
                  "How many ControlNet folders that tasks name stay loaded (least recently used evicted)")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
+  cmd.add_option("--ip-adapter-cache", o.runtime.ip_adapter_cache,
+                 "How many IP-Adapter folders that tasks name stay loaded (least recently used evicted)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  cmd.add_option("--ip-image-cache", o.runtime.ip_image_cache,
+                 "How many reference images' IP-Adapter tokens stay cached (each is encoded once while cached)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
   cmd.add_option("--lora-dir", o.lora_dirs, "Directory where <lora:NAME:W> prompt tags find NAME.safetensors (repeatable)");
   cmd.add_option("--embedding-dir,--embeddings-dir", o.embedding_dirs,
                  "Folder of SDXL textual-inversion embeddings (NAME.safetensors with clip_l and clip_g); prompts use "

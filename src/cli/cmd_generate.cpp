@@ -34,6 +34,9 @@ struct GenerateArgs {
   // --controlnet and its --control-* flags, grouped by the order they came in (controlnet_flags).
   std::vector<std::string> cn_models, cn_images;
   std::vector<double> cn_strengths, cn_starts, cn_ends;
+  std::string ip_adapter;
+  std::vector<std::string> ip_images;
+  double ip_scale = 1.0;
   CLI::App* cmd = nullptr;
 };
 
@@ -134,12 +137,44 @@ CLI::App* add_generate(CLI::App& app, std::shared_ptr<GenerateArgs>& args) {
   cmd->add_option("--control-end", args->cn_ends,
                   "Fraction of the steps where the --controlnet before it stops acting (default 1)")
       ->check(finite_range(0.0, 1.0));
+  cmd->add_option("--ip-adapter", args->ip_adapter,
+                  "IP-Adapter folder (scripts/export_sdxl.py --ip-adapter): steer the image toward --ip-image")
+      ->check(CLI::ExistingDirectory);
+  cmd->add_option("--ip-image", args->ip_images,
+                  "Reference image (PNG) of the --ip-adapter; repeatable (their tokens join, in order)");
+  cmd->add_option("--ip-scale", args->ip_scale, "Scale of the --ip-adapter (diffusers' set_ip_adapter_scale)")
+      ->check(finite_range(0.0, 10.0))
+      ->capture_default_str();
   cmd->add_option("--out,-o", args->out, "Output PNG (default: sdxl-<seed>.png)");
   cmd->add_option("--save-latents", args->save_latents, "Also write the final latents as float32 .npy (parity checks)");
   cmd->add_option("--timings-json", args->timings_json, "Write stage timings and peak memory as JSON to this file");
   args->cmd = cmd;
   return cmd;
 }
+
+namespace {
+
+// --ip-adapter DIR --ip-image FILE... [--ip-scale S], checked before the model
+// loads: the folder fits the model (ModelError, exit 3), each image is a PNG (UsageError).
+IpAdapterUse ip_adapter_flags(const GenerateArgs& a, const ModelConfig& config) {
+  IpAdapterUse ip;
+  if (a.ip_adapter.empty()) {
+    if (!a.ip_images.empty()) throw UsageError("--ip-image needs --ip-adapter DIR (the adapter it steers through)");
+    return ip;
+  }
+  if (a.ip_images.empty()) throw UsageError("--ip-adapter needs at least one --ip-image FILE (a reference PNG)");
+  ip.model = std::filesystem::absolute(a.ip_adapter).lexically_normal().string();
+  check_ip_adapter_fits(load_ip_adapter_config(ip.model), config);
+  for (const std::string& f : a.ip_images) {
+    int w = 0, h = 0;
+    if (const std::string why = png_size(f, w, h); !why.empty()) throw UsageError("--ip-image '" + f + "' " + why);
+    ip.images.push_back(std::filesystem::absolute(f).lexically_normal().string());
+  }
+  ip.scale = a.ip_scale;
+  return ip;
+}
+
+}  // namespace
 
 int run_generate(const GenerateArgs& args) {
   using Clock = std::chrono::steady_clock;
@@ -177,6 +212,7 @@ int run_generate(const GenerateArgs& args) {
   p.controlnets = controlnet_flags(a);
   for (const ControlNetUse& c : p.controlnets)  // ModelError (exit 3) naming the folder, before the model loads
     check_controlnet_fits(load_controlnet_config(c.model), config);
+  p.ip_adapter = ip_adapter_flags(a, config);
   verify_model_if_asked(a.model, config);
   Generator gen(a.model.model_dir, a.model.runtime);
   const ModelConfig& mc = gen.model();

@@ -260,6 +260,8 @@ BatchFile load_batch(const RunArgs& a, const std::filesystem::path& batch_path, 
       if (!bf.tasks[i].params.vae.empty()) check_vae_fits(load_vae_config(bf.tasks[i].params.vae), mc);
       for (const ControlNetUse& c : bf.tasks[i].params.controlnets)
         check_controlnet_fits(load_controlnet_config(c.model), mc);
+      if (const IpAdapterUse& ip = bf.tasks[i].params.ip_adapter; ip.on())
+        check_ip_adapter_fits(load_ip_adapter_config(ip.model), mc);
     } catch (const ModelError& e) {
       throw ModelError(batch_path.string() + ": /tasks/" + std::to_string(i) + ": " + e.what());
     } catch (const UsageError& e) {

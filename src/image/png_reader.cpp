@@ -52,17 +52,20 @@ std::string png_size(const std::filesystem::path& path, int& width, int& height)
   return "";
 }
 
-RgbImage read_png_rgb(const std::filesystem::path& path) {
+RgbImage read_png_rgb(const std::filesystem::path& path, const std::string& what) {
   std::string why;
   const std::string data = read_bytes(path, why);
-  if (!why.empty()) throw UsageError("init image '" + path.string() + "' " + why);
+  if (!why.empty()) throw UsageError(what + " '" + path.string() + "' " + why);
+  return decode_png_rgb(data, path, what);
+}
+
+RgbImage decode_png_rgb(const std::string& data, const std::filesystem::path& path, const std::string& what) {
   RgbImage img;
   int comp = 0;
   std::unique_ptr<stbi_uc, void (*)(void*)> px(
       stbi_load_from_memory(bytes_of(data), static_cast<int>(data.size()), &img.width, &img.height, &comp, 3),
       stbi_image_free);
-  if (!px)
-    throw UsageError("init image '" + path.string() + "' is not a readable PNG (" + stbi_failure_reason() + ")");
+  if (!px) throw UsageError(what + " '" + path.string() + "' is not a readable PNG (" + stbi_failure_reason() + ")");
   img.rgb.assign(px.get(), px.get() + static_cast<size_t>(img.width) * static_cast<size_t>(img.height) * 3);
   return img;
 }

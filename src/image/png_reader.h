@@ -15,8 +15,10 @@ struct RgbImage {
   std::vector<std::uint8_t> rgb;  // height * width * 3, row-major
 };
 
-// Throws UsageError naming the path when the file is missing or not a readable PNG.
-RgbImage read_png_rgb(const std::filesystem::path& path);
+// Throws UsageError "WHAT 'PATH' why" when the file is missing or not a readable PNG.
+RgbImage read_png_rgb(const std::filesystem::path& path, const std::string& what = "init image");
+// The same for a PNG file's bytes already read (`path` names it in the error).
+RgbImage decode_png_rgb(const std::string& data, const std::filesystem::path& path, const std::string& what);
 
 // Size of a PNG without decoding it; "" when fine, else why it cannot be used.
 std::string png_size(const std::filesystem::path& path, int& width, int& height);

@@ -133,6 +133,19 @@ void read_control_inputs(const Reader& r, UnetControlInputs& x) {
   ints("downscales", x.downscales);
 }
 
+// A non-empty array of positive integers (cross-attention widths).
+std::vector<int> read_layer_widths(const Reader& r, const std::string& key) {
+  const json& v = r.raw(key);
+  if (!v.is_array() || v.empty()) r.fail(r.at(key), "must be a non-empty array of layer widths");
+  std::vector<int> out;
+  for (const json& e : v) {
+    if (!e.is_number_integer() || e.get<long long>() < 1 || e.get<long long>() > (1 << 16))
+      r.fail(r.at(key), "must hold positive integers");
+    out.push_back(e.get<int>());
+  }
+  return out;
+}
+
 void read_unet(const Reader& r, ModelConfig& c) {
   Reader u = r.child("unet");
   c.unet_file = u.str("file");
@@ -145,6 +158,11 @@ void read_unet(const Reader& r, ModelConfig& c) {
     r.fail("/unet/pooled_dim", "must equal /text_encoders/1/pooled_dim");
   if (u.has("aoti")) read_unet_aoti(u.child("aoti"), c.unet_aoti);
   if (u.has("control")) read_control_inputs(u.child("control"), c.unet_control);
+  if (u.has("ip_adapter")) {
+    const Reader ip = u.child("ip_adapter");
+    c.unet_ip.layers = read_layer_widths(ip, "layers");
+    c.unet_ip.cross_attention_dim = ip.integer("cross_attention_dim", 1, 1 << 16);
+  }
 }
 
 void read_scheduler(const Reader& r, ModelConfig& c) {
@@ -314,6 +332,9 @@ ModelConfig parse_model_config(const std::string& json_text, const std::filesyst
   if (j.is_object() && j.value("kind", "") == "controlnet")
     throw ModelError(origin + ": this is a ControlNet folder (export_sdxl.py --controlnet), not a model: give it to "
                               "--controlnet or a task's \"controlnets\"");
+  if (j.is_object() && j.value("kind", "") == "ip_adapter")
+    throw ModelError(origin + ": this is an IP-Adapter folder (export_sdxl.py --ip-adapter), not a model: give it to "
+                              "--ip-adapter or a task's \"ip_adapter\"");
   ModelConfig c;
   c.dir = dir;
   read_common(r, c);
@@ -425,6 +446,90 @@ void check_controlnet_fits(const ControlNetConfig& cn, const ModelConfig& model)
     throw ModelError(head + "it makes " + std::to_string(cn.outputs.channels.size()) +
                      " residuals whose channels or sizes are not the ones the UNet's blocks take (" +
                      std::to_string(model.unet_control.channels.size()) + ")");
+}
+
+std::string IpAdapterConfig::short_hash() const {
+  if (source_file.recorded()) return source_file.sha256.substr(0, 8);
+  const auto it = file_sha256.find(adapter_file);
+  return it == file_sha256.end() ? "" : it->second.substr(0, 8);
+}
+
+namespace {
+
+// /image_encoder of an IP-Adapter folder: the CLIP image processor's settings and the negative's rule.
+void read_ip_image_encoder(const Reader& e, IpAdapterConfig& c) {
+  c.encoder_file = e.str("file");
+  c.image_size = e.integer("image_size", 1, 4096);
+  auto triple = [&](const char* key, std::vector<double>& out) {
+    const json& v = e.raw(key);
+    if (!v.is_array() || v.size() != 3) e.fail(e.at(key), "must be 3 numbers (R, G, B)");
+    for (const json& x : v) {
+      if (!x.is_number()) e.fail(e.at(key), "must be 3 numbers (R, G, B)");
+      out.push_back(x.get<double>());
+    }
+  };
+  triple("mean", c.mean);
+  triple("std", c.std);
+  for (double s : c.std)
+    if (!(s > 0)) e.fail(e.at("std"), "must be positive");
+  (void)e.one_of("resample", {"bicubic"});
+  c.negative_zero_image = e.one_of("negative", {"zero_embeds", "zero_image"}) == "zero_image";
+}
+
+}  // namespace
+
+IpAdapterConfig parse_ip_adapter_config(const std::string& json_text, const std::filesystem::path& dir,
+                                        const std::string& origin, bool check_files) {
+  const json j = parse_json_text(json_text, origin);
+  Reader r(j, origin, "");
+  if (!j.is_object() || j.value("kind", "") != "ip_adapter")
+    throw ModelError(origin + ": not an IP-Adapter folder (model.json has no \"kind\": \"ip_adapter\"; make one "
+                              "with scripts/export_sdxl.py --ip-adapter FILE --image-encoder DIR --out DIR)");
+  ModelConfig files;  // the shared readers fill a ModelConfig
+  files.dir = dir;
+  IpAdapterConfig c;
+  c.dir = dir;
+  (void)read_format_version(r);
+  c.name = r.str("name");
+  c.variant = r.one_of("variant", {"plain", "plus"});
+  c.dtype = r.one_of("dtype", {"fp32", "fp16", "bf16"});
+  c.export_device = r.one_of("export_device", {"cpu", "cuda"});
+  read_ip_image_encoder(r.child("image_encoder"), c);
+  const Reader a = r.child("adapter");
+  c.adapter_file = a.str("file");
+  c.tokens = a.integer("tokens", 1, 4096);
+  c.cross_attention_dim = a.integer("cross_attention_dim", 1, 1 << 16);
+  c.layers = read_layer_widths(a, "layers");
+  c.source_file = read_source_file(r, "source_file");
+  read_file_sizes(r, origin, files);
+  c.file_sha256 = files.file_sha256;
+  if (check_files) {
+    check_model_file(files, dir, c.encoder_file, "/image_encoder/file", origin);
+    check_model_file(files, dir, c.adapter_file, "/adapter/file", origin);
+  }
+  return c;
+}
+
+IpAdapterConfig load_ip_adapter_config(const std::filesystem::path& dir) {
+  const auto path = dir / "model.json";
+  return parse_ip_adapter_config(read_model_json(dir, "IP-Adapter folder",
+                                                 "scripts/export_sdxl.py --ip-adapter FILE --image-encoder DIR --out DIR"),
+                                 dir, path.string(), /*check_files=*/true);
+}
+
+void check_ip_adapter_fits(const IpAdapterConfig& ip, const ModelConfig& model) {
+  const std::string head = "IP-Adapter '" + ip.dir.string() + "' does not fit model '" + model.name + "': ";
+  if (!model.unet_ip.supported())
+    throw ModelError(head + "the model was exported before IP-Adapter support (its unet.ts has no forward_ip); "
+                            "export it again with scripts/export_sdxl.py");
+  if (ip.cross_attention_dim != model.unet_ip.cross_attention_dim)
+    throw ModelError(head + "its image tokens are " + std::to_string(ip.cross_attention_dim) +
+                     " wide, the UNet's cross-attention takes " + std::to_string(model.unet_ip.cross_attention_dim) +
+                     " - an IP-Adapter for another model family (SD 1.x / 2.x)?");
+  if (ip.layers != model.unet_ip.layers)
+    throw ModelError(head + "it has " + std::to_string(ip.layers.size()) +
+                     " cross-attention layers whose widths are not the UNet's (" +
+                     std::to_string(model.unet_ip.layers.size()) + ")");
 }
 
 ModelConfig load_model_config(const std::filesystem::path& dir) {

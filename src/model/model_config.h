@@ -77,6 +77,17 @@ struct UnetControlInputs {
   bool supported() const { return !channels.empty(); }
 };
 
+// unet.ip_adapter in model.json: unet.ts's forward_ip / forward_control_ip take
+// an IP-Adapter's keys and values for each cross-attention layer (diffusers'
+// IPAdapterAttnProcessor2_0 with one adapter): their widths, in diffusers'
+// attn_processors order, and the text width they were made for. Empty in
+// models exported before IP-Adapter support, which then take no IP-Adapter.
+struct UnetIpInputs {
+  std::vector<int> layers;
+  int cross_attention_dim = 0;
+  bool supported() const { return !layers.empty(); }
+};
+
 struct GenerationDefaults {
   int width = 1024, height = 1024, steps = 28;
   double cfg = 7.0;
@@ -102,6 +113,7 @@ struct ModelConfig {
   int unet_time_ids_dim = 6;
   UnetAotiConfig unet_aoti;  // .file empty: no unet.pt2
   UnetControlInputs unet_control;
+  UnetIpInputs unet_ip;
   std::string vae_decoder_file;
   std::string vae_encoder_file;  // optional ("" when absent)
   SchedulerConfig scheduler;
@@ -163,6 +175,34 @@ ControlNetConfig parse_controlnet_config(const std::string& json_text, const std
 // Throws ModelError saying why the ControlNet cannot drive this model's UNet
 // (an export without forward_control, other widths or residuals).
 void check_controlnet_fits(const ControlNetConfig& cn, const ModelConfig& model);
+
+// An IP-Adapter folder (export_sdxl.py --ip-adapter FILE --image-encoder DIR;
+// model.json "kind": "ip_adapter"): image_encoder.ts maps CLIP pixels
+// [N,3,S,S] to what the adapter takes (plain: image_embeds, plus: the
+// penultimate hidden states); ip_adapter.ts maps that to the keys and values of
+// every cross-attention layer, [N, tokens, width] each (k_0, v_0, k_1, ...).
+struct IpAdapterConfig {
+  std::filesystem::path dir;
+  std::string name, variant, dtype, export_device;  // variant: plain | plus
+  std::string encoder_file, adapter_file;
+  int image_size = 224;  // the CLIP image processor's resize (shortest edge) and centre crop
+  std::vector<double> mean, std;
+  bool negative_zero_image = false;  // negative = the encoder on a zero image (plus), else zero embeds (plain)
+  int tokens = 0, cross_attention_dim = 0;
+  std::vector<int> layers;
+  ExportSourceFile source_file;
+  std::map<std::string, std::string> file_sha256;
+  // 8 hex digits of the source file's sha256 (as ControlNetConfig::short_hash).
+  std::string short_hash() const;
+};
+
+// Throws ModelError naming the folder or the field.
+IpAdapterConfig load_ip_adapter_config(const std::filesystem::path& dir);
+IpAdapterConfig parse_ip_adapter_config(const std::string& json_text, const std::filesystem::path& dir,
+                                        const std::string& origin, bool check_files);
+// Throws ModelError saying why the adapter cannot feed this model's UNet (an
+// export without forward_ip, another text width, other layers).
+void check_ip_adapter_fits(const IpAdapterConfig& ip, const ModelConfig& model);
 
 // Bytes of the TorchScript files (*.ts) listed in model.json: what the resident
 // weights take on the device when loaded in the exported dtype.

@@ -16,6 +16,7 @@
 
 #include "control/control_image.h"
 #include "control/controlnet_cache.h"
+#include "control/ip_adapter_cache.h"
 #include "image/resize.h"
 #include "image/upscale.h"
 #include "image/vae_decode.h"
@@ -80,6 +81,7 @@ struct Generator::Impl {
   std::unique_ptr<UnetRunner> unet;
   std::unique_ptr<VaeCache> vaes;  // the VAEs tasks name; "" = the model's own
   std::unique_ptr<ControlNetCache> controlnets;
+  std::unique_ptr<IpAdapterCache> ip_adapters;
   Clock::time_point trace_last_call_end;  // SDXL_TRACE_STEPS (sampling stage only)
   VaeTiling vae_tiling = VaeTiling::kAuto;
   double load_s = 0;
@@ -158,6 +160,7 @@ Generator::Generator(const std::filesystem::path& model_dir, const RuntimeOption
   set_vae_decode_dtype(*impl_->model, opts.vae_dtype);
   impl_->vaes = std::make_unique<VaeCache>(*impl_->model, opts.vae_dtype, opts.vae_cache);
   impl_->controlnets = std::make_unique<ControlNetCache>(*impl_->model, opts.controlnet_cache);
+  impl_->ip_adapters = std::make_unique<IpAdapterCache>(*impl_->model, opts.ip_adapter_cache, opts.ip_image_cache);
   device_synchronize(device);
   impl_->load_s = seconds_since(t0);
   spdlog::info("loaded model '{}' ({}, {}) on {} in {:.2f} s", cfg.name, cfg.source, dtype_name(impl_->model->dtype),
@@ -168,6 +171,9 @@ void add_image_sources(ImageSources& sources, const GenerationParams& p, const G
   sources.lora_hashes = img.lora_hashes;
   sources.ti_hashes = img.ti_hashes;
   sources.controlnets = img.controlnets;
+  sources.ip_adapter_name = img.ip_adapter_name;
+  sources.ip_adapter_hash = img.ip_adapter_hash;
+  sources.ip_images = img.ip_images;
   if (p.vae.empty()) return;
   sources.vae_name = img.vae_name;
   sources.vae_hash = img.vae_hash;
@@ -209,6 +215,8 @@ std::map<std::string, double> Generator::engine_counters() const {
   }
   add_cache_counters(c, "vae_cache", impl_->vaes->stats());
   add_cache_counters(c, "controlnet_cache", impl_->controlnets->stats());
+  add_cache_counters(c, "ip_adapter_cache", impl_->ip_adapters->adapter_stats());
+  add_cache_counters(c, "ip_image_cache", impl_->ip_adapters->image_stats());  // loads: reference images encoded
   return c;
 }
 
@@ -265,7 +273,8 @@ bool same_controlnets(const GenerationParams& a, const GenerationParams& b) {
   return true;
 }
 
-// Images that share a UNet call must agree on everything but prompt, seed and control images.
+// Images that share a UNet call must agree on everything but prompt, seed,
+// control images, IP-Adapter reference images and scale.
 void check_compatible(const std::vector<GenerationParams>& ps) {
   const GenerationParams& a = ps.front();
   for (const auto& b : ps)
@@ -273,9 +282,10 @@ void check_compatible(const std::vector<GenerationParams>& ps) {
         b.schedule != a.schedule || b.cfg != a.cfg || b.guidance_rescale != a.guidance_rescale ||
         b.init_image.empty() != a.init_image.empty() || (!a.init_image.empty() && b.strength != a.strength) ||
         b.hires.scale != a.hires.scale || b.hires.upscaler != a.hires.upscaler || b.hires.steps != a.hires.steps ||
-        b.hires.denoise != a.hires.denoise || !same_controlnets(a, b))
-      throw UsageError("a batch mixes sizes, steps, samplers, guidance, img2img, hires or ControlNet settings; group "
-                       "images by batch_group_key()");
+        b.hires.denoise != a.hires.denoise || !same_controlnets(a, b) ||
+        b.ip_adapter.model != a.ip_adapter.model || b.ip_adapter.images.size() != a.ip_adapter.images.size())
+      throw UsageError("a batch mixes sizes, steps, samplers, guidance, img2img, hires, ControlNet or IP-Adapter "
+                       "settings; group images by batch_group_key()");
 }
 
 struct TextInputs {
@@ -293,6 +303,7 @@ struct SubBatch {
   std::vector<size_t> idx;        // into the batch's params
   std::vector<std::int64_t> seeds;
   torch::Tensor context, pooled;  // CFG order [negatives, positives]
+  std::vector<torch::Tensor> ip_kv;  // the IP-Adapter's keys and values per layer, in the same row order
   torch::Tensor latents;          // after sampling
 };
 
@@ -380,7 +391,7 @@ void read_control_images(EncodedBatch& eb) {
   for (size_t k = 0; k < n; ++k)
     for (size_t i = 0; i < ps.size(); ++i) {
       const std::string& path = ps[i].controlnets[k].image;
-      eb.control_images[k][i] = read_png_rgb(path);
+      eb.control_images[k][i] = read_png_rgb(path, "control image");
       warn_once(control_aspect_note(path, eb.control_images[k][i], ps[i].width, ps[i].height));
     }
 }
@@ -504,6 +515,56 @@ void encode_sub_batches(SdxlModel& m, EncodedBatch& eb, std::vector<TextInputs>&
   }
 }
 
+// Each image's IP-Adapter keys and values (its reference images' tokens in
+// order), and the negative's (one copy of the adapter's per reference image).
+// Its values are multiplied by its scale: diffusers adds scale * attention(q, k, v),
+// which is attention(q, k, scale * v).
+struct IpRows {
+  std::vector<std::vector<torch::Tensor>> pos, neg;  // [image][k_0, v_0, ...]
+};
+
+IpRows ip_adapter_rows(IpAdapterCache& cache, const EncodedBatch& eb, std::vector<GeneratedImage>& out) {
+  const std::shared_ptr<IpAdapter> ip = cache.get(eb.params.front().ip_adapter.model);
+  const IpAdapterConfig& cfg = ip->config();
+  IpRows rows;
+  for (size_t i = 0; i < eb.params.size(); ++i) {
+    const IpAdapterUse& use = eb.params[i].ip_adapter;
+    std::vector<std::shared_ptr<IpImageKv>> refs;
+    std::vector<const std::vector<torch::Tensor>*> pos_parts, neg_parts;
+    GeneratedImage& g = out[i];
+    g.ip_adapter_name = cfg.source_file.recorded() ? std::filesystem::path(cfg.source_file.name).stem().string() : cfg.name;
+    g.ip_adapter_hash = cfg.short_hash();
+    for (const std::string& path : use.images) {
+      refs.push_back(cache.image(ip, path));
+      pos_parts.push_back(&refs.back()->kv);
+      neg_parts.push_back(&ip->negative_kv());
+      g.ip_images.emplace_back(std::filesystem::path(path).filename().string(), refs.back()->sha256.substr(0, 10));
+    }
+    rows.pos.push_back(concat_image_kv(pos_parts));
+    rows.neg.push_back(concat_image_kv(neg_parts));
+    for (std::vector<torch::Tensor>* kv : {&rows.pos.back(), &rows.neg.back()})
+      for (size_t l = 1; l < kv->size(); l += 2) (*kv)[l] = (*kv)[l] * use.scale;
+  }
+  return rows;
+}
+
+// The sub-batches' IP-Adapter rows, in the context's CFG order [negatives, positives].
+void bind_ip_adapter(IpAdapterCache& cache, EncodedBatch& eb) {
+  if (!eb.params.front().ip_adapter.on()) return;
+  const IpRows rows = ip_adapter_rows(cache, eb, eb.out);
+  for (SubBatch& sub : eb.subs) {
+    const size_t layers2 = rows.pos[sub.idx.front()].size();
+    sub.ip_kv.resize(layers2);
+    for (size_t l = 0; l < layers2; ++l) {
+      std::vector<torch::Tensor> parts;
+      if (eb.cfg_on)
+        for (size_t i : sub.idx) parts.push_back(rows.neg[i][l]);
+      for (size_t i : sub.idx) parts.push_back(rows.pos[i][l]);
+      sub.ip_kv[l] = torch::cat(parts);
+    }
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<EncodedBatch> Generator::encode_batch(const std::vector<GenerationParams>& ps) {
@@ -545,6 +606,7 @@ std::shared_ptr<EncodedBatch> Generator::encode_batch(const std::vector<Generati
     c10::InferenceMode inference;
     const auto t0 = Clock::now();
     encode_sub_batches(m, *eb, text);
+    bind_ip_adapter(*im.ip_adapters, *eb);
     eb->ready = im.text_stream.record();
     stamp_stage(m.device, t0, eb->out, &StageSeconds::text);
     return 0;
@@ -576,7 +638,7 @@ struct SubSampling {
   int call = 0, calls = 0;                 // the pass's model calls so far, and in all
 };
 
-// The UNet call of model call `s.call` with the residuals of every ControlNet
+// The UNet call of model call `s.call` with the batch's IP-Adapter rows and the residuals of every ControlNet
 // whose window holds it: diffusers' controlnet_keep[i] = 1 - (i / n < start or
 // (i + 1) / n > end) over the pass's n model calls. A ControlNet outside its
 // window adds zeros in diffusers; here it is not run (the same sum).
@@ -588,7 +650,8 @@ torch::Tensor controlled_unet_call(SubSampling& s, const torch::Tensor& x, const
     add_residuals(residuals, c.net->residuals(x, t, s.unet.context(), s.unet.pooled(), s.unet.time_ids(), c.cond,
                                               c.strength));
   }
-  return residuals.empty() ? s.unet(x, t) : s.unet.with_residuals(x, t, residuals);
+  if (residuals.empty() && s.sub.ip_kv.empty()) return s.unet(x, t);
+  return s.unet.with_extras(x, t, residuals, s.sub.ip_kv);
 }
 
 // One UNet call with CFG, timed per call under SDXL_TRACE_STEPS.
@@ -602,7 +665,7 @@ torch::Tensor guided_unet_call(SubSampling& s, const torch::Tensor& x_in, double
   }
   torch::Tensor x = s.eb.cfg_on ? torch::cat({x_in, x_in}) : x_in;
   torch::Tensor t = torch::full({s.rows}, timestep, torch::TensorOptions().dtype(torch::kFloat32).device(s.m.device));
-  torch::Tensor eps = s.controls.empty() ? s.unet(x, t) : controlled_unet_call(s, x, t);
+  torch::Tensor eps = s.controls.empty() && s.sub.ip_kv.empty() ? s.unet(x, t) : controlled_unet_call(s, x, t);
   if (trace) {
     stream_synchronize(s.m.device);
     const auto now = Clock::now();
@@ -705,6 +768,7 @@ std::shared_ptr<SampledBatch> Generator::sample_batch(const std::shared_ptr<Enco
     for (SubBatch& sub : eb->subs) {
       im.sample_stream.hand_over(sub.context);
       im.sample_stream.hand_over(sub.pooled);
+      for (torch::Tensor& kv : sub.ip_kv) im.sample_stream.hand_over(kv);
       const int64_t b = static_cast<int64_t>(sub.idx.size());
       SubSampling s{m, *im.unet, *im.vaes, *eb, sub, im.vae_tiling, im.trace_last_call_end, b, eb->cfg_on ? 2 * b : b, {}, 0, 0};
       // Each image's generator (its seed) draws its initial noise and then the
@@ -728,6 +792,7 @@ std::shared_ptr<SampledBatch> Generator::sample_batch(const std::shared_ptr<Enco
       // (the decode stage reads its bookkeeping), its device memory need not.
       sub.context = torch::Tensor();
       sub.pooled = torch::Tensor();
+      sub.ip_kv.clear();
     }
     sb->ready = im.sample_stream.record();
     stamp_stage(m.device, t0, eb->out, &StageSeconds::sample);

@@ -58,6 +58,10 @@ struct RuntimeOptions {
   // ControlNet folders tasks name ("controlnets"; --controlnet): how many stay
   // loaded (least recently used evicted).
   std::size_t controlnet_cache = 2;
+  // IP-Adapter folders tasks name ("ip_adapter"; --ip-adapter): how many stay
+  // loaded, and how many reference images' keys and values stay cached.
+  std::size_t ip_adapter_cache = 2;
+  std::size_t ip_image_cache = 64;
   // LoRAs: where prompt tags <lora:NAME:W> are looked up (after the registry),
   // the factor cache's budget (0 = 30% of the memory free after the weights),
   // and whether keys that map to no weight are an error instead of a warning.
@@ -97,10 +101,13 @@ struct GeneratedImage {
   std::string vae_name, vae_hash;
   // Its ControlNets, in the task's order: name and A1111 short hash ("" unknown).
   std::vector<std::pair<std::string, std::string>> controlnets;
+  // Its IP-Adapter: name, short hash, and each reference image's file name and hash.
+  std::string ip_adapter_name, ip_adapter_hash;
+  std::vector<std::pair<std::string, std::string>> ip_images;
 };
 
 // The image's part of its PNG's sources (model_sources gives the model's part):
-// the LoRA and embedding hashes, the task's own VAE when it named one, and its ControlNets.
+// the LoRA and embedding hashes, the task's own VAE when it named one, its ControlNets and IP-Adapter.
 void add_image_sources(ImageSources& sources, const GenerationParams& p, const GeneratedImage& img);
 
 // CUDA devices this process can use (0 without CUDA).

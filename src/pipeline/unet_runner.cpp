@@ -98,17 +98,24 @@ torch::Tensor UnetRunner::operator()(const torch::Tensor& x, const torch::Tensor
   return capture(key, x, t);
 }
 
-torch::Tensor UnetRunner::with_residuals(const torch::Tensor& x, const torch::Tensor& t,
-                                         const std::vector<torch::Tensor>& residuals) {
-  const std::vector<c10::IValue> parts(residuals.begin(), residuals.end());
-  const std::vector<c10::IValue> inputs{x, t, context_, pooled_, time_ids_, c10::ivalue::Tuple::create(parts)};
+torch::Tensor UnetRunner::with_extras(const torch::Tensor& x, const torch::Tensor& t,
+                                     const std::vector<torch::Tensor>& residuals,
+                                     const std::vector<torch::Tensor>& ip_kv) {
+  auto tuple = [](const std::vector<torch::Tensor>& v) {
+    return c10::ivalue::Tuple::create(std::vector<c10::IValue>(v.begin(), v.end()));
+  };
+  std::vector<c10::IValue> inputs{x, t, context_, pooled_, time_ids_};
+  if (!residuals.empty()) inputs.emplace_back(tuple(residuals));
+  if (!ip_kv.empty()) inputs.emplace_back(tuple(ip_kv));
+  const char* method = ip_kv.empty() ? "forward_control" : residuals.empty() ? "forward_ip" : "forward_control_ip";
   auto run = [&] {
-    return translate_device_errors("unet.ts forward_control",
-                                   [&] { return model_.unet.get_method("forward_control")(inputs).toTensor(); });
+    return translate_device_errors((std::string("unet.ts ") + method).c_str(),
+                                   [&] { return model_.unet.get_method(method)(inputs).toTensor(); });
   };
   std::vector<std::int64_t> key(x.sizes().begin(), x.sizes().end());
   key.push_back(context_.size(1));
-  key.push_back(-1);  // apart from the plain calls' shapes
+  key.push_back(residuals.empty() ? -2 : -1);  // apart from the plain calls' shapes
+  if (!ip_kv.empty()) key.push_back(ip_kv.front().size(1));
   if (warmed_.insert(key).second) (void)run();  // see warm_up
   return run();
 }

@@ -15,7 +15,7 @@
 // it shares unet.ts's weights, so LoRA patches apply to both). With aoti, a
 // shape outside the package's compiled ranges runs on unet.ts (logged once per
 // shape); CUDA graphs capture whichever backend the shape runs on. Steps with
-// ControlNet residuals (with_residuals) run on unet.ts without a graph.
+// ControlNet residuals or IP-Adapter tokens (with_extras) run on unet.ts without a graph.
 // Not thread-safe (the sampling stage's); one per model bundle.
 #pragma once
 
@@ -56,11 +56,14 @@ class UnetRunner {
   // Noise prediction for latents x [rows, 4, h, w] at timestep t [rows]. With a
   // graph the result is its static output: use it before the next call.
   torch::Tensor operator()(const torch::Tensor& x, const torch::Tensor& t);
-  // The same with ControlNet residuals added to the UNet's blocks (unet.ts's
-  // forward_control; the down residuals, then the mid one): a plain TorchScript
-  // call, no graph, no unet.pt2; the first call of a shape is discarded too.
-  torch::Tensor with_residuals(const torch::Tensor& x, const torch::Tensor& t,
-                               const std::vector<torch::Tensor>& residuals);
+  // The same with ControlNet residuals added to the UNet's blocks (the down
+  // residuals, then the mid one) and/or an IP-Adapter's keys and values per
+  // cross-attention layer (k_0, v_0, ..., rows as the bound context): unet.ts's
+  // forward_control, forward_ip or forward_control_ip (either list may be
+  // empty, not both). A plain TorchScript call, no graph, no unet.pt2; the
+  // first call of a shape is discarded too.
+  torch::Tensor with_extras(const torch::Tensor& x, const torch::Tensor& t, const std::vector<torch::Tensor>& residuals,
+                            const std::vector<torch::Tensor>& ip_kv);
   // The conditioning bound last (what a ControlNet of the same call takes).
   const torch::Tensor& context() const { return context_; }
   const torch::Tensor& pooled() const { return pooled_; }

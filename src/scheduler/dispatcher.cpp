@@ -25,7 +25,7 @@ namespace {
 // The size an image's memory and time are keyed by (hires: the output size).
 int est_width(const GenerationParams& p) { return p.hires_on() ? p.hires_width() : p.width; }
 int est_height(const GenerationParams& p) { return p.hires_on() ? p.hires_height() : p.height; }
-int est_controlnets(const GenerationParams& p) { return static_cast<int>(p.controlnets.size()); }
+int est_controlnets(const GenerationParams& p) { return side_modules_key(p); }
 
 // The queue head's LoRA set loads while the lane waits. Returns whether it
 // loaded something (then the caller looks again: the queue may have changed).

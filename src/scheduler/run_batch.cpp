@@ -139,7 +139,7 @@ BatchPlan plan_batch(const BatchFile& batch, const RunOptions& o, std::uint64_t 
       const GenerationParams& p = wl.work[head.handle].params;
       if (!o.estimator || free_bytes == UINT64_MAX) return available;  // no budget given: --max-batch decides
       return o.estimator->max_batch(p.hires_on() ? p.hires_width() : p.width, p.hires_on() ? p.hires_height() : p.height,
-                                    available, free_bytes, o.safety, static_cast<int>(p.controlnets.size()));
+                                    available, free_bytes, o.safety, side_modules_key(p));
     };
     const auto picked = queue.pop_batch(clock, plan_lora, admit);
     plan_lora = picked.front().lora_set;
@@ -155,7 +155,7 @@ BatchPlan plan_batch(const BatchFile& batch, const RunOptions& o, std::uint64_t 
     const int est_w = w0.params.hires_on() ? w0.params.hires_width() : pb.width;
     const int est_h = w0.params.hires_on() ? w0.params.hires_height() : pb.height;
     if (o.estimator) {
-      const int cns = static_cast<int>(w0.params.controlnets.size());
+      const int cns = side_modules_key(w0.params);
       if (const auto m = o.estimator->peak_bytes(est_w, est_h, n, cns)) pb.est_peak_bytes = static_cast<std::int64_t>(*m);
       if (const auto t = o.estimator->seconds_per_image(est_w, est_h, n, pb.steps, cns)) {
         pb.est_seconds = t->seconds_per_image * n;

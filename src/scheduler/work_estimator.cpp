@@ -119,6 +119,19 @@ std::optional<TimeEstimate> WorkEstimator::seconds_per_image(int width, int heig
   return TimeEstimate{per * steps, false};
 }
 
+namespace {
+
+// side_modules_key in the saved JSON: "controlnets": N (when > 0), "ip_adapter": true.
+void add_side_modules(nlohmann::json& j, int key) {
+  if (key % kIpAdapterKey > 0) j["controlnets"] = key % kIpAdapterKey;
+  if (key >= kIpAdapterKey) j["ip_adapter"] = true;
+}
+int side_modules_of(const nlohmann::json& j) {
+  return j.value("controlnets", 0) + (j.value("ip_adapter", false) ? kIpAdapterKey : 0);
+}
+
+}  // namespace
+
 std::string WorkEstimator::to_json() const {
   nlohmann::json j = {{"format", 1}, {"device", device_}, {"model", model_}};
   nlohmann::json mem = nlohmann::json::array(), tim = nlohmann::json::array();
@@ -126,7 +139,7 @@ std::string WorkEstimator::to_json() const {
     for (const auto& [n, p] : by_batch) {
       nlohmann::json m = {{"width", std::get<0>(res)}, {"height", std::get<1>(res)}, {"batch", n},
                           {"peak_work_bytes", p}};
-      if (std::get<2>(res) > 0) m["controlnets"] = std::get<2>(res);
+      add_side_modules(m, std::get<2>(res));
       if (auto s = sample_memory_.find(res); s != sample_memory_.end())
         if (auto sn = s->second.find(n); sn != s->second.end()) m["sample_peak_bytes"] = sn->second;
       mem.push_back(m);
@@ -135,7 +148,7 @@ std::string WorkEstimator::to_json() const {
     for (const auto& [n, v] : by_batch) {
       nlohmann::json t = {{"width", std::get<0>(res)}, {"height", std::get<1>(res)}, {"batch", n},
                           {"seconds_per_image_step", v}};
-      if (std::get<2>(res) > 0) t["controlnets"] = std::get<2>(res);
+      add_side_modules(t, std::get<2>(res));
       tim.push_back(t);
     }
   j["memory"] = mem;
@@ -164,9 +177,9 @@ WorkEstimator WorkEstimator::load(const std::filesystem::path& path, const std::
     for (const auto& m : j.at("memory"))
       e.observe_memory(m.at("width").get<int>(), m.at("height").get<int>(), m.at("batch").get<int>(),
                        m.at("peak_work_bytes").get<std::uint64_t>(), m.value("sample_peak_bytes", std::uint64_t{0}),
-                       m.value("controlnets", 0));
+                       side_modules_of(m));
     for (const auto& t : j.at("time")) {
-      auto& v = e.time_[{t.at("width").get<int>(), t.at("height").get<int>(), t.value("controlnets", 0)}]
+      auto& v = e.time_[{t.at("width").get<int>(), t.at("height").get<int>(), side_modules_of(t)}]
                        [t.at("batch").get<int>()];
       for (const auto& x : t.at("seconds_per_image_step")) {
         const double s = x.get<double>();

@@ -18,9 +18,10 @@
 // (the newest 8 observations averaged); unmeasured sizes are scaled from the
 // nearest measured one by pixels, and marked as such.
 //
-// Batches that run ControlNets beside the UNet (`controlnets` > 0: their
-// activations and residuals) are kept apart from plain ones of the same size:
-// every figure is per (width, height, ControlNet count).
+// Batches that run ControlNets or an IP-Adapter beside the UNet (`controlnets`
+// > 0: their activations and residuals, the eager UNet path) are kept apart
+// from plain ones of the same size: every figure is per (width, height,
+// side_modules_key), saved as "controlnets" and "ip_adapter".
 //
 // Saved as JSON (estimates.json in the output folder) so the next run and
 // `--dry-run` start from this run's figures; keyed by device and model, since
@@ -36,7 +37,15 @@
 #include <utility>
 #include <vector>
 
+#include "batch/generation_params.h"
+
 namespace sdxl {
+
+// The third part of an estimate's key: the ControlNet count, plus kIpAdapterKey with an IP-Adapter.
+inline constexpr int kIpAdapterKey = 1000;
+inline int side_modules_key(const GenerationParams& p) {
+  return static_cast<int>(p.controlnets.size()) + (p.ip_adapter.on() ? kIpAdapterKey : 0);
+}
 
 struct TimeEstimate {
   double seconds_per_image = 0;

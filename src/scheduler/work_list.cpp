@@ -38,7 +38,7 @@ bool same_settings(const GenerationParams& a, const GenerationParams& b) {
          a.hires.scale == b.hires.scale &&
          (!a.hires_on() || (a.hires.upscaler == b.hires.upscaler && a.hires.steps == b.hires.steps &&
                             a.hires.denoise == b.hires.denoise)) &&
-         a.loras == b.loras && a.vae == b.vae && a.controlnets == b.controlnets;
+         a.loras == b.loras && a.vae == b.vae && a.controlnets == b.controlnets && a.ip_adapter == b.ip_adapter;
 }
 
 std::string image_label(const WorkItem& w) { return w.task->id + "#" + std::to_string(w.index); }
@@ -138,6 +138,9 @@ std::string batch_group_key(const GenerationParams& p) {
   // ControlNets: the same models, strengths and windows (each image brings its own control image).
   for (const auto& c : p.controlnets)
     key += "|cn:" + c.model + ":" + num(c.strength) + ":" + num(c.start) + ":" + num(c.end);
+  // An IP-Adapter: the same folder and reference count (one token row length);
+  // images and scale are each image's own.
+  if (p.ip_adapter.on()) key += "|ip:" + p.ip_adapter.model + ":" + std::to_string(p.ip_adapter.images.size());
   return key;
 }
 

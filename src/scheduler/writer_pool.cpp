@@ -57,6 +57,14 @@ nlohmann::json image_record(RunState& run, const WriteJob& j, const ManifestEntr
     }
     rec["controlnets"].push_back(cn);
   }
+  if (p.ip_adapter.on()) {
+    nlohmann::json ip = {{"model", p.ip_adapter.model}, {"scale", p.ip_adapter.scale},
+                         {"name", j.image.ip_adapter_name}, {"hash", j.image.ip_adapter_hash}};
+    for (size_t k = 0; k < p.ip_adapter.images.size(); ++k)
+      ip["images"].push_back({{"file", p.ip_adapter.images[k]},
+                              {"hash", k < j.image.ip_images.size() ? j.image.ip_images[k].second : ""}});
+    rec["ip_adapter"] = ip;
+  }
   return rec;
 }
 

@@ -366,3 +366,70 @@ TEST(GenerationParams, ControlNetUnitsAsTheA1111Extension) {
             std::string::npos)
       << text;
 }
+
+TEST(BatchFile, IpAdapterIsCheckedAndRelativeToTheBatchFile) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("sdxl_ip_batch_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "ip" / "plus");
+  fs::create_directories(dir / "refs");
+  std::ofstream(dir / "ip" / "plus" / "image_encoder.ts") << "not read by the parser";
+  std::ofstream(dir / "ip" / "plus" / "ip_adapter.ts") << "not read by the parser";
+  std::ofstream(dir / "ip" / "plus" / "model.json") << R"({"format_version": 1, "kind": "ip_adapter",
+    "name": "plus", "variant": "plus", "dtype": "fp16", "export_device": "cuda",
+    "image_encoder": {"file": "image_encoder.ts", "image_size": 32, "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5],
+                      "resample": "bicubic", "output": "hidden_states[-2]", "negative": "zero_image"},
+    "adapter": {"file": "ip_adapter.ts", "tokens": 16, "cross_attention_dim": 64, "layers": [32]}})";
+  const std::vector<std::uint8_t> px(16 * 8 * 3, 90);
+  sdxl::write_png((dir / "refs" / "hero.png").string(), 16, 8, 3, px.data(), {});
+  sdxl::write_png((dir / "refs" / "sheet.png").string(), 16, 8, 3, px.data(), {});
+  std::vector<sdxl::BatchProblem> p;
+  const auto bf = sdxl::parse_batch_text(R"({"version": 1,
+      "defaults": {"ip_adapter": {"model": "ip/plus", "images": ["refs/hero.png"], "scale": 0.6}},
+      "tasks": [{"id": "a", "prompt": "x"},
+                {"id": "b", "prompt": "y", "ip_adapter": {"model": "ip/plus", "images": ["refs/hero.png", "refs/sheet.png"]}},
+                {"id": "c", "prompt": "z", "ip_adapter": null}]})",
+                                         dir / "b.json", sdxl::GenerationParams{}, &p);
+  ASSERT_TRUE(p.empty()) << p[0].pointer << " " << p[0].message;
+  const sdxl::IpAdapterUse& a = bf.tasks[0].params.ip_adapter;
+  EXPECT_EQ(a.model, (dir / "ip" / "plus").string());
+  EXPECT_EQ(a.images, std::vector<std::string>{(dir / "refs" / "hero.png").string()});
+  EXPECT_EQ(a.scale, 0.6);
+  EXPECT_EQ(bf.tasks[1].params.ip_adapter.images.size(), 2u);
+  EXPECT_EQ(bf.tasks[1].params.ip_adapter.scale, 1.0) << "a task's adapter replaces the defaults'";
+  EXPECT_FALSE(bf.tasks[2].params.ip_adapter.on()) << "null turns the defaults' off";
+  p.clear();
+  sdxl::parse_batch_text(R"({"version": 1, "tasks": [
+      {"id": "a", "prompt": "x", "ip_adapter": {"model": "ip/none", "images": ["refs/hero.png"]}},
+      {"id": "b", "prompt": "x", "ip_adapter": {"model": "ip/plus", "images": ["refs/missing.png"]}},
+      {"id": "c", "prompt": "x", "ip_adapter": {"model": "ip/plus", "images": []}},
+      {"id": "d", "prompt": "x", "ip_adapter": {"model": "ip/plus", "images": ["refs/hero.png"], "scale": -1}},
+      {"id": "e", "prompt": "x", "ip_adapter": ["ip/plus"]},
+      {"id": "f", "prompt": "x", "ip_adapter": {"images": ["refs/hero.png"], "weight": 1}}]})",
+                         dir / "b.json", sdxl::GenerationParams{}, &p);
+  EXPECT_TRUE(has(p, "/tasks/0/ip_adapter/model"));
+  EXPECT_TRUE(has(p, "/tasks/1/ip_adapter/images/0"));
+  EXPECT_TRUE(has(p, "/tasks/2/ip_adapter/images"));
+  EXPECT_TRUE(has(p, "/tasks/3/ip_adapter/scale"));
+  EXPECT_TRUE(has(p, "/tasks/4/ip_adapter"));
+  EXPECT_TRUE(has(p, "/tasks/5/ip_adapter/model"));
+  EXPECT_TRUE(has(p, "/tasks/5/ip_adapter/weight"));
+  fs::remove_all(dir);
+}
+
+TEST(GenerationParams, IpAdapterInTheParameters) {
+  sdxl::GenerationParams p;
+  p.prompt = "a cat";
+  p.seed = 1;
+  p.ip_adapter = {"/ip/plus", {"/refs/hero.png", "/refs/sheet.png"}, 0.6};
+  sdxl::ImageSources src;
+  src.model_name = "m";
+  src.ip_adapter_name = "ip-adapter-plus_sdxl_vit-h";
+  src.ip_adapter_hash = "3f9a1c2b";
+  src.ip_images = {{"hero.png", "0123456789"}, {"sheet.png", "abcdefabcd"}};
+  const std::string text = sdxl::a1111_parameters(p, src);
+  EXPECT_NE(text.find(", IP-Adapter: \"Model: ip-adapter-plus_sdxl_vit-h [3f9a1c2b], Weight: 0.6, Images: hero.png "
+                      "[0123456789], sheet.png [abcdefabcd]\", Version:"),
+            std::string::npos)
+      << text;
+}

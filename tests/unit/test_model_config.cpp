@@ -316,3 +316,54 @@ TEST(ModelConfig, ControlNetFolder) {
   c["controlnet"]["downscales"] = {1, 1, 2};  // one short of residuals + 1
   EXPECT_THROW(sdxl::parse_controlnet_config(c.dump(), "/c", "/c/model.json", false), sdxl::ModelError);
 }
+
+TEST(ModelConfig, IpAdapterFolder) {
+  nlohmann::json c = nlohmann::json::parse(R"({
+    "format_version": 1, "kind": "ip_adapter", "name": "ip-adapter-plus_sdxl_vit-h", "variant": "plus",
+    "dtype": "fp16", "export_device": "cuda",
+    "image_encoder": {"file": "image_encoder.ts", "image_size": 224, "mean": [0.48145466, 0.4578275, 0.40821073],
+                      "std": [0.26862954, 0.26130258, 0.27577711], "resample": "bicubic",
+                      "output": "hidden_states[-2]", "negative": "zero_image"},
+    "adapter": {"file": "ip_adapter.ts", "tokens": 16, "cross_attention_dim": 64, "layers": [32, 64, 64]},
+    "source_file": {"name": "ip-adapter-plus_sdxl_vit-h.safetensors", "sha256": ")" + std::string(64, 'e') + R"("}})");
+  const auto ip = sdxl::parse_ip_adapter_config(c.dump(), "/ip", "/ip/model.json", false);
+  EXPECT_EQ(ip.variant, "plus");
+  EXPECT_TRUE(ip.negative_zero_image);
+  EXPECT_EQ(ip.tokens, 16);
+  EXPECT_EQ(ip.layers, (std::vector<int>{32, 64, 64}));
+  EXPECT_EQ(ip.short_hash(), "eeeeeeee");
+  nlohmann::json m = valid();
+  auto expect_unfit = [&](const std::string& why) {
+    const auto model = sdxl::parse_model_config(m.dump(), "/m", "/m/model.json", false);
+    try {
+      sdxl::check_ip_adapter_fits(ip, model);
+      FAIL() << why;
+    } catch (const sdxl::ModelError& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  expect_unfit("exported before IP-Adapter support");  // no /unet/ip_adapter
+  m["unet"]["ip_adapter"] = {{"layers", {32, 64, 64}}, {"cross_attention_dim", 64}};
+  EXPECT_NO_THROW(sdxl::check_ip_adapter_fits(ip, sdxl::parse_model_config(m.dump(), "/m", "/m/model.json", false)));
+  m["unet"]["ip_adapter"]["layers"] = {32, 64};
+  expect_unfit("cross-attention layers whose widths");
+  m["unet"]["ip_adapter"] = {{"layers", {32, 64, 64}}, {"cross_attention_dim", 2048}};
+  expect_unfit("another model family");
+  try {  // an IP-Adapter folder given as the model
+    sdxl::parse_model_config(c.dump(), "/ip", "/ip/model.json", false);
+    FAIL();
+  } catch (const sdxl::ModelError& e) {
+    EXPECT_NE(std::string(e.what()).find("is an IP-Adapter folder"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(sdxl::parse_ip_adapter_config(valid().dump(), "/m", "/m/model.json", false), sdxl::ModelError);
+  for (const char* bad : {"/image_encoder/negative", "/image_encoder/std", "/adapter/layers", "/variant"}) {
+    nlohmann::json b = c;
+    b[nlohmann::json::json_pointer(bad)] = "x";
+    try {
+      sdxl::parse_ip_adapter_config(b.dump(), "/ip", "/ip/model.json", false);
+      FAIL() << bad;
+    } catch (const sdxl::ModelError& e) {
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+    }
+  }
+}
