@@ -12,6 +12,10 @@ Sources (exactly one):
   --controlnet SRC an SDXL ControlNet (diffusers folder, or one .safetensors file in the
                   diffusers or the original layout) as a ControlNet folder
                   (scripts/controlnet_export.py); --config DIR|config.json its architecture
+  --ip-adapter FILE --image-encoder DIR
+                  an SDXL IP-Adapter (one .safetensors file, the original layout) and its CLIP
+                  vision encoder (a transformers folder) as an IP-Adapter folder
+                  (scripts/ip_adapter_export.py)
 --print-config tiny|full prints the configs --tiny / --random-full build, as JSON
 (the test references make files that fit the exported model from it).
 
@@ -33,6 +37,18 @@ keys of that component, so LoRA keys map without a prefix):
                      order then its mid residual (model.json unet.control gives N, their
                      channels and downscales); = diffusers' UNet with
                      down_block_additional_residuals / mid_block_additional_residual
+                     method forward_ip(the same five, ip_kv) and
+                     forward_control_ip(the same five, residuals, ip_kv): ip_kv is a tuple of
+                     2L tensors (k_0, v_0, .., k_{L-1}, v_{L-1}), one pair per cross-attention
+                     layer (attn2) in the order of diffusers' unet.attn_processors (= the
+                     IP-Adapter file's ip_adapter.1, .3, .5, ..), each [B, T, C_l] (row b goes
+                     with the latent's row b: CFG's negative rows take the negative image
+                     tokens; T image tokens, C_l = that layer's to_k out_features; model.json
+                     unet.ip_adapter.layers), cast to the model dtype inside. Each attn2 adds
+                     sdpa(q, k_l, v_l) to its text attention before to_out: = diffusers'
+                     IPAdapterAttnProcessor2_0 with one adapter when the caller passes
+                     v_l = scale * to_v_ip(tokens) (the IP scale goes into v); several reference
+                     images are their tokens concatenated along dim 1
   vae_decoder.ts     latent / scaling_factor [B,4,h,w] -> image [B,3,8h,8w] in [-1,1]
   vae_encoder.ts     image [B,3,H,W] in [-1,1] -> latent mean [B,4,H/8,W/8] (unscaled)
   unet.pt2           (--aoti) the same UNet wrapper, torch.export'ed and compiled by
@@ -253,6 +269,89 @@ class _SharedChildren(nn.Module):
         object.__setattr__(self, "_inner", inner)  # not a registered submodule
 
 
+class IPAttnProcessor:
+    """The attn2 processor of forward_ip / forward_control_ip: diffusers' AttnProcessor2_0 plus
+    sdpa(q, k_ip, v_ip) added to the text attention before to_out, as IPAdapterAttnProcessor2_0
+    does for one adapter (there: + scale * sdpa(q, k_ip, v_ip); here the scale is in v_ip).
+    `kv` is the side channel UNetTS sets around the inner call; with none it is AttnProcessor2_0.
+    Not an nn.Module: it holds no parameters (the k/v projections run in ip_adapter.ts)."""
+
+    def __init__(self):
+        from diffusers.models.attention_processor import AttnProcessor2_0
+
+        self.plain = AttnProcessor2_0()
+        self.kv: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, temb=None,
+                 *args, **kwargs):
+        if self.kv is None:
+            return self.plain(attn, hidden_states, encoder_hidden_states, attention_mask, temb, *args, **kwargs)
+        # The UNet's transformer blocks call attn2 with 3-D hidden states, a text context, no mask,
+        # and no spatial / group norm; anything else is not what this processor reproduces.
+        assert hidden_states.ndim == 3 and encoder_hidden_states is not None and attention_mask is None
+        assert attn.spatial_norm is None and attn.group_norm is None and attn.norm_q is None and attn.norm_k is None
+        F = torch.nn.functional
+        batch = encoder_hidden_states.shape[0]
+        query = attn.to_q(hidden_states)
+        if attn.norm_cross:
+            encoder_hidden_states = attn.norm_encoder_hidden_states(encoder_hidden_states)
+        key = attn.to_k(encoder_hidden_states)
+        value = attn.to_v(encoder_hidden_states)
+        head_dim = key.shape[-1] // attn.heads
+
+        def heads(x):  # x's own row count: an ip_kv of other rows than B errors, never reshuffles tokens
+            return x.view(x.shape[0], -1, attn.heads, head_dim).transpose(1, 2)
+
+        def merge(x):
+            return x.transpose(1, 2).reshape(batch, -1, attn.heads * head_dim).to(query.dtype)
+
+        query = heads(query)
+        out = merge(F.scaled_dot_product_attention(query, heads(key), heads(value), dropout_p=0.0, is_causal=False))
+        k_ip, v_ip = self.kv
+        out = out + merge(F.scaled_dot_product_attention(query, heads(k_ip), heads(v_ip), dropout_p=0.0,
+                                                         is_causal=False))
+        out = attn.to_out[1](attn.to_out[0](out))
+        if attn.residual_connection:
+            out = out + hidden_states
+        return out / attn.rescale_output_factor
+
+
+def ip_attentions(unet) -> list[tuple[str, nn.Module]]:
+    """The cross-attention layers an IP-Adapter reaches, in diffusers' order: every processor of
+    unet.attn_processors whose name does not end in attn1.processor (motion modules aside), as
+    _convert_ip_adapter_attn_to_diffusers walks them; the i-th is the file's ip_adapter.{2i+1}."""
+    names = [n for n in unet.attn_processors if not n.endswith("attn1.processor") and "motion_modules" not in n]
+    return [(n, unet.get_submodule(n.removesuffix(".processor"))) for n in names]
+
+
+def ip_layout(unet) -> dict:
+    """model.json unet.ip_adapter: each cross-attention layer's inner width (to_k out_features,
+    the width of its k_l / v_l) and the text context width an adapter's to_k_ip reads."""
+    return {"layers": [int(m.to_k.out_features) for _, m in ip_attentions(unet)],
+            "cross_attention_dim": int(unet.config.cross_attention_dim)}
+
+
+@contextlib.contextmanager
+def ip_processors(unet, ip_kv: tuple, dtype):
+    """IPAttnProcessor on every cross-attention layer with its (k, v) pair of ip_kv for the
+    duration of one inner call; the original processors are put back after (so forward and
+    forward_control trace exactly as without IP-Adapter support)."""
+    layers = ip_attentions(unet)
+    if len(ip_kv) != 2 * len(layers):
+        raise ValueError(f"ip_kv has {len(ip_kv)} tensors; this UNet takes {2 * len(layers)} "
+                         f"(a k and a v for each of its {len(layers)} cross-attention layers)")
+    saved = [m.processor for _, m in layers]
+    try:
+        for i, (_, m) in enumerate(layers):
+            proc = IPAttnProcessor()
+            proc.kv = (ip_kv[2 * i].to(dtype), ip_kv[2 * i + 1].to(dtype))
+            m.set_processor(proc)
+        yield
+    finally:
+        for (_, m), proc in zip(layers, saved):
+            m.set_processor(proc)
+
+
 class UNetTS(_SharedChildren):
     def __init__(self, unet, dtype):
         super().__init__(unet)
@@ -281,6 +380,16 @@ class UNetTS(_SharedChildren):
             mid_block_additional_residual=res[-1],
             return_dict=False,
         )[0]
+
+    def forward_ip(self, latent, timestep, context, text_embeds, time_ids, ip_kv: tuple):
+        """forward with an IP-Adapter's per-layer (k, v) image tokens (ip_processors)."""
+        with ip_processors(self._inner, ip_kv, self._dtype):
+            return self.forward(latent, timestep, context, text_embeds, time_ids)
+
+    def forward_control_ip(self, latent, timestep, context, text_embeds, time_ids, residuals: tuple, ip_kv: tuple):
+        """forward_control with an IP-Adapter's per-layer (k, v) image tokens."""
+        with ip_processors(self._inner, ip_kv, self._dtype):
+            return self.forward_control(latent, timestep, context, text_embeds, time_ids, residuals)
 
 
 def control_layout(unet_config) -> dict:
@@ -313,6 +422,16 @@ def control_residuals(layout: dict, batch: int, lat_h: int, lat_w: int, dtype, d
     """Random residuals of the shapes `layout` gives for a latent of lat_h x lat_w."""
     return tuple((torch.randn(batch, c, residual_size(lat_h, d), residual_size(lat_w, d), generator=gen) * 0.5)
                  .to(device, dtype) for c, d in zip(layout["channels"], layout["downscales"]))
+
+
+def ip_kv_inputs(layout: dict, batch: int, tokens: int, dtype, device, gen, v_zero: bool = False) -> tuple:
+    """Random (k_0, v_0, ..) of the shapes forward_ip takes: [batch, tokens, C_l] per layer."""
+    out = []
+    for c in layout["layers"]:
+        k = torch.randn(batch, tokens, c, generator=gen)
+        v = torch.zeros(batch, tokens, c) if v_zero else torch.randn(batch, tokens, c, generator=gen)
+        out += [k.to(device, dtype), v.to(device, dtype)]
+    return tuple(out)
 
 
 class VaeDecoderTS(_SharedChildren):
@@ -523,6 +642,35 @@ class Checker:
             return None
 
 
+def check_unet(chk: Checker, ts, unet, unet_cases: list, control_cases: list, ctx_dim: int, pdim: int, gen) -> None:
+    """unet.ts vs the same wrapper run eagerly: forward at every case; forward_control, forward_ip and
+    forward_control_ip at the control cases (random residuals; random ip_kv of 4 and 16 tokens, in turn);
+    and forward_ip with v = 0 (it adds exact zeros) == forward, bit for bit."""
+    dtype, device = chk.dtype, chk.device
+    eager = UNetTS(unet, dtype)
+    layout, ip = control_layout(unet.config), ip_layout(unet)
+    n_ip = 0
+    for (b, w, h, k) in unet_cases:
+        inp = unet_inputs(b, w, h, k, ctx_dim, pdim, dtype, device, gen)
+        key = dict(batch=b, width=w, height=h, chunks=k)
+        got = chk.run_safe("unet.ts", key, ts, eager, inp)
+        if (b, w, h, k) not in control_cases:
+            continue
+        res = control_residuals(layout, b, h // 8, w // 8, dtype, device, gen)
+        chk.run_safe("unet.ts forward_control", key, ts.forward_control, eager.forward_control, inp + (res,))
+        kv = ip_kv_inputs(ip, b, 4 if n_ip % 2 == 0 else 16, dtype, device, gen)
+        key_ip = dict(key, tokens=kv[0].shape[1])
+        chk.run_safe("unet.ts forward_ip", key_ip, ts.forward_ip, eager.forward_ip, inp + (kv,))
+        chk.run_safe("unet.ts forward_control_ip", key_ip, ts.forward_control_ip, eager.forward_control_ip,
+                     inp + (res, kv))
+        if n_ip == 0 and got is not None:
+            zero = ip_kv_inputs(ip, b, 4, dtype, device, gen, v_zero=True)
+            with torch.no_grad():
+                d = float((ts.forward_ip(*inp, zero).float() - got[0].float()).abs().max())
+            chk.results.append(dict(module="unet.ts forward_ip (v = 0) vs forward", **key, max_abs_diff=d, ok=d == 0.0))
+        n_ip += 1
+
+
 def run_checks(level: str, tiny: bool, out: Path, pipe, dtype, vae_dtype, device, dims) -> tuple[Checker, Checker]:
     t0 = time.time()
     gen = torch.Generator().manual_seed(1234)
@@ -574,19 +722,10 @@ def run_checks(level: str, tiny: bool, out: Path, pipe, dtype, vae_dtype, device
         vae_cases += [(1, w, h) for (w, h) in odd] + [(1, 256, 256)] + ([] if tiny else [(1, 1536, 1536)])
 
     log(f"  checked text encoders ({time.time() - t0:.1f}s)")
-    ts = load("unet.ts")
-    eager = UNetTS(pipe.unet, dtype)  # the same wrapper, run eagerly
-    layout = control_layout(pipe.unet.config)
     control_cases = unet_cases if level == "quick" else unet_cases[::4]
-    for (b, w, h, k) in unet_cases:
-        inp = unet_inputs(b, w, h, k, h1 + h2, pdim, dtype, device, gen)
-        key = dict(batch=b, width=w, height=h, chunks=k)
-        chk.run_safe("unet.ts", key, ts, eager, inp)
-        if (b, w, h, k) in control_cases:
-            res = control_residuals(layout, b, h // 8, w // 8, dtype, device, gen)
-            chk.run_safe("unet.ts forward_control", key, ts.forward_control, eager.forward_control, inp + (res,))
-    del ts
-    log(f"  checked unet: {len(unet_cases)} shapes, forward_control {len(control_cases)} ({time.time() - t0:.1f}s)")
+    check_unet(chk, load("unet.ts"), pipe.unet, unet_cases, control_cases, h1 + h2, pdim, gen)
+    log(f"  checked unet: {len(unet_cases)} shapes, forward_control / forward_ip / forward_control_ip "
+        f"{len(control_cases)} ({time.time() - t0:.1f}s)")
 
     vae = pipe.vae
     dec_ts, dec_e = load("vae_decoder.ts"), VaeDecoderTS(vae, vae_dtype)
@@ -947,6 +1086,9 @@ def main() -> int:
     src.add_argument("--controlnet", metavar="DIR|FILE",
                      help="export one SDXL ControlNet (a diffusers folder, or a .safetensors file in the diffusers "
                           "or the original layout) as a ControlNet folder a task can name")
+    src.add_argument("--ip-adapter", metavar="FILE",
+                     help="export one SDXL IP-Adapter (.safetensors: image_proj.*, ip_adapter.*; plain or plus) "
+                          "and its --image-encoder as an IP-Adapter folder a task can name")
     ap.add_argument("--print-config", choices=["tiny", "full"], action=PrintConfig,
                     help="print the diffusers / transformers configs and the scheduler config of the --tiny or "
                          "--random-full architecture as JSON, and exit")
@@ -958,6 +1100,9 @@ def main() -> int:
     ap.add_argument("--vae", metavar="FILE|DIR",
                     help="with --from: this VAE instead of the checkpoint's (a diffusers VAE folder, or a "
                          ".safetensors VAE file in the original or the diffusers layout)")
+    ap.add_argument("--image-encoder", metavar="DIR",
+                    help="with --ip-adapter: the CLIP vision encoder it was trained with, a transformers folder "
+                         "(config.json + model.safetensors, CLIPVisionModelWithProjection)")
     ap.add_argument("--dtype", choices=sorted(DTYPES))
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--out", required=True)
@@ -989,9 +1134,11 @@ def main() -> int:
         ap.error("--vae goes with --from or --vae-only")
     if a.vae_only and not a.vae:
         ap.error("--vae-only needs --vae FILE|DIR")
+    if bool(a.ip_adapter) != bool(a.image_encoder):
+        ap.error("--ip-adapter FILE and --image-encoder DIR go together")
     t_start = time.time()
     kind = ("tiny" if a.tiny else "random-full" if a.random_full else "vae-only" if a.vae_only
-            else "controlnet" if a.controlnet else "from")
+            else "controlnet" if a.controlnet else "ip-adapter" if a.ip_adapter else "from")
     dtype_name = a.dtype or ("fp32" if kind == "tiny" else "fp16")
     dtype = DTYPES[dtype_name]
     device = a.device
@@ -1012,6 +1159,10 @@ def main() -> int:
             from controlnet_export import export_controlnet
 
             rc = export_controlnet(a, dtype_name, dtype, device, out, tmp)
+        elif kind == "ip-adapter":
+            from ip_adapter_export import export_ip_adapter
+
+            rc = export_ip_adapter(a, dtype_name, dtype, device, out, tmp)
         else:
             rc = export(a, kind, dtype_name, dtype, device, out, tmp, t_start)
     except BaseException:
@@ -1072,8 +1223,11 @@ def export(a, kind, dtype_name, dtype, device, out: Path, tmp: Path, t_start: fl
     inp = unet_inputs(2, lat_w * 8, lat_h * 8, 1, ctx_dim, pdim, dtype, device, gen)
     control = control_layout(unet.config)
     res = control_residuals(control, 2, lat_h, lat_w, dtype, device, gen)
-    warns["unet.ts"] = trace_module(UNetTS(unet, dtype), {"forward": inp, "forward_control": inp + (res,)},
-                                    tmp / "unet.ts")
+    ip = ip_layout(unet)
+    kv = ip_kv_inputs(ip, 2, 5, dtype, device, gen)  # 5 tokens: no count of a real adapter gets baked in
+    warns["unet.ts"] = trace_module(UNetTS(unet, dtype), {"forward": inp, "forward_control": inp + (res,),
+                                                          "forward_ip": inp + (kv,),
+                                                          "forward_control_ip": inp + (res, kv)}, tmp / "unet.ts")
     check_names(tmp / "unet.ts", unet, device, "unet")
     timings["trace_unet"] = time.time() - t0
 
@@ -1157,6 +1311,7 @@ def export(a, kind, dtype_name, dtype, device, out: Path, tmp: Path, t_start: fl
         ],
         "unet": {"file": "unet.ts", "in_channels": int(unet.config.in_channels), "context_dim": ctx_dim,
                  "pooled_dim": pdim, "time_ids_dim": 6, "parameters": count_params(unet), "control": control,
+                 "ip_adapter": ip,
                  **({"aoti": aoti_meta} if aoti_meta else {})},
         "vae_decoder": {"file": "vae_decoder.ts"},
         "vae_encoder": {"file": "vae_encoder.ts"},

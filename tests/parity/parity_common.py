@@ -11,11 +11,12 @@ import json
 from pathlib import Path
 
 
-def parse_args(doc: str, extra=None) -> tuple[argparse.Namespace, Path]:
+def parse_args(doc: str, extra=None, binary_required: bool = True) -> tuple[argparse.Namespace, Path]:
     """The options every parity script takes (plus `extra(ap)`'s); makes --work.
+    binary_required=False: --binary may be left out (a script's Python-only mode).
     Returns (args, work)."""
     ap = argparse.ArgumentParser(description=doc)
-    ap.add_argument("--binary", required=True, help="the sdxl-batch executable")
+    ap.add_argument("--binary", required=binary_required, help="the sdxl-batch executable")
     ap.add_argument("--model", required=True, help="the exported model directory")
     ap.add_argument("--diffusers", required=True, help="the same weights as a diffusers pipeline")
     ap.add_argument("--work", required=True, help="scratch directory (images, latents, the JSON)")

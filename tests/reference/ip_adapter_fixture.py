@@ -1,0 +1,235 @@
+"""Tiny random SDXL IP-Adapters for the tests, in the original single-file layout that
+export_sdxl.py --ip-adapter reads, each with its own tiny CLIP vision encoder.
+
+The adapters fit the tiny model (its UNet's cross-attention layers, in diffusers' attn_processors
+order, with diffusers' own widths: _convert_ip_adapter_attn_to_diffusers' hidden_size rule) and are
+drawn from seeded generators with spreads large enough that scale 1.0 changes the image visibly and the
+image tokens depend on the reference image (not only on biases):
+  plain  ImageProjection (4 tokens) on the encoder's image_embeds; encoder: hidden 32, 2 layers,
+         image_size 32, patch 8, projection_dim 24
+  plus   IPAdapterPlusImageProjection (the Resampler: depth 4, 16 queries, hidden 64 = 1 head of 64, as
+         diffusers infers heads = to_q rows // 64) on the encoder's hidden_states[-2]; encoder: hidden 48,
+         3 layers, image_size 64, patch 16
+
+  python -m reference.ip_adapter_fixture --diffusers TINY_DIFFUSERS --out DIR [--seed S]
+
+DIR gets plain/ip-adapter-plain.safetensors + plain/image_encoder/ (transformers save_pretrained:
+config.json + model.safetensors), the same under plus/, and bad/: files export_sdxl.py --ip-adapter must
+refuse (write_bad_files). Each adapter file is read back by diffusers' own conversion
+(_convert_ip_adapter_image_proj_to_diffusers): the projection must come back bit for bit.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+PLAIN_ENCODER = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=32,
+                     patch_size=8, projection_dim=24)
+PLUS_ENCODER = dict(hidden_size=48, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4, image_size=64,
+                    patch_size=16, projection_dim=32)
+PLUS_RESAMPLER = dict(hidden_dims=64, depth=4, dim_head=64, heads=1, num_queries=16, ffn_ratio=4)
+# Spread of the re-drawn weights: to_k_ip / to_v_ip are KV_STD / sqrt(D) (k, v ~ N(0, KV_STD^2) on
+# layer-normed tokens); the plain projection and the encoder's visual projection 1 / sqrt(fan_in).
+K_STD, V_STD = 1.5, 3.0
+
+
+def cross_layers(diffusers_dir: Path) -> tuple[list[int], int]:
+    """(hidden_size of each cross-attention processor in attn_processors order, cross_attention_dim),
+    by diffusers' rule in _convert_ip_adapter_attn_to_diffusers."""
+    from diffusers import UNet2DConditionModel
+
+    cfg = json.loads((diffusers_dir / "unet" / "config.json").read_text())
+    with torch.device("meta"):
+        unet = UNet2DConditionModel.from_config(cfg)
+    blocks = list(unet.config.block_out_channels)
+    widths = []
+    for name in unet.attn_processors:
+        if name.endswith("attn1.processor"):
+            continue
+        if name.startswith("mid_block"):
+            widths.append(blocks[-1])
+        elif name.startswith("up_blocks"):
+            widths.append(list(reversed(blocks))[int(name[len("up_blocks.")])])
+        else:
+            widths.append(blocks[int(name[len("down_blocks.")])])
+    return widths, int(unet.config.cross_attention_dim)
+
+
+def encoder(cfg: dict, seed: int):
+    """A random CLIPVisionModelWithProjection; its visual projection re-drawn at 1/sqrt(hidden) so
+    image_embeds are O(1) and differ between images."""
+    from transformers import CLIPVisionConfig, CLIPVisionModelWithProjection
+
+    torch.manual_seed(seed)
+    enc = CLIPVisionModelWithProjection(CLIPVisionConfig(**cfg)).eval().requires_grad_(False)
+    gen = torch.Generator().manual_seed(seed + 1)
+    w = enc.visual_projection.weight
+    w.data = torch.randn(w.shape, generator=gen) / cfg["hidden_size"] ** 0.5
+    return enc
+
+
+def ip_layers(widths: list[int], cross_dim: int, gen) -> dict[str, torch.Tensor]:
+    """ip_adapter.{2i+1}.to_k_ip.weight / to_v_ip.weight [C_i, D]."""
+    out = {}
+    for i, c in enumerate(widths):
+        out[f"ip_adapter.{2 * i + 1}.to_k_ip.weight"] = torch.randn(c, cross_dim, generator=gen) * K_STD / cross_dim ** 0.5
+        out[f"ip_adapter.{2 * i + 1}.to_v_ip.weight"] = torch.randn(c, cross_dim, generator=gen) * V_STD / cross_dim ** 0.5
+    return out
+
+
+def plain_adapter(widths, cross_dim: int, embed_dim: int, seed: int) -> dict[str, torch.Tensor]:
+    """The original layout of a plain IP-Adapter: image_proj.proj [4D, P] + norm, and the layers."""
+    gen = torch.Generator().manual_seed(seed)
+    sd = {"image_proj.proj.weight": torch.randn(4 * cross_dim, embed_dim, generator=gen) / embed_dim ** 0.5,
+          "image_proj.proj.bias": torch.randn(4 * cross_dim, generator=gen) * 0.1,
+          "image_proj.norm.weight": 1.0 + torch.randn(cross_dim, generator=gen) * 0.1,
+          "image_proj.norm.bias": torch.randn(cross_dim, generator=gen) * 0.1}
+    sd.update(ip_layers(widths, cross_dim, gen))
+    return sd
+
+
+def resampler_original(mod) -> dict[str, torch.Tensor]:
+    """IPAdapterPlusImageProjection's state dict -> the original Resampler names (the inverse of diffusers'
+    conversion): layers.i.{ln0,ln1} -> layers.i.0.norm{1,2}, attn.to_q -> 0.to_q, attn.to_k + to_v ->
+    0.to_kv (rows k then v), attn.to_out.0 -> 0.to_out, ff.0 -> 1.0, ff.1.net.0.proj -> 1.1, ff.1.net.2 -> 1.3."""
+    out = {}
+    sd = mod.state_dict()
+    for k, v in sd.items():
+        p = k.split(".")
+        if p[0] != "layers":
+            out[k] = v
+            continue
+        i, rest = p[1], ".".join(p[2:])
+        table = {"ln0.": "0.norm1.", "ln1.": "0.norm2.", "attn.to_q.": "0.to_q.", "attn.to_out.0.": "0.to_out.",
+                 "ff.0.": "1.0.", "ff.1.net.0.proj.": "1.1.", "ff.1.net.2.": "1.3."}
+        if rest.startswith("attn.to_k."):
+            out[f"layers.{i}.0.to_kv.weight"] = torch.cat([v, sd[f"layers.{i}.attn.to_v.weight"]], 0)
+            continue
+        if rest.startswith("attn.to_v."):
+            continue
+        src = next(s for s in table if rest.startswith(s))
+        out[f"layers.{i}.{table[src]}{rest[len(src):]}"] = v
+    return {k: v.detach().contiguous() for k, v in out.items()}
+
+
+def plus_adapter(widths, cross_dim: int, embed_dim: int, seed: int):
+    """(the original layout of a plus IP-Adapter, the diffusers projection module it stands for)."""
+    from diffusers.models.embeddings import IPAdapterPlusImageProjection
+
+    torch.manual_seed(seed)
+    proj = IPAdapterPlusImageProjection(embed_dims=embed_dim, output_dims=cross_dim, **PLUS_RESAMPLER).eval()
+    gen = torch.Generator().manual_seed(seed + 1)
+    for name, p in proj.named_parameters():  # norms: around 1 / 0 with some spread, as trained ones
+        if ("ln" in name or "norm" in name or ".ff.0." in name) and name.endswith("weight"):
+            p.data = 1.0 + torch.randn(p.shape, generator=gen) * 0.1
+        elif ("ln" in name or "norm" in name or ".ff.0." in name) and name.endswith("bias"):
+            p.data = torch.randn(p.shape, generator=gen) * 0.1
+    sd = {"image_proj." + k: v for k, v in resampler_original(proj).items()}
+    sd.update(ip_layers(widths, cross_dim, gen))
+    return sd, proj
+
+
+def read_back(sd: dict[str, torch.Tensor]):
+    """diffusers' conversion of the file's image_proj group (what load_ip_adapter builds)."""
+    from diffusers.loaders.unet import UNet2DConditionLoadersMixin
+
+    proj = {k.removeprefix("image_proj."): v for k, v in sd.items() if k.startswith("image_proj.")}
+    return UNet2DConditionLoadersMixin._convert_ip_adapter_image_proj_to_diffusers(None, proj, low_cpu_mem_usage=False)
+
+
+def write_bad_files(plain: dict[str, torch.Tensor], plus: dict[str, torch.Tensor], plain_enc: Path, out: Path) -> None:
+    """Files export_sdxl.py --ip-adapter must refuse, under out/: SD 1.x / 2.x adapters (text width 768 /
+    1024), FaceID and FaceID-plus adapters, a full-face adapter, a LoRA, a ControlNet, a whole checkpoint,
+    a file of other tensors, a truncated file, a pickle, a plain adapter less one layer tensor, a plus
+    adapter less one Resampler tensor, and an encoder folder with only pickle weights."""
+    import shutil
+
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    z = lambda *shape: torch.zeros(*shape or (4, 4))  # noqa: E731  (one tensor per name: safetensors refuses shared ones)
+    for name, d, layers in (("sd1", 768, 16), ("sd2", 1024, 16)):
+        sd = {"image_proj.proj.weight": z(4 * d, 24), "image_proj.proj.bias": z(4 * d), "image_proj.norm.weight": z(d),
+              "image_proj.norm.bias": z(d)}
+        sd.update({f"ip_adapter.{2 * i + 1}.to_{kv}_ip.weight": z(8, d) for i in range(layers) for kv in "kv"})
+        save_file(sd, str(out / f"{name}.safetensors"))
+    fakes = {
+        "faceid": {"image_proj.proj.0.weight": z(8, 4), "image_proj.proj.0.bias": z(8), "image_proj.proj.2.weight": z(),
+                   "image_proj.proj.2.bias": z(4), "image_proj.norm.weight": z(4), "image_proj.norm.bias": z(4),
+                   "ip_adapter.1.to_k_ip.weight": z(), "ip_adapter.1.to_v_ip.weight": z(),
+                   "ip_adapter.1.to_k_lora.down.weight": z(), "ip_adapter.1.to_k_lora.up.weight": z()},
+        "faceid-plus": {"image_proj.perceiver_resampler.proj_in.weight": z(), "image_proj.proj.0.weight": z(),
+                        "ip_adapter.1.to_k_ip.weight": z(), "ip_adapter.1.to_v_ip.weight": z()},
+        "full-face": {"image_proj.proj.0.weight": z(), "image_proj.proj.0.bias": z(4), "image_proj.proj.2.weight": z(),
+                      "image_proj.proj.2.bias": z(4), "image_proj.proj.3.weight": z(4), "image_proj.proj.3.bias": z(4),
+                      "ip_adapter.1.to_k_ip.weight": z(), "ip_adapter.1.to_v_ip.weight": z()},
+        "lora": {"lora_unet_down_blocks_1_attentions_0_proj_in.lora_down.weight": z(),
+                 "lora_unet_down_blocks_1_attentions_0_proj_in.lora_up.weight": z()},
+        "controlnet": {"controlnet_cond_embedding.conv_in.weight": z(), "controlnet_down_blocks.0.weight": z()},
+        "checkpoint": {"model.diffusion_model.input_blocks.0.0.weight": z(), "first_stage_model.decoder.conv_in.weight": z()},
+        "other": {"encoder.layer.0.weight": z(), "head.weight": z()},
+        "missing-tensor": {k: v for k, v in plain.items() if k != "ip_adapter.5.to_v_ip.weight"},
+        "missing-resampler-tensor": {k: v for k, v in plus.items() if k != "image_proj.layers.2.0.to_q.weight"},
+    }
+    for name, tensors in fakes.items():
+        save_file(tensors, str(out / f"{name}.safetensors"))
+    data = (out / "missing-tensor.safetensors").read_bytes()
+    (out / "truncated.safetensors").write_bytes(data[: len(data) * 2 // 3])
+    torch.save({"image_proj": {"proj.weight": z()}, "ip_adapter": {"1.to_k_ip.weight": z()}}, str(out / "pickle.safetensors"))
+    enc = out / "encoder-bin"
+    enc.mkdir(exist_ok=True)
+    shutil.copyfile(plain_enc / "config.json", enc / "config.json")
+    torch.save({"visual_projection.weight": z()}, str(enc / "pytorch_model.bin"))
+
+
+def max_diff(a: dict, b: dict) -> float:
+    if set(a) != set(b):
+        raise SystemExit(f"the read-back has other tensors: {sorted(set(a) ^ set(b))[:4]}")
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+def write(diffusers_dir: Path, out: Path, seed: int) -> dict:
+    from safetensors.torch import save_file
+
+    widths, cross_dim = cross_layers(diffusers_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    info = {"seed": seed, "layers": len(widths), "cross_attention_dim": cross_dim}
+    plain_enc = encoder(PLAIN_ENCODER, seed)
+    plain = plain_adapter(widths, cross_dim, PLAIN_ENCODER["projection_dim"], seed + 10)
+    plus_enc = encoder(PLUS_ENCODER, seed + 20)
+    plus, plus_proj = plus_adapter(widths, cross_dim, PLUS_ENCODER["hidden_size"], seed + 30)
+    for name, enc, sd in (("plain", plain_enc, plain), ("plus", plus_enc, plus)):
+        (out / name).mkdir(exist_ok=True)
+        enc.save_pretrained(str(out / name / "image_encoder"), safe_serialization=True)
+        save_file(sd, str(out / name / f"ip-adapter-{name}.safetensors"), metadata={"name": f"tiny-ip-adapter-{name}"})
+        info[name] = {"tensors": len(sd), "parameters": sum(v.numel() for v in sd.values())}
+    got = read_back(plain).state_dict()
+    want = {"image_embeds.weight": plain["image_proj.proj.weight"], "image_embeds.bias": plain["image_proj.proj.bias"],
+            "norm.weight": plain["image_proj.norm.weight"], "norm.bias": plain["image_proj.norm.bias"]}
+    info["plain"]["read_back_max_abs_diff"] = max_diff(want, got)
+    info["plus"]["read_back_max_abs_diff"] = max_diff(plus_proj.state_dict(), read_back(plus).state_dict())
+    write_bad_files(plain, plus, out / "plain" / "image_encoder", out / "bad")
+    return info
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--diffusers", required=True, help="the tiny model's diffusers folder (its unet/config.json)")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--seed", type=int, default=31)
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    info = write(Path(a.diffusers), Path(a.out), a.seed)
+    print(json.dumps(info))
+    if info["plain"]["read_back_max_abs_diff"] != 0.0 or info["plus"]["read_back_max_abs_diff"] != 0.0:
+        print("FAIL: diffusers' conversion does not read the original layout back exactly", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
