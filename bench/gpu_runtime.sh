@@ -24,6 +24,7 @@
 #   models.sh    single-file  a full-size original-layout checkpoint: export --from FILE, time, memory, same?
 #                vae-switch   an fp16 VAE folder named by every second task: cost, cache, same images?
 #                controlnet   a full-size ControlNet: export, s/image and memory with/without, cache, b1 = b4?
+#                ip-adapter   full-size IP-Adapters (plus, plain): export, s/image and memory with/without, caches
 #   loop.sh      loop      2 GPUs: the diffusers for-loop (reference.diffusers_loop) vs the runtime
 #   trace.sh     trace     per-step UNet times of 2+2 images (SDXL_TRACE_STEPS=1), UNet profile
 # Knobs of every mode: OUT (results, bench/tmp), WORK (/tmp/sdxl-gpu), RUN_TIMEOUT
@@ -37,11 +38,12 @@ case "$MODE" in
   multi | x2 | scale) family=multigpu ;;
   capmerge | wscap | alloc) family=memory ;;
   loop) family=loop ;;
-  single-file | vae-switch | controlnet) family=models ;;
+  single-file | vae-switch | controlnet | ip-adapter) family=models ;;
   trace) family=trace ;;
   *)
     echo "usage: [OUT=DIR] bash bench/gpu_runtime.sh MODE; MODE: check | order | mixed | caps | pipeline | single |" \
-         "defaults | multi | x2 | scale | capmerge | wscap | alloc | loop | trace | single-file | vae-switch | controlnet" >&2
+         "defaults | multi | x2 | scale | capmerge | wscap | alloc | loop | trace | single-file | vae-switch | controlnet |" \
+         "ip-adapter" >&2
     exit 2 ;;
 esac
 exec bash "$(dirname "$0")/runtime/$family.sh" "$MODE"

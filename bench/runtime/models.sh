@@ -19,11 +19,17 @@
 #        own 1024² control image), with it for the first half of the steps (end 0.5),
 #        and with it at --max-batch 1 (must equal the batched images): s/image,
 #        sampling seconds, peak memory, the ControlNet cache's counters and MiB.
+# ip-adapter: random full-size SDXL IP-Adapters (reference.ip_adapter_fixture --size full: plus
+#        with a ViT-H encoder and a 1280-wide Resampler, plain with a ViT-bigG encoder) exported
+#        with export_sdxl.py --ip-adapter (fp16, cuda, --check quick), then 8 images at 1024²
+#        (--max-batch 4) without an adapter, with plus (scale 0.6, 3 references shared by the 8
+#        tasks), with plain, with plus at --max-batch 1 (must be within 1 level of b4): s/image,
+#        sampling seconds, peak memory, the adapter and reference caches' counters.
 # Results: $OUT/summary.txt (+ the logs).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 MODE=${1:-}
-case "$MODE" in single-file | vae-switch | controlnet) ;; *) echo "usage: [OUT=DIR] bash bench/runtime/models.sh single-file|vae-switch|controlnet" >&2; exit 2 ;; esac
+case "$MODE" in single-file | vae-switch | controlnet | ip-adapter) ;; *) echo "usage: [OUT=DIR] bash bench/runtime/models.sh single-file|vae-switch|controlnet|ip-adapter" >&2; exit 2 ;; esac
 export SDXL_SAVE_DIFFUSERS=1
 source bench/lib/gpu_prepare.sh  # build + export (+ $WORK/full-diffusers); sets OUT WORK SDXL MODEL
 source bench/lib/runtime.sh
@@ -89,6 +95,75 @@ ps = [10 * np.log10(255 ** 2 / max(((px(a[t]) - px(b[t])) ** 2).mean(), 1e-12)) 
 print(f"plain vs cn (the ControlNet acts): PSNR {min(ps):.1f}..{max(ps):.1f} dB")
 p = Image.open(sorted(b.values())[0]).info.get("parameters", "")
 print("cn PNG:", [i.strip() for i in p.split(", ") if "ControlNet" in i or "Guidance" in i][:2])
+PY
+  log_warnings
+  exit 0
+fi
+
+if [ "$MODE" = ip-adapter ]; then
+  # The adapters live in $WORK/ipadapters/ (a run named ip-* would remove $WORK/ip-*); kept between calls.
+  if [ ! -f "$WORK/ipadapters/plain/model.json" ]; then
+    t0=$(date +%s)
+    python3 -m reference.ip_adapter_fixture --diffusers "$WORK/full-diffusers" --out "$WORK/ipa-src" --size full \
+      > "$OUT/ip-fixture.log" 2>&1
+    echo "random full-size IP-Adapters + encoders: $(( $(date +%s) - t0 )) s; $(tail -1 "$OUT/ip-fixture.log")" | tee -a "$OUT/summary.txt"
+    for v in plus plain; do
+      t0=$(date +%s)
+      python3 scripts/export_sdxl.py --ip-adapter "$WORK/ipa-src/$v/ip-adapter-$v.safetensors" \
+        --image-encoder "$WORK/ipa-src/$v/image_encoder" --dtype fp16 --device cuda --check quick \
+        --out "$WORK/ipadapters/$v" --force > "$OUT/export-ip-$v.log" 2>&1
+      echo "export --ip-adapter $v (cuda, --check quick): $(( $(date +%s) - t0 )) s; $(tail -1 "$OUT/export-ip-$v.log")" | tee -a "$OUT/summary.txt"
+    done
+  fi
+  python3 - "$WORK" <<'PY'
+import json, sys
+from pathlib import Path
+import numpy as np
+from PIL import Image
+w = Path(sys.argv[1]); (w / "refs").mkdir(exist_ok=True)
+rng = np.random.default_rng(5)
+for i, size in enumerate(((768, 1024), (1024, 768), (512, 512))):  # character sheets of several shapes
+    px = rng.integers(0, 256, size=(size[1], size[0], 3), dtype=np.uint8)
+    px[: size[1] // 2] = np.linspace(0, 255, size[0], dtype=np.uint8)[None, :, None]
+    Image.fromarray(px, "RGB").save(w / "refs" / f"r{i}.png")
+tasks = [{"id": f"p{i}", "prompt": f"comic panel {i}, a lighthouse keeper in a storm, bold ink lines", "seed": 300 + i}
+         for i in range(8)]
+base = {"version": 1, "defaults": {"steps": 28, "cfg": 7.0, "width": 1024, "height": 1024}}
+json.dump(dict(base, tasks=tasks), open(w / "plain.json", "w"), indent=1)
+for v in ("plus", "plain"):
+    ip = [dict(t, ip_adapter={"model": f"ipadapters/{v}", "images": [f"refs/r{i % 3}.png"], "scale": 0.6})
+          for i, t in enumerate(tasks)]
+    json.dump(dict(base, tasks=ip), open(w / f"ip-{v}.json", "w"), indent=1)
+PY
+  run plain "$WORK/plain.json" --max-batch 4
+  RUN_LOG_LEVEL=info run ipplus "$WORK/ip-plus.json" --max-batch 4
+  RUN_LOG_LEVEL=info run ipplain "$WORK/ip-plain.json" --max-batch 4
+  run ipplus-b1 "$WORK/ip-plus.json" --max-batch 1
+  grep -h "IP-Adapter '" "$WORK/ipplus.log" "$WORK/ipplain.log" | sed 's/^/ip: /' | tee -a "$OUT/summary.txt"
+  compare ipplus ipplus-b1
+  python3 - "$WORK" <<'PY' | tee -a "$OUT/summary.txt"
+import json, sys
+from pathlib import Path
+import numpy as np
+from PIL import Image
+w = Path(sys.argv[1])
+for name in ("plain", "ipplus", "ipplain", "ipplus-b1"):
+    r = json.loads((w / name / "report.json").read_text()); d = r["devices"][0]
+    n = max(1, r["images_done"])
+    eng = {k: round(v, 2) for k, v in d.get("engine", {}).items() if k.startswith("ip_")}
+    print(f"{name}: {r['images_done']} images, {r['images_per_hour']:.0f} images/h, text {d['text_s'] / n:.3f} s/image, "
+          f"sample {d['sample_s'] / n:.3f} s/image, peak allocated {r['memory']['peak_allocated_bytes'] / 2**30:.2f} GiB, "
+          f"peak reserved {r['memory']['peak_reserved_bytes'] / 2**30:.2f} GiB, {eng}")
+def files(name):
+    return {json.loads(l)["task"]: w / name / json.loads(l)["file"] for l in (w / name / "manifest.jsonl").read_text().splitlines()}
+px = lambda p: np.asarray(Image.open(p).convert("RGB")).astype(np.float64)
+a = files("plain")
+for name in ("ipplus", "ipplain"):
+    b = files(name)
+    ps = [10 * np.log10(255 ** 2 / max(((px(a[t]) - px(b[t])) ** 2).mean(), 1e-12)) for t in sorted(a)]
+    print(f"plain vs {name} (the adapter acts): PSNR {min(ps):.1f}..{max(ps):.1f} dB")
+p = Image.open(sorted(files("ipplus").values())[0]).info.get("parameters", "")
+print("ipplus PNG:", [i.strip() for i in p.split(", ") if "IP-Adapter" in i])
 PY
   log_warnings
   exit 0

@@ -11,7 +11,7 @@ image tokens depend on the reference image (not only on biases):
          diffusers infers heads = to_q rows // 64) on the encoder's hidden_states[-2]; encoder: hidden 48,
          3 layers, image_size 64, patch 16
 
-  python -m reference.ip_adapter_fixture --diffusers TINY_DIFFUSERS --out DIR [--seed S]
+  python -m reference.ip_adapter_fixture --diffusers TINY_DIFFUSERS --out DIR [--seed S] [--size full]
 
 DIR gets plain/ip-adapter-plain.safetensors + plain/image_encoder/ (transformers save_pretrained:
 config.json + model.safetensors), the same under plus/, and bad/: files export_sdxl.py --ip-adapter must
@@ -32,6 +32,15 @@ PLAIN_ENCODER = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, 
 PLUS_ENCODER = dict(hidden_size=48, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4, image_size=64,
                     patch_size=16, projection_dim=32)
 PLUS_RESAMPLER = dict(hidden_dims=64, depth=4, dim_head=64, heads=1, num_queries=16, ffn_ratio=4)
+# --size full (the GPU benchmark): the published adapters' shapes on the full model: ViT-bigG/14 for
+# the plain ip-adapter_sdxl, ViT-H/14 and a 1280-wide Resampler (20 heads of 64) for the plus ones.
+FULL = dict(
+    plain_encoder=dict(hidden_size=1664, intermediate_size=8192, num_hidden_layers=48, num_attention_heads=16,
+                       image_size=224, patch_size=14, projection_dim=1280, hidden_act="gelu"),
+    plus_encoder=dict(hidden_size=1280, intermediate_size=5120, num_hidden_layers=32, num_attention_heads=16,
+                      image_size=224, patch_size=14, projection_dim=1024, hidden_act="gelu"),
+    resampler=dict(hidden_dims=1280, depth=4, dim_head=64, heads=20, num_queries=16, ffn_ratio=4))
+TINY = dict(plain_encoder=PLAIN_ENCODER, plus_encoder=PLUS_ENCODER, resampler=PLUS_RESAMPLER)
 # Spread of the re-drawn weights: to_k_ip / to_v_ip are KV_STD / sqrt(D) (k, v ~ N(0, KV_STD^2) on
 # layer-normed tokens); the plain projection and the encoder's visual projection 1 / sqrt(fan_in).
 K_STD, V_STD = 1.5, 3.0
@@ -116,12 +125,12 @@ def resampler_original(mod) -> dict[str, torch.Tensor]:
     return {k: v.detach().contiguous() for k, v in out.items()}
 
 
-def plus_adapter(widths, cross_dim: int, embed_dim: int, seed: int):
+def plus_adapter(widths, cross_dim: int, embed_dim: int, seed: int, resampler: dict = PLUS_RESAMPLER):
     """(the original layout of a plus IP-Adapter, the diffusers projection module it stands for)."""
     from diffusers.models.embeddings import IPAdapterPlusImageProjection
 
     torch.manual_seed(seed)
-    proj = IPAdapterPlusImageProjection(embed_dims=embed_dim, output_dims=cross_dim, **PLUS_RESAMPLER).eval()
+    proj = IPAdapterPlusImageProjection(embed_dims=embed_dim, output_dims=cross_dim, **resampler).eval()
     gen = torch.Generator().manual_seed(seed + 1)
     for name, p in proj.named_parameters():  # norms: around 1 / 0 with some spread, as trained ones
         if ("ln" in name or "norm" in name or ".ff.0." in name) and name.endswith("weight"):
@@ -192,18 +201,22 @@ def max_diff(a: dict, b: dict) -> float:
     return max(float((a[k] - b[k]).abs().max()) for k in a)
 
 
-def write(diffusers_dir: Path, out: Path, seed: int) -> dict:
+def write(diffusers_dir: Path, out: Path, seed: int, size: str = "tiny") -> dict:
     from safetensors.torch import save_file
 
+    shapes = FULL if size == "full" else TINY
     widths, cross_dim = cross_layers(diffusers_dir)
     out.mkdir(parents=True, exist_ok=True)
-    info = {"seed": seed, "layers": len(widths), "cross_attention_dim": cross_dim}
-    plain_enc = encoder(PLAIN_ENCODER, seed)
-    plain = plain_adapter(widths, cross_dim, PLAIN_ENCODER["projection_dim"], seed + 10)
-    plus_enc = encoder(PLUS_ENCODER, seed + 20)
-    plus, plus_proj = plus_adapter(widths, cross_dim, PLUS_ENCODER["hidden_size"], seed + 30)
+    info = {"seed": seed, "size": size, "layers": len(widths), "cross_attention_dim": cross_dim}
+    plain_enc = encoder(shapes["plain_encoder"], seed)
+    plain = plain_adapter(widths, cross_dim, shapes["plain_encoder"]["projection_dim"], seed + 10)
+    plus_enc = encoder(shapes["plus_encoder"], seed + 20)
+    plus, plus_proj = plus_adapter(widths, cross_dim, shapes["plus_encoder"]["hidden_size"], seed + 30,
+                                   shapes["resampler"])
     for name, enc, sd in (("plain", plain_enc, plain), ("plus", plus_enc, plus)):
         (out / name).mkdir(exist_ok=True)
+        if size == "full":
+            enc.half()  # the published encoders' files are fp16 too
         enc.save_pretrained(str(out / name / "image_encoder"), safe_serialization=True)
         save_file(sd, str(out / name / f"ip-adapter-{name}.safetensors"), metadata={"name": f"tiny-ip-adapter-{name}"})
         info[name] = {"tensors": len(sd), "parameters": sum(v.numel() for v in sd.values())}
@@ -212,7 +225,8 @@ def write(diffusers_dir: Path, out: Path, seed: int) -> dict:
             "norm.weight": plain["image_proj.norm.weight"], "norm.bias": plain["image_proj.norm.bias"]}
     info["plain"]["read_back_max_abs_diff"] = max_diff(want, got)
     info["plus"]["read_back_max_abs_diff"] = max_diff(plus_proj.state_dict(), read_back(plus).state_dict())
-    write_bad_files(plain, plus, out / "plain" / "image_encoder", out / "bad")
+    if size == "tiny":
+        write_bad_files(plain, plus, out / "plain" / "image_encoder", out / "bad")
     return info
 
 
@@ -221,9 +235,12 @@ def main() -> int:
     ap.add_argument("--diffusers", required=True, help="the tiny model's diffusers folder (its unet/config.json)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=31)
+    ap.add_argument("--size", choices=["tiny", "full"], default="tiny",
+                    help="full: the published adapters' encoder and Resampler shapes (the GPU benchmark; no bad files)")
     a = ap.parse_args()
-    torch.set_num_threads(1)
-    info = write(Path(a.diffusers), Path(a.out), a.seed)
+    if a.size == "tiny":
+        torch.set_num_threads(1)
+    info = write(Path(a.diffusers), Path(a.out), a.seed, a.size)
     print(json.dumps(info))
     if info["plain"]["read_back_max_abs_diff"] != 0.0 or info["plus"]["read_back_max_abs_diff"] != 0.0:
         print("FAIL: diffusers' conversion does not read the original layout back exactly", file=sys.stderr)
