@@ -36,7 +36,25 @@ struct Checker {
   std::filesystem::path base_dir;  // relative LoRA paths start here
   const LoraRegistry* registry = nullptr;
 
+  std::map<std::string, std::string> folder_errors{};  // kind + folder -> "" or why it does not load
+
   void add(const std::string& pointer, const std::string& msg) { problems.push_back({pointer, msg}); }
+
+  // Whether folder `dir` reads as `kind` (`load(dir)` throws ModelError when not);
+  // each folder is read once per batch file, however many tasks name it.
+  template <class Load>
+  bool check_folder(const char* kind, const std::string& dir, const std::string& pointer, Load&& load) {
+    auto [it, fresh] = folder_errors.try_emplace(std::string(kind) + ":" + dir);
+    if (fresh) {
+      try {
+        (void)load(dir);
+      } catch (const ModelError& e) {
+        it->second = e.what();
+      }
+    }
+    if (!it->second.empty()) add(pointer, it->second);
+    return it->second.empty();
+  }
 
   void check_keys(const json& obj, const std::string& pointer, const std::set<std::string>& allowed) {
     for (const auto& [key, value] : obj.items()) {
@@ -95,12 +113,7 @@ struct Checker {
     std::filesystem::path path(rel);
     if (path.is_relative()) path = base_dir / path;
     path = std::filesystem::absolute(path).lexically_normal();
-    try {
-      (void)load_vae_config(path);
-      p.vae = path.string();
-    } catch (const ModelError& e) {
-      add(pointer + "/vae", e.what());
-    }
+    if (check_folder("vae", path.string(), pointer + "/vae", load_vae_config)) p.vae = path.string();
   }
 
   // A path of the batch file (relative to its folder), absolute and normal.
@@ -117,11 +130,7 @@ struct Checker {
     std::string rel;
     if (get_string(c, cp, "model", rel)) {
       u.model = resolve(rel);
-      try {
-        (void)load_controlnet_config(u.model);
-      } catch (const ModelError& e) {
-        add(cp + "/model", e.what());
-      }
+      check_folder("controlnet", u.model, cp + "/model", load_controlnet_config);
     } else if (!c.contains("model")) {
       add(cp + "/model", "is missing (a ControlNet folder made by scripts/export_sdxl.py --controlnet)");
     }
@@ -172,11 +181,7 @@ struct Checker {
     std::string rel;
     if (get_string(ip, ptr, "model", rel)) {
       p.ip_adapter.model = resolve(rel);
-      try {
-        (void)load_ip_adapter_config(p.ip_adapter.model);
-      } catch (const ModelError& e) {
-        add(ptr + "/model", e.what());
-      }
+      check_folder("ip_adapter", p.ip_adapter.model, ptr + "/model", load_ip_adapter_config);
     } else if (!ip.contains("model")) {
       add(ptr + "/model", "is missing (an IP-Adapter folder made by scripts/export_sdxl.py --ip-adapter)");
     }
@@ -853,6 +858,7 @@ std::vector<BatchProblem> validate_batch_file(const std::filesystem::path& path,
   const BatchFile bf =
       parse_batch_text(text, path, model ? defaults_of(*model) : GenerationParams{}, &problems, wildcard_dirs);
   if (model) {
+    TaskFolderFits fits(*model);
     for (size_t i = 0; i < bf.tasks.size(); ++i) {
       try {
         check_task_size(*model, bf.tasks[i].params);
@@ -864,24 +870,24 @@ std::vector<BatchProblem> validate_batch_file(const std::filesystem::path& path,
       } catch (const UsageError& e) {
         problems.push_back({"/tasks/" + std::to_string(i) + "/clip_skip", e.what(), 0});
       }
+      const GenerationParams& p = bf.tasks[i].params;
+      const std::string at = "/tasks/" + std::to_string(i);
       try {
-        if (!bf.tasks[i].params.vae.empty()) check_vae_fits(load_vae_config(bf.tasks[i].params.vae), *model);
+        if (!p.vae.empty()) fits.vae(p.vae);
       } catch (const ModelError& e) {
-        problems.push_back({"/tasks/" + std::to_string(i), e.what(), 0});
+        problems.push_back({at, e.what(), 0});
       }
-      const auto& cns = bf.tasks[i].params.controlnets;
-      for (size_t k = 0; k < cns.size(); ++k) {
+      for (size_t k = 0; k < p.controlnets.size(); ++k) {
         try {
-          check_controlnet_fits(load_controlnet_config(cns[k].model), *model);
+          fits.controlnet(p.controlnets[k].model);
         } catch (const ModelError& e) {
-          problems.push_back({"/tasks/" + std::to_string(i) + "/controlnets/" + std::to_string(k), e.what(), 0});
+          problems.push_back({at + "/controlnets/" + std::to_string(k), e.what(), 0});
         }
       }
       try {
-        const IpAdapterUse& ip = bf.tasks[i].params.ip_adapter;
-        if (ip.on()) check_ip_adapter_fits(load_ip_adapter_config(ip.model), *model);
+        if (p.ip_adapter.on()) fits.ip_adapter(p.ip_adapter.model);
       } catch (const ModelError& e) {
-        problems.push_back({"/tasks/" + std::to_string(i) + "/ip_adapter/model", e.what(), 0});
+        problems.push_back({at + "/ip_adapter/model", e.what(), 0});
       }
     }
     check_prompt_chunks(*model, bf, embedding_dirs, problems);

@@ -252,16 +252,15 @@ BatchFile load_batch(const RunArgs& a, const std::filesystem::path& batch_path, 
   if (!a.model.vae_dir.empty()) fallback.vae = std::filesystem::absolute(a.model.vae_dir).lexically_normal().string();
   if (a.skip_invalid) return load_valid_tasks(batch_path, mc, fallback, wildcard_dirs, invalid);
   BatchFile bf = parse_batch_file(batch_path, fallback, wildcard_dirs);
+  TaskFolderFits fits(mc);
   for (size_t i = 0; i < bf.tasks.size(); ++i) {
     try {
       const std::string note = check_task_size(mc, bf.tasks[i].params);
       if (!note.empty()) spdlog::warn("{}: /tasks/{}: {}", batch_path.string(), i, note);
       if (bf.tasks[i].params.clip_skip != 0) check_clip_skip(mc, bf.tasks[i].params.clip_skip);
-      if (!bf.tasks[i].params.vae.empty()) check_vae_fits(load_vae_config(bf.tasks[i].params.vae), mc);
-      for (const ControlNetUse& c : bf.tasks[i].params.controlnets)
-        check_controlnet_fits(load_controlnet_config(c.model), mc);
-      if (const IpAdapterUse& ip = bf.tasks[i].params.ip_adapter; ip.on())
-        check_ip_adapter_fits(load_ip_adapter_config(ip.model), mc);
+      if (!bf.tasks[i].params.vae.empty()) fits.vae(bf.tasks[i].params.vae);
+      for (const ControlNetUse& c : bf.tasks[i].params.controlnets) fits.controlnet(c.model);
+      if (const IpAdapterUse& ip = bf.tasks[i].params.ip_adapter; ip.on()) fits.ip_adapter(ip.model);
     } catch (const ModelError& e) {
       throw ModelError(batch_path.string() + ": /tasks/" + std::to_string(i) + ": " + e.what());
     } catch (const UsageError& e) {

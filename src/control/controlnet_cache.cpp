@@ -8,13 +8,7 @@ std::shared_ptr<ControlNet> ControlNetCache::get(const std::string& dir) {
   bool loaded = false;
   std::shared_ptr<ControlNet> cn = cache_.get(
       dir,
-      [&] {
-        try {
-          return std::make_shared<ControlNet>(load_controlnet_config(dir), model_);
-        } catch (const ModelError& e) {  // a task's folder, not the model: the task fails, the run goes on
-          throw UsageError(e.what());
-        }
-      },
+      [&] { return task_folder_errors([&] { return std::make_shared<ControlNet>(load_controlnet_config(dir), model_); }); },
       [&](const std::string& key) {
         spdlog::info("ControlNet '{}' evicted from the ControlNet cache ({} at most)", key, cache_.capacity());
       },

@@ -17,13 +17,7 @@ std::shared_ptr<IpAdapter> IpAdapterCache::get(const std::string& dir) {
   bool loaded = false;
   std::shared_ptr<IpAdapter> ip = adapters_.get(
       dir,
-      [&] {
-        try {
-          return std::make_shared<IpAdapter>(load_ip_adapter_config(dir), model_);
-        } catch (const ModelError& e) {  // a task's folder, not the model: the task fails, the run goes on
-          throw UsageError(e.what());
-        }
-      },
+      [&] { return task_folder_errors([&] { return std::make_shared<IpAdapter>(load_ip_adapter_config(dir), model_); }); },
       [&](const std::string& key) {
         spdlog::info("IP-Adapter '{}' evicted from the IP-Adapter cache ({} at most)", key, adapters_.capacity());
       },

@@ -32,6 +32,18 @@ class UsageError : public Error {
   explicit UsageError(const std::string& what) : Error(ExitCode::kUsage, what) {}
 };
 
+// f(), with a ModelError turned into a UsageError: for the folders a task names
+// (its VAE, ControlNets, IP-Adapter), whose failure to load fails that task,
+// not the run.
+template <class F>
+auto task_folder_errors(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const ModelError& e) {
+    throw UsageError(e.what());
+  }
+}
+
 // Something one task asked for that cannot be done; fails that task alone.
 class TaskError : public Error {
  public:

@@ -382,27 +382,54 @@ void check_vae_fits(const ModelConfig& vae, const ModelConfig& model) {
                      std::to_string(model.vae_downsample));
 }
 
-std::string ControlNetConfig::short_hash() const {
+std::string TaskFolderConfig::display_name() const {
+  return source_file.recorded() ? std::filesystem::path(source_file.name).stem().string() : name;
+}
+
+std::string TaskFolderConfig::short_hash_of(const std::string& main_file) const {
   if (source_file.recorded()) return source_file.sha256.substr(0, 8);
-  const auto it = file_sha256.find(file);
+  const auto it = file_sha256.find(main_file);
   return it == file_sha256.end() ? "" : it->second.substr(0, 8);
 }
 
-ControlNetConfig parse_controlnet_config(const std::string& json_text, const std::filesystem::path& dir,
-                                         const std::string& origin, bool check_files) {
-  const json j = parse_json_text(json_text, origin);
-  Reader r(j, origin, "");
-  if (!j.is_object() || j.value("kind", "") != "controlnet")
-    throw ModelError(origin + ": not a ControlNet folder (model.json has no \"kind\": \"controlnet\"; make one with "
-                              "scripts/export_sdxl.py --controlnet SRC --out DIR)");
+namespace {
+
+// A task folder's kind: model.json's "kind", what it is called, how one is made.
+struct FolderKind {
+  const char* kind;
+  const char* what;
+  const char* make;
+};
+
+// The model.json of a task folder of kind `k`: the shared fields into `c`;
+// returns the file list (for check_model_file).
+ModelConfig read_task_folder(const json& j, const Reader& r, const FolderKind& k, const std::filesystem::path& dir,
+                             const std::string& origin, TaskFolderConfig& c) {
+  if (!j.is_object() || j.value("kind", "") != k.kind)
+    throw ModelError(origin + ": not " + k.what + " (model.json has no \"kind\": \"" + k.kind + "\"; make one with " +
+                     k.make + ")");
   ModelConfig files;  // the shared readers fill a ModelConfig
   files.dir = dir;
-  ControlNetConfig c;
   c.dir = dir;
   (void)read_format_version(r);
   c.name = r.str("name");
   c.dtype = r.one_of("dtype", {"fp32", "fp16", "bf16"});
   c.export_device = r.one_of("export_device", {"cpu", "cuda"});
+  c.source_file = read_source_file(r, "source_file");
+  read_file_sizes(r, origin, files);
+  c.file_sha256 = files.file_sha256;
+  return files;
+}
+
+}  // namespace
+
+ControlNetConfig parse_controlnet_config(const std::string& json_text, const std::filesystem::path& dir,
+                                         const std::string& origin, bool check_files) {
+  const json j = parse_json_text(json_text, origin);
+  Reader r(j, origin, "");
+  ControlNetConfig c;
+  const ModelConfig files = read_task_folder(
+      j, r, {"controlnet", "a ControlNet folder", "scripts/export_sdxl.py --controlnet SRC --out DIR"}, dir, origin, c);
   const Reader cn = r.child("controlnet");
   c.file = cn.str("file");
   c.in_channels = cn.integer("in_channels", 1, 64);
@@ -415,9 +442,6 @@ ControlNetConfig parse_controlnet_config(const std::string& json_text, const std
       cn.raw("global_pool_conditions").get<bool>())
     cn.fail(cn.at("global_pool_conditions"), "is true: ControlNets with pooled conditions (diffusers' guess mode, "
                                               "e.g. shuffle) are not supported");
-  c.source_file = read_source_file(r, "source_file");
-  read_file_sizes(r, origin, files);
-  c.file_sha256 = files.file_sha256;
   if (check_files) check_model_file(files, dir, c.file, "/controlnet/file", origin);
   return c;
 }
@@ -448,12 +472,6 @@ void check_controlnet_fits(const ControlNetConfig& cn, const ModelConfig& model)
                      std::to_string(model.unet_control.channels.size()) + ")");
 }
 
-std::string IpAdapterConfig::short_hash() const {
-  if (source_file.recorded()) return source_file.sha256.substr(0, 8);
-  const auto it = file_sha256.find(adapter_file);
-  return it == file_sha256.end() ? "" : it->second.substr(0, 8);
-}
-
 namespace {
 
 // /image_encoder of an IP-Adapter folder: the CLIP image processor's settings and the negative's rule.
@@ -482,27 +500,18 @@ IpAdapterConfig parse_ip_adapter_config(const std::string& json_text, const std:
                                         const std::string& origin, bool check_files) {
   const json j = parse_json_text(json_text, origin);
   Reader r(j, origin, "");
-  if (!j.is_object() || j.value("kind", "") != "ip_adapter")
-    throw ModelError(origin + ": not an IP-Adapter folder (model.json has no \"kind\": \"ip_adapter\"; make one "
-                              "with scripts/export_sdxl.py --ip-adapter FILE --image-encoder DIR --out DIR)");
-  ModelConfig files;  // the shared readers fill a ModelConfig
-  files.dir = dir;
   IpAdapterConfig c;
-  c.dir = dir;
-  (void)read_format_version(r);
-  c.name = r.str("name");
+  const ModelConfig files = read_task_folder(
+      j, r,
+      {"ip_adapter", "an IP-Adapter folder", "scripts/export_sdxl.py --ip-adapter FILE --image-encoder DIR --out DIR"},
+      dir, origin, c);
   c.variant = r.one_of("variant", {"plain", "plus"});
-  c.dtype = r.one_of("dtype", {"fp32", "fp16", "bf16"});
-  c.export_device = r.one_of("export_device", {"cpu", "cuda"});
   read_ip_image_encoder(r.child("image_encoder"), c);
   const Reader a = r.child("adapter");
   c.adapter_file = a.str("file");
   c.tokens = a.integer("tokens", 1, 4096);
   c.cross_attention_dim = a.integer("cross_attention_dim", 1, 1 << 16);
   c.layers = read_layer_widths(a, "layers");
-  c.source_file = read_source_file(r, "source_file");
-  read_file_sizes(r, origin, files);
-  c.file_sha256 = files.file_sha256;
   if (check_files) {
     check_model_file(files, dir, c.encoder_file, "/image_encoder/file", origin);
     check_model_file(files, dir, c.adapter_file, "/adapter/file", origin);
@@ -530,6 +539,29 @@ void check_ip_adapter_fits(const IpAdapterConfig& ip, const ModelConfig& model) 
     throw ModelError(head + "it has " + std::to_string(ip.layers.size()) +
                      " cross-attention layers whose widths are not the UNet's (" +
                      std::to_string(model.unet_ip.layers.size()) + ")");
+}
+
+template <class Check>
+void TaskFolderFits::once(const std::string& key, Check&& check) {
+  auto [it, fresh] = errors_.try_emplace(key);
+  if (fresh) {
+    try {
+      check();
+    } catch (const ModelError& e) {
+      it->second = e.what();
+    }
+  }
+  if (!it->second.empty()) throw ModelError(it->second);
+}
+
+void TaskFolderFits::vae(const std::string& dir) {
+  once("vae:" + dir, [&] { check_vae_fits(load_vae_config(dir), model_); });
+}
+void TaskFolderFits::controlnet(const std::string& dir) {
+  once("controlnet:" + dir, [&] { check_controlnet_fits(load_controlnet_config(dir), model_); });
+}
+void TaskFolderFits::ip_adapter(const std::string& dir) {
+  once("ip_adapter:" + dir, [&] { check_ip_adapter_fits(load_ip_adapter_config(dir), model_); });
 }
 
 ModelConfig load_model_config(const std::filesystem::path& dir) {

@@ -153,19 +153,28 @@ ModelConfig parse_vae_config(const std::string& json_text, const std::filesystem
 // Throws ModelError when the VAE's latents are not the model's (channels, downsample).
 void check_vae_fits(const ModelConfig& vae, const ModelConfig& model);
 
+// What every folder a task names beside the model (a ControlNet, an IP-Adapter)
+// records in its model.json besides its own fields.
+struct TaskFolderConfig {
+  std::filesystem::path dir;
+  std::string name, dtype, export_device;
+  ExportSourceFile source_file;  // the file it was exported from, when recorded
+  std::map<std::string, std::string> file_sha256;
+  // The name images give it: its source file's stem, else model.json's name.
+  std::string display_name() const;
+  // A1111's short hash ("[hash]" in a ControlNet unit's text): 8 hex digits of
+  // the source file's sha256, else of `main_file`'s; "" when neither is recorded.
+  std::string short_hash_of(const std::string& main_file) const;
+};
+
 // A ControlNet folder (export_sdxl.py --controlnet; model.json "kind": "controlnet"):
 // controlnet.ts maps (latent, timestep, context, text_embeds, time_ids, control
 // image [B,3,H,W] in [0,1]) to the residuals the UNet's forward_control takes.
-struct ControlNetConfig {
-  std::filesystem::path dir;
-  std::string name, dtype, export_device, file;
+struct ControlNetConfig : TaskFolderConfig {
+  std::string file;
   int in_channels = 4, context_dim = 0, pooled_dim = 0, cond_channels = 3, downscale = 8;
-  UnetControlInputs outputs;     // the residuals it makes
-  ExportSourceFile source_file;  // the file it was exported from, when recorded
-  std::map<std::string, std::string> file_sha256;
-  // A1111's short hash of a ControlNet ("[hash]" in its unit text): 8 hex digits of the
-  // source file's sha256, else of controlnet.ts's; "" when neither is recorded.
-  std::string short_hash() const;
+  UnetControlInputs outputs;  // the residuals it makes
+  std::string short_hash() const { return short_hash_of(file); }
 };
 
 // Throws ModelError naming the folder or the field.
@@ -181,19 +190,15 @@ void check_controlnet_fits(const ControlNetConfig& cn, const ModelConfig& model)
 // [N,3,S,S] to what the adapter takes (plain: image_embeds, plus: the
 // penultimate hidden states); ip_adapter.ts maps that to the keys and values of
 // every cross-attention layer, [N, tokens, width] each (k_0, v_0, k_1, ...).
-struct IpAdapterConfig {
-  std::filesystem::path dir;
-  std::string name, variant, dtype, export_device;  // variant: plain | plus
+struct IpAdapterConfig : TaskFolderConfig {
+  std::string variant;  // plain | plus
   std::string encoder_file, adapter_file;
   int image_size = 224;  // the CLIP image processor's resize (shortest edge) and centre crop
   std::vector<double> mean, std;
   bool negative_zero_image = false;  // negative = the encoder on a zero image (plus), else zero embeds (plain)
   int tokens = 0, cross_attention_dim = 0;
   std::vector<int> layers;
-  ExportSourceFile source_file;
-  std::map<std::string, std::string> file_sha256;
-  // 8 hex digits of the source file's sha256 (as ControlNetConfig::short_hash).
-  std::string short_hash() const;
+  std::string short_hash() const { return short_hash_of(adapter_file); }
 };
 
 // Throws ModelError naming the folder or the field.
@@ -203,6 +208,23 @@ IpAdapterConfig parse_ip_adapter_config(const std::string& json_text, const std:
 // Throws ModelError saying why the adapter cannot feed this model's UNet (an
 // export without forward_ip, another text width, other layers).
 void check_ip_adapter_fits(const IpAdapterConfig& ip, const ModelConfig& model);
+
+// The fit checks of the folders a batch's tasks name (VAE, ControlNet,
+// IP-Adapter) against `model`: each folder's model.json is read and checked
+// once, however many tasks name it. Each call throws the folder's ModelError.
+class TaskFolderFits {
+ public:
+  explicit TaskFolderFits(const ModelConfig& model) : model_(model) {}
+  void vae(const std::string& dir);
+  void controlnet(const std::string& dir);
+  void ip_adapter(const std::string& dir);
+
+ private:
+  template <class Check>
+  void once(const std::string& key, Check&& check);
+  const ModelConfig& model_;
+  std::map<std::string, std::string> errors_;  // kind + folder -> "" or the error
+};
 
 // Bytes of the TorchScript files (*.ts) listed in model.json: what the resident
 // weights take on the device when loaded in the exported dtype.

@@ -532,7 +532,7 @@ IpRows ip_adapter_rows(IpAdapterCache& cache, const EncodedBatch& eb, std::vecto
     std::vector<std::shared_ptr<IpImageKv>> refs;
     std::vector<const std::vector<torch::Tensor>*> pos_parts, neg_parts;
     GeneratedImage& g = out[i];
-    g.ip_adapter_name = cfg.source_file.recorded() ? std::filesystem::path(cfg.source_file.name).stem().string() : cfg.name;
+    g.ip_adapter_name = cfg.display_name();
     g.ip_adapter_hash = cfg.short_hash();
     for (const std::string& path : use.images) {
       refs.push_back(cache.image(ip, path));
@@ -590,8 +590,7 @@ std::shared_ptr<EncodedBatch> Generator::encode_batch(const std::vector<Generati
   for (const ControlNetUse& c : ps.front().controlnets) {
     eb->controlnets.push_back(translate_device_errors("loading a ControlNet", [&] { return im.controlnets->get(c.model); }));
     const ControlNetConfig& cc = eb->controlnets.back()->config();
-    cn_names.emplace_back(cc.source_file.recorded() ? std::filesystem::path(cc.source_file.name).stem().string() : cc.name,
-                          cc.short_hash());
+    cn_names.emplace_back(cc.display_name(), cc.short_hash());
   }
   eb->out.resize(ps.size());
   for (size_t i = 0; i < ps.size(); ++i) {

@@ -26,13 +26,11 @@ std::shared_ptr<SdxlModel> VaeCache::get(const std::string& folder) {
   std::shared_ptr<SdxlModel> vae = cache_.get(
       folder,
       [&] {
-        try {
+        return task_folder_errors([&] {
           std::shared_ptr<SdxlModel> v = SdxlModel::load_vae(load_vae_config(folder), model_);
           set_vae_decode_dtype(*v, decode_dtype_);
           return v;
-        } catch (const ModelError& e) {  // a task's folder, not the model: the task fails, the run goes on
-          throw UsageError(e.what());
-        }
+        });
       },
       [&](const std::string& key) {
         spdlog::info("VAE '{}' evicted from the VAE cache ({} VAEs at most)", key, cache_.capacity());

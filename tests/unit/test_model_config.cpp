@@ -2,6 +2,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
 #include "core/error.h"
 #include "model/model_config.h"
 
@@ -366,4 +370,30 @@ TEST(ModelConfig, IpAdapterFolder) {
       EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
     }
   }
+}
+
+TEST(ModelConfig, TaskFolderFitsReadsEachFolderOnce) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("sdxl_fits_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "ip");
+  std::ofstream(dir / "ip" / "image_encoder.ts") << "x";
+  std::ofstream(dir / "ip" / "ip_adapter.ts") << "x";
+  std::ofstream(dir / "ip" / "model.json") << R"({"format_version": 1, "kind": "ip_adapter", "name": "plus",
+    "variant": "plus", "dtype": "fp16", "export_device": "cuda",
+    "image_encoder": {"file": "image_encoder.ts", "image_size": 32, "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5],
+                      "resample": "bicubic", "output": "hidden_states[-2]", "negative": "zero_image"},
+    "adapter": {"file": "ip_adapter.ts", "tokens": 16, "cross_attention_dim": 64, "layers": [32, 64]}})";
+  nlohmann::json m = valid();
+  m["unet"]["ip_adapter"] = {{"layers", {32, 64}}, {"cross_attention_dim", 64}};
+  const auto model = sdxl::parse_model_config(m.dump(), "/m", "/m/model.json", false);
+  sdxl::TaskFolderFits fits(model);
+  EXPECT_NO_THROW(fits.ip_adapter((dir / "ip").string()));
+  fs::remove(dir / "ip" / "model.json");
+  EXPECT_NO_THROW(fits.ip_adapter((dir / "ip").string())) << "the folder was read and checked once";
+  EXPECT_THROW(fits.controlnet((dir / "ip").string()), sdxl::ModelError) << "another kind is another check";
+  sdxl::TaskFolderFits fresh(model);
+  EXPECT_THROW(fresh.ip_adapter((dir / "ip").string()), sdxl::ModelError);
+  EXPECT_THROW(fresh.ip_adapter((dir / "ip").string()), sdxl::ModelError) << "an error is kept too";
+  fs::remove_all(dir);
 }
