@@ -17,13 +17,15 @@
 #        export_sdxl.py --controlnet (fp16, cuda, --check quick), then 8 images at 1024²
 #        (--max-batch 4) without it, with it on every step (strength 0.8, each task its
 #        own 1024² control image), with it for the first half of the steps (end 0.5),
-#        and with it at --max-batch 1 (must equal the batched images): s/image,
+#        and with it at --max-batch 1 (within 1 level of the batched images), with and without
+#        CUDA graphs (must be identical): s/image,
 #        sampling seconds, peak memory, the ControlNet cache's counters and MiB.
 # ip-adapter: random full-size SDXL IP-Adapters (reference.ip_adapter_fixture --size full: plus
 #        with a ViT-H encoder and a 1280-wide Resampler, plain with a ViT-bigG encoder) exported
 #        with export_sdxl.py --ip-adapter (fp16, cuda, --check quick), then 8 images at 1024²
 #        (--max-batch 4) without an adapter, with plus (scale 0.6, 3 references shared by the 8
-#        tasks), with plain, with plus at --max-batch 1 (must be within 1 level of b4): s/image,
+#        tasks), with plain, with plus at --max-batch 1 (must be within 1 level of b4) with and
+#        without CUDA graphs (must be identical), and plain at --max-batch 1: s/image,
 #        sampling seconds, peak memory, the adapter and reference caches' counters.
 # Results: $OUT/summary.txt (+ the logs).
 set -euo pipefail
@@ -72,18 +74,20 @@ PY
   RUN_LOG_LEVEL=info run cn "$WORK/cn.json" --max-batch 4
   run cn-half "$WORK/cn-half.json" --max-batch 4
   run cn-b1 "$WORK/cn.json" --max-batch 1
+  run cn-b1-nog "$WORK/cn.json" --max-batch 1 --no-cuda-graphs
   grep -h "ControlNet '" "$WORK/cn.log" | sed 's/^/cn: /' | tee -a "$OUT/summary.txt"
   compare cn cn-b1
+  compare cn-b1 cn-b1-nog
   python3 - "$WORK" <<'PY' | tee -a "$OUT/summary.txt"
 import json, sys
 from pathlib import Path
 import numpy as np
 from PIL import Image
 w = Path(sys.argv[1])
-for name in ("plain", "cn", "cn-half", "cn-b1"):
+for name in ("plain", "cn", "cn-half", "cn-b1", "cn-b1-nog"):
     r = json.loads((w / name / "report.json").read_text()); d = r["devices"][0]
     n = max(1, r["images_done"])
-    eng = {k: round(v, 1) for k, v in d.get("engine", {}).items() if k.startswith("controlnet")}
+    eng = {k: round(v, 1) for k, v in d.get("engine", {}).items() if k.startswith("controlnet") or "graph_captures" in k}
     print(f"{name}: {r['images_done']} images, {r['images_per_hour']:.0f} images/h, sample {d['sample_s'] / n:.3f} s/image, "
           f"peak allocated {r['memory']['peak_allocated_bytes'] / 2**30:.2f} GiB, fp32 VAE re-decodes: "
           f"{(w / (name + '.log')).read_text().count('decoding it again in fp32')}, {eng}")
@@ -139,18 +143,21 @@ PY
   RUN_LOG_LEVEL=info run ipplus "$WORK/ip-plus.json" --max-batch 4
   RUN_LOG_LEVEL=info run ipplain "$WORK/ip-plain.json" --max-batch 4
   run ipplus-b1 "$WORK/ip-plus.json" --max-batch 1
+  run ipplus-b1-nog "$WORK/ip-plus.json" --max-batch 1 --no-cuda-graphs
+  run plain-b1 "$WORK/plain.json" --max-batch 1
   grep -h "IP-Adapter '" "$WORK/ipplus.log" "$WORK/ipplain.log" | sed 's/^/ip: /' | tee -a "$OUT/summary.txt"
   compare ipplus ipplus-b1
+  compare ipplus-b1 ipplus-b1-nog
   python3 - "$WORK" <<'PY' | tee -a "$OUT/summary.txt"
 import json, sys
 from pathlib import Path
 import numpy as np
 from PIL import Image
 w = Path(sys.argv[1])
-for name in ("plain", "ipplus", "ipplain", "ipplus-b1"):
+for name in ("plain", "ipplus", "ipplain", "ipplus-b1", "ipplus-b1-nog", "plain-b1"):
     r = json.loads((w / name / "report.json").read_text()); d = r["devices"][0]
     n = max(1, r["images_done"])
-    eng = {k: round(v, 2) for k, v in d.get("engine", {}).items() if k.startswith("ip_")}
+    eng = {k: round(v, 2) for k, v in d.get("engine", {}).items() if k.startswith("ip_") or "graph_captures" in k}
     print(f"{name}: {r['images_done']} images, {r['images_per_hour']:.0f} images/h, text {d['text_s'] / n:.3f} s/image, "
           f"sample {d['sample_s'] / n:.3f} s/image, peak allocated {r['memory']['peak_allocated_bytes'] / 2**30:.2f} GiB, "
           f"peak reserved {r['memory']['peak_reserved_bytes'] / 2**30:.2f} GiB, {eng}")

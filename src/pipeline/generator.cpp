@@ -637,7 +637,7 @@ struct SubSampling {
   int call = 0, calls = 0;                 // the pass's model calls so far, and in all
 };
 
-// The UNet call of model call `s.call` with the batch's IP-Adapter rows and the residuals of every ControlNet
+// The UNet call of model call `s.call` with the residuals of every ControlNet
 // whose window holds it: diffusers' controlnet_keep[i] = 1 - (i / n < start or
 // (i + 1) / n > end) over the pass's n model calls. A ControlNet outside its
 // window adds zeros in diffusers; here it is not run (the same sum).
@@ -649,8 +649,7 @@ torch::Tensor controlled_unet_call(SubSampling& s, const torch::Tensor& x, const
     add_residuals(residuals, c.net->residuals(x, t, s.unet.context(), s.unet.pooled(), s.unet.time_ids(), c.cond,
                                               c.strength));
   }
-  if (residuals.empty() && s.sub.ip_kv.empty()) return s.unet(x, t);
-  return s.unet.with_extras(x, t, residuals, s.sub.ip_kv);
+  return s.unet(x, t, residuals);
 }
 
 // One UNet call with CFG, timed per call under SDXL_TRACE_STEPS.
@@ -664,7 +663,7 @@ torch::Tensor guided_unet_call(SubSampling& s, const torch::Tensor& x_in, double
   }
   torch::Tensor x = s.eb.cfg_on ? torch::cat({x_in, x_in}) : x_in;
   torch::Tensor t = torch::full({s.rows}, timestep, torch::TensorOptions().dtype(torch::kFloat32).device(s.m.device));
-  torch::Tensor eps = s.controls.empty() && s.sub.ip_kv.empty() ? s.unet(x, t) : controlled_unet_call(s, x, t);
+  torch::Tensor eps = s.controls.empty() ? s.unet(x, t) : controlled_unet_call(s, x, t);
   if (trace) {
     stream_synchronize(s.m.device);
     const auto now = Clock::now();
@@ -702,7 +701,7 @@ void bind_controls(SubSampling& s, const SamplerPlan& plan, int width, int heigh
 // size (SDXL's time_ids: original = target = that size, crop 0).
 ModelFn model_at(SubSampling& s, const SamplerPlan& plan, int width, int height) {
   torch::Tensor time_ids = sdxl_time_ids(width, height, s.m.dtype, s.m.device).repeat({s.rows, 1});
-  s.unet.bind(s.sub.context, s.sub.pooled, time_ids);
+  s.unet.bind(s.sub.context, s.sub.pooled, time_ids, s.sub.ip_kv);
   bind_controls(s, plan, width, height);
   return [&s](const torch::Tensor& x_in, double timestep) { return guided_unet_call(s, x_in, timestep); };
 }

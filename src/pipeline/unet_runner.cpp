@@ -29,6 +29,7 @@ void stream_wait(const c10::cuda::CUDAStream& waiter, const c10::cuda::CUDAStrea
 struct UnetRunner::Graph {
   at::cuda::CUDAGraph graph;
   torch::Tensor x, t, context, pooled, time_ids, out;
+  std::vector<torch::Tensor> residuals, ip_kv;  // static copies (residuals per step, ip_kv per bind)
   std::uint64_t last_used = 0;
   std::uint64_t bind_generation = 0;  // the bind() whose conditioning the static inputs hold
 };
@@ -43,7 +44,19 @@ UnetRunner::UnetRunner(SdxlModel& model, bool cuda_graphs, const std::string& ba
 }
 
 torch::Tensor UnetRunner::call(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,
-                               const torch::Tensor& pooled, const torch::Tensor& time_ids) {
+                               const torch::Tensor& pooled, const torch::Tensor& time_ids,
+                               const std::vector<torch::Tensor>& residuals, const std::vector<torch::Tensor>& ip_kv) {
+  if (!residuals.empty() || !ip_kv.empty()) {
+    auto tuple = [](const std::vector<torch::Tensor>& v) {
+      return c10::ivalue::Tuple::create(std::vector<c10::IValue>(v.begin(), v.end()));
+    };
+    std::vector<c10::IValue> inputs{x, t, context, pooled, time_ids};
+    if (!residuals.empty()) inputs.emplace_back(tuple(residuals));
+    if (!ip_kv.empty()) inputs.emplace_back(tuple(ip_kv));
+    const char* method = ip_kv.empty() ? "forward_control" : residuals.empty() ? "forward_ip" : "forward_control_ip";
+    return translate_device_errors((std::string("unet.ts ") + method).c_str(),
+                                   [&] { return model_.unet.get_method(method)(inputs).toTensor(); });
+  }
   if (aoti_) {
     if (aoti_->covers(x, context)) {
       ++aoti_calls_;
@@ -61,7 +74,8 @@ torch::Tensor UnetRunner::call(const torch::Tensor& x, const torch::Tensor& t, c
 
 UnetRunner::~UnetRunner() = default;
 
-void UnetRunner::bind(const torch::Tensor& context, const torch::Tensor& pooled, const torch::Tensor& time_ids) {
+void UnetRunner::bind(const torch::Tensor& context, const torch::Tensor& pooled, const torch::Tensor& time_ids,
+                      const std::vector<torch::Tensor>& ip_kv) {
   if (release_requested_.exchange(false) && !graphs_by_key_.empty()) {
     release();
     c10::cuda::CUDACachingAllocator::emptyCache();  // the graphs' private pool, back to the driver
@@ -69,6 +83,7 @@ void UnetRunner::bind(const torch::Tensor& context, const torch::Tensor& pooled,
   context_ = context;
   pooled_ = pooled;
   time_ids_ = time_ids;
+  ip_kv_ = ip_kv;
   ++bind_generation_;
   plain_key_.clear();
   plain_calls_ = 0;
@@ -82,45 +97,28 @@ void UnetRunner::release() {
   plain_calls_ = 0;
 }
 
-torch::Tensor UnetRunner::operator()(const torch::Tensor& x, const torch::Tensor& t) {
+torch::Tensor UnetRunner::operator()(const torch::Tensor& x, const torch::Tensor& t,
+                                   const std::vector<torch::Tensor>& residuals) {
   std::vector<std::int64_t> key(x.sizes().begin(), x.sizes().end());
   key.insert(key.end(), context_.sizes().begin(), context_.sizes().end());
-  warm_up(key, x, t);
-  if (!graphs_) return call(x, t, context_, pooled_, time_ids_);
-  if (auto it = graphs_by_key_.find(key); it != graphs_by_key_.end()) return replay(*it->second, x, t);
+  // calls with residuals or IP-Adapter tokens run other methods: shapes of their own
+  if (!residuals.empty()) key.push_back(-1);
+  if (!ip_kv_.empty()) key.insert(key.end(), {-2, ip_kv_.front().size(1)});
+  warm_up(key, x, t, residuals);
+  if (!graphs_) return call(x, t, context_, pooled_, time_ids_, residuals, ip_kv_);
+  if (auto it = graphs_by_key_.find(key); it != graphs_by_key_.end()) return replay(*it->second, x, t, residuals);
   // A shape without a graph: a plain call first (the graph is captured at the second).
   if (key != plain_key_) {
     plain_key_ = key;
     plain_calls_ = 0;
   }
-  if (++plain_calls_ < 2) return call(x, t, context_, pooled_, time_ids_);
+  if (++plain_calls_ < 2) return call(x, t, context_, pooled_, time_ids_, residuals, ip_kv_);
   if (graphs_by_key_.size() >= kMaxGraphs) drop_least_recent_graph();
-  return capture(key, x, t);
+  return capture(key, x, t, residuals);
 }
 
-torch::Tensor UnetRunner::with_extras(const torch::Tensor& x, const torch::Tensor& t,
-                                     const std::vector<torch::Tensor>& residuals,
-                                     const std::vector<torch::Tensor>& ip_kv) {
-  auto tuple = [](const std::vector<torch::Tensor>& v) {
-    return c10::ivalue::Tuple::create(std::vector<c10::IValue>(v.begin(), v.end()));
-  };
-  std::vector<c10::IValue> inputs{x, t, context_, pooled_, time_ids_};
-  if (!residuals.empty()) inputs.emplace_back(tuple(residuals));
-  if (!ip_kv.empty()) inputs.emplace_back(tuple(ip_kv));
-  const char* method = ip_kv.empty() ? "forward_control" : residuals.empty() ? "forward_ip" : "forward_control_ip";
-  auto run = [&] {
-    return translate_device_errors((std::string("unet.ts ") + method).c_str(),
-                                   [&] { return model_.unet.get_method(method)(inputs).toTensor(); });
-  };
-  std::vector<std::int64_t> key(x.sizes().begin(), x.sizes().end());
-  key.push_back(context_.size(1));
-  key.push_back(residuals.empty() ? -2 : -1);  // apart from the plain calls' shapes
-  if (!ip_kv.empty()) key.push_back(ip_kv.front().size(1));
-  if (warmed_.insert(key).second) (void)run();  // see warm_up
-  return run();
-}
-
-void UnetRunner::warm_up(const std::vector<std::int64_t>& key, const torch::Tensor& x, const torch::Tensor& t) {
+void UnetRunner::warm_up(const std::vector<std::int64_t>& key, const torch::Tensor& x, const torch::Tensor& t,
+                         const std::vector<torch::Tensor>& residuals) {
   // The very first call of a shape in a process is discarded: on CUDA it can
   // differ from every later call by a rounding step, so without it an image
   // would depend on whether it came first on its GPU.
@@ -128,19 +126,22 @@ void UnetRunner::warm_up(const std::vector<std::int64_t>& key, const torch::Tens
   // Timed (one sync per shape and process): a new shape's first call pays
   // for kernel loading and cuDNN / cuBLAS plan choice; the report shows it.
   const auto t0 = std::chrono::steady_clock::now();
-  (void)call(x, t, context_, pooled_, time_ids_);
+  (void)call(x, t, context_, pooled_, time_ids_, residuals, ip_kv_);
   if (model_.device.is_cuda()) c10::cuda::getCurrentCUDAStream(model_.device.index()).synchronize();
   first_call_us_ += std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
 }
 
-torch::Tensor UnetRunner::replay(Graph& g, const torch::Tensor& x, const torch::Tensor& t) {
+torch::Tensor UnetRunner::replay(Graph& g, const torch::Tensor& x, const torch::Tensor& t,
+                                 const std::vector<torch::Tensor>& residuals) {
   g.last_used = ++use_clock_;
   g.x.copy_(x);
   g.t.copy_(t);
+  for (size_t i = 0; i < residuals.size(); ++i) g.residuals[i].copy_(residuals[i]);
   if (g.bind_generation != bind_generation_) {  // once per bind(), not per step
     g.context.copy_(context_);
     g.pooled.copy_(pooled_);
     g.time_ids.copy_(time_ids_);
+    for (size_t i = 0; i < ip_kv_.size(); ++i) g.ip_kv[i].copy_(ip_kv_[i]);
     g.bind_generation = bind_generation_;
   }
   g.graph.replay();
@@ -156,7 +157,8 @@ void UnetRunner::drop_least_recent_graph() {
   graphs_held_ = static_cast<int>(graphs_by_key_.size());
 }
 
-torch::Tensor UnetRunner::capture(const std::vector<std::int64_t>& key, const torch::Tensor& x, const torch::Tensor& t) {
+torch::Tensor UnetRunner::capture(const std::vector<std::int64_t>& key, const torch::Tensor& x, const torch::Tensor& t,
+                                  const std::vector<torch::Tensor>& residuals) {
   // Capture the call on a side stream, then replay it for this step.
   const auto capture_t0 = std::chrono::steady_clock::now();
   auto g = std::make_unique<Graph>();
@@ -165,6 +167,8 @@ torch::Tensor UnetRunner::capture(const std::vector<std::int64_t>& key, const to
   g->context = context_.clone();
   g->pooled = pooled_.clone();
   g->time_ids = time_ids_.clone();
+  for (const torch::Tensor& r : residuals) g->residuals.push_back(r.clone());
+  for (const torch::Tensor& kv : ip_kv_) g->ip_kv.push_back(kv.clone());
   const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(model_.device.index());
   c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, model_.device.index());
   stream_wait(side, current);  // the static inputs are filled on `current`
@@ -187,7 +191,7 @@ torch::Tensor UnetRunner::capture(const std::vector<std::int64_t>& key, const to
   try {
     g->graph.capture_begin(pool_, cudaStreamCaptureModeThreadLocal);
     capturing = true;
-    g->out = call(g->x, g->t, g->context, g->pooled, g->time_ids);
+    g->out = call(g->x, g->t, g->context, g->pooled, g->time_ids, g->residuals, g->ip_kv);
     capturing = false;
     g->graph.capture_end();
   } catch (const std::exception& e) {
@@ -199,7 +203,7 @@ torch::Tensor UnetRunner::capture(const std::vector<std::int64_t>& key, const to
     c10::cuda::CUDACachingAllocator::emptyCache();
     graphs_ = false;
     spdlog::warn("CUDA graph capture of the UNet failed, continuing without graphs: {}", e.what());
-    return call(x, t, context_, pooled_, time_ids_);
+    return call(x, t, context_, pooled_, time_ids_, residuals, ip_kv_);
   }
   guard.reset_stream(current);
   stream_wait(current, side);

@@ -15,7 +15,8 @@
 // it shares unet.ts's weights, so LoRA patches apply to both). With aoti, a
 // shape outside the package's compiled ranges runs on unet.ts (logged once per
 // shape); CUDA graphs capture whichever backend the shape runs on. Steps with
-// ControlNet residuals or IP-Adapter tokens (with_extras) run on unet.ts without a graph.
+// ControlNet residuals or IP-Adapter tokens run unet.ts's methods for them,
+// captured as graphs of their own.
 // Not thread-safe (the sampling stage's); one per model bundle.
 #pragma once
 
@@ -52,18 +53,20 @@ class UnetRunner {
   UnetRunner(const UnetRunner&) = delete;
   UnetRunner& operator=(const UnetRunner&) = delete;
 
-  void bind(const torch::Tensor& context, const torch::Tensor& pooled, const torch::Tensor& time_ids);
-  // Noise prediction for latents x [rows, 4, h, w] at timestep t [rows]. With a
-  // graph the result is its static output: use it before the next call.
-  torch::Tensor operator()(const torch::Tensor& x, const torch::Tensor& t);
-  // The same with ControlNet residuals added to the UNet's blocks (the down
-  // residuals, then the mid one) and/or an IP-Adapter's keys and values per
-  // cross-attention layer (k_0, v_0, ..., rows as the bound context): unet.ts's
-  // forward_control, forward_ip or forward_control_ip (either list may be
-  // empty, not both). A plain TorchScript call, no graph, no unet.pt2; the
-  // first call of a shape is discarded too.
-  torch::Tensor with_extras(const torch::Tensor& x, const torch::Tensor& t, const std::vector<torch::Tensor>& residuals,
-                            const std::vector<torch::Tensor>& ip_kv);
+  // The conditioning of the calls until the next bind: the text's, and an
+  // IP-Adapter's keys and values per cross-attention layer (k_0, v_0, ...,
+  // rows as the context's; empty: none).
+  void bind(const torch::Tensor& context, const torch::Tensor& pooled, const torch::Tensor& time_ids,
+            const std::vector<torch::Tensor>& ip_kv = {});
+  // Noise prediction for latents x [rows, 4, h, w] at timestep t [rows], with
+  // ControlNet residuals added to the UNet's blocks when given (the down
+  // residuals, then the mid one). With a graph the result is its static
+  // output: use it before the next call. Calls with residuals or IP-Adapter
+  // tokens run unet.ts's forward_control / forward_ip / forward_control_ip
+  // (never unet.pt2), as shapes of their own: warmed up, then captured as graphs
+  // too (the residuals are copied into the graph's inputs at each step).
+  torch::Tensor operator()(const torch::Tensor& x, const torch::Tensor& t,
+                           const std::vector<torch::Tensor>& residuals = {});
   // The conditioning bound last (what a ControlNet of the same call takes).
   const torch::Tensor& context() const { return context_; }
   const torch::Tensor& pooled() const { return pooled_; }
@@ -88,16 +91,21 @@ class UnetRunner {
 
  private:
   struct Graph;
-  // One UNet call on the selected backend (no graph).
+  // One UNet call on the selected backend (no graph); with residuals or
+  // ip_kv, the unet.ts method that takes them.
   torch::Tensor call(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,
-                     const torch::Tensor& pooled, const torch::Tensor& time_ids);
+                     const torch::Tensor& pooled, const torch::Tensor& time_ids,
+                     const std::vector<torch::Tensor>& residuals, const std::vector<torch::Tensor>& ip_kv);
   // The steps of operator(): a discarded first call per shape, a graph's
   // replay, making room for a graph, capturing one (or falling back to plain
   // calls for good when capture fails).
-  void warm_up(const std::vector<std::int64_t>& key, const torch::Tensor& x, const torch::Tensor& t);
-  torch::Tensor replay(Graph& g, const torch::Tensor& x, const torch::Tensor& t);
+  void warm_up(const std::vector<std::int64_t>& key, const torch::Tensor& x, const torch::Tensor& t,
+               const std::vector<torch::Tensor>& residuals);
+  torch::Tensor replay(Graph& g, const torch::Tensor& x, const torch::Tensor& t,
+                       const std::vector<torch::Tensor>& residuals);
   void drop_least_recent_graph();
-  torch::Tensor capture(const std::vector<std::int64_t>& key, const torch::Tensor& x, const torch::Tensor& t);
+  torch::Tensor capture(const std::vector<std::int64_t>& key, const torch::Tensor& x, const torch::Tensor& t,
+                        const std::vector<torch::Tensor>& residuals);
   void end_failed_capture(Graph& g, const c10::cuda::CUDAStream& side);
   SdxlModel& model_;
   std::unique_ptr<AotiUnet> aoti_;
@@ -106,6 +114,7 @@ class UnetRunner {
   std::atomic<int> aoti_calls_{0}, fallback_calls_{0};
   bool graphs_;
   torch::Tensor context_, pooled_, time_ids_;
+  std::vector<torch::Tensor> ip_kv_;
   // Captured graphs by shape (latents sizes + context sizes), with the step at
   // which each was last used (for the LRU drop); one shared memory pool.
   std::map<std::vector<std::int64_t>, std::unique_ptr<Graph>> graphs_by_key_;
