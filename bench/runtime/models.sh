@@ -147,7 +147,7 @@ PY
   run ipplus-b1 "$WORK/ip-plus.json" --max-batch 1
   run ipplus-b1-nog "$WORK/ip-plus.json" --max-batch 1 --no-cuda-graphs
   run plain-b1 "$WORK/plain.json" --max-batch 1
-  grep -h "IP-Adapter '" "$WORK"/ipplus.log "$WORK"/ipplain.log 2>/dev/null | sed 's/^/ip: /' | tee -a "$OUT/summary.txt"
+  { grep -h "IP-Adapter '" "$WORK"/ipplus.log "$WORK"/ipplain.log 2>/dev/null || true; } | sed 's/^/ip: /' | tee -a "$OUT/summary.txt"
   compare ipplus ipplus-b1
   compare ipplus-b1 ipplus-b1-nog
   python3 - "$WORK" <<'PY' | tee -a "$OUT/summary.txt"
