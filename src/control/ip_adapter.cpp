@@ -7,7 +7,7 @@
 namespace sdxl {
 
 IpAdapter::IpAdapter(const IpAdapterConfig& config, const SdxlModel& model)
-    : config_(config), device_(model.device), dtype_(model.dtype) {
+    : config_(config), device_(model.device) {
   check_ip_adapter_fits(config, model.config);
   const torch::Dtype exported = parse_dtype(config.dtype);
   encoder_ = load_traced_module(config.dir / config.encoder_file, model.device, exported, model.dtype, "");
@@ -37,10 +37,13 @@ std::vector<torch::Tensor> IpAdapter::project(const torch::Tensor& embeds) {
   const std::string file = (config_.dir / config_.adapter_file).string();
   if (!out.isTuple()) throw ModelError("'" + file + "' returned no tuple of keys and values: re-export it");
   std::vector<torch::Tensor> kv;
-  for (const c10::IValue& v : out.toTupleRef().elements()) kv.push_back(v.toTensor().to(dtype_));
+  for (const c10::IValue& v : out.toTupleRef().elements()) kv.push_back(v.toTensor());
   if (kv.size() != 2 * config_.layers.size())
     throw ModelError("'" + file + "' returned " + std::to_string(kv.size()) + " tensors, model.json records " +
                      std::to_string(config_.layers.size()) + " layers (a key and a value each)");
+  if (kv.front().dim() != 3 || kv.front().size(1) != config_.tokens)
+    throw ModelError("'" + file + "' returned keys of shape " + c10::str(kv.front().sizes()) + ", model.json records " +
+                     std::to_string(config_.tokens) + " tokens per image: re-export it");
   return kv;
 }
 

@@ -24,8 +24,8 @@ class IpAdapter {
   IpAdapter(const IpAdapterConfig& config, const SdxlModel& model);
 
   // (k_0, v_0, k_1, v_1, ...) of one reference image, [1, tokens, width_l]
-  // each in the model's dtype, unscaled. The image is prepared as diffusers'
-  // CLIPImageProcessor does (control/clip_image.h).
+  // each in the model's dtype (the modules are loaded in it), unscaled. The
+  // image is prepared as diffusers' CLIPImageProcessor does (control/clip_image.h).
   std::vector<torch::Tensor> image_kv(const RgbImage& image);
   // The same for the negative half of CFG, as diffusers makes it: the
   // projection of zero image embeddings (plain), or of the encoder's output
@@ -40,7 +40,6 @@ class IpAdapter {
   std::vector<torch::Tensor> project(const torch::Tensor& embeds);
   IpAdapterConfig config_;
   torch::Device device_;
-  torch::Dtype dtype_;
   torch::jit::Module encoder_, adapter_;
   std::vector<torch::Tensor> negative_;
   std::uint64_t weight_bytes_ = 0;

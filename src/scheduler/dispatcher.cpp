@@ -25,7 +25,6 @@ namespace {
 // The size an image's memory and time are keyed by (hires: the output size).
 int est_width(const GenerationParams& p) { return p.hires_on() ? p.hires_width() : p.width; }
 int est_height(const GenerationParams& p) { return p.hires_on() ? p.hires_height() : p.height; }
-int est_controlnets(const GenerationParams& p) { return side_modules_key(p); }
 
 // The queue head's LoRA set loads while the lane waits. Returns whether it
 // loaded something (then the caller looks again: the queue may have changed).
@@ -88,7 +87,7 @@ Room lane_room(RunState& run, LaneState& l, bool busy) {
 void warn_hopeless_deadlines(RunState& run, LaneState& l, const GenerationParams& head, double now) {
   if (!run.opts.estimator) return;
   const auto t = run.opts.estimator->seconds_per_image(est_width(head), est_height(head), 1, head.steps,
-                                                              est_controlnets(head));
+                                                              side_modules_key(head));
   if (!t) return;
   for (const auto& q : run.queue.newly_hopeless(now, l.current_lora, t->seconds_per_image / std::max(1, run.alive_lanes())))
     spdlog::warn("{}: its deadline {} can no longer be met (about {:.0f} s of work is ahead of it)",
@@ -103,7 +102,7 @@ BatchPtr take_batch(RunState& run, LaneState& l, const Room& room, double now) {
     int n = available;
     if (auto it = run.oom_cap.find(h.group); it != run.oom_cap.end()) n = std::min(n, it->second);
     if (room.budget) n = std::min(n, o.estimator->max_batch(est_width(p), est_height(p), n, room.free_work, o.safety,
-                                                                     est_controlnets(p)));
+                                                                     side_modules_key(p)));
     return n;
   };
   auto b = std::make_shared<InFlightBatch>();
@@ -113,7 +112,7 @@ BatchPtr take_batch(RunState& run, LaneState& l, const Room& room, double now) {
   b->n = static_cast<int>(b->picked.size());
   b->est_w = est_width(p0);
   b->est_h = est_height(p0);
-  if (room.budget) b->est_peak = o.estimator->peak_bytes(b->est_w, b->est_h, b->n, est_controlnets(p0));
+  if (room.budget) b->est_peak = o.estimator->peak_bytes(b->est_w, b->est_h, b->n, side_modules_key(p0));
   b->solo = room.budget && !b->est_peak;
   b->lora_switch = b->picked.front().lora_set != l.current_lora;
   l.current_lora = b->picked.front().lora_set;
@@ -156,7 +155,7 @@ BatchPtr next_batch(RunState& run, LaneState& l, std::unique_lock<std::mutex>& l
     }
     const GenerationParams& hp = run.work[run.queue.ordered(now, l.current_lora).front().handle].params;
     if (busy && room.budget) {
-      const auto head_est = o.estimator->peak_bytes(est_width(hp), est_height(hp), 1, est_controlnets(hp));
+      const auto head_est = o.estimator->peak_bytes(est_width(hp), est_height(hp), 1, side_modules_key(hp));
       if (!head_est || static_cast<double>(*head_est) * o.safety > static_cast<double>(room.free_work)) {
         wait_for_room(run, l, lk, now);  // it runs when the lane is empty
         continue;
