@@ -59,6 +59,10 @@ keys of that component, so LoRA keys map without a prefix):
                      so they live once in memory and LoRA patches reach both
                      (AOTInductor inlines a few tiny tensors, e.g. conv_out.bias, as
                      literals: those are not constants and LoRAs must not touch them).
+  unet_fp8.ts        (--fp8) unet.ts with the transformer blocks' linear layers in FP8 e4m3
+                     (scripts/fp8_quant.py: the layers, the scales, their calibration); the
+                     same methods and inputs; sdxl-batch --precision fp8 runs it
+  unet_fp8.pt2       (--fp8 --aoti) unet_fp8.ts's UNet compiled by AOTInductor, as unet.pt2
 
 The UNet is traced at a latent size that is NOT a multiple of 2**num_upsamplers,
 so the graph carries diffusers' forward_upsample_size path: every up-sampler
@@ -72,6 +76,7 @@ import argparse
 import contextlib
 import copy
 import faulthandler
+import hashlib
 import json
 import math
 import os
@@ -89,6 +94,7 @@ import torch.nn as nn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from clip_vocab import write_clip_tokenizer  # noqa: E402
 
+REPO = Path(__file__).resolve().parents[1]
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 SDXL_SCHEDULER = dict(
@@ -831,11 +837,13 @@ def parse_inductor_configs(items: list[str]) -> dict:
 
 
 def export_unet_aoti(unet, dtype, device: str, out_dir: Path, limits: dict, vae_down: int, ctx_dim: int,
-                     pdim: int, size: str | None, extra_configs: dict, gen: torch.Generator) -> dict:
+                     pdim: int, size: str | None, extra_configs: dict, gen: torch.Generator,
+                     file: str = "unet.pt2") -> dict:
     """torch.export the UNet wrapper with a dynamic batch (1 .. 2*batch_max rows: CFG doubles
     them), context length (77 .. 77*context_chunks_max tokens) and latent size (the limits, or
     one fixed size), compile it with AOTInductor into out_dir/unet.pt2 without its weights,
-    and return what model.json records under unet.aoti."""
+    and return what model.json records under unet.aoti (`file`: unet.pt2, or unet_fp8.pt2
+    for the FP8 UNet)."""
     import torch._inductor
 
     (h_lo, h_hi), (w_lo, w_hi) = parse_aoti_size(size, limits, vae_down)
@@ -873,21 +881,21 @@ def export_unet_aoti(unet, dtype, device: str, out_dir: Path, limits: dict, vae_
     from aoti_toolchain import use_shared_libstdcxx
     cxx_wrapper = use_shared_libstdcxx(log=lambda m: log("  " + m))
     t0 = time.time()
-    pkg = torch._inductor.aoti_compile_and_package(ep, package_path=str(out_dir / "unet.pt2"),
+    pkg = torch._inductor.aoti_compile_and_package(ep, package_path=str(out_dir / file),
                                                    inductor_configs=configs)
     t_compile = time.time() - t0
-    log(f"  aoti_compile_and_package unet: {t_compile:.1f}s, {Path(pkg).stat().st_size / 2**20:.1f} MiB "
+    log(f"  aoti_compile_and_package {file}: {t_compile:.1f}s, {Path(pkg).stat().st_size / 2**20:.1f} MiB "
         f"(weights not included)")
 
     # Load it as sdxl-batch does (constants = the module's own parameters, user-managed)
     # and compare with the eager wrapper at the range's corners.
-    log("  loading unet.pt2 (aoti_load_package) for its check")
+    log(f"  loading {file} (aoti_load_package) for its check")
     runner = torch._inductor.aoti_load_package(pkg)
     params = dict(wrapper.named_parameters())
     params.update(dict(wrapper.named_buffers()))
     fqns = set(runner.get_constant_fqns())
     if not fqns <= set(params):
-        raise SystemExit(f"unet.pt2: constants that are no parameter of the UNet: {sorted(fqns - set(params))[:5]}")
+        raise SystemExit(f"{file}: constants that are no parameter of the UNet: {sorted(fqns - set(params))[:5]}")
     runner.load_constants({n: params[n] for n in fqns}, check_full_update=True, user_managed=True)
     rtol = 1e-4 if dtype == torch.float32 else 2e-2
     checks = []
@@ -902,13 +910,13 @@ def export_unet_aoti(unet, dtype, device: str, out_dir: Path, limits: dict, vae_
         scale = float(want.float().abs().max())
         ok = bool(torch.isfinite(got).all()) and d <= rtol * max(1.0, scale)
         checks.append(dict(rows=b, latent_h=hh, latent_w=ww, tokens=77 * kk, max_abs_diff=d, ok=ok))
-        log(f"  check unet.pt2 rows {b:2d} latent {hh}x{ww} tokens {77 * kk}: max|diff| {d:.3g} "
+        log(f"  check {file} rows {b:2d} latent {hh}x{ww} tokens {77 * kk}: max|diff| {d:.3g} "
             f"(|ref| {scale:.3g}) {'ok' if ok else 'FAILED'}")
     del runner
     if not all(c["ok"] for c in checks):
-        raise SystemExit("unet.pt2 does not match the eager UNet (see the check lines above)")
+        raise SystemExit(f"{file} does not match the eager UNet (see the check lines above)")
     return {
-        "file": "unet.pt2",
+        "file": file,
         "device": device,
         "dtype": {v: k for k, v in DTYPES.items()}[dtype],
         "rows": [1, rows_max],
@@ -921,6 +929,72 @@ def export_unet_aoti(unet, dtype, device: str, out_dir: Path, limits: dict, vae_
         "seconds": {"export": round(t_export, 1), "compile": round(t_compile, 1)},
         "libstdcxx": "shared (linked through a wrapper)" if cxx_wrapper else "the compiler's default",
     }
+
+
+# --- FP8 ----------------------------------------------------------------------------------
+def read_prompts(path: Path) -> list[str]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise SystemExit(f"--fp8-prompts {path}: {e.strerror}")
+    prompts = [l.strip() for l in lines if l.strip() and not l.lstrip().startswith("#")]
+    if not prompts:
+        raise SystemExit(f"--fp8-prompts {path}: no prompt in it (one per line, '#' starts a comment)")
+    return prompts
+
+
+def export_unet_fp8(a, pipe, tmp: Path, dtype, device: str, defaults: dict, trace_inputs: tuple, timings: dict,
+                    aoti_args: dict) -> dict:
+    """Calibrates, quantises pipe.unet in place (scripts/fp8_quant.py), traces unet_fp8.ts with
+    unet.ts's methods, checks it against the eager FP8 UNet, compiles unet_fp8.pt2 with --aoti;
+    returns model.json's unet.fp8."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import fp8_quant
+
+    unet = pipe.unet
+    inp, res, kv = trace_inputs
+    prompts = read_prompts(Path(a.fp8_prompts))
+    steps = a.fp8_steps or defaults["steps"]
+    names = fp8_quant.fp8_layer_names(unet)
+    pipe.set_progress_bar_config(disable=True)
+    ref = UNetTS(unet, dtype)(*inp)
+    t0 = time.time()
+    amax = fp8_quant.calibrate(pipe, names, prompts, steps, defaults["width"], defaults["height"], defaults["cfg"],
+                               seed=1234)
+    timings["fp8_calibrate"] = time.time() - t0
+    n = fp8_quant.quantize_unet(unet, amax)
+    wrapper = UNetTS(unet, dtype)
+    got = wrapper(*inp)
+    rel = float((got.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-12))
+    log(f"  fp8: {n} linear layers quantised, calibrated on {len(prompts)} prompts x {steps} steps at "
+        f"{defaults['width']}x{defaults['height']} ({timings['fp8_calibrate']:.1f}s); "
+        f"rel. L2 vs the {a.dtype or 'model'} UNet on the trace inputs {rel:.4f}")
+    t0 = time.time()
+    trace_module(wrapper, {"forward": inp, "forward_control": inp + (res,), "forward_ip": inp + (kv,),
+                           "forward_control_ip": inp + (res, kv)}, tmp / "unet_fp8.ts")
+    check_names(tmp / "unet_fp8.ts", unet, device, "unet_fp8")
+    ts = torch.jit.load(str(tmp / "unet_fp8.ts"), map_location=device)
+    chk = Checker(dtype, device)
+    key = dict(batch=int(inp[0].shape[0]), width=int(inp[0].shape[3]) * 8, height=int(inp[0].shape[2]) * 8)
+    chk.run("unet_fp8.ts", key, ts, wrapper, inp)
+    chk.run("unet_fp8.ts forward_control", key, ts.forward_control, wrapper.forward_control, inp + (res,))
+    chk.run("unet_fp8.ts forward_ip", key, ts.forward_ip, wrapper.forward_ip, inp + (kv,))
+    if not all(r["ok"] for r in chk.results):
+        raise SystemExit("unet_fp8.ts does not match the eager FP8 UNet: " + json.dumps(chk.results)[:400])
+    del ts
+    timings["trace_unet_fp8"] = time.time() - t0
+    meta = {"file": "unet_fp8.ts", "format": fp8_quant.FORMAT, "layers": n,
+            "calibration": {"prompts": len(prompts), "prompts_sha256": hashlib.sha256(
+                "\n".join(prompts).encode()).hexdigest(), "steps": steps, "width": defaults["width"],
+                "height": defaults["height"], "cfg": defaults["cfg"], "seconds": round(timings["fp8_calibrate"], 1)},
+            "rel_l2_vs_unet_on_trace_inputs": round(rel, 5)}
+    if a.aoti and "fp8" in a.aoti_variants:
+        t0 = time.time()
+        meta["aoti"] = export_unet_aoti(unet, dtype, device, tmp, aoti_args["limits"], aoti_args["vae_down"],
+                                        aoti_args["ctx_dim"], aoti_args["pdim"], a.aoti_size,
+                                        parse_inductor_configs(a.aoti_config), aoti_args["gen"], file="unet_fp8.pt2")
+        timings["aoti_unet_fp8"] = time.time() - t0
+    return meta
 
 
 # --- real weights: a diffusers folder or a single-file checkpoint, and a VAE -------------
@@ -1123,6 +1197,16 @@ def main() -> int:
     ap.add_argument("--aoti-config", metavar="KEY=VALUE", action="append", default=[],
                     help="extra torch._inductor config for the AOTI compile (repeatable), "
                          "e.g. max_autotune=True")
+    ap.add_argument("--fp8", action="store_true",
+                    help="also write unet_fp8.ts: the transformer blocks' linear layers in FP8 e4m3 with scales "
+                         "calibrated on --fp8-prompts (sdxl-batch --precision fp8; docs/models-and-export.md#fp8)")
+    ap.add_argument("--fp8-prompts", metavar="FILE", default=str(REPO / "configs" / "fp8-calibration-prompts.txt"),
+                    help="calibration prompts, one per line (default: configs/fp8-calibration-prompts.txt)")
+    ap.add_argument("--fp8-steps", type=int, metavar="N",
+                    help="sampling steps per calibration prompt (default: the model's default steps)")
+    ap.add_argument("--aoti-variants", metavar="LIST", default="all",
+                    help="with --aoti: which UNets to compile, 'fp16' (the model dtype's unet.pt2), 'fp8' "
+                         "(unet_fp8.pt2, with --fp8) or 'all' (default)")
     a = ap.parse_args()
     threads = a.threads if a.threads is not None else (1 if (a.tiny and a.device == "cpu") else 0)
     if threads > 0:
@@ -1136,6 +1220,16 @@ def main() -> int:
         ap.error("--vae-only needs --vae FILE|DIR")
     if bool(a.ip_adapter) != bool(a.image_encoder):
         ap.error("--ip-adapter FILE and --image-encoder DIR go together")
+    variants = {"all": {"fp16", "fp8"}, "fp16": {"fp16"}, "fp8": {"fp8"}}.get(a.aoti_variants.replace(" ", ""))
+    if variants is None and set(a.aoti_variants.replace(" ", "").split(",")) == {"fp16", "fp8"}:
+        variants = {"fp16", "fp8"}
+    if variants is None:
+        ap.error(f"--aoti-variants '{a.aoti_variants}' is not fp16, fp8, fp16,fp8 or all")
+    a.aoti_variants = variants if a.fp8 else variants - {"fp8"}
+    if a.aoti and not a.aoti_variants:
+        ap.error("--aoti-variants fp8 needs --fp8")
+    if a.fp8 and (a.vae_only or a.controlnet or a.ip_adapter):
+        ap.error("--fp8 goes with a model export (--tiny, --random-full or --from)")
     t_start = time.time()
     kind = ("tiny" if a.tiny else "random-full" if a.random_full else "vae-only" if a.vae_only
             else "controlnet" if a.controlnet else "ip-adapter" if a.ip_adapter else "from")
@@ -1279,11 +1373,17 @@ def export(a, kind, dtype_name, dtype, device, out: Path, tmp: Path, t_start: fl
         vae.to(vae_orig_dtype)
 
     aoti_meta = None
-    if a.aoti:
+    if a.aoti and "fp16" in a.aoti_variants:
         t0 = time.time()
         aoti_meta = export_unet_aoti(unet, dtype, device, tmp, limits, vae_down, ctx_dim, pdim, a.aoti_size,
                                      parse_inductor_configs(a.aoti_config), gen)
         timings["aoti_unet"] = time.time() - t0
+    defaults = ({"width": 256, "height": 256, "steps": 8, "cfg": 5.0} if tiny
+                else {"width": 1024, "height": 1024, "steps": 28, "cfg": 7.0})
+    fp8_meta = None
+    if a.fp8:
+        fp8_meta = export_unet_fp8(a, pipe, tmp, dtype, device, defaults, (inp, res, kv), timings,
+                                   dict(limits=limits, vae_down=vae_down, ctx_dim=ctx_dim, pdim=pdim, gen=gen))
 
     # tokenizers (random sources wrote them already)
     sc = pipe.scheduler.config
@@ -1312,13 +1412,13 @@ def export(a, kind, dtype_name, dtype, device, out: Path, tmp: Path, t_start: fl
         "unet": {"file": "unet.ts", "in_channels": int(unet.config.in_channels), "context_dim": ctx_dim,
                  "pooled_dim": pdim, "time_ids_dim": 6, "parameters": count_params(unet), "control": control,
                  "ip_adapter": ip,
-                 **({"aoti": aoti_meta} if aoti_meta else {})},
+                 **({"aoti": aoti_meta} if aoti_meta else {}),
+                 **({"fp8": fp8_meta} if fp8_meta else {})},
         "vae_decoder": {"file": "vae_decoder.ts"},
         "vae_encoder": {"file": "vae_encoder.ts"},
         "scheduler": {k: sc[k] for k in ("num_train_timesteps", "beta_start", "beta_end", "beta_schedule",
                                           "timestep_spacing", "steps_offset", "prediction_type")},
-        "defaults": ({"width": 256, "height": 256, "steps": 8, "cfg": 5.0} if tiny
-                     else {"width": 1024, "height": 1024, "steps": 28, "cfg": 7.0}),
+        "defaults": defaults,
         "limits": limits,
         **files_meta,
         "files": files,

@@ -73,6 +73,7 @@ std::string ip_adapter_unit(const GenerationParams& p, const ImageSources& src) 
 ImageSources model_sources(const ModelConfig& mc) {
   ImageSources s;
   s.model_name = mc.name;
+  s.unet_precision = mc.unet_precision;
   if (mc.source_file.recorded()) s.model_hash = mc.source_file.short_hash();
   if (mc.vae_file.recorded()) {
     s.vae_hash = mc.vae_file.short_hash();
@@ -111,6 +112,7 @@ std::string a1111_parameters(const GenerationParams& p, const ImageSources& src)
   for (size_t i = 0; i < p.controlnets.size(); ++i)
     s << ", ControlNet " << i << ": " << quote_if_needed(controlnet_unit(p, src, i));
   if (p.ip_adapter.on()) s << ", IP-Adapter: " << quote_if_needed(ip_adapter_unit(p, src));
+  if (src.unet_precision == "fp8") s << ", UNet precision: fp8 e4m3";
   s << ", Version: " << kProgramName << " " << kProgramVersion;
   return s.str();
 }

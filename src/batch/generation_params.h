@@ -116,6 +116,8 @@ struct ImageSources {
   // each reference image's file name and sha256 (first 10 hex digits, as A1111 shortens).
   std::string ip_adapter_name, ip_adapter_hash;
   std::vector<std::pair<std::string, std::string>> ip_images;
+  // The UNet's precision when not the model's dtype ("fp8": "UNet precision: fp8 e4m3").
+  std::string unet_precision;
 };
 
 // The model's part of ImageSources (name, and the hashes model.json records).
@@ -127,6 +129,7 @@ ImageSources model_sources(const ModelConfig& mc);
 //   Steps: 28, Sampler: Euler, Schedule type: Automatic, CFG scale: 7, Seed: 42,
 //   Size: 1024x1024, Model hash: 0123456789, Model: <model name>, VAE hash: 0123456789, VAE: <file>,
 //   Clip skip: 3, Lora hashes: "name: 0123456789ab", TI hashes: "name: 0123456789ab", Version: sdxl-batch 0.1.0
+// "UNet precision: fp8 e4m3" comes before Version when the UNet ran in FP8 (--precision fp8);
 // "Guidance rescale: <phi>" follows the CFG scale when it is not 0; the hashes
 // only when known, "Clip skip" only when the task sets it;
 // img2img adds "Denoising strength: S" before Clip skip and "Init image: <file

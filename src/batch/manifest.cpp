@@ -26,6 +26,7 @@ nlohmann::json to_json(const ManifestEntry& e) {
     j["params"]["loras"] = l;
   }
   if (p.clip_skip != 0) j["params"]["clip_skip"] = p.clip_skip;  // absent = not set
+  if (!e.unet_precision.empty()) j["unet_precision"] = e.unet_precision;  // absent = the model's dtype
   // Every setting the resume check compares (scheduler/work_list.cpp same_settings)
   // must be here, or a rerun makes the image again; absent = the default.
   if (p.guidance_rescale != 0.0) j["params"]["guidance_rescale"] = p.guidance_rescale;
@@ -59,6 +60,7 @@ ManifestEntry from_json(const nlohmann::json& j) {
   e.sha256 = j.at("sha256").get<std::string>();
   e.seconds = j.value("seconds", 0.0);
   e.model = j.value("model", "");
+  e.unet_precision = j.value("unet_precision", "");
   e.finished = j.value("finished", "");
   if (j.contains("params")) {
     const auto& p = j["params"];

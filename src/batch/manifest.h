@@ -28,6 +28,7 @@ struct ManifestEntry {
   double seconds = 0;
   GenerationParams params;
   std::string model;
+  std::string unet_precision;  // "" = the model's dtype; "fp8" (--precision fp8): a resume compares it
   std::string finished;  // UTC ISO-8601
   // Where the prompt came from (story batch files): the task's prompt as
   // written, its characters and style, and what each wildcard picked. Written

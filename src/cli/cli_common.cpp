@@ -23,6 +23,11 @@ void add_model_options(CLI::App& cmd, ModelOptions& o, bool model_required) {
   cmd.add_option("--device", o.runtime.device, "cpu, cuda or cuda:N")->default_val("cpu");
   cmd.add_option("--dtype", o.runtime.dtype, "Compute dtype (default: the model's)")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
+  cmd.add_option("--precision", o.runtime.precision,
+                 "UNet precision: default (the model's dtype) or fp8 (the FP8 UNet of export_sdxl.py --fp8: faster, not "
+                 "exact; a GPU with FP8 tensor cores)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"default", "fp8"}));
   cmd.add_option("--threads", o.runtime.threads, "CPU threads for torch (0 = torch's default)")
       ->check(CLI::Range(0, 1024));
   cmd.add_flag("--jit-optimize", o.runtime.jit_optimize,

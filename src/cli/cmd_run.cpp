@@ -370,7 +370,7 @@ int run_run(const RunArgs& a) {
   const std::filesystem::path batch_path(a.batch_file);
   RunOptions o = run_options(a);
   const std::filesystem::path model_dir = find_model_dir(a, batch_path);
-  const ModelConfig mc = load_model_config(model_dir);
+  const ModelConfig mc = with_unet_precision(load_model_config(model_dir), a.model.runtime.precision, a.model.runtime.dtype);
   verify_model_if_asked(a.model, mc);
   if (a.clip_skip != 0) {
     try {
@@ -390,7 +390,8 @@ int run_run(const RunArgs& a) {
   o.invalid_tasks = invalid;
   const std::uint64_t vram_limit = a.vram_limit.empty() ? 0 : parse_size_bytes(a.vram_limit);
   // Memory and time per size measured by earlier runs into this folder on this device.
-  const std::string device_key = a.model.runtime.device + "/" + (a.model.runtime.dtype.empty() ? mc.dtype : a.model.runtime.dtype);
+  const std::string device_key = a.model.runtime.device + "/" + (a.model.runtime.dtype.empty() ? mc.dtype : a.model.runtime.dtype) +
+                                 (mc.unet_precision.empty() ? "" : "/unet-" + mc.unet_precision);
   const std::filesystem::path estimates_path = out_dir / "estimates.json";
   std::string why_no_estimates;
   WorkEstimator estimator = WorkEstimator::load(estimates_path, device_key, mc.name, &why_no_estimates);

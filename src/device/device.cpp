@@ -127,6 +127,16 @@ std::uint64_t card_total_bytes(int index) {
 }
 }  // namespace
 
+std::string fp8_unsupported_reason(const torch::Device& device) {
+  if (!device.is_cuda()) return "";
+  const int index = device.has_index() ? device.index() : 0;
+  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(index));
+  if (!prop) return "cannot read the properties of cuda:" + std::to_string(index);
+  if (prop->major * 10 + prop->minor >= 89) return "";
+  return "cuda:" + std::to_string(index) + " (" + prop->name + ") has compute capability " + std::to_string(prop->major) +
+         "." + std::to_string(prop->minor) + ", without FP8 tensor cores (8.9 or newer: Ada, Hopper, Blackwell)";
+}
+
 MemorySnapshot device_memory_snapshot(const torch::Device& device) {
   MemorySnapshot s;
   if (!device.is_cuda()) {

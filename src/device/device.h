@@ -16,6 +16,10 @@ namespace sdxl {
 torch::Device parse_device(const std::string& name);
 // "fp32" | "fp16" | "bf16" -> dtype; throws UsageError naming the value.
 torch::Dtype parse_dtype(const std::string& name);
+// --precision fp8 on `device`: "" when it can run FP8 matmuls (the CPU, emulated;
+// a CUDA GPU of compute capability 8.9 or newer: Ada, Hopper, Blackwell), else
+// why not, naming the GPU and its compute capability.
+std::string fp8_unsupported_reason(const torch::Device& device);
 std::string dtype_name(torch::Dtype dtype);
 // Blocks until queued work on the device is done (no-op on CPU): stage timings.
 void device_synchronize(const torch::Device& device);

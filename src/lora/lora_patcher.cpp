@@ -13,6 +13,10 @@ LoraPatcher::LoraPatcher(SdxlModel& model, bool originals_on_host) {
   torch::jit::Module* modules[3] = {&model.text_encoder, &model.text_encoder_2, &model.unet};
   for (int i = 0; i < 3; ++i)
     for (const auto& p : modules[i]->named_parameters(/*recurse=*/true)) params_[i].emplace(p.name, p.value);
+  const std::string suffix = ".weight_scale";
+  for (const auto& b : model.unet.named_buffers(/*recurse=*/true))
+    if (b.name.size() > suffix.size() && b.name.compare(b.name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      fp8_scales_.emplace(b.name.substr(0, b.name.size() - suffix.size()) + ".weight", b.value);
 }
 
 ModelParamShapes LoraPatcher::shapes() const {
@@ -106,6 +110,8 @@ void LoraPatcher::apply(const Applied& set) {
       w.copy_(orig->second, /*non_blocking=*/true);
       acc.copy_(w);
     }
+    const auto fp8 = id.first == static_cast<int>(LoraTarget::kUnet) ? fp8_scales_.find(id.second) : fp8_scales_.end();
+    if (fp8 != fp8_scales_.end()) acc.mul_(fp8->second);  // e4m3 -> the weight it stands for
     // acc is contiguous: its [out, in*kh*kw] view takes each product in place.
     torch::Tensor acc2d = acc.view({acc.size(0), -1});
     for (const auto& [f, weight] : deltas) {
@@ -114,6 +120,7 @@ void LoraPatcher::apply(const Applied& set) {
       const torch::Tensor down = f->down.to(torch::kFloat32).flatten(1);
       acc2d.addmm_(up, down, /*beta=*/1.0, /*alpha=*/weight * f->scale);
     }
+    if (fp8 != fp8_scales_.end()) acc.div_(fp8->second).clamp_(-448.0, 448.0);  // e4m3's finite range; copy_ rounds
     w.copy_(acc);
   }
 }

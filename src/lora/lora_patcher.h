@@ -3,7 +3,9 @@
 // formed in fp32 from the kept original and cast back once. The first touch of
 // a weight copies its original aside; a weight that the next set does not touch
 // gets its original copied back, so after any sequence of sets the base weights
-// are bit-identical. Owns those copies (device memory, the size of the touched
+// are bit-identical. An FP8 weight (unet_fp8.ts: e4m3 with a per-tensor
+// `<layer>.weight_scale`) is dequantised into the fp32 sum and quantised again
+// with the same scale, saturating at +-448 (docs/models-and-export.md#fp8). Owns those copies (device memory, the size of the touched
 // weights, or pinned host memory when asked). Not thread-safe; call outside inference.
 #pragma once
 
@@ -67,6 +69,7 @@ class LoraPatcher {
   bool compiled_in(const LoraFactor& f) const;
 
   std::array<std::map<std::string, torch::Tensor>, 3> params_;
+  std::map<std::string, torch::Tensor> fp8_scales_;  // UNet weight name -> its weight_scale (FP8 weights only)
   std::map<WeightId, torch::Tensor> originals_;
   bool originals_on_host_ = false;
   const std::set<std::string>* compiled_in_ = nullptr;  // SdxlModel::unet_params_compiled_in

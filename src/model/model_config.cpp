@@ -157,6 +157,13 @@ void read_unet(const Reader& r, ModelConfig& c) {
   if (c.unet_pooled_dim != c.text_encoders[1].pooled_dim)
     r.fail("/unet/pooled_dim", "must equal /text_encoders/1/pooled_dim");
   if (u.has("aoti")) read_unet_aoti(u.child("aoti"), c.unet_aoti);
+  if (u.has("fp8")) {
+    const Reader f = u.child("fp8");
+    c.unet_fp8.file = f.str("file");
+    c.unet_fp8.format = f.str_or("format", "");
+    c.unet_fp8.layers = f.integer("layers", 1, 1 << 20);
+    if (f.has("aoti")) read_unet_aoti(f.child("aoti"), c.unet_fp8.aoti);
+  }
   if (u.has("control")) read_control_inputs(u.child("control"), c.unet_control);
   if (u.has("ip_adapter")) {
     const Reader ip = u.child("ip_adapter");
@@ -259,6 +266,8 @@ void check_model_files(const ModelConfig& c, const std::filesystem::path& dir, c
   need(c.text_encoders[1].file, "/text_encoders/1/file");
   need(c.unet_file, "/unet/file");
   if (!c.unet_aoti.file.empty()) need(c.unet_aoti.file, "/unet/aoti/file");
+  if (!c.unet_fp8.file.empty()) need(c.unet_fp8.file, "/unet/fp8/file");
+  if (!c.unet_fp8.aoti.file.empty()) need(c.unet_fp8.aoti.file, "/unet/fp8/aoti/file");
   need(c.vae_decoder_file, "/vae_decoder/file");
   for (int i = 0; i < 2; ++i) {
     for (const char* f : {"vocab.json", "merges.txt"})
@@ -622,15 +631,34 @@ std::uint64_t module_file_bytes(const ModelConfig& cfg) {
 
 std::string unet_aoti_mismatch(const ModelConfig& cfg, const std::string& device, const std::string& dtype) {
   const UnetAotiConfig& a = cfg.unet_aoti;
+  const bool fp8 = cfg.unet_precision == "fp8";
   if (a.file.empty())
-    return "the model has no unet.pt2 (model.json has no /unet/aoti); export it with scripts/export_sdxl.py --aoti";
+    return fp8 ? "the model has no unet_fp8.pt2 (model.json has no /unet/fp8/aoti); export it with scripts/export_sdxl.py "
+                 "--fp8 --aoti"
+               : "the model has no unet.pt2 (model.json has no /unet/aoti); export it with scripts/export_sdxl.py --aoti";
   if (a.device != device)
     return a.file + " was compiled for " + a.device + ", the model runs on " + device +
-           "; re-export with scripts/export_sdxl.py --aoti --device " + device;
+           "; re-export with scripts/export_sdxl.py " + (fp8 ? "--fp8 " : "") + "--aoti --device " + device;
   if (a.dtype != dtype)
     return a.file + " was compiled for " + a.dtype + ", the model runs in " + dtype +
            " (--dtype); drop --dtype or re-export with --dtype " + dtype + " --aoti";
   return "";
+}
+
+ModelConfig with_unet_precision(const ModelConfig& cfg, const std::string& precision, const std::string& dtype_override) {
+  if (precision == "default") return cfg;
+  if (precision != "fp8") throw UsageError("--precision '" + precision + "' is not one of: default, fp8");
+  if (cfg.unet_fp8.file.empty())
+    throw ModelError("--precision fp8: model '" + cfg.name + "' (" + cfg.dir.string() +
+                     ") has no FP8 UNet (model.json has no /unet/fp8); export it with scripts/export_sdxl.py --fp8");
+  if (!dtype_override.empty() && dtype_override != cfg.dtype)
+    throw UsageError("--precision fp8 runs the model's " + cfg.dtype + " UNet with FP8 linear layers; drop --dtype " +
+                     dtype_override);
+  ModelConfig c = cfg;
+  c.unet_file = cfg.unet_fp8.file;
+  c.unet_aoti = cfg.unet_fp8.aoti;
+  c.unet_precision = "fp8";
+  return c;
 }
 
 std::string resolve_unet_backend(const ModelConfig& cfg, const std::string& requested, const std::string& device,

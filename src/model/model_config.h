@@ -88,6 +88,17 @@ struct UnetIpInputs {
   bool supported() const { return !layers.empty(); }
 };
 
+// unet.fp8 in model.json (optional; written by export_sdxl.py --fp8): a second
+// UNet, unet_fp8.ts, whose transformer-block linear layers are FP8 e4m3 with
+// static per-tensor scales (each such weight has a `<layer>.weight_scale`
+// buffer; docs/models-and-export.md#fp8), and its AOTInductor package.
+struct UnetFp8Config {
+  std::string file;      // "" when the model has no FP8 UNet
+  std::string format;    // what the export says of its scales
+  int layers = 0;        // how many linear layers are FP8
+  UnetAotiConfig aoti;   // .file empty: no unet_fp8.pt2
+};
+
 struct GenerationDefaults {
   int width = 1024, height = 1024, steps = 28;
   double cfg = 7.0;
@@ -112,6 +123,10 @@ struct ModelConfig {
   int unet_pooled_dim = 0;
   int unet_time_ids_dim = 6;
   UnetAotiConfig unet_aoti;  // .file empty: no unet.pt2
+  UnetFp8Config unet_fp8;    // .file empty: no unet_fp8.ts
+  // The UNet's precision: "" = the model dtype (unet_file as exported); "fp8"
+  // after with_unet_precision, which points unet_file / unet_aoti at the FP8 UNet.
+  std::string unet_precision;
   UnetControlInputs unet_control;
   UnetIpInputs unet_ip;
   std::string vae_decoder_file;
@@ -253,6 +268,13 @@ void check_clip_skip(const ModelConfig& cfg, int clip_skip);
 // Why the model's unet.pt2 cannot run on `device` ("cpu" / "cuda") in `dtype`
 // ("fp32" / "fp16" / "bf16"), with what to do about it; "" when it can.
 std::string unet_aoti_mismatch(const ModelConfig& cfg, const std::string& device, const std::string& dtype);
+
+// --precision: "default" returns `cfg` unchanged; "fp8" returns it with
+// unet_file / unet_aoti replaced by the FP8 UNet's and unet_precision "fp8".
+// ModelError when the model has no FP8 UNet (export it with --fp8); UsageError
+// for another value, or for fp8 with a --dtype (`dtype_override`, "" = none)
+// other than the model's (the FP8 UNet's other layers are in the model dtype).
+ModelConfig with_unet_precision(const ModelConfig& cfg, const std::string& precision, const std::string& dtype_override);
 
 // The UNet backend to run for --unet-backend `requested` (auto, torchscript,
 // aoti; anything else is a UsageError): auto is aoti when unet_aoti_mismatch

@@ -137,8 +137,10 @@ void apply_thread_settings(const RuntimeOptions& opts) { torch::jit::setGraphExe
 
 Generator::Generator(const std::filesystem::path& model_dir, const RuntimeOptions& opts) : impl_(std::make_unique<Impl>()) {
   const auto t0 = Clock::now();
-  const ModelConfig cfg = load_model_config(model_dir);
+  const ModelConfig cfg = with_unet_precision(load_model_config(model_dir), opts.precision, opts.dtype);
   const torch::Device device = parse_device(opts.device);
+  if (cfg.unet_precision == "fp8")
+    if (const std::string why = fp8_unsupported_reason(device); !why.empty()) throw UsageError("--precision fp8: " + why);
   if (device.is_cuda()) configure_cuda_allocator(opts.cuda_allocator);
   // TorchScript's profiling executor re-optimises a graph after its first calls
   // (fusing pointwise ops), which changes fp16 results from about the 4th call
@@ -163,8 +165,8 @@ Generator::Generator(const std::filesystem::path& model_dir, const RuntimeOption
   impl_->ip_adapters = std::make_unique<IpAdapterCache>(*impl_->model, opts.ip_adapter_cache, opts.ip_image_cache);
   device_synchronize(device);
   impl_->load_s = seconds_since(t0);
-  spdlog::info("loaded model '{}' ({}, {}) on {} in {:.2f} s", cfg.name, cfg.source, dtype_name(impl_->model->dtype),
-               device.str(), impl_->load_s);
+  spdlog::info("loaded model '{}' ({}, {}{}) on {} in {:.2f} s", cfg.name, cfg.source, dtype_name(impl_->model->dtype),
+               cfg.unet_precision.empty() ? "" : ", UNet " + cfg.unet_precision, device.str(), impl_->load_s);
 }
 
 void add_image_sources(ImageSources& sources, const GenerationParams& p, const GeneratedImage& img) {

@@ -126,7 +126,7 @@ BatchPlan plan_batch(const BatchFile& batch, const RunOptions& o, std::uint64_t 
   const fs::path out_dir = fs::exists(o.out_dir, ec) ? fs::canonical(o.out_dir) : o.out_dir;
   const Manifest manifest(out_dir / "manifest.jsonl");  // read only: nothing is created
   const double start_unix = unix_now();
-  WorkList wl = build_work(batch, {o.force, o.shard_index, o.shard_count}, manifest, out_dir, local_date(), start_unix);
+  WorkList wl = build_work(batch, {o.force, o.shard_index, o.shard_count, o.model_sources.unet_precision}, manifest, out_dir, local_date(), start_unix);
   plan.total = wl.total;
   plan.skipped = wl.skipped_count;
   plan.to_make = static_cast<int>(wl.work.size());

@@ -111,6 +111,7 @@ nlohmann::json report_json(const RunState& run, const DeviceTotals& t, const nlo
   const double make_s = std::max(run_s - t.load_s, 1e-9);
   return {{"batch", run.batch.path.string()},
           {"model", o.model_name},
+          {"unet_precision", o.model_sources.unet_precision.empty() ? "default" : o.model_sources.unet_precision},
           {"device", t.device_names},
           {"started", run.started},
           {"shard", {{"index", o.shard_index}, {"count", o.shard_count}}},

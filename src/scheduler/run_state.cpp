@@ -22,7 +22,7 @@ RunState::RunState(const BatchFile& b, const RunOptions& o, std::filesystem::pat
     ++res.failed;
     rec.failures.push_back({{"task", id}, {"index", 0}, {"seed", 0}, {"error", "invalid task: " + error}});
   }
-  WorkList wl = build_work(batch, {o.force, o.shard_index, o.shard_count}, manifest, out_dir, date, start_unix);
+  WorkList wl = build_work(batch, {o.force, o.shard_index, o.shard_count, o.model_sources.unet_precision}, manifest, out_dir, date, start_unix);
   for (const auto& [task, base] : wl.drawn_seeds) manifest.record_base_seed(task, base);  // before any image
   work = std::move(wl.work);
   rec.skipped = std::move(wl.skipped);

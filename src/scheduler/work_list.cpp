@@ -48,9 +48,9 @@ namespace {
 // Whether image `index` of `task` is done: its manifest line has these
 // settings and its file the recorded sha256. Adds it to `wl.skipped` then.
 bool already_done(const BatchTask& task, const WorkItem& w, const Manifest& manifest, const fs::path& out_dir,
-                  WorkList& wl) {
+                  const std::string& unet_precision, WorkList& wl) {
   const auto e = manifest.find(task.id, w.index);
-  if (!e || !same_settings(e->params, w.params)) return false;
+  if (!e || !same_settings(e->params, w.params) || e->unet_precision != unet_precision) return false;
   const auto sha = sha256_file_hex(out_dir / e->file);
   if (sha && *sha == e->sha256) {
     ++wl.skipped_count;
@@ -87,7 +87,7 @@ WorkList build_work(const BatchFile& batch, const WorkListOptions& o, const Mani
       w.wildcard_choices = std::move(ip.choices);
       w.file = output_file_name(task, i, w.params.seed, batch.name_template, date);
       ++wl.total;
-      if (!o.force && already_done(task, w, manifest, out_dir, wl)) continue;
+      if (!o.force && already_done(task, w, manifest, out_dir, o.unet_precision, wl)) continue;
       wl.work.push_back(std::move(w));
     }
   }

@@ -44,6 +44,7 @@ struct WorkList {
 struct WorkListOptions {
   bool force = false;
   int shard_index = 0, shard_count = 1;
+  std::string unet_precision;  // the run's (ManifestEntry::unet_precision): images made in another are made again
 };
 
 // What is left to make in `out_dir` (read only: creates nothing).

@@ -104,6 +104,7 @@ void write_image(RunState& run, WriteJob& j) {
     e.seconds = j.generate_s + write_s;
     e.params = j.item.params;
     e.model = run.opts.model_name;
+    e.unet_precision = run.opts.model_sources.unet_precision;
     e.finished = utc_now_iso8601();
     e.source_prompt = j.item.task->source_prompt;
     e.characters = j.item.task->characters;

@@ -106,6 +106,70 @@ class Generate(unittest.TestCase):
             self.assertRegex(im.info["parameters"], r"Seed: \d+,")
 
 
+class Fp8Precision(unittest.TestCase):
+    """--precision fp8 runs the export's unet_fp8.ts (export_sdxl.py --fp8): deterministic, close to the
+    default UNet but not equal, named in the PNG, the report and the manifest; a resume in the other
+    precision makes the images again; a model without it, or with --dtype, is refused by name."""
+
+    def gen(self, name: str, *extra: str) -> bytes:
+        out = Path(ARGS.work) / name
+        r = sdxl("generate", "--model", ARGS.model, "--prompt", "a red kite over a beach", "--seed", "9",
+                 "--steps", "3", "--out", str(out), *extra)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with Image.open(out) as im:
+            self.params = im.info["parameters"]
+            return im.tobytes()
+
+    def test_generate_is_deterministic_close_and_labelled(self):
+        Path(ARGS.work).mkdir(parents=True, exist_ok=True)
+        default = self.gen("fp8-default.png")
+        self.assertNotIn("UNet precision", self.params)
+        a = self.gen("fp8-a.png", "--precision", "fp8")
+        self.assertIn(", UNet precision: fp8 e4m3, Version: ", self.params)
+        self.assertEqual(a, self.gen("fp8-b.png", "--precision", "fp8"))
+        self.assertNotEqual(a, default, "--precision fp8 ran the default UNet")
+        mse = sum((x - y) ** 2 for x, y in zip(a, default)) / len(a)
+        self.assertLess(mse, 100.0, "fp8 far from the default UNet")  # > 28 dB
+
+    def test_run_records_precision_and_resumes_only_in_it(self):
+        out = Path(ARGS.work) / "fp8-run"
+        shutil.rmtree(out, ignore_errors=True)
+        batch = Path(ARGS.work) / "fp8-batch.json"
+        batch.write_text(json.dumps({"version": 1, "tasks": [{"id": "kite", "prompt": "a kite", "steps": 2, "count": 2}]}))
+
+        def run(*extra):
+            r = sdxl("run", str(batch), "--model", ARGS.model, "--out", str(out), "--no-progress", *extra)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            return json.loads((out / "report.json").read_text())
+
+        rep = run("--precision", "fp8")
+        self.assertEqual((rep["unet_precision"], rep["images_done"]), ("fp8", 2))
+        lines = [json.loads(l) for l in (out / "manifest.jsonl").read_text().splitlines() if '"task"' in l]
+        self.assertEqual({l.get("unet_precision") for l in lines}, {"fp8"})
+        self.assertEqual(run("--precision", "fp8")["images_skipped"], 2)
+        rep = run()
+        self.assertEqual((rep["unet_precision"], rep["images_skipped"], rep["images_done"]), ("default", 0, 2))
+
+    def test_refusals_name_the_cause(self):
+        no_fp8 = Path(ARGS.work) / "no-fp8-model"
+        shutil.rmtree(no_fp8, ignore_errors=True)
+        shutil.copytree(ARGS.model, no_fp8)
+        meta = json.loads((no_fp8 / "model.json").read_text())
+        del meta["unet"]["fp8"]
+        (no_fp8 / "model.json").write_text(json.dumps(meta))
+        r = sdxl("generate", "--model", str(no_fp8), "--prompt", "x", "--steps", "1", "--precision", "fp8",
+                 "--out", str(no_fp8 / "x.png"))
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("no FP8 UNet", r.stderr)
+        self.assertIn("--fp8", r.stderr)
+        r = sdxl("generate", "--model", ARGS.model, "--prompt", "x", "--precision", "fp8", "--dtype", "bf16")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("drop --dtype bf16", r.stderr)
+        r = sdxl("generate", "--model", ARGS.model, "--prompt", "x", "--precision", "int4")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--precision", r.stderr)
+
+
 class BadInput(unittest.TestCase):
     """Bad flags/values exit 2 naming them; a bad model exits 1 naming the file."""
 

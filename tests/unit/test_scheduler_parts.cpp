@@ -119,12 +119,25 @@ TEST_F(Parts, WorkListSkipsRecordedImagesWhoseFileIsIntactAndShardsByPosition) {
   EXPECT_EQ(wl.total, 8);
   EXPECT_EQ(wl.skipped_count, 1);
   EXPECT_EQ(wl.work.size(), 7u);
+  // A run in another UNet precision (--precision fp8) makes it again, and the
+  // manifest line round-trips the precision it was made in.
+  EXPECT_EQ(sdxl::build_work(bf, {false, 0, 1, "fp8"}, m, dir / "out", run->date, run->start_unix).work.size(), 8u);
+  e.index = 1;
+  e.unet_precision = "fp8";
+  e.seed = run->work[1].params.seed;
+  e.file = run->work[1].file;
+  e.params = run->work[1].params;
+  std::ofstream(dir / "out" / run->work[1].file) << png;
+  run->manifest.append(e);
+  const sdxl::Manifest m8(dir / "out" / "manifest.jsonl");
+  EXPECT_EQ(sdxl::build_work(bf, {false, 0, 1, "fp8"}, m8, dir / "out", run->date, run->start_unix).work.size(), 7u);
+  EXPECT_EQ(sdxl::build_work(bf, {}, m8, dir / "out", run->date, run->start_unix).work.size(), 7u);
   // A changed file is made again; --force makes everything.
   std::ofstream(dir / "out" / run->work[0].file) << "changed";
   EXPECT_EQ(sdxl::build_work(bf, {}, m, dir / "out", run->date, run->start_unix).work.size(), 8u);
-  EXPECT_EQ(sdxl::build_work(bf, {true, 0, 1}, m, dir / "out", run->date, run->start_unix).work.size(), 8u);
+  EXPECT_EQ(sdxl::build_work(bf, {true, 0, 1, ""}, m, dir / "out", run->date, run->start_unix).work.size(), 8u);
   // Shard 1 of 2 takes tasks 1 and 3.
-  auto shard = sdxl::build_work(bf, {false, 1, 2}, m, dir / "out", run->date, run->start_unix);
+  auto shard = sdxl::build_work(bf, {false, 1, 2, ""}, m, dir / "out", run->date, run->start_unix);
   ASSERT_EQ(shard.work.size(), 4u);
   EXPECT_EQ(shard.work[0].task->id, "t1");
   EXPECT_EQ(shard.work[2].task->id, "t3");

@@ -326,6 +326,6 @@ TEST(StoryBatchFile, WorkListExpandsEachImageFromItsSeedAndShardsAgree) {
   EXPECT_GT(distinct.size(), 3u) << "the images of a task should not all get the same expansion";
   // Shards make the same prompts as one run.
   for (int k = 0; k < 2; ++k)
-    for (const auto& w : sdxl::build_work(bf, {false, k, 2}, m, dir, "2026-12-02", 0).work)
+    for (const auto& w : sdxl::build_work(bf, {false, k, 2, ""}, m, dir, "2026-12-02", 0).work)
       EXPECT_EQ((prompts[{w.task->id, w.index}]), w.params.prompt + " / " + w.params.negative_prompt);
 }
