@@ -5,8 +5,9 @@
 // gets its original copied back, so after any sequence of sets the base weights
 // are bit-identical. An FP8 weight (unet_fp8.ts: e4m3 with a per-tensor
 // `<layer>.weight_scale`) is dequantised into the fp32 sum and quantised again
-// with the same scale, saturating at +-448 (docs/models-and-export.md#fp8). Owns those copies (device memory, the size of the touched
-// weights, or pinned host memory when asked). Not thread-safe; call outside inference.
+// with the same scale, saturating at +-448 (docs/models-and-export.md#fp8-unet).
+// Owns those copies (device memory, the size of the touched weights, or pinned
+// host memory when asked). Not thread-safe; call outside inference.
 #pragma once
 
 #include <torch/script.h>

@@ -667,7 +667,7 @@ std::string resolve_unet_backend(const ModelConfig& cfg, const std::string& requ
     throw UsageError("--unet-backend '" + requested + "' is not one of: auto, torchscript, aoti");
   if (requested != "auto") return requested;
   const std::string unfit = unet_aoti_mismatch(cfg, device, dtype);
-  if (why) *why = unfit.empty() ? "the model has a unet.pt2 for " + device + " " + dtype : unfit;
+  if (why) *why = unfit.empty() ? "the model has a " + cfg.unet_aoti.file + " for " + device + " " + dtype : unfit;
   return unfit.empty() ? "aoti" : "torchscript";
 }
 

@@ -91,7 +91,7 @@ struct UnetIpInputs {
 // unet.fp8 in model.json (optional; written by export_sdxl.py --fp8): a second
 // UNet, unet_fp8.ts, whose transformer-block linear layers are FP8 e4m3 with
 // static per-tensor scales (each such weight has a `<layer>.weight_scale`
-// buffer; docs/models-and-export.md#fp8), and its AOTInductor package.
+// buffer; docs/models-and-export.md#fp8-unet), and its AOTInductor package.
 struct UnetFp8Config {
   std::string file;      // "" when the model has no FP8 UNet
   std::string format;    // what the export says of its scales

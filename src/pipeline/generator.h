@@ -26,7 +26,7 @@ struct RuntimeOptions {
   std::string device = "cpu";  // cpu | cuda | cuda:N
   std::string dtype;           // "" = model.json's dtype; fp32 | fp16 | bf16
   // The UNet: "default" (unet.ts, the model dtype) or "fp8" (unet_fp8.ts:
-  // FP8 linear layers; with_unet_precision, docs/models-and-export.md#fp8).
+  // FP8 linear layers; with_unet_precision, docs/models-and-export.md#fp8-unet).
   std::string precision = "default";
   int threads = 0;             // CPU intra-op threads, 0 = torch default
   // TorchScript graph optimisation (fusion after profiling runs). Off by default:

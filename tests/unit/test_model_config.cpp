@@ -176,6 +176,40 @@ TEST(ModelConfig, AutoBackendTakesThePackageOnlyWhereItFits) {
   EXPECT_EQ(sdxl::unet_aoti_mismatch(packaged, "cuda", "fp16"), "");
 }
 
+TEST(ModelConfig, Fp8PrecisionSwapsInTheFp8UnetAndItsPackage) {
+  auto j = valid();
+  const auto plain = sdxl::parse_model_config(j.dump(), "/m", "/m/model.json", false);
+  EXPECT_TRUE(plain.unet_fp8.file.empty());  // model.json files from before --fp8 stay valid
+  EXPECT_EQ(sdxl::with_unet_precision(plain, "default", "").unet_file, "unet.ts");
+  try {
+    sdxl::with_unet_precision(plain, "fp8", "");
+    ADD_FAILURE() << "a model without unet.fp8 ran --precision fp8";
+  } catch (const sdxl::ModelError& e) {
+    EXPECT_NE(std::string(e.what()).find("no FP8 UNet (model.json has no /unet/fp8); export it with "
+                                         "scripts/export_sdxl.py --fp8"), std::string::npos) << e.what();
+  }
+  j["unet"]["fp8"] = nlohmann::json::parse(R"({"file": "unet_fp8.ts", "format": "e4m3fn", "layers": 158,
+      "aoti": {"file": "unet_fp8.pt2", "device": "cuda", "dtype": "fp32", "rows": [1, 16], "tokens": [77, 308],
+               "latent_height": [128, 128], "latent_width": [128, 128]}})");
+  const auto both = sdxl::parse_model_config(j.dump(), "/m", "/m/model.json", false);
+  EXPECT_EQ(both.unet_fp8.layers, 158);
+  const auto fp8 = sdxl::with_unet_precision(both, "fp8", "fp32");
+  EXPECT_EQ(fp8.unet_file, "unet_fp8.ts");
+  EXPECT_EQ(fp8.unet_aoti.file, "unet_fp8.pt2");
+  EXPECT_EQ(fp8.unet_precision, "fp8");
+  std::string why;
+  EXPECT_EQ(sdxl::resolve_unet_backend(fp8, "auto", "cuda", "fp32", &why), "aoti");
+  EXPECT_NE(why.find("has a unet_fp8.pt2 for cuda fp32"), std::string::npos) << why;
+  EXPECT_TRUE(both.unet_aoti.file.empty());  // the default precision keeps its own (absent) package
+  EXPECT_NE(sdxl::unet_aoti_mismatch(sdxl::with_unet_precision(plain, "default", ""), "cuda", "fp32").find("--aoti"),
+            std::string::npos);
+  EXPECT_THROW(sdxl::with_unet_precision(both, "fp8", "bf16"), sdxl::UsageError);  // --dtype other than the model's
+  EXPECT_THROW(sdxl::with_unet_precision(both, "int4", ""), sdxl::UsageError);
+  auto bad = j;
+  bad["unet"]["fp8"].erase("layers");
+  EXPECT_NE(error_of(bad).find("/unet/fp8/layers is missing"), std::string::npos) << error_of(bad);
+}
+
 TEST(ModelConfig, HiddenStatesSetTheClipSkipLimit) {
   auto j = valid();  // exported before hidden_states(): only the default layer
   auto old = sdxl::parse_model_config(j.dump(), "/m", "/m/model.json", false);

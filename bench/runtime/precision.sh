@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# FP8 UNet (--precision fp8) against the exact fp16 UNet (GPU machine, repository root)
+#   OUT=DIR bash bench/runtime/precision.sh fp8|fp8-aoti     (or bench/gpu_runtime.sh MODE)
+# fp8:      exports the full-size random model with --fp8 (unet_fp8.ts, scales calibrated on
+#           configs/fp8-calibration-prompts.txt) and its diffusers copy; the fidelity of the FP8
+#           UNet (bench/fp8_fidelity.py: per-step relative L2 on the fp16 trajectory, PSNR/SSIM of
+#           the final images); then 16 images at 1024², --max-batch 4, TorchScript UNet, fp16 vs
+#           fp8 (s/image, memory, PSNR between them); 12 images with three LoRA sets in fp16 and
+#           fp8 (LoRA switch / merge seconds; a set's images must not depend on precision's cache).
+# fp8-aoti: exports unet_fp8.pt2 (AOTInductor, 1024x1024, rows 1..16) from the diffusers copy
+#           (export time reported), then 32 images at --max-batch 4 and 8 at 28 steps CFG 7, and
+#           at MLPerf's settings (20 steps, CFG 8); PSNR against the fp16 TorchScript images
+#           when the fp8 mode ran before on this machine ($WORK kept).
+# fp16-aoti: the same for the exact fp16 UNet (unet.pt2 from the diffusers copy): 32 images at
+#           --max-batch 4 and 8, and at MLPerf's settings at the faster of the two.
+# Every part is skipped when its result is in $WORK already, and parts stop starting
+# once BENCH_DEADLINE_S (540 s from the start) is near, so calling the mode again on a
+# warm machine goes on where the last call stopped.
+# Results: $OUT/summary.txt, $OUT/fp8-fidelity.{json,md}, the reports as JSON.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+MODE=${1:-}
+case "$MODE" in fp8|fp8-aoti|fp16-aoti) ;; *) echo "usage: [OUT=DIR] bash bench/runtime/precision.sh fp8|fp8-aoti|fp16-aoti" >&2; exit 2 ;; esac
+T_START=$(date +%s)
+DEADLINE=$(( T_START + ${BENCH_DEADLINE_S:-540} ))
+export SDXL_MODEL_NAME=full-fp8 SDXL_EXPORT_ARGS="--fp8" SDXL_SAVE_DIFFUSERS=1
+source bench/lib/gpu_prepare.sh  # build + export; sets OUT WORK SDXL MODEL
+source bench/lib/runtime.sh
+
+# time_for SECONDS PART: whether PART may start (enough time left), else a line saying it was left out.
+time_for() {
+  local left=$(( DEADLINE - $(date +%s) ))
+  if [ "$left" -lt "$1" ]; then echo "not run (${left} s left, needs ~$1 s): $2" | tee -a "$OUT/summary.txt"; return 1; fi
+}
+# mkpanels FILE N [STEPS CFG]: N comic panels at 1024², fixed seeds.
+mkpanels() {
+  python3 - "$@" <<'PY'
+import json, sys
+path, n = sys.argv[1], int(sys.argv[2])
+extra = {"steps": int(sys.argv[3]), "cfg": float(sys.argv[4])} if len(sys.argv) > 4 else {}
+scenes = ["a lighthouse keeper in a storm", "two kids racing bicycles downhill", "a robot reading under a tree",
+          "a detective in a neon alley"]
+tasks = [{"id": f"p{i:02d}", "prompt": f"comic panel {i}, {scenes[i % 4]}, bold ink lines", "seed": 500 + i, **extra}
+         for i in range(n)]
+json.dump({"version": 1, "tasks": tasks}, open(path, "w"), indent=1)
+PY
+}
+
+if [ "$MODE" = fp8 ]; then
+  if [ ! -f "$WORK/fp8-fidelity.json" ] && time_for 150 "fidelity (bench/fp8_fidelity.py)"; then
+    t0=$(date +%s)
+    python3 bench/fp8_fidelity.py --model "$MODEL" --diffusers "$WORK/full-diffusers" --device cuda \
+      --json "$WORK/fp8-fidelity.json" > "$OUT/fp8-fidelity.md" 2> "$OUT/fp8-fidelity.log" \
+      || echo "fp8_fidelity.py: exit $? (see fp8-fidelity.log)" | tee -a "$OUT/summary.txt"
+    echo "fidelity: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/summary.txt"
+  fi
+  cp "$WORK/fp8-fidelity.json" "$OUT/" 2>/dev/null || true
+  mkpanels "$WORK/panels16.json" 16
+  for p in default fp8; do
+    [ -f "$WORK/ts-$p/report.json" ] || { time_for 90 "ts-$p" && run "ts-$p" "$WORK/panels16.json" --max-batch 4 \
+      --unet-backend torchscript --precision "$p"; } || true
+  done
+  [ -f "$WORK/ts-fp8/report.json" ] && compare ts-default ts-fp8 || true
+  need_loras
+  mkbatch "$WORK/lora12.json" 12 0 "$WORK/loras"
+  for p in default fp8; do
+    [ -f "$WORK/lora-$p/report.json" ] || { time_for 90 "lora-$p" && run "lora-$p" "$WORK/lora12.json" --max-batch 4 \
+      --unet-backend torchscript --precision "$p"; } || true
+  done
+  [ -f "$WORK/lora-fp8/report.json" ] && compare lora-default lora-fp8 || true
+else
+  # aoti_export DIR NAME ARGS...: export_sdxl.py --from the diffusers copy with AOTInductor into DIR (once).
+  aoti_export() {
+    local dir=$1 name=$2; shift 2
+    [ -f "$dir/model.json" ] && return 0
+    local t0; t0=$(date +%s)
+    python3 scripts/export_sdxl.py --from "$WORK/full-diffusers" --dtype fp16 --device cuda --aoti --aoti-size 1024x1024 \
+      --aoti-config aot_inductor.compile_wrapper_opt_level=O0 --check none --out "$dir" --force "$@" \
+      > "$OUT/export-$name.log" 2>&1 || echo "export $name: exit $? (see export-$name.log)" | tee -a "$OUT/summary.txt"
+    echo "export --from DIFFUSERS $* --aoti (1024x1024): $(( $(date +%s) - t0 )) s; " \
+      "$(grep -h "aoti_compile_and_package\|fp8:" "$OUT/export-$name.log" | tr '\n' ' ' || true)" | tee -a "$OUT/summary.txt"
+  }
+  if [ "$MODE" = fp8-aoti ]; then
+    p=fp8 MODEL=$WORK/full-fp8-aoti
+    aoti_export "$MODEL" fp8-aoti --fp8 --aoti-variants fp8
+  else
+    p=default MODEL=$WORK/full-aoti
+    aoti_export "$MODEL" fp16-aoti
+  fi
+  mkpanels "$WORK/panels32.json" 32
+  mkpanels "$WORK/panels32-mlperf.json" 32 20 8
+  for spec in "aoti-$p-b4 panels32 4" "aoti-$p-b8 panels32 8" "aoti-$p-mlperf-b4 panels32-mlperf 4" \
+              "aoti-$p-mlperf-b8 panels32-mlperf 8"; do
+    set -- $spec
+    [ -f "$WORK/$1/report.json" ] || { time_for 80 "$1" && run "$1" "$WORK/$2.json" --max-batch "$3" \
+      --unet-backend aoti --precision "$p"; } || true
+  done
+  # The same 16 panels as the fp8 mode's TorchScript runs (same seeds): how far from fp16 TorchScript?
+  if [ -f "$WORK/ts-default/report.json" ] && [ ! -f "$WORK/aoti-$p-16/report.json" ] && time_for 60 "aoti-$p-16"; then
+    run "aoti-$p-16" "$WORK/panels16.json" --max-batch 4 --unet-backend aoti --precision "$p"
+    compare ts-default "aoti-$p-16"
+    [ -f "$WORK/ts-fp8/report.json" ] && [ "$p" = fp8 ] && compare ts-fp8 aoti-fp8-16 || true
+  fi
+fi
+wrap_up
