@@ -1199,7 +1199,7 @@ def main() -> int:
                          "e.g. max_autotune=True")
     ap.add_argument("--fp8", action="store_true",
                     help="also write unet_fp8.ts: the transformer blocks' linear layers in FP8 e4m3 with scales "
-                         "calibrated on --fp8-prompts (sdxl-batch --precision fp8; docs/models-and-export.md#fp8)")
+                         "calibrated on --fp8-prompts (sdxl-batch --precision fp8; docs/models-and-export.md#fp8-unet)")
     ap.add_argument("--fp8-prompts", metavar="FILE", default=str(REPO / "configs" / "fp8-calibration-prompts.txt"),
                     help="calibration prompts, one per line (default: configs/fp8-calibration-prompts.txt)")
     ap.add_argument("--fp8-steps", type=int, metavar="N",

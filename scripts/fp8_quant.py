@@ -18,7 +18,7 @@ attn1 q/k/v/out, attn2 q/out, the feed-forward GEGLU and its output), except att
 to_k / to_v, whose input is the 77-token text context (a few rows: nothing to gain)
 and which the IP-Adapter and LoRA paths keep exact. Convolutions, norms, attention and
 the time embeddings stay in the model dtype. These layers carry about two thirds of the
-UNet's FLOPs (docs/models-and-export.md#fp8).
+UNet's FLOPs (docs/models-and-export.md#fp8-unet).
 
 The scales are the same for every image: calibrated once at export on a few prompts'
 whole sampling trajectories (calibrate()), so a task's result does not depend on the
