@@ -948,8 +948,7 @@ def export_unet_fp8(a, pipe, tmp: Path, dtype, device: str, defaults: dict, trac
     """Calibrates, quantises pipe.unet in place (scripts/fp8_quant.py), traces unet_fp8.ts with
     unet.ts's methods, checks it against the eager FP8 UNet, compiles unet_fp8.pt2 with --aoti;
     returns model.json's unet.fp8."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import fp8_quant
+    import fp8_quant  # scripts/ is on sys.path (see the imports)
 
     unet = pipe.unet
     inp, res, kv = trace_inputs
@@ -962,7 +961,7 @@ def export_unet_fp8(a, pipe, tmp: Path, dtype, device: str, defaults: dict, trac
     amax = fp8_quant.calibrate(pipe, names, prompts, steps, defaults["width"], defaults["height"], defaults["cfg"],
                                seed=1234)
     timings["fp8_calibrate"] = time.time() - t0
-    n = fp8_quant.quantize_unet(unet, amax)
+    n = fp8_quant.quantize_unet(unet, amax)  # in place: every later use of pipe.unet is the FP8 UNet
     wrapper = UNetTS(unet, dtype)
     got = wrapper(*inp)
     rel = float((got.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-12))
@@ -979,6 +978,8 @@ def export_unet_fp8(a, pipe, tmp: Path, dtype, device: str, defaults: dict, trac
     chk.run("unet_fp8.ts", key, ts, wrapper, inp)
     chk.run("unet_fp8.ts forward_control", key, ts.forward_control, wrapper.forward_control, inp + (res,))
     chk.run("unet_fp8.ts forward_ip", key, ts.forward_ip, wrapper.forward_ip, inp + (kv,))
+    chk.run("unet_fp8.ts forward_control_ip", key, ts.forward_control_ip, wrapper.forward_control_ip,
+            inp + (res, kv))
     if not all(r["ok"] for r in chk.results):
         raise SystemExit("unet_fp8.ts does not match the eager FP8 UNet: " + json.dumps(chk.results)[:400])
     del ts

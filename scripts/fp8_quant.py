@@ -7,6 +7,7 @@ Contract of one quantised layer (Fp8Linear, replacing an nn.Linear of K inputs, 
   input_scale   float32 []             amax(|x|) / 448 over the calibration run (static)
   bias          model dtype [N]        unchanged (when the layer has one)
   y = _scaled_mm(sat(x / input_scale), weight^T) * input_scale * weight_scale + bias,
+  the division in x's dtype (fp16 for an fp16 model: x / s rounds to fp16, then to e4m3),
   accumulated in fp32 (use_fast_accum: Hopper's faster FP8 accumulation), output in
   the model dtype. Traced on a CUDA device the layer is torch._scaled_mm (FP8 tensor
   cores); traced on the CPU it is the same products as an fp32 matmul (the CPU's
@@ -83,7 +84,8 @@ def fp8_layer_names(unet: nn.Module) -> list[str]:
     """The nn.Linear layers that --fp8 quantises (module docstring), in module order."""
     names = []
     for name, mod in unet.named_modules():
-        if not isinstance(mod, nn.Linear) or ".transformer_blocks." not in f".{name}" and not _is_projection(name):
+        in_block = ".transformer_blocks." in f".{name}" or _is_projection(name)
+        if not isinstance(mod, nn.Linear) or not in_block:
             continue
         if ".attn2.to_k" in name or ".attn2.to_v" in name:
             continue

@@ -5,11 +5,11 @@
 #           configs/fp8-calibration-prompts.txt) and its diffusers copy; the fidelity of the FP8
 #           UNet (bench/fp8_fidelity.py: per-step relative L2 on the fp16 trajectory, PSNR/SSIM of
 #           the final images); then 16 images at 1024², --max-batch 4, TorchScript UNet, fp16 vs
-#           fp8 (s/image, memory, PSNR between them); 12 images with three LoRA sets in fp16 and
-#           fp8 (LoRA switch / merge seconds; a set's images must not depend on precision's cache).
+#           fp8 (s/image, memory, PSNR between them).
 # fp8-aoti: exports unet_fp8.pt2 (AOTInductor, 1024x1024, rows 1..16) from the diffusers copy
-#           (export time reported), then 32 images at --max-batch 4 and 8 at 28 steps CFG 7, and
-#           at MLPerf's settings (20 steps, CFG 8); PSNR against the fp16 TorchScript images
+#           (export time reported), then 32 images at --max-batch 4 and 8 at 28 steps CFG 7, at
+#           MLPerf's settings (20 steps, CFG 8), and 12 images with three LoRA sets (switch and merge
+#           seconds in the report, clipped FP8 values in the log); PSNR against the fp16 TorchScript images
 #           when the fp8 mode ran before on this machine ($WORK kept).
 # fp16-aoti: the same for the exact fp16 UNet (unet.pt2 from the diffusers copy): 32 images at
 #           --max-batch 4 and 8, and at MLPerf's settings at the faster of the two.
@@ -50,24 +50,17 @@ if [ "$MODE" = fp8 ]; then
   if [ ! -f "$WORK/fp8-fidelity.json" ] && time_for 150 "fidelity (bench/fp8_fidelity.py)"; then
     t0=$(date +%s)
     python3 bench/fp8_fidelity.py --model "$MODEL" --diffusers "$WORK/full-diffusers" --device cuda \
-      --json "$WORK/fp8-fidelity.json" > "$OUT/fp8-fidelity.md" 2> "$OUT/fp8-fidelity.log" \
+      --json "$WORK/fp8-fidelity.json" > "$WORK/fp8-fidelity.md" 2> "$OUT/fp8-fidelity.log" \
       || echo "fp8_fidelity.py: exit $? (see fp8-fidelity.log)" | tee -a "$OUT/summary.txt"
     echo "fidelity: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/summary.txt"
   fi
-  cp "$WORK/fp8-fidelity.json" "$OUT/" 2>/dev/null || true
+  cp "$WORK"/fp8-fidelity.{json,md} "$OUT/" 2>/dev/null || true
   mkpanels "$WORK/panels16.json" 16
   for p in default fp8; do
     [ -f "$WORK/ts-$p/report.json" ] || { time_for 90 "ts-$p" && run "ts-$p" "$WORK/panels16.json" --max-batch 4 \
       --unet-backend torchscript --precision "$p"; } || true
   done
   [ -f "$WORK/ts-fp8/report.json" ] && compare ts-default ts-fp8 || true
-  need_loras
-  mkbatch "$WORK/lora12.json" 12 0 "$WORK/loras"
-  for p in default fp8; do
-    [ -f "$WORK/lora-$p/report.json" ] || { time_for 90 "lora-$p" && run "lora-$p" "$WORK/lora12.json" --max-batch 4 \
-      --unet-backend torchscript --precision "$p"; } || true
-  done
-  [ -f "$WORK/lora-fp8/report.json" ] && compare lora-default lora-fp8 || true
 else
   # aoti_export DIR NAME ARGS...: export_sdxl.py --from the diffusers copy with AOTInductor into DIR (once).
   aoti_export() {
@@ -89,12 +82,15 @@ else
   fi
   mkpanels "$WORK/panels32.json" 32
   mkpanels "$WORK/panels32-mlperf.json" 32 20 8
-  for spec in "aoti-$p-b4 panels32 4" "aoti-$p-b8 panels32 8" "aoti-$p-mlperf-b4 panels32-mlperf 4" \
-              "aoti-$p-mlperf-b8 panels32-mlperf 8"; do
+  need_loras
+  mkbatch "$WORK/lora12.json" 12 0 "$WORK/loras"
+  for spec in "aoti-$p-b4 panels32 4" "aoti-$p-b8 panels32 8" "aoti-$p-mlperf-b8 panels32-mlperf 8" \
+              "aoti-$p-lora lora12 4" "aoti-$p-mlperf-b4 panels32-mlperf 4"; do
     set -- $spec
     [ -f "$WORK/$1/report.json" ] || { time_for 80 "$1" && run "$1" "$WORK/$2.json" --max-batch "$3" \
       --unet-backend aoti --precision "$p"; } || true
   done
+  grep -h "exceed the weights' export scale" "$WORK/aoti-$p-lora.log" 2>/dev/null | head -3 | tee -a "$OUT/summary.txt" || true
   # The same 16 panels as the fp8 mode's TorchScript runs (same seeds): how far from fp16 TorchScript?
   if [ -f "$WORK/ts-default/report.json" ] && [ ! -f "$WORK/aoti-$p-16/report.json" ] && time_for 60 "aoti-$p-16"; then
     run "aoti-$p-16" "$WORK/panels16.json" --max-batch 4 --unet-backend aoti --precision "$p"

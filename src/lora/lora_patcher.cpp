@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <spdlog/spdlog.h>
+
 #include "model/sdxl_model.h"
 #include "core/error.h"
 
@@ -93,6 +95,8 @@ void LoraPatcher::apply(const Applied& set) {
     const torch::Tensor& any = params_[touched.begin()->first.first].at(touched.begin()->first.second);
     scratch = torch::empty({most}, any.options().dtype(torch::kFloat32));
   }
+  torch::Tensor saturated;  // FP8 values beyond +-448 * scale, counted on the device
+  std::int64_t fp8_values = 0;
   for (const auto& [id, deltas] : touched) {
     torch::Tensor& w = params_[id.first].at(id.second);
     torch::Tensor acc = scratch.narrow(0, 0, w.numel()).view(w.sizes());
@@ -120,9 +124,27 @@ void LoraPatcher::apply(const Applied& set) {
       const torch::Tensor down = f->down.to(torch::kFloat32).flatten(1);
       acc2d.addmm_(up, down, /*beta=*/1.0, /*alpha=*/weight * f->scale);
     }
-    if (fp8 != fp8_scales_.end()) acc.div_(fp8->second).clamp_(-448.0, 448.0);  // e4m3's finite range; copy_ rounds
+    if (fp8 != fp8_scales_.end()) {
+      acc.div_(fp8->second);
+      const torch::Tensor over = acc.abs().gt(448.0).sum();
+      saturated = saturated.defined() ? saturated.add_(over) : over;
+      fp8_values += acc.numel();
+      acc.clamp_(-448.0, 448.0);  // e4m3's finite range; copy_ rounds to nearest
+    }
     w.copy_(acc);
   }
+  if (fp8_values > 0) warn_saturated(set, saturated.item<std::int64_t>(), fp8_values);
+}
+
+// The FP8 weights keep their export scale, so a LoRA that pushes a weight beyond
+// 448 * scale is clipped there: said once per set, with the share of values clipped.
+void LoraPatcher::warn_saturated(const Applied& set, std::int64_t saturated, std::int64_t values) {
+  if (saturated == 0) return;
+  std::string names;
+  for (const auto& [lora, weight] : set) names += (names.empty() ? "" : ", ") + lora->name;
+  spdlog::warn("LoRA set [{}]: {} of the {} values it changes in FP8 weights ({:.3f} %) exceed the weights' export "
+               "scale and are clipped at +-448 * scale (--precision fp8; docs/models-and-export.md#fp8-unet)",
+               names, saturated, values, 100.0 * static_cast<double>(saturated) / static_cast<double>(values));
 }
 
 }  // namespace sdxl

@@ -68,6 +68,7 @@ class LoraPatcher {
   void keep_original(const WeightId& id, const torch::Tensor& w);
   // Whether `f` patches a UNet weight that unet.pt2 compiled into its code.
   bool compiled_in(const LoraFactor& f) const;
+  static void warn_saturated(const Applied& set, std::int64_t saturated, std::int64_t values);
 
   std::array<std::map<std::string, torch::Tensor>, 3> params_;
   std::map<std::string, torch::Tensor> fp8_scales_;  // UNet weight name -> its weight_scale (FP8 weights only)

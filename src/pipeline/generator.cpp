@@ -139,8 +139,15 @@ Generator::Generator(const std::filesystem::path& model_dir, const RuntimeOption
   const auto t0 = Clock::now();
   const ModelConfig cfg = with_unet_precision(load_model_config(model_dir), opts.precision, opts.dtype);
   const torch::Device device = parse_device(opts.device);
-  if (cfg.unet_precision == "fp8")
+  if (cfg.unet_precision == "fp8") {
     if (const std::string why = fp8_unsupported_reason(device); !why.empty()) throw UsageError("--precision fp8: " + why);
+    // The FP8 layers' path is fixed at trace time (scripts/fp8_quant.py): FP8 tensor cores when traced on CUDA, an
+    // fp32 matmul when traced on the CPU.
+    if (device.is_cuda() != (cfg.export_device == "cuda"))
+      spdlog::warn("--precision fp8: {} was traced on {}, so on {} its FP8 layers run {}; export the model on the "
+                   "device kind it runs on", cfg.unet_file, cfg.export_device, device.str(),
+                   device.is_cuda() ? "as fp32 matmuls (no FP8 speed-up)" : "torch's reference FP8 loop (very slow)");
+  }
   if (device.is_cuda()) configure_cuda_allocator(opts.cuda_allocator);
   // TorchScript's profiling executor re-optimises a graph after its first calls
   // (fusing pointwise ops), which changes fp16 results from about the 4th call

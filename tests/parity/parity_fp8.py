@@ -52,7 +52,8 @@ from reference.fp8_reference import (FP8, contract_layer_names, emulate_fp8_unet
 from reference.lora_reference import fuse_lora_files
 from reference.reference_sdxl import a1111_embeds
 
-PROMPT, NEGATIVE, SEED, CFG, STEPS, W, H = "comic panel, a robot mending a kite on a rooftop", "blurry", 21, 5.0, 8, 256, 256
+PROMPT, NEGATIVE = "comic panel, a robot mending a kite on a rooftop", "blurry"
+SEED, CFG, STEPS, W, H = 21, 5.0, 8, 256, 256
 LORA_WEIGHT = 0.8
 UNET_TOL = 1e-4          # unet_fp8.ts vs the emulation, relative to max |ref| (fp32)
 FP8_ACTS_MIN_REL = 1e-3  # unet_fp8.ts vs unet.ts: FP8 must change the output
