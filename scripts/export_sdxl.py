@@ -874,6 +874,12 @@ def export_unet_aoti(unet, dtype, device: str, out_dir: Path, limits: dict, vae_
     log(f"  torch.export unet: {t_export:.1f}s (rows 1..{rows_max}, tokens 77..{tok_max}, "
         f"latent {h_lo}..{h_hi} x {w_lo}..{w_hi})")
     configs = {"aot_inductor.package_constants_in_so": False}
+    if file == "unet_fp8.pt2":
+        # Inductor inlines 0-dim constants (the FP8 scales) as literals, and an extern kernel
+        # (_scaled_mm) then needs each as a new tensor constant ("constantNNNN") that is no
+        # parameter of the UNet, which the package's user-managed weights cannot provide
+        # (found on the H200: the load check refused unet_fp8.pt2). Kept as the named buffers.
+        configs["always_keep_tensor_constants"] = True
     configs.update(extra_configs)
     # A compiler with only a static libstdc++ would put a second copy into the .so,
     # which then crashes at load (scripts/aoti_toolchain.py says why).
@@ -1229,6 +1235,9 @@ def main() -> int:
     a.aoti_variants = variants if a.fp8 else variants - {"fp8"}
     if a.aoti and not a.aoti_variants:
         ap.error("--aoti-variants fp8 needs --fp8")
+    if a.aoti and "fp8" in a.aoti_variants and a.device != "cuda":
+        ap.error("--fp8 --aoti compiles unet_fp8.pt2 for CUDA only (Inductor's CPU code has no FP8 types): "
+                 "add --device cuda, or --aoti-variants fp16 to compile only unet.pt2")
     if a.fp8 and (a.vae_only or a.controlnet or a.ip_adapter):
         ap.error("--fp8 goes with a model export (--tiny, --random-full or --from)")
     t_start = time.time()
