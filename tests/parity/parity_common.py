@@ -59,3 +59,28 @@ def finish(rows: list[dict], columns: list[tuple[str, str, str]], json_path: Pat
         return 1
     print(f"all {len(rows)} cases >= {min_psnr} dB{ok_what}")
     return 0
+
+
+def meta_of(folder: Path) -> dict:
+    """A model or side-module folder's model.json."""
+    return json.loads((folder / "model.json").read_text())
+
+
+def unet_inputs(model: Path, gen, width: int = 256, height: int = 256) -> tuple:
+    """A CFG batch of 2 rows for `model`'s UNet: latent, timestep (601), context, text_embeds, time_ids."""
+    import torch
+
+    u = meta_of(model)["unet"]
+    return (torch.randn(2, 4, height // 8, width // 8, generator=gen), torch.tensor([601.0, 601.0]),
+            torch.randn(2, 77, u["context_dim"], generator=gen), torch.randn(2, u["pooled_dim"], generator=gen),
+            torch.tensor([[float(height), float(width), 0.0, 0.0, float(height), float(width)]] * 2))
+
+
+def residuals(model: Path, gen, width: int = 256, height: int = 256) -> tuple:
+    """Random ControlNet residuals (times 0.5) of `model`'s unet.control layout, 2 rows."""
+    import torch
+
+    c = meta_of(model)["unet"]["control"]
+    return tuple(torch.randn(2, ch, height // 8 // d, width // 8 // d, generator=gen) * 0.5
+                 for ch, d in zip(c["channels"], c["downscales"]))
+

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from parity_common import finish, parse_args
+from parity_common import finish, meta_of, parse_args, residuals, unet_inputs
 from PIL import Image
 
 from reference.a1111_schedulers import make_scheduler
@@ -68,9 +68,6 @@ def run(args: list[str], what: str) -> subprocess.CompletedProcess:
         raise SystemExit(f"{what} failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
     return r
 
-
-def meta_of(folder: Path) -> dict:
-    return json.loads((folder / "model.json").read_text())
 
 
 def row(case: str, what: str, value: float, ok: bool) -> dict:
@@ -151,21 +148,6 @@ def export_rows(model: Path, diffusers: str, tensors: dict) -> list[dict]:
     rows.append(row("other tensors = unet.ts's", f"max |diff| over {len(others)} tensors; names only in one: "
                     f"{missing[:2]}", worst, worst == 0.0 and not missing))
     return rows
-
-
-def unet_inputs(model: Path, gen) -> tuple:
-    """A CFG batch of 2 rows at 256x256: latent, timestep, context, text_embeds, time_ids."""
-    u = meta_of(model)["unet"]
-    return (torch.randn(2, 4, H // 8, W // 8, generator=gen), torch.tensor([601.0, 601.0]),
-            torch.randn(2, 77, u["context_dim"], generator=gen), torch.randn(2, u["pooled_dim"], generator=gen),
-            torch.tensor([[float(H), float(W), 0.0, 0.0, float(H), float(W)]] * 2))
-
-
-def residuals(model: Path, gen) -> tuple:
-    """Random ControlNet residuals of the model's unet.control layout for a 256x256 latent."""
-    c = meta_of(model)["unet"]["control"]
-    return tuple(torch.randn(2, ch, H // 8 // d, W // 8 // d, generator=gen) * 0.5
-                 for ch, d in zip(c["channels"], c["downscales"]))
 
 
 def diffusers_unet(unet, inp: tuple, res: tuple | None = None) -> torch.Tensor:

@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from parity_common import finish, parse_args
+from parity_common import finish, meta_of, parse_args, residuals, unet_inputs
 from PIL import Image, ImageDraw
 
 from reference.a1111_schedulers import make_scheduler
@@ -97,9 +97,6 @@ def make_adapters(work: Path, diffusers: str) -> tuple[Path, dict[str, Path]]:
              "--device", "cpu", "--threads", "1"], f"export --ip-adapter {v}")
     return fx, exports
 
-
-def meta_of(folder: Path) -> dict:
-    return json.loads((folder / "model.json").read_text())
 
 
 def layout_rows(exports: dict[str, Path], model: Path) -> list[dict]:
@@ -316,21 +313,6 @@ def encoder_rows(refs: dict, images: dict[str, Path], exports: dict[str, Path]) 
         rows.append({"case": f"{v}: image_encoder.ts", "what": f"max |diff| vs encode_image {tuple(got.shape)} "
                      f"(negative {d_neg:.3g})", "value": max(d_pos, d_neg), "ok": max(d_pos, d_neg) <= 1e-5})
     return rows
-
-
-def unet_inputs(model: Path, gen) -> tuple:
-    """A CFG batch of 2 rows at 256x256: latent, timestep, context, text_embeds, time_ids."""
-    u = meta_of(model)["unet"]
-    return (torch.randn(2, 4, H // 8, W // 8, generator=gen), torch.tensor([601.0, 601.0]),
-            torch.randn(2, 77, u["context_dim"], generator=gen), torch.randn(2, u["pooled_dim"], generator=gen),
-            torch.tensor([[float(H), float(W), 0.0, 0.0, float(H), float(W)]] * 2))
-
-
-def residuals(model: Path, gen) -> tuple:
-    """Random ControlNet residuals of the model's unet.control layout for a 256x256 latent."""
-    c = meta_of(model)["unet"]["control"]
-    return tuple(torch.randn(2, ch, H // 8 // d, W // 8 // d, generator=gen) * 0.5
-                 for ch, d in zip(c["channels"], c["downscales"]))
 
 
 def diffusers_unet(ref, inp: tuple, embeds: list | None, res: tuple | None = None) -> torch.Tensor:
