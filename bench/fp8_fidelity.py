@@ -217,8 +217,7 @@ def markdown(a, table: list[dict], per_prompt: list[dict], summary: dict, info: 
     return "\n".join(lines)
 
 
-def main() -> int:
-    t_start = time.perf_counter()
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="the export with unet_fp8.ts (export_sdxl.py --fp8)")
     ap.add_argument("--diffusers", required=True, help="the same weights as a diffusers folder (--save-diffusers)")
@@ -248,8 +247,13 @@ def main() -> int:
         torch.set_num_threads(a.threads)
     if not cpu and not torch.cuda.is_available():
         ap.error(f"--device {a.device}: no CUDA device visible to torch")
-    dtype = DTYPES[a.dtype]
+    return a
 
+
+def load(a):
+    """The fp16 pipeline from --diffusers, its UNet, the FP8 UNet from --model's unet_fp8.ts, and the run's info."""
+    cpu = a.device == "cpu"
+    dtype = DTYPES[a.dtype]
     from diffusers import EulerDiscreteScheduler, StableDiffusionXLPipeline
     import diffusers.utils.logging
     import transformers.utils.logging
@@ -279,7 +283,11 @@ def main() -> int:
             "torch": torch.__version__, "load_s": round(t_load, 1)}
     print(f"loaded in {t_load:.1f}s: {n_layers} FP8 layers; other tensors vs unet_fp8.ts max |diff| {other_diff:.3g}",
           file=sys.stderr, flush=True)
+    return pipe, unet16, unet8, info
 
+
+def measure(a, pipe, unet16, unet8) -> list[dict]:
+    """Each prompt: the per-step probe along the fp16 trajectory, then both images."""
     probe = StepProbe(unet8, a.cfg)
     per_prompt = []
     png_dir = Path(a.png_dir) if a.png_dir else None
@@ -310,6 +318,16 @@ def main() -> int:
             print(f"prompt {i}: steps rel. L2 mean {np.mean([s['rel_l2'] for s in steps]):.4f}, image PSNR "
                   f"{rec['image']['psnr_db']:.2f} dB, SSIM {rec['image']['ssim']:.4f} ({s16:.1f}s + {s8:.1f}s)",
                   file=sys.stderr, flush=True)
+    return per_prompt
+
+
+def main() -> int:
+    t_start = time.perf_counter()
+    a = parse_args()
+    cpu = a.device == "cpu"
+    pipe, unet16, unet8, info = load(a)
+    model = Path(a.model)
+    per_prompt = measure(a, pipe, unet16, unet8)
     table, summary = summarize(per_prompt)
     info["total_s"] = round(time.perf_counter() - t_start, 1)
     if not cpu:
