@@ -38,7 +38,9 @@
 # diffusers-compile sdxl-mb4 mlperf), BENCH_AOTI=1 (export with --aoti --aoti-size
 # 1024x1024 into $WORK/full-aoti, about 5 more minutes, and run the sdxl-batch
 # rows with --unet-backend aoti; to fit one call, e.g. BENCH_IMAGES=32
-# BENCH_IMAGES_MB4=32 BENCH_SKIP=diffusers-compile BENCH_DEADLINE_S=590).
+# BENCH_IMAGES_MB4=32 BENCH_SKIP=diffusers-compile BENCH_DEADLINE_S=590), BENCH_FP8=1
+# (export with --fp8, and with BENCH_AOTI only unet_fp8.pt2; the sdxl-batch rows run
+# --precision fp8: docs/models-and-export.md#fp8-unet).
 #
 # CPU smoke test of the whole pipeline (tiny model from models/tiny, exported
 # with its diffusers copy if missing; 4 images of 256x256 (its smallest size), 2 steps, fp32, device cpu;
@@ -68,9 +70,9 @@ if [ -n "$SMOKE" ]; then
   COMPILE_ARGS=(--compile-backend eager)  # dynamo only: inductor's C++ build of the UNet takes many minutes on 2 cores
   SDXL_BUILD_FAILED=
   [ -x "$SDXL" ] || { echo "bench_speed: no $SDXL (cmake --preset default && cmake --build build/default)"; SDXL_BUILD_FAILED=1; }
-  if [ ! -f "$MODEL/model.json" ] || [ ! -f "$DIFF/model_index.json" ]; then
+  if [ ! -f "$MODEL/model.json" ] || [ ! -f "$DIFF/model_index.json" ] || { [ -n "${BENCH_FP8:-}" ] && [ ! -f "$MODEL/unet_fp8.ts" ]; }; then
     echo "bench_speed: exporting the tiny model with its diffusers copy"
-    "$PY" scripts/export_sdxl.py --tiny --out "$MODEL" --save-diffusers "$DIFF" --force > "$OUT/export.log" 2>&1 ||
+    "$PY" scripts/export_sdxl.py --tiny ${BENCH_FP8:+--fp8} --out "$MODEL" --save-diffusers "$DIFF" --force > "$OUT/export.log" 2>&1 ||
       { echo "bench_speed: tiny export failed, see $OUT/export.log"; exit 1; }
   fi
 else
@@ -78,6 +80,14 @@ else
   w=${WORK:-/tmp/sdxl-gpu}
   if [ -n "${BENCH_AOTI:-}" ]; then  # the UNet also compiled by AOTInductor (unet.pt2), for 1024x1024
     export SDXL_MODEL_NAME=full-aoti SDXL_EXPORT_DONE_FILE=unet.pt2 SDXL_EXPORT_ARGS="--aoti --aoti-size 1024x1024"
+  fi
+  if [ -n "${BENCH_FP8:-}" ]; then  # the FP8 UNet (unet_fp8.ts; with BENCH_AOTI only unet_fp8.pt2 is compiled)
+    export SDXL_MODEL_NAME=${SDXL_MODEL_NAME:-full}-fp8 SDXL_EXPORT_ARGS="--fp8 ${SDXL_EXPORT_ARGS:-}"
+    if [ -n "${BENCH_AOTI:-}" ]; then
+      export SDXL_EXPORT_DONE_FILE=unet_fp8.pt2 SDXL_EXPORT_ARGS="$SDXL_EXPORT_ARGS --aoti-variants fp8"
+    else
+      export SDXL_EXPORT_DONE_FILE=unet_fp8.ts
+    fi
   fi
   [ -f "$w/full-diffusers/model_index.json" ] || rm -f "$w/${SDXL_MODEL_NAME:-full}/${SDXL_EXPORT_DONE_FILE:-model.json}"
   SDXL_SAVE_DIFFUSERS=1 SDXL_PREPARE_KEEP_GOING=1 source bench/lib/gpu_prepare.sh   # sets OUT WORK SDXL MODEL
@@ -147,7 +157,8 @@ sdxl_row() {
     # report.json (the row then counts the images made); -k: then SIGKILL.
     # shellcheck disable=SC2086
     timeout -k 20 "$limit" "$SDXL" --log-level info run "$WORK/$name.json" --model "$MODEL" --device "$DEVICE" \
-      --out "$dir" --no-progress --max-batch "$mb" "$@" ${BENCH_AOTI:+--unet-backend aoti} ${BENCH_SDXL_FLAGS:-} \
+      --out "$dir" --no-progress --max-batch "$mb" "$@" ${BENCH_AOTI:+--unet-backend aoti} ${BENCH_FP8:+--precision fp8} \
+      ${BENCH_SDXL_FLAGS:-} \
       > "$log" 2>&1
     rc=$?
     cp "$dir/report.json" "$OUT/report-$name.json" 2>/dev/null
@@ -155,7 +166,7 @@ sdxl_row() {
   local fallbacks; fallbacks=$(grep -c "decoding it again in fp32" "$log" 2>/dev/null)
   "$PY" -c 'import json,sys; a=sys.argv; r={"tool": "sdxl-batch", "name": a[1], "report": a[2], "rc": int(a[3]),
       "limit_s": int(a[4]), "log": a[5], "vae_fallbacks": int(a[6] or 0)}; r.update({"error": a[7]} if a[7] else {}); print(json.dumps(r))' \
-    "sdxl-batch${BENCH_AOTI:+ aoti} --max-batch $mb" "$OUT/report-$name.json" "$rc" "$limit" "$log" "${fallbacks:-0}" "$why" \
+    "sdxl-batch${BENCH_AOTI:+ aoti}${BENCH_FP8:+ fp8} --max-batch $mb" "$OUT/report-$name.json" "$rc" "$limit" "$log" "${fallbacks:-0}" "$why" \
     >> "$ROWS"
   echo "   $name: exit $rc after $(( $(date +%s) - T_START )) s" | tee -a "$OUT/summary.txt"
 }
