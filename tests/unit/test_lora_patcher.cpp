@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 #include <random>
 
 #include "lora/lora_cache.h"
@@ -101,6 +102,37 @@ TEST_F(LoraPatcherTest, MergeIsBasePlusScaledProduct) {
   patcher.restore_all();
   EXPECT_TRUE(torch::equal(w, before));
   EXPECT_EQ(patcher.patched_weights(), 0u);
+}
+
+// An FP8 weight (--precision fp8): dequantised with its weight_scale, the product
+// added in fp32, divided by the same scale, clipped to +-448 and rounded to e4m3;
+// restoring brings back the original bytes.
+TEST_F(LoraPatcherTest, Fp8WeightIsDequantisedMergedAndQuantisedAgainWithItsScale) {
+  const ModelConfig cfg = load_model_config(fixtures() / "tiny-model");
+  if (cfg.unet_fp8.file.empty()) GTEST_SKIP() << "the tiny model was exported without --fp8";
+  auto fp8 = SdxlModel::load(with_unet_precision(cfg, "fp8", ""), torch::kCPU, "");
+  LoraPatcher patcher(*fp8);
+  LoraCache cache(patcher.shapes(), torch::kCPU, 1ull << 30, /*strict=*/true);
+  const auto lora = cache.get(ref("kohya_unet"));
+  std::map<std::string, torch::Tensor> scales;
+  for (const auto& b : fp8->unet.named_buffers(true)) scales.emplace(b.name, b.value);
+  const LoraFactor* f = nullptr;
+  for (const auto& g : lora->factors)
+    if (g.target == LoraTarget::kUnet && scales.count(g.param.substr(0, g.param.size() - 7) + ".weight_scale")) f = &g;
+  ASSERT_NE(f, nullptr) << "kohya_unet patches no FP8 weight";
+  const torch::Tensor scale = scales.at(f->param.substr(0, f->param.size() - 7) + ".weight_scale");
+  const torch::Tensor w = param(fp8->unet, f->param);
+  ASSERT_EQ(w.scalar_type(), torch::kFloat8_e4m3fn);
+  const torch::Tensor before = w.clone();
+  patcher.apply({{lora, 0.7}});
+  torch::Tensor sum = before.to(torch::kFloat32).mul(scale);
+  sum.view({sum.size(0), -1}).addmm_(f->up.to(torch::kFloat32).flatten(1), f->down.to(torch::kFloat32).flatten(1), 1.0,
+                                     0.7 * f->scale);
+  const torch::Tensor expect = sum.div(scale).clamp(-448.0, 448.0).to(torch::kFloat8_e4m3fn);
+  EXPECT_TRUE(torch::equal(w.view(torch::kUInt8), expect.view(torch::kUInt8)));
+  EXPECT_FALSE(torch::equal(w.view(torch::kUInt8), before.view(torch::kUInt8)));
+  patcher.restore_all();
+  EXPECT_TRUE(torch::equal(w.view(torch::kUInt8), before.view(torch::kUInt8)));
 }
 
 TEST_F(LoraPatcherTest, ThousandRandomSwitchesLeaveBaseWeightsBitIdentical) {
