@@ -991,7 +991,8 @@ def export_unet_fp8(a, pipe, tmp: Path, dtype, device: str, defaults: dict, trac
     del ts
     timings["trace_unet_fp8"] = time.time() - t0
     meta = {"file": "unet_fp8.ts", "format": fp8_quant.FORMAT, "layers": n,
-            "calibration": {"prompts": len(prompts), "prompts_sha256": hashlib.sha256(
+            "calibration": {"prompts": len(prompts), "negatives": list(fp8_quant.CALIBRATION_NEGATIVES),
+                            "prompts_sha256": hashlib.sha256(
                 "\n".join(prompts).encode()).hexdigest(), "steps": steps, "width": defaults["width"],
                 "height": defaults["height"], "cfg": defaults["cfg"], "seconds": round(timings["fp8_calibrate"], 1)},
             "rel_l2_vs_unet_on_trace_inputs": round(rel, 5)}

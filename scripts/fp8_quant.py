@@ -34,6 +34,9 @@ from torch import nn
 E4M3_MAX = 448.0
 FP8 = torch.float8_e4m3fn
 FORMAT = "e4m3fn, static per-tensor scales (weights: amax/448; inputs: calibrated amax/448)"
+# Calibration prompts alternate these negatives: CFG's unconditional rows see both the
+# zero embedding of an empty negative and a typical written one.
+CALIBRATION_NEGATIVES = ("", "blurry, lowres, watermark, text")
 
 
 def quantize_tensor(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -102,8 +105,9 @@ def _is_projection(name: str) -> bool:
 @torch.no_grad()
 def calibrate(pipe, layer_names: list[str], prompts: list[str], steps: int, width: int, height: int,
               cfg: float, seed: int) -> dict[str, float]:
-    """Each layer's input amax over whole sampling trajectories of `prompts` (diffusers'
-    pipeline, output_type latent: the VAE is not needed)."""
+    """Each layer's input amax over whole sampling trajectories of `prompts`, their negatives
+    alternating CALIBRATION_NEGATIVES (diffusers' pipeline, output_type latent: the VAE is
+    not needed)."""
     mods = dict(pipe.unet.named_modules())
     amax = {}  # on the device: no host sync per call
     hooks = []
@@ -114,9 +118,10 @@ def calibrate(pipe, layer_names: list[str], prompts: list[str], steps: int, widt
         hooks.append(mods[n].register_forward_pre_hook(hook))
     try:
         gen = torch.Generator("cpu").manual_seed(seed)
-        for p in prompts:
-            pipe(prompt=p, num_inference_steps=steps, guidance_scale=cfg, width=width, height=height,
-                 generator=gen, output_type="latent")
+        for i, p in enumerate(prompts):
+            pipe(prompt=p, negative_prompt=CALIBRATION_NEGATIVES[i % len(CALIBRATION_NEGATIVES)],
+                 num_inference_steps=steps, guidance_scale=cfg, width=width, height=height, generator=gen,
+                 output_type="latent")
     finally:
         for h in hooks:
             h.remove()
