@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 
@@ -27,6 +28,16 @@ def parse_args(doc: str, extra=None, binary_required: bool = True) -> tuple[argp
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     return a, work
+
+
+def parse_args_python_only(doc: str, python_only_help: str) -> tuple[argparse.Namespace, Path]:
+    """parse_args plus --loras DIR (existing reference.make_test_loras output) and --python-only
+    (then --binary may be left out)."""
+    def extra(ap):
+        ap.add_argument("--loras", help="existing reference.make_test_loras output (default: make them under --work)")
+        ap.add_argument("--python-only", action="store_true", help=python_only_help)
+
+    return parse_args(doc, extra, binary_required="--python-only" not in sys.argv)
 
 
 def reference_pipeline(diffusers_dir: str):

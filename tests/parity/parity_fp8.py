@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from parity_common import finish, meta_of, parse_args, residuals, unet_inputs
+from parity_common import finish, meta_of, parse_args_python_only, residuals, unet_inputs
 from PIL import Image
 
 from reference.a1111_schedulers import make_scheduler
@@ -304,13 +304,8 @@ def image_rows(a, work: Path, ref: dict, lora: Path) -> list[dict]:
 
 
 def main() -> int:
-    def extra(ap):
-        ap.add_argument("--loras", help="existing reference.make_test_loras output (default: make them under --work)")
-        ap.add_argument("--python-only", action="store_true",
-                        help="only the checks that need no sdxl-batch: the exported tensors, unet_fp8.ts vs the "
-                             "emulation, the reference LoRA rule, the reference images")
-
-    a, work = parse_args(__doc__, extra, binary_required="--python-only" not in sys.argv)
+    a, work = parse_args_python_only(__doc__, "only the checks that need no sdxl-batch: the exported tensors, "
+                                     "unet_fp8.ts vs the emulation, the reference LoRA rule, the reference images")
     torch.set_num_threads(1)
     import diffusers.utils.logging
     import transformers.utils.logging

@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from parity_common import finish, meta_of, parse_args, residuals, unet_inputs
+from parity_common import finish, meta_of, parse_args_python_only, residuals, unet_inputs
 from PIL import Image, ImageDraw
 
 from reference.a1111_schedulers import make_scheduler
@@ -488,13 +488,9 @@ def image_rows(a, work: Path, refs: dict, images: dict[str, Path], exports: dict
 
 
 def main() -> int:
-    def extra(ap):
-        ap.add_argument("--loras", help="existing reference.make_test_loras output (default: make them under --work)")
-        ap.add_argument("--python-only", action="store_true",
-                        help="only the checks that need no sdxl-batch: the exports, the refusals, the CLIP "
-                             "preprocessing, and unet.ts forward_ip / forward_control_ip vs diffusers' UNet")
-
-    a, work = parse_args(__doc__, extra, binary_required="--python-only" not in sys.argv)
+    a, work = parse_args_python_only(__doc__, "only the checks that need no sdxl-batch: the exports, the refusals, "
+                                     "the CLIP preprocessing, and unet.ts forward_ip / forward_control_ip vs "
+                                     "diffusers' UNet")
     torch.set_num_threads(1)
     images = reference_images(work)
     fx, exports = make_adapters(work, a.diffusers)
