@@ -162,6 +162,10 @@ Generator::Generator(const std::filesystem::path& model_dir, const RuntimeOption
   for (const EmbeddingFile& e : load_embeddings(*impl_->model, opts.embedding_dirs))
     impl_->embedding_hashes[e.name] = e.short_hash;
   impl_->unet = std::make_unique<UnetRunner>(*impl_->model, opts.cuda_graphs, opts.unet_backend, &impl_->device_mu);
+  if (cfg.unet_precision == "fp8" && device.is_cuda() && std::string(impl_->unet->backend()) == "torchscript")
+    spdlog::info("--precision fp8 on {} (TorchScript): less memory than the default UNet but slower, as its input "
+                 "quantisation runs unfused; the speed comes with unet_fp8.pt2 (export_sdxl.py --fp8 --aoti)",
+                 cfg.unet_file);
   impl_->text_stream = StageStream(device, /*high_priority=*/false);
   impl_->sample_stream = StageStream(device, /*high_priority=*/true);
   impl_->decode_stream = StageStream(device, /*high_priority=*/false);
