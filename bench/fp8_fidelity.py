@@ -18,9 +18,9 @@ layers are torch._scaled_mm, as in the traced unet_fp8.ts); every other tensor o
 checked against the diffusers UNet's. Euler (diffusers' EulerDiscreteScheduler), fixed seeds (a
 CPU generator per image: seed, seed + 1, ...), the prompts below (not the calibration prompts).
 
-    bench/fp8_fidelity.py --model EXPORT --diffusers DIFF [--json out.json] [--prompts 4] [--png-dir DIR]
+    PYTHONPATH=tests bench/fp8_fidelity.py --model EXPORT --diffusers DIFF [--json out.json] [--prompts 4] [--png-dir DIR]
         EXPORT from: scripts/export_sdxl.py --random-full --fp8 --device cuda --save-diffusers DIFF --out EXPORT
-    bench/fp8_fidelity.py --model /tmp/tiny8 --diffusers /tmp/tiny8-diff --device cpu --prompts 2
+    PYTHONPATH=tests bench/fp8_fidelity.py --model /tmp/tiny8 --diffusers /tmp/tiny8-diff --device cpu --prompts 2
         (the CPU smoke test: fp32, 256x256, 8 steps, CFG 5 unless given)
 
 Writes --json (config, per-prompt steps and image metrics, summary) and prints markdown tables.
@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import math
 import sys
 import time
 import warnings
@@ -43,6 +42,7 @@ import torch.nn.functional as F
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 import fp8_quant  # noqa: E402
+from reference.compare_images import psnr  # noqa: E402  (tests/ on PYTHONPATH: bench/lib/gpu_prepare.sh)
 
 # Comic prompts of their own (configs/fp8-calibration-prompts.txt calibrated the scales: not those).
 PROMPTS = [
@@ -60,11 +60,6 @@ DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 # --- image metrics --------------------------------------------------------------------------------------
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
-    return math.inf if mse == 0.0 else 10.0 * math.log10(255.0 ** 2 / mse)
-
-
 def _gaussian_window(size: int = 11, sigma: float = 1.5) -> torch.Tensor:
     x = torch.arange(size, dtype=torch.float64) - (size - 1) / 2.0
     g = torch.exp(-(x ** 2) / (2 * sigma ** 2))

@@ -28,6 +28,8 @@ with the same weight_scale (the C++ LoraPatcher; tests/reference/fp8_reference.p
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import nn
 
@@ -102,33 +104,43 @@ def _is_projection(name: str) -> bool:
     return (name.endswith(".proj_in") or name.endswith(".proj_out")) and ".attentions." in f".{name}"
 
 
+@contextlib.contextmanager
+def input_amax(unet: nn.Module, layer_names: list[str]):
+    """Records each named layer's input amax over the UNet calls made inside the block (on the
+    device: no host sync per call). Yields a dict that holds {name: float} after the block;
+    a layer with no finite, non-zero range stops the export."""
+    mods = dict(unet.named_modules())
+    acc: dict[str, torch.Tensor] = {}
+    result: dict[str, float] = {}
+
+    def hook(_m, args, n):
+        a = args[0].detach().abs().amax().float()
+        acc[n] = a if n not in acc else torch.maximum(acc[n], a)
+
+    hooks = [mods[n].register_forward_pre_hook(lambda m, args, n=n: hook(m, args, n)) for n in layer_names]
+    try:
+        yield result
+    finally:
+        for h in hooks:
+            h.remove()
+    result.update({n: float(acc[n]) if n in acc else 0.0 for n in layer_names})
+    bad = [n for n, v in result.items() if not 0 < v < float("inf")]
+    if bad:
+        raise SystemExit(f"--fp8 calibration: layers with no finite, non-zero input range: {bad[:5]}")
+
+
 @torch.no_grad()
 def calibrate(pipe, layer_names: list[str], prompts: list[str], steps: int, width: int, height: int,
               cfg: float, seed: int) -> dict[str, float]:
     """Each layer's input amax over whole sampling trajectories of `prompts`, their negatives
     alternating CALIBRATION_NEGATIVES (diffusers' pipeline, output_type latent: the VAE is
     not needed)."""
-    mods = dict(pipe.unet.named_modules())
-    amax = {}  # on the device: no host sync per call
-    hooks = []
-    for n in layer_names:
-        def hook(_m, args, n=n):
-            a = args[0].detach().abs().amax().float()
-            amax[n] = a if n not in amax else torch.maximum(amax[n], a)
-        hooks.append(mods[n].register_forward_pre_hook(hook))
-    try:
-        gen = torch.Generator("cpu").manual_seed(seed)
+    gen = torch.Generator("cpu").manual_seed(seed)
+    with input_amax(pipe.unet, layer_names) as amax:
         for i, p in enumerate(prompts):
             pipe(prompt=p, negative_prompt=CALIBRATION_NEGATIVES[i % len(CALIBRATION_NEGATIVES)],
                  num_inference_steps=steps, guidance_scale=cfg, width=width, height=height, generator=gen,
                  output_type="latent")
-    finally:
-        for h in hooks:
-            h.remove()
-    amax = {n: float(amax[n]) if n in amax else 0.0 for n in layer_names}
-    bad = [n for n, v in amax.items() if not v > 0 or v != v or v == float("inf")]
-    if bad:
-        raise SystemExit(f"--fp8 calibration: layers with no finite, non-zero input range: {bad[:5]}")
     return amax
 
 

@@ -59,15 +59,9 @@ def inputs(rows: int):
 
 
 def calibrate_one_pass(unet, inp) -> dict[str, float]:
-    names = fp8_quant.fp8_layer_names(unet)
-    mods = dict(unet.named_modules())
-    amax = {}
-    hooks = [mods[n].register_forward_pre_hook(lambda m, a, n=n: amax.__setitem__(n, float(a[0].abs().amax())))
-             for n in names]
     lat, t, ctx, added = inp
-    unet(lat, t, ctx, added_cond_kwargs=added)
-    for h in hooks:
-        h.remove()
+    with fp8_quant.input_amax(unet, fp8_quant.fp8_layer_names(unet)) as amax:
+        unet(lat, t, ctx, added_cond_kwargs=added)
     return amax
 
 
