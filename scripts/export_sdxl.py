@@ -838,12 +838,15 @@ def parse_inductor_configs(items: list[str]) -> dict:
 
 def export_unet_aoti(unet, dtype, device: str, out_dir: Path, limits: dict, vae_down: int, ctx_dim: int,
                      pdim: int, size: str | None, extra_configs: dict, gen: torch.Generator,
-                     file: str = "unet.pt2") -> dict:
+                     file: str = "unet.pt2", rel_l2_tol: float | None = None) -> dict:
     """torch.export the UNet wrapper with a dynamic batch (1 .. 2*batch_max rows: CFG doubles
     them), context length (77 .. 77*context_chunks_max tokens) and latent size (the limits, or
     one fixed size), compile it with AOTInductor into out_dir/unet.pt2 without its weights,
     and return what model.json records under unet.aoti (`file`: unet.pt2, or unet_fp8.pt2
-    for the FP8 UNet)."""
+    for the FP8 UNet). The package must match the eager wrapper at the range's corners: within
+    the dtype's max-abs tolerance, or with rel_l2_tol (the FP8 UNet, whose input quantisation
+    turns any rounding difference of a fused kernel into a step of one FP8 level) within that
+    relative L2 error."""
     import torch._inductor
 
     (h_lo, h_hi), (w_lo, w_hi) = parse_aoti_size(size, limits, vae_down)
@@ -912,12 +915,15 @@ def export_unet_aoti(unet, dtype, device: str, out_dir: Path, limits: dict, vae_
             got = runner(*x)
             got = got[0] if isinstance(got, (list, tuple)) else got
             want = wrapper(*x)
-        d = float((got.float() - want.float()).abs().max())
+        diff = got.float() - want.float()
+        d = float(diff.abs().max())
+        rel = float(diff.norm() / want.float().norm().clamp_min(1e-12))
         scale = float(want.float().abs().max())
-        ok = bool(torch.isfinite(got).all()) and d <= rtol * max(1.0, scale)
-        checks.append(dict(rows=b, latent_h=hh, latent_w=ww, tokens=77 * kk, max_abs_diff=d, ok=ok))
+        close = rel <= rel_l2_tol if rel_l2_tol is not None else d <= rtol * max(1.0, scale)
+        ok = bool(torch.isfinite(got).all()) and close
+        checks.append(dict(rows=b, latent_h=hh, latent_w=ww, tokens=77 * kk, max_abs_diff=d, rel_l2=rel, ok=ok))
         log(f"  check {file} rows {b:2d} latent {hh}x{ww} tokens {77 * kk}: max|diff| {d:.3g} "
-            f"(|ref| {scale:.3g}) {'ok' if ok else 'FAILED'}")
+            f"(|ref| {scale:.3g}), rel. L2 {rel:.3g} {'ok' if ok else 'FAILED'}")
     del runner
     if not all(c["ok"] for c in checks):
         raise SystemExit(f"{file} does not match the eager UNet (see the check lines above)")
@@ -1000,7 +1006,8 @@ def export_unet_fp8(a, pipe, tmp: Path, dtype, device: str, defaults: dict, trac
         t0 = time.time()
         meta["aoti"] = export_unet_aoti(unet, dtype, device, tmp, aoti_args["limits"], aoti_args["vae_down"],
                                         aoti_args["ctx_dim"], aoti_args["pdim"], a.aoti_size,
-                                        parse_inductor_configs(a.aoti_config), aoti_args["gen"], file="unet_fp8.pt2")
+                                        parse_inductor_configs(a.aoti_config), aoti_args["gen"], file="unet_fp8.pt2",
+                                        rel_l2_tol=max(1e-2, 0.5 * rel))
         timings["aoti_unet_fp8"] = time.time() - t0
     return meta
 

@@ -6,13 +6,13 @@
 #           UNet (bench/fp8_fidelity.py: per-step relative L2 on the fp16 trajectory, PSNR/SSIM of
 #           the final images); then 16 images at 1024², --max-batch 4, TorchScript UNet, fp16 vs
 #           fp8 (s/image, memory, PSNR between them).
-# fp8-aoti: exports unet_fp8.pt2 (AOTInductor, 1024x1024, rows 1..16) from the diffusers copy
-#           (export time reported), then 32 images at --max-batch 4 and 8 at 28 steps CFG 7, at
-#           MLPerf's settings (20 steps, CFG 8), and 12 images with three LoRA sets (switch and merge
-#           seconds in the report, clipped FP8 values in the log); PSNR against the fp16 TorchScript images
-#           when the fp8 mode ran before on this machine ($WORK kept).
-# fp16-aoti: the same for the exact fp16 UNet (unet.pt2 from the diffusers copy): 32 images at
-#           --max-batch 4 and 8, and at MLPerf's settings at the faster of the two.
+# fp8-aoti: exports the same model with unet_fp8.pt2 (AOTInductor, 1024x1024, rows 1..16; export
+#           and compile time reported, and the package's check against the eager FP8 UNet), then
+#           32 images at --max-batch 4 and 8 at 28 steps CFG 7, at MLPerf's settings (20 steps,
+#           CFG 8), and 12 images with three LoRA sets (switch and merge seconds in the report,
+#           clipped FP8 values in the log); PSNR against the fp16 TorchScript images when the fp8
+#           mode ran before on this machine ($WORK kept).
+# fp16-aoti: the same for the exact fp16 UNet (unet.pt2).
 # Every part is skipped when its result is in $WORK already, and parts stop starting
 # once BENCH_DEADLINE_S (540 s from the start) is near, so calling the mode again on a
 # warm machine goes on where the last call stopped.
@@ -23,8 +23,17 @@ MODE=${1:-}
 case "$MODE" in fp8|fp8-aoti|fp16-aoti) ;; *) echo "usage: [OUT=DIR] bash bench/runtime/precision.sh fp8|fp8-aoti|fp16-aoti" >&2; exit 2 ;; esac
 T_START=$(date +%s)
 DEADLINE=$(( T_START + ${BENCH_DEADLINE_S:-540} ))
-export SDXL_MODEL_NAME=full-fp8 SDXL_EXPORT_ARGS="--fp8" SDXL_SAVE_DIFFUSERS=1
+# The export (bench/lib/gpu_prepare.sh): the same seeded random weights in every mode, so the
+# images of one mode compare with another's on the same machine.
+AOTI_ARGS="--aoti --aoti-size 1024x1024 --aoti-config aot_inductor.compile_wrapper_opt_level=O0"
+case "$MODE" in
+  fp8) export SDXL_MODEL_NAME=full-fp8 SDXL_EXPORT_ARGS="--fp8" SDXL_SAVE_DIFFUSERS=1 ;;
+  fp8-aoti) export SDXL_MODEL_NAME=full-fp8-aoti SDXL_EXPORT_ARGS="--fp8 --aoti-variants fp8 $AOTI_ARGS" ;;
+  fp16-aoti) export SDXL_MODEL_NAME=full-aoti SDXL_EXPORT_ARGS="$AOTI_ARGS" ;;
+esac
 source bench/lib/gpu_prepare.sh  # build + export; sets OUT WORK SDXL MODEL
+[ -f "$MODEL/model.json" ] || { echo "export failed (see export.log)" | tee -a "$OUT/summary.txt"; tail -8 "$OUT/export.log"; exit 1; }
+grep -h "aoti_compile_and_package\|fp8: \|check unet" "$OUT/export.log" 2>/dev/null | tee -a "$OUT/summary.txt" || true
 source bench/lib/runtime.sh
 
 # time_for SECONDS PART: whether PART may start (enough time left), else a line saying it was left out.
@@ -62,24 +71,7 @@ if [ "$MODE" = fp8 ]; then
   done
   [ -f "$WORK/ts-fp8/report.json" ] && compare ts-default ts-fp8 || true
 else
-  # aoti_export DIR NAME ARGS...: export_sdxl.py --from the diffusers copy with AOTInductor into DIR (once).
-  aoti_export() {
-    local dir=$1 name=$2; shift 2
-    [ -f "$dir/model.json" ] && return 0
-    local t0; t0=$(date +%s)
-    python3 scripts/export_sdxl.py --from "$WORK/full-diffusers" --dtype fp16 --device cuda --aoti --aoti-size 1024x1024 \
-      --aoti-config aot_inductor.compile_wrapper_opt_level=O0 --check none --out "$dir" --force "$@" \
-      > "$OUT/export-$name.log" 2>&1 || echo "export $name: exit $? (see export-$name.log)" | tee -a "$OUT/summary.txt"
-    echo "export --from DIFFUSERS $* --aoti (1024x1024): $(( $(date +%s) - t0 )) s; " \
-      "$(grep -h "aoti_compile_and_package\|fp8:" "$OUT/export-$name.log" | tr '\n' ' ' || true)" | tee -a "$OUT/summary.txt"
-  }
-  if [ "$MODE" = fp8-aoti ]; then
-    p=fp8 MODEL=$WORK/full-fp8-aoti
-    aoti_export "$MODEL" fp8-aoti --fp8 --aoti-variants fp8
-  else
-    p=default MODEL=$WORK/full-aoti
-    aoti_export "$MODEL" fp16-aoti
-  fi
+  p=default; [ "$MODE" = fp8-aoti ] && p=fp8
   mkpanels "$WORK/panels32.json" 32
   mkpanels "$WORK/panels32-mlperf.json" 32 20 8
   need_loras
