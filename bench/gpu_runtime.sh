@@ -29,6 +29,7 @@
 #   precision.sh fp8       FP8 UNet vs fp16: export --fp8, fidelity (bench/fp8_fidelity.py), TorchScript
 #                          s/image and memory, PSNR, LoRA switches in fp8
 #                fp8-aoti  unet_fp8.pt2 (AOTInductor): export time, b4 / b8, MLPerf's settings, PSNR vs fp16
+#                fp8-tiny  the tiny model's unet_fp8.pt2 on the GPU: export check to PNG, repeatable, vs unet_fp8.ts
 #                fp16-aoti unet.pt2 the same way: the exact fp16 rows of the same lease
 #   trace.sh     trace     per-step UNet times of 2+2 images (SDXL_TRACE_STEPS=1), UNet profile
 # Knobs of every mode: OUT (results, bench/tmp), WORK (/tmp/sdxl-gpu), RUN_TIMEOUT
@@ -44,11 +45,11 @@ case "$MODE" in
   loop) family=loop ;;
   single-file | vae-switch | controlnet | ip-adapter) family=models ;;
   trace) family=trace ;;
-  fp8 | fp8-aoti | fp16-aoti) family=precision ;;
+  fp8 | fp8-aoti | fp16-aoti | fp8-tiny) family=precision ;;
   *)
     echo "usage: [OUT=DIR] bash bench/gpu_runtime.sh MODE; MODE: check | order | mixed | caps | pipeline | single |" \
          "defaults | multi | x2 | scale | capmerge | wscap | alloc | loop | trace | single-file | vae-switch | controlnet |" \
-         "ip-adapter | fp8 | fp8-aoti | fp16-aoti" >&2
+         "ip-adapter | fp8 | fp8-aoti | fp16-aoti | fp8-tiny" >&2
     exit 2 ;;
 esac
 exec bash "$(dirname "$0")/runtime/$family.sh" "$MODE"

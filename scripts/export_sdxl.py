@@ -838,15 +838,17 @@ def parse_inductor_configs(items: list[str]) -> dict:
 
 def export_unet_aoti(unet, dtype, device: str, out_dir: Path, limits: dict, vae_down: int, ctx_dim: int,
                      pdim: int, size: str | None, extra_configs: dict, gen: torch.Generator,
-                     file: str = "unet.pt2", rel_l2_tol: float | None = None) -> dict:
+                     file: str = "unet.pt2", fp16_reference: torch.nn.Module | None = None) -> dict:
     """torch.export the UNet wrapper with a dynamic batch (1 .. 2*batch_max rows: CFG doubles
     them), context length (77 .. 77*context_chunks_max tokens) and latent size (the limits, or
     one fixed size), compile it with AOTInductor into out_dir/unet.pt2 without its weights,
     and return what model.json records under unet.aoti (`file`: unet.pt2, or unet_fp8.pt2
-    for the FP8 UNet). The package must match the eager wrapper at the range's corners: within
-    the dtype's max-abs tolerance, or with rel_l2_tol (the FP8 UNet, whose input quantisation
-    turns any rounding difference of a fused kernel into a step of one FP8 level) within that
-    relative L2 error."""
+    for the FP8 UNet). The package must match the eager wrapper at the range's corners within
+    the dtype's max-abs tolerance; the FP8 UNet (fp16_reference: the UNet before quantisation)
+    instead must be as near to the fp16 UNet as the eager FP8 UNet is (relative L2 within 1.5x
+    of the eager one's): its input quantisation turns a fused kernel's different rounding into
+    whole FP8 levels (measured on the H200: compiled vs eager FP8 rel. L2 0.025, eager FP8 vs
+    fp16 0.039), so the two FP8 UNets are two roundings of one model, not one the other's copy."""
     import torch._inductor
 
     (h_lo, h_hi), (w_lo, w_hi) = parse_aoti_size(size, limits, vae_down)
@@ -919,11 +921,22 @@ def export_unet_aoti(unet, dtype, device: str, out_dir: Path, limits: dict, vae_
         d = float(diff.abs().max())
         rel = float(diff.norm() / want.float().norm().clamp_min(1e-12))
         scale = float(want.float().abs().max())
-        close = rel <= rel_l2_tol if rel_l2_tol is not None else d <= rtol * max(1.0, scale)
-        ok = bool(torch.isfinite(got).all()) and close
-        checks.append(dict(rows=b, latent_h=hh, latent_w=ww, tokens=77 * kk, max_abs_diff=d, rel_l2=rel, ok=ok))
+        row = dict(rows=b, latent_h=hh, latent_w=ww, tokens=77 * kk, max_abs_diff=d, rel_l2=rel)
+        note = ""
+        if fp16_reference is None:
+            close = d <= rtol * max(1.0, scale)
+        else:
+            with torch.no_grad():
+                r16 = fp16_reference(*x).float()
+            n16 = r16.norm().clamp_min(1e-12)
+            row["rel_l2_vs_fp16"] = float((got.float() - r16).norm() / n16)
+            row["eager_rel_l2_vs_fp16"] = float((want.float() - r16).norm() / n16)
+            close = row["rel_l2_vs_fp16"] <= 1.5 * row["eager_rel_l2_vs_fp16"] + 2e-3
+            note = f"; vs the fp16 UNet {row['rel_l2_vs_fp16']:.3g} (eager FP8 {row['eager_rel_l2_vs_fp16']:.3g})"
+        row["ok"] = ok = bool(torch.isfinite(got).all()) and close
+        checks.append(row)
         log(f"  check {file} rows {b:2d} latent {hh}x{ww} tokens {77 * kk}: max|diff| {d:.3g} "
-            f"(|ref| {scale:.3g}), rel. L2 {rel:.3g} {'ok' if ok else 'FAILED'}")
+            f"(|ref| {scale:.3g}), rel. L2 {rel:.3g}{note} {'ok' if ok else 'FAILED'}")
     del runner
     if not all(c["ok"] for c in checks):
         raise SystemExit(f"{file} does not match the eager UNet (see the check lines above)")
@@ -939,6 +952,7 @@ def export_unet_aoti(unet, dtype, device: str, out_dir: Path, limits: dict, vae_
         "inductor_configs": {k: repr(v) if not isinstance(v, (bool, int, float, str)) else v
                              for k, v in configs.items()},
         "seconds": {"export": round(t_export, 1), "compile": round(t_compile, 1)},
+        "checks": checks,
         "libstdcxx": "shared (linked through a wrapper)" if cxx_wrapper else "the compiler's default",
     }
 
@@ -973,6 +987,8 @@ def export_unet_fp8(a, pipe, tmp: Path, dtype, device: str, defaults: dict, trac
     amax = fp8_quant.calibrate(pipe, names, prompts, steps, defaults["width"], defaults["height"], defaults["cfg"],
                                seed=1234)
     timings["fp8_calibrate"] = time.time() - t0
+    aoti_fp8 = a.aoti and "fp8" in a.aoti_variants
+    unet16 = copy.deepcopy(unet) if aoti_fp8 else None  # the reference of unet_fp8.pt2's check
     n = fp8_quant.quantize_unet(unet, amax)  # in place: every later use of pipe.unet is the FP8 UNet
     wrapper = UNetTS(unet, dtype)
     got = wrapper(*inp)
@@ -1002,12 +1018,13 @@ def export_unet_fp8(a, pipe, tmp: Path, dtype, device: str, defaults: dict, trac
                 "\n".join(prompts).encode()).hexdigest(), "steps": steps, "width": defaults["width"],
                 "height": defaults["height"], "cfg": defaults["cfg"], "seconds": round(timings["fp8_calibrate"], 1)},
             "rel_l2_vs_unet_on_trace_inputs": round(rel, 5)}
-    if a.aoti and "fp8" in a.aoti_variants:
+    if aoti_fp8:
         t0 = time.time()
         meta["aoti"] = export_unet_aoti(unet, dtype, device, tmp, aoti_args["limits"], aoti_args["vae_down"],
                                         aoti_args["ctx_dim"], aoti_args["pdim"], a.aoti_size,
                                         parse_inductor_configs(a.aoti_config), aoti_args["gen"], file="unet_fp8.pt2",
-                                        rel_l2_tol=max(1e-2, 0.5 * rel))
+                                        fp16_reference=UNetTS(unet16, dtype).eval())
+        del unet16
         timings["aoti_unet_fp8"] = time.time() - t0
     return meta
 

@@ -8,6 +8,7 @@
 # its diffusers copy to $WORK/full-diffusers when SDXL_SAVE_DIFFUSERS=1;
 # SDXL_EXPORT_CHECK=quick|full compares the traces with eager, default none).
 # SDXL_PREPARE_KEEP_GOING=1: a failed build sets SDXL_BUILD_FAILED=1 instead of exiting.
+# SDXL_EXPORT_SOURCE (--random-full) may name --tiny instead.
 # SDXL_MODEL_NAME (full) names the export folder under $WORK; SDXL_EXPORT_ARGS
 # adds export arguments (e.g. --aoti), and then the export is redone unless
 # SDXL_EXPORT_DONE_FILE (model.json) is already there.
@@ -40,7 +41,7 @@ build_pid=$!
 t0=$(date +%s)
 MODEL_NAME=${SDXL_MODEL_NAME:-full}
 if [ ! -f "$WORK/$MODEL_NAME/${SDXL_EXPORT_DONE_FILE:-model.json}" ]; then
-  python3 scripts/export_sdxl.py --random-full --dtype fp16 --device cuda --out "$WORK/$MODEL_NAME" ${SDXL_EXPORT_ARGS:-} \
+  python3 scripts/export_sdxl.py ${SDXL_EXPORT_SOURCE:---random-full} --dtype fp16 --device cuda --out "$WORK/$MODEL_NAME" ${SDXL_EXPORT_ARGS:-} \
     ${SDXL_SAVE_DIFFUSERS:+--save-diffusers "$WORK/full-diffusers"} --check "${SDXL_EXPORT_CHECK:-none}" --force \
     --json-report "$WORK/export-checks.json" > "$OUT/export.log" 2>&1
 fi

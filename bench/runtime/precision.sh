@@ -13,6 +13,9 @@
 #           clipped FP8 values in the log); PSNR against the fp16 TorchScript images when the fp8
 #           mode ran before on this machine ($WORK kept).
 # fp16-aoti: the same for the exact fp16 UNet (unet.pt2).
+# fp8-tiny: the tiny model's FP8 UNet through AOTInductor on the GPU (a few minutes: the whole
+#           path of unet_fp8.pt2, export check to PNG): 8 images with the FP8 package twice
+#           (repeatable?), with unet_fp8.ts and with the fp16 UNet; PSNR between them.
 # Every part is skipped when its result is in $WORK already, and parts stop starting
 # once BENCH_DEADLINE_S (540 s from the start) is near, so calling the mode again on a
 # warm machine goes on where the last call stopped.
@@ -20,7 +23,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 MODE=${1:-}
-case "$MODE" in fp8|fp8-aoti|fp16-aoti) ;; *) echo "usage: [OUT=DIR] bash bench/runtime/precision.sh fp8|fp8-aoti|fp16-aoti" >&2; exit 2 ;; esac
+case "$MODE" in fp8|fp8-aoti|fp16-aoti|fp8-tiny) ;; *) echo "usage: [OUT=DIR] bash bench/runtime/precision.sh fp8|fp8-aoti|fp16-aoti|fp8-tiny" >&2; exit 2 ;; esac
 T_START=$(date +%s)
 DEADLINE=$(( T_START + ${BENCH_DEADLINE_S:-540} ))
 # The export (bench/lib/gpu_prepare.sh): the same seeded random weights in every mode, so the
@@ -30,6 +33,7 @@ case "$MODE" in
   fp8) export SDXL_MODEL_NAME=full-fp8 SDXL_EXPORT_ARGS="--fp8" SDXL_SAVE_DIFFUSERS=1 ;;
   fp8-aoti) export SDXL_MODEL_NAME=full-fp8-aoti SDXL_EXPORT_ARGS="--fp8 --aoti-variants fp8 $AOTI_ARGS" ;;
   fp16-aoti) export SDXL_MODEL_NAME=full-aoti SDXL_EXPORT_ARGS="$AOTI_ARGS" ;;
+  fp8-tiny) export SDXL_MODEL_NAME=tiny-fp8-aoti SDXL_EXPORT_SOURCE=--tiny SDXL_EXPORT_ARGS="--fp8 --aoti --aoti-variants fp8" ;;
 esac
 source bench/lib/gpu_prepare.sh  # build + export; sets OUT WORK SDXL MODEL
 [ -f "$MODEL/model.json" ] || { echo "export failed (see export.log)" | tee -a "$OUT/summary.txt"; tail -8 "$OUT/export.log"; exit 1; }
@@ -55,7 +59,24 @@ json.dump({"version": 1, "tasks": tasks}, open(path, "w"), indent=1)
 PY
 }
 
-if [ "$MODE" = fp8 ]; then
+if [ "$MODE" = fp8-tiny ]; then
+  python3 - "$WORK/tiny8.json" <<'PY'
+import json, sys
+tasks = [{"id": f"t{i}", "prompt": f"a comic panel {i}, a robot in the rain", "seed": 40 + i, "width": 256,
+          "height": 256, "steps": 8, "cfg": 5.0} for i in range(8)]
+json.dump({"version": 1, "tasks": tasks}, open(sys.argv[1], "w"))
+PY
+  for spec in "tiny-aoti-fp8 aoti fp8" "tiny-aoti-fp8-again aoti fp8" "tiny-ts-fp8 torchscript fp8" \
+              "tiny-ts-default torchscript default"; do
+    set -- $spec
+    run "$1" "$WORK/tiny8.json" --max-batch 4 --unet-backend "$2" --precision "$3" || true
+  done
+  compare tiny-aoti-fp8 tiny-aoti-fp8-again
+  compare tiny-ts-fp8 tiny-aoti-fp8
+  compare tiny-ts-default tiny-aoti-fp8
+  grep -h "precision\|fp8\|aoti" "$WORK"/tiny-aoti-fp8.log | head -5 | tee -a "$OUT/summary.txt" || true
+  exit 0
+elif [ "$MODE" = fp8 ]; then
   if [ ! -f "$WORK/fp8-fidelity.json" ] && time_for 150 "fidelity (bench/fp8_fidelity.py)"; then
     t0=$(date +%s)
     python3 bench/fp8_fidelity.py --model "$MODEL" --diffusers "$WORK/full-diffusers" --device cuda \
@@ -74,13 +95,14 @@ else
   p=default; [ "$MODE" = fp8-aoti ] && p=fp8
   mkpanels "$WORK/panels32.json" 32
   mkpanels "$WORK/panels32-mlperf.json" 32 20 8
-  need_loras
-  mkbatch "$WORK/lora12.json" 12 0 "$WORK/loras"
-  for spec in "aoti-$p-b4 panels32 4" "aoti-$p-b8 panels32 8" "aoti-$p-mlperf-b8 panels32-mlperf 8" \
+  # Most telling first: a call cut short by the device budget still has the b8 and MLPerf rows.
+  for spec in "aoti-$p-b8 panels32 8" "aoti-$p-mlperf-b8 panels32-mlperf 8" "aoti-$p-b4 panels32 4" \
               "aoti-$p-lora lora12 4" "aoti-$p-mlperf-b4 panels32-mlperf 4"; do
     set -- $spec
-    [ -f "$WORK/$1/report.json" ] || { time_for 80 "$1" && run "$1" "$WORK/$2.json" --max-batch "$3" \
-      --unet-backend aoti --precision "$p"; } || true
+    [ -f "$WORK/$1/report.json" ] && continue
+    time_for 60 "$1" || continue
+    [ "$2" = lora12 ] && { need_loras; mkbatch "$WORK/lora12.json" 12 0 "$WORK/loras"; }
+    run "$1" "$WORK/$2.json" --max-batch "$3" --unet-backend aoti --precision "$p" || true
   done
   grep -h "exceed the weights' export scale" "$WORK/aoti-$p-lora.log" 2>/dev/null | head -3 | tee -a "$OUT/summary.txt" || true
   # The same 16 panels as the fp8 mode's TorchScript runs (same seeds): how far from fp16 TorchScript?
