@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The AOTInductor UNet backend end to end (ctest labels e2e, slow): export the tiny
 model with --aoti (torch.export + aoti_compile_and_package, C++ compiled for the
-CPU), then generate with --unet-backend aoti and torchscript and compare; the
+CPU; the export records its check of the package), then generate with
+--unet-backend aoti and torchscript and compare; the
 same with a LoRA (its change to the aoti image must be the change it makes to the
 torchscript image); switching a LoRA on and off inside one aoti run; clear errors
 for a model without unet.pt2 and for a dtype it was not compiled for.
@@ -106,6 +107,15 @@ class Aoti(unittest.TestCase):
         print(f"  {what}: max |diff| {diff} levels, PSNR {p:.1f} dB", flush=True)
         self.assertLessEqual(diff, MAX_LEVELS, what)
         self.assertGreaterEqual(p, MIN_PSNR, what)
+
+    def test_export_records_the_package_check_at_the_corners_of_its_range(self):
+        checks = json.loads((self.model / "model.json").read_text())["unet"]["aoti"].get("checks")
+        self.assertTrue(checks, "model.json unet.aoti.checks is missing")
+        corners = {(c["rows"], c["latent_h"], c["latent_w"], c["tokens"]) for c in checks}
+        self.assertEqual(len(corners), 4, checks)
+        for c in checks:  # fp32 on the CPU: the package equals the eager UNet up to summation order
+            self.assertTrue(c["ok"], c)
+            self.assertLess(c["rel_l2"], 1e-4, c)
 
     def test_aoti_image_matches_torchscript(self):
         self.assertClose(self.gen("base", "aoti"), self.gen("base", "torchscript"), "aoti vs torchscript")
