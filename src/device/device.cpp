@@ -137,6 +137,13 @@ std::string fp8_unsupported_reason(const torch::Device& device) {
          "." + std::to_string(prop->minor) + ", without FP8 tensor cores (8.9 or newer: Ada, Hopper, Blackwell)";
 }
 
+std::string cuda_capability(const torch::Device& device) {
+  if (!device.is_cuda()) return "";
+  const cudaDeviceProp* prop =
+      at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(device.has_index() ? device.index() : 0));
+  return prop ? std::to_string(prop->major) + "." + std::to_string(prop->minor) : "";
+}
+
 MemorySnapshot device_memory_snapshot(const torch::Device& device) {
   MemorySnapshot s;
   if (!device.is_cuda()) {

@@ -20,6 +20,8 @@ torch::Dtype parse_dtype(const std::string& name);
 // a CUDA GPU of compute capability 8.9 or newer: Ada, Hopper, Blackwell), else
 // why not, naming the GPU and its compute capability.
 std::string fp8_unsupported_reason(const torch::Device& device);
+// The compute capability of a CUDA device as "major.minor" ("9.0"); "" for the CPU.
+std::string cuda_capability(const torch::Device& device);
 std::string dtype_name(torch::Dtype dtype);
 // Blocks until queued work on the device is done (no-op on CPU): stage timings.
 void device_synchronize(const torch::Device& device);

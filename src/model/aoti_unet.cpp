@@ -16,7 +16,8 @@ namespace sdxl {
 AotiUnet::AotiUnet(SdxlModel& model) : model_(model) {
   const ModelConfig& cfg = model.config;
   const UnetAotiConfig& a = cfg.unet_aoti;
-  if (const std::string unfit = unet_aoti_mismatch(cfg, model.device.is_cuda() ? "cuda" : "cpu", dtype_name(model.dtype));
+  if (const std::string unfit = unet_aoti_mismatch(cfg, model.device.is_cuda() ? "cuda" : "cpu",
+                                                   dtype_name(model.dtype), cuda_capability(model.device));
       !unfit.empty())
     throw ModelError("--unet-backend aoti: model '" + cfg.name + "' (" + cfg.dir.string() + "): " + unfit);
   const auto path = cfg.path_of(a.file);

@@ -99,6 +99,8 @@ void read_unet_aoti(const Reader& a, UnetAotiConfig& x) {
   x.file = a.str("file");
   x.device = a.one_of("device", {"cpu", "cuda"});
   x.dtype = a.one_of("dtype", {"fp32", "fp16", "bf16"});
+  x.gpu = a.str_or("gpu", "");
+  x.capability = a.str_or("capability", "");
   auto range = [&](const char* key, int lo, int hi, int& mn, int& mx) {
     const json& v = a.raw(key);
     const std::string ptr = a.at(key);
@@ -629,7 +631,8 @@ std::uint64_t module_file_bytes(const ModelConfig& cfg) {
   return sum;
 }
 
-std::string unet_aoti_mismatch(const ModelConfig& cfg, const std::string& device, const std::string& dtype) {
+std::string unet_aoti_mismatch(const ModelConfig& cfg, const std::string& device, const std::string& dtype,
+                               const std::string& capability) {
   const UnetAotiConfig& a = cfg.unet_aoti;
   const bool fp8 = cfg.unet_precision == "fp8";
   if (a.file.empty())
@@ -642,6 +645,10 @@ std::string unet_aoti_mismatch(const ModelConfig& cfg, const std::string& device
   if (a.dtype != dtype)
     return a.file + " was compiled for " + a.dtype + ", the model runs in " + dtype +
            " (--dtype); drop --dtype or re-export with --dtype " + dtype + " --aoti";
+  if (device == "cuda" && !a.capability.empty() && !capability.empty() && a.capability != capability)
+    return a.file + " was compiled on " + (a.gpu.empty() ? "a GPU" : a.gpu) + " (compute capability " + a.capability +
+           "), whose kernels do not run on this GPU (compute capability " + capability +
+           "); re-export with scripts/export_sdxl.py " + (fp8 ? "--fp8 " : "") + "--aoti on this GPU kind";
   return "";
 }
 
@@ -662,11 +669,11 @@ ModelConfig with_unet_precision(const ModelConfig& cfg, const std::string& preci
 }
 
 std::string resolve_unet_backend(const ModelConfig& cfg, const std::string& requested, const std::string& device,
-                                 const std::string& dtype, std::string* why) {
+                                 const std::string& dtype, std::string* why, const std::string& capability) {
   if (requested != "auto" && requested != "torchscript" && requested != "aoti")
     throw UsageError("--unet-backend '" + requested + "' is not one of: auto, torchscript, aoti");
   if (requested != "auto") return requested;
-  const std::string unfit = unet_aoti_mismatch(cfg, device, dtype);
+  const std::string unfit = unet_aoti_mismatch(cfg, device, dtype, capability);
   if (why) *why = unfit.empty() ? "the model has a " + cfg.unet_aoti.file + " for " + device + " " + dtype : unfit;
   return unfit.empty() ? "aoti" : "torchscript";
 }

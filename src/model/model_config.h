@@ -62,6 +62,9 @@ struct UnetAotiConfig {
   std::string file;    // "" when the model has no AOTI package
   std::string device;  // cpu | cuda: the device it was compiled for
   std::string dtype;   // fp32 | fp16 | bf16: the dtype of its inputs and weights
+  // The GPU it was compiled on (cuda; "" when not recorded): its kernels are
+  // built for that compute capability ("9.0") and run on no other.
+  std::string gpu, capability;
   int rows_min = 1, rows_max = 1;
   int tokens_min = 77, tokens_max = 77;
   int latent_height_min = 1, latent_height_max = 1;
@@ -266,8 +269,10 @@ int clip_skip_max(const ModelConfig& cfg);
 void check_clip_skip(const ModelConfig& cfg, int clip_skip);
 
 // Why the model's unet.pt2 cannot run on `device` ("cpu" / "cuda") in `dtype`
-// ("fp32" / "fp16" / "bf16"), with what to do about it; "" when it can.
-std::string unet_aoti_mismatch(const ModelConfig& cfg, const std::string& device, const std::string& dtype);
+// ("fp32" / "fp16" / "bf16") on a GPU of compute `capability` ("9.0"; "" =
+// not known, not checked), with what to do about it; "" when it can.
+std::string unet_aoti_mismatch(const ModelConfig& cfg, const std::string& device, const std::string& dtype,
+                               const std::string& capability = "");
 
 // --precision: "default" returns `cfg` unchanged; "fp8" returns it with
 // unet_file / unet_aoti replaced by the FP8 UNet's and unet_precision "fp8".
@@ -281,6 +286,7 @@ ModelConfig with_unet_precision(const ModelConfig& cfg, const std::string& preci
 // finds nothing, else torchscript, and `why` (optional) says why; torchscript
 // and aoti are returned as asked (AotiUnet refuses a mismatch).
 std::string resolve_unet_backend(const ModelConfig& cfg, const std::string& requested, const std::string& device,
-                                 const std::string& dtype, std::string* why = nullptr);
+                                 const std::string& dtype, std::string* why = nullptr,
+                                 const std::string& capability = "");
 
 }  // namespace sdxl

@@ -38,7 +38,8 @@ UnetRunner::UnetRunner(SdxlModel& model, bool cuda_graphs, const std::string& ba
     : model_(model), graphs_(cuda_graphs && model.device.is_cuda()), device_mu_(device_mu) {
   std::string why;
   const std::string chosen =
-      resolve_unet_backend(model.config, backend, model.device.is_cuda() ? "cuda" : "cpu", dtype_name(model.dtype), &why);
+      resolve_unet_backend(model.config, backend, model.device.is_cuda() ? "cuda" : "cpu", dtype_name(model.dtype), &why,
+                           cuda_capability(model.device));
   if (backend == "auto") spdlog::info("--unet-backend auto: {} ({})", chosen, why);
   if (chosen == "aoti") aoti_ = std::make_unique<AotiUnet>(model);
 }
