@@ -943,7 +943,8 @@ def export_unet_aoti(unet, dtype, device: str, out_dir: Path, limits: dict, vae_
     return {
         "file": file,
         "device": device,
-        **({"gpu": torch.cuda.get_device_name(), "capability": "{}.{}".format(*torch.cuda.get_device_capability())}
+        **({"gpu": torch.cuda.get_device_name(torch.device(device)),
+            "capability": "{}.{}".format(*torch.cuda.get_device_capability(torch.device(device)))}
            if device.startswith("cuda") else {}),
         "dtype": {v: k for k, v in DTYPES.items()}[dtype],
         "rows": [1, rows_max],
