@@ -1193,10 +1193,7 @@ def export_vae_only(a, dtype_name: str, dtype: torch.dtype, device: str, out: Pa
 
 
 # --- main -------------------------------------------------------------------------------
-def main() -> int:
-    # A crash in native code (e.g. the AOTInductor loader on CUDA, see
-    # bench/probes/gpu_aoti_probe.py) then names the Python line it came from.
-    faulthandler.enable()
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--tiny", action="store_true")
@@ -1257,11 +1254,12 @@ def main() -> int:
     ap.add_argument("--aoti-variants", metavar="LIST", default="all",
                     help="with --aoti: which UNets to compile, 'fp16' (the model dtype's unet.pt2), 'fp8' "
                          "(unet_fp8.pt2, with --fp8) or 'all' (default)")
-    a = ap.parse_args()
-    threads = a.threads if a.threads is not None else (1 if (a.tiny and a.device == "cpu") else 0)
-    if threads > 0:
-        torch.set_num_threads(threads)
+    return ap
 
+
+def check_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    """Refuses combinations of options that do not go together (ap.error: exit 2, naming
+    them); turns --aoti-variants into the set of UNets to compile."""
     if a.config and not (a.from_path or a.vae_only or a.controlnet):
         ap.error("--config goes with --from, --vae-only or --controlnet")
     if a.vae and not (a.from_path or a.vae_only):
@@ -1283,6 +1281,18 @@ def main() -> int:
                  "add --device cuda, or --aoti-variants fp16 to compile only unet.pt2")
     if a.fp8 and (a.vae_only or a.controlnet or a.ip_adapter):
         ap.error("--fp8 goes with a model export (--tiny, --random-full or --from)")
+
+
+def main() -> int:
+    # A crash in native code (e.g. the AOTInductor loader on CUDA, see
+    # bench/probes/gpu_aoti_probe.py) then names the Python line it came from.
+    faulthandler.enable()
+    ap = build_parser()
+    a = ap.parse_args()
+    check_args(ap, a)
+    threads = a.threads if a.threads is not None else (1 if (a.tiny and a.device == "cpu") else 0)
+    if threads > 0:
+        torch.set_num_threads(threads)
     t_start = time.time()
     kind = ("tiny" if a.tiny else "random-full" if a.random_full else "vae-only" if a.vae_only
             else "controlnet" if a.controlnet else "ip-adapter" if a.ip_adapter else "from")
@@ -1319,6 +1329,8 @@ def main() -> int:
 
 
 def export(a, kind, dtype_name, dtype, device, out: Path, tmp: Path, t_start: float) -> int:
+    """A model folder: the traced modules, their checks, the optional AOTI and FP8 UNets and
+    model.json, built in tmp and published to out."""
     torch.set_grad_enabled(False)
     log(f"export {kind}: dtype {dtype_name}, device {device}, torch {torch.__version__} -> {out}")
     files_meta = {}
@@ -1329,20 +1341,7 @@ def export(a, kind, dtype_name, dtype, device, out: Path, tmp: Path, t_start: fl
         pipe = build_random_pipeline(kind, device, dtype, a.seed, tmp)
         name, source, seed = f"sdxl-{kind}", kind, a.seed
     t_built = time.time()
-
-    te1, te2, unet, vae = pipe.text_encoder, pipe.text_encoder_2, pipe.unet, pipe.vae
-    h1, h2 = te1.config.hidden_size, te2.config.hidden_size
-    pdim = te2.config.projection_dim
-    assert unet.config.cross_attention_dim == h1 + h2, (unet.config.cross_attention_dim, h1, h2)
-    ctx_dim = h1 + h2
-    pad1, pad2 = pipe.tokenizer.pad_token, pipe.tokenizer_2.pad_token
-    pad2_id = pipe.tokenizer_2.convert_tokens_to_ids(pad2)
-    pad1_id = pipe.tokenizer.convert_tokens_to_ids(pad1)
-    vae_dtype = torch.float32 if (dtype == torch.float16 and vae.config.force_upcast) else dtype
-    vae_dtype_name = {v: k for k, v in DTYPES.items()}[vae_dtype]
-    scaling = float(vae.config.scaling_factor)
-    vae_down = 2 ** (len(vae.config.block_out_channels) - 1)
-    n_up = len(unet.config.block_out_channels) - 1  # num_upsamplers
+    d = model_dims(pipe, dtype)
     if a.save_diffusers:
         sd = Path(a.save_diffusers).resolve()
         if sd.exists():
@@ -1352,50 +1351,12 @@ def export(a, kind, dtype_name, dtype, device, out: Path, tmp: Path, t_start: fl
 
     gen = torch.Generator().manual_seed(99)
     timings = {}
-    warns = {}
-    # text encoders
-    t0 = time.time()
-    ids = make_ids(2, pad1_id, gen, device)
-    warns["text_encoder.ts"] = trace_text_encoder(TextEncoderTS(te1), te1, ids, tmp / "text_encoder.ts",
-                                                  "text_encoder", "text_model.")
-    ids = make_ids(2, pad2_id, gen, device)
-    warns["text_encoder_2.ts"] = trace_text_encoder(TextEncoder2TS(te2), te2, ids, tmp / "text_encoder_2.ts",
-                                                    "text_encoder_2")
-    timings["trace_text"] = time.time() - t0
-
-    # UNet: trace at a latent size that is not a multiple of 2**n_up (forward_upsample_size path)
-    t0 = time.time()
-    lat_w, lat_h = 4 * 3 + 1, 4 * 2 + 3  # 13 x 11 latent = 104 x 88 px
-    assert lat_w % (2**n_up) and lat_h % (2**n_up)
-    inp = unet_inputs(2, lat_w * 8, lat_h * 8, 1, ctx_dim, pdim, dtype, device, gen)
-    control = control_layout(unet.config)
-    res = control_residuals(control, 2, lat_h, lat_w, dtype, device, gen)
-    ip = ip_layout(unet)
-    kv = ip_kv_inputs(ip, 2, 5, dtype, device, gen)  # 5 tokens: no count of a real adapter gets baked in
-    warns["unet.ts"] = trace_module(UNetTS(unet, dtype), {"forward": inp, "forward_control": inp + (res,),
-                                                          "forward_ip": inp + (kv,),
-                                                          "forward_control_ip": inp + (res, kv)}, tmp / "unet.ts")
-    check_names(tmp / "unet.ts", unet, device, "unet")
-    timings["trace_unet"] = time.time() - t0
-
-    # VAE (upcast to fp32 for fp16 + force_upcast, as the pipeline does)
-    t0 = time.time()
+    vae = pipe.vae
     vae_orig_dtype = vae.dtype
-    if vae_dtype != vae_orig_dtype:
-        vae.to(vae_dtype)
-    z = torch.randn(1, 4, lat_h, lat_w, generator=gen).to(device, vae_dtype)
-    warns["vae_decoder.ts"] = trace_module(VaeDecoderTS(vae, vae_dtype), (z,), tmp / "vae_decoder.ts")
-    img = (torch.rand(1, 3, lat_h * vae_down, lat_w * vae_down, generator=gen) * 2 - 1).to(device, vae_dtype)
-    warns["vae_encoder.ts"] = trace_module(VaeEncoderTS(vae, vae_dtype), (img,), tmp / "vae_encoder.ts")
-    check_names(tmp / "vae_decoder.ts", VaeDecoderTS(vae, vae_dtype), device, "vae_decoder")
-    check_names(tmp / "vae_encoder.ts", VaeEncoderTS(vae, vae_dtype), device, "vae_encoder")
-    timings["trace_vae"] = time.time() - t0
+    if d["vae_dtype"] != vae_orig_dtype:  # upcast to fp32 for fp16 + force_upcast, as the pipeline does
+        vae.to(d["vae_dtype"])
+    trace_inputs = trace_modules(pipe, d, tmp, dtype, device, gen, timings)
 
-    for f, msgs in warns.items():
-        if msgs:
-            log(f"  {f}: {len(msgs)} distinct tracer warning(s): " + " | ".join(m.split(": Converting")[0] for m in msgs))
-
-    # limits
     tiny = kind == "tiny"
     limits = {
         "batch_max": 8,
@@ -1407,66 +1368,151 @@ def export(a, kind, dtype_name, dtype, device, out: Path, tmp: Path, t_start: fl
         # sdxl-batch runs other multiples of size_multiple too, with a warning.
         "checked": a.check,
     }
-    check_summary = None
-    notes: list[str] = []
+    check = None
     if a.check != "none":
-        t0 = time.time()
-        chk, vchk = run_checks(a.check, tiny, tmp, pipe, dtype, vae_dtype, device, dict(h1=h1, h2=h2, pooled=pdim))
-        results = chk.results + vchk.results
-        timings[f"check_{a.check}"] = time.time() - t0
-        check_summary = summarize_checks(results)
-        for m, s in check_summary.items():
-            log(f"  check {a.check:5s} {m:40s} cases {s['cases']:3d}  failed {s['failed']:2d}  max|diff| {s['max_abs_diff']:.3g}")
-        notes = settle_limits(limits, results)
-        for n in notes:
-            log(f"  LIMIT NARROWED: {n}")
-        if a.json_report:
-            Path(a.json_report).write_text(json.dumps(dict(results=results, summary=check_summary, notes=notes), indent=1))
-    if vae_dtype != vae_orig_dtype:
+        check = check_traces(a, tiny, tmp, pipe, dtype, d, device, limits, timings)
+    if d["vae_dtype"] != vae_orig_dtype:
         vae.to(vae_orig_dtype)
 
     aoti_meta = None
     if a.aoti and "fp16" in a.aoti_variants:
         t0 = time.time()
-        aoti_meta = export_unet_aoti(unet, dtype, device, tmp, limits, vae_down, ctx_dim, pdim, a.aoti_size,
-                                     parse_inductor_configs(a.aoti_config), gen)
+        aoti_meta = export_unet_aoti(pipe.unet, dtype, device, tmp, limits, d["vae_down"], d["ctx_dim"], d["pdim"],
+                                     a.aoti_size, parse_inductor_configs(a.aoti_config), gen)
         timings["aoti_unet"] = time.time() - t0
     defaults = ({"width": 256, "height": 256, "steps": 8, "cfg": 5.0} if tiny
                 else {"width": 1024, "height": 1024, "steps": 28, "cfg": 7.0})
     fp8_meta = None
     if a.fp8:
-        fp8_meta = export_unet_fp8(a, pipe, tmp, dtype, device, defaults, (inp, res, kv), timings,
-                                   dict(limits=limits, vae_down=vae_down, ctx_dim=ctx_dim, pdim=pdim, gen=gen))
+        fp8_meta = export_unet_fp8(a, pipe, tmp, dtype, device, defaults, trace_inputs[:3], timings,
+                                   dict(limits=limits, vae_down=d["vae_down"], ctx_dim=d["ctx_dim"], pdim=d["pdim"],
+                                        gen=gen))
 
-    # tokenizers (random sources wrote them already)
-    sc = pipe.scheduler.config
     t0 = time.time()
     files = file_digests(tmp)
     timings["sha256"] = time.time() - t0
-    meta = {
+    unet_meta = {"aoti": aoti_meta, "fp8": fp8_meta, "control": trace_inputs[3], "ip_adapter": trace_inputs[4]}
+    meta = model_meta(pipe, d, dtype_name, device, dict(name=name, source=source, seed=seed), unet_meta, defaults,
+                      limits, files_meta, files)
+    if check is not None:
+        meta["check"] = check
+    (tmp / "model.json").write_text(json.dumps(meta, indent=1) + "\n")
+
+    publish(tmp, out)
+    log_export_summary(pipe, files, timings, t_built - t_start, time.time() - t_start, device, out)
+    return 0
+
+
+def model_dims(pipe, dtype) -> dict:
+    """The sizes export() and model.json need: the text encoders' widths, the UNet's
+    context and pooled widths, pad tokens, the VAE's dtype (fp32 for an fp16 model whose
+    VAE asks for upcasting), scaling and downsampling."""
+    te1, te2, unet, vae = pipe.text_encoder, pipe.text_encoder_2, pipe.unet, pipe.vae
+    h1, h2 = te1.config.hidden_size, te2.config.hidden_size
+    assert unet.config.cross_attention_dim == h1 + h2, (unet.config.cross_attention_dim, h1, h2)
+    pad1, pad2 = pipe.tokenizer.pad_token, pipe.tokenizer_2.pad_token
+    return dict(h1=h1, h2=h2, pdim=te2.config.projection_dim, ctx_dim=h1 + h2, pad1=pad1, pad2=pad2,
+                pad1_id=pipe.tokenizer.convert_tokens_to_ids(pad1), pad2_id=pipe.tokenizer_2.convert_tokens_to_ids(pad2),
+                vae_dtype=torch.float32 if (dtype == torch.float16 and vae.config.force_upcast) else dtype,
+                scaling=float(vae.config.scaling_factor), vae_down=2 ** (len(vae.config.block_out_channels) - 1),
+                n_up=len(unet.config.block_out_channels) - 1)  # n_up: the UNet's num_upsamplers
+
+
+def trace_modules(pipe, d: dict, tmp: Path, dtype, device, gen, timings: dict) -> tuple:
+    """Traces text_encoder.ts, text_encoder_2.ts, unet.ts (four methods) and the VAE (in
+    d["vae_dtype"], which the caller has set) into tmp; returns the UNet's trace inputs
+    (inp, res, kv) and its control and ip_adapter layouts."""
+    te1, te2, unet, vae = pipe.text_encoder, pipe.text_encoder_2, pipe.unet, pipe.vae
+    warns = {}
+    t0 = time.time()
+    ids = make_ids(2, d["pad1_id"], gen, device)
+    warns["text_encoder.ts"] = trace_text_encoder(TextEncoderTS(te1), te1, ids, tmp / "text_encoder.ts",
+                                                  "text_encoder", "text_model.")
+    ids = make_ids(2, d["pad2_id"], gen, device)
+    warns["text_encoder_2.ts"] = trace_text_encoder(TextEncoder2TS(te2), te2, ids, tmp / "text_encoder_2.ts",
+                                                    "text_encoder_2")
+    timings["trace_text"] = time.time() - t0
+
+    # UNet: trace at a latent size that is not a multiple of 2**n_up (forward_upsample_size path)
+    t0 = time.time()
+    lat_w, lat_h = 4 * 3 + 1, 4 * 2 + 3  # 13 x 11 latent = 104 x 88 px
+    assert lat_w % (2 ** d["n_up"]) and lat_h % (2 ** d["n_up"])
+    inp = unet_inputs(2, lat_w * 8, lat_h * 8, 1, d["ctx_dim"], d["pdim"], dtype, device, gen)
+    control = control_layout(unet.config)
+    res = control_residuals(control, 2, lat_h, lat_w, dtype, device, gen)
+    ip = ip_layout(unet)
+    kv = ip_kv_inputs(ip, 2, 5, dtype, device, gen)  # 5 tokens: no count of a real adapter gets baked in
+    warns["unet.ts"] = trace_module(UNetTS(unet, dtype), {"forward": inp, "forward_control": inp + (res,),
+                                                          "forward_ip": inp + (kv,),
+                                                          "forward_control_ip": inp + (res, kv)}, tmp / "unet.ts")
+    check_names(tmp / "unet.ts", unet, device, "unet")
+    timings["trace_unet"] = time.time() - t0
+
+    t0 = time.time()
+    vae_dtype = d["vae_dtype"]
+    z = torch.randn(1, 4, lat_h, lat_w, generator=gen).to(device, vae_dtype)
+    warns["vae_decoder.ts"] = trace_module(VaeDecoderTS(vae, vae_dtype), (z,), tmp / "vae_decoder.ts")
+    img = (torch.rand(1, 3, lat_h * d["vae_down"], lat_w * d["vae_down"], generator=gen) * 2 - 1).to(device, vae_dtype)
+    warns["vae_encoder.ts"] = trace_module(VaeEncoderTS(vae, vae_dtype), (img,), tmp / "vae_encoder.ts")
+    check_names(tmp / "vae_decoder.ts", VaeDecoderTS(vae, vae_dtype), device, "vae_decoder")
+    check_names(tmp / "vae_encoder.ts", VaeEncoderTS(vae, vae_dtype), device, "vae_encoder")
+    timings["trace_vae"] = time.time() - t0
+
+    for f, msgs in warns.items():
+        if msgs:
+            log(f"  {f}: {len(msgs)} distinct tracer warning(s): " + " | ".join(m.split(": Converting")[0] for m in msgs))
+    return inp, res, kv, control, ip
+
+
+def check_traces(a, tiny: bool, tmp: Path, pipe, dtype, d: dict, device, limits: dict, timings: dict) -> dict:
+    """--check quick|full: the traces against eager over the limits (narrowing them where a
+    case fails, with a note); writes --json-report; returns model.json's "check"."""
+    t0 = time.time()
+    chk, vchk = run_checks(a.check, tiny, tmp, pipe, dtype, d["vae_dtype"], device,
+                           dict(h1=d["h1"], h2=d["h2"], pooled=d["pdim"]))
+    results = chk.results + vchk.results
+    timings[f"check_{a.check}"] = time.time() - t0
+    summary = summarize_checks(results)
+    for m, s in summary.items():
+        log(f"  check {a.check:5s} {m:40s} cases {s['cases']:3d}  failed {s['failed']:2d}  max|diff| {s['max_abs_diff']:.3g}")
+    notes = settle_limits(limits, results)
+    for n in notes:
+        log(f"  LIMIT NARROWED: {n}")
+    if a.json_report:
+        Path(a.json_report).write_text(json.dumps(dict(results=results, summary=summary, notes=notes), indent=1))
+    return {"level": a.check, "modules": summary, "notes": notes}
+
+
+def model_meta(pipe, d: dict, dtype_name: str, device, origin: dict, unet_meta: dict, defaults: dict, limits: dict,
+               files_meta: dict, files: dict) -> dict:
+    """model.json (docs/models-and-export.md: the model directory contract); origin: name,
+    source, seed; unet_meta: the optional aoti and fp8 parts and the control / ip_adapter layouts."""
+    te1, te2, unet = pipe.text_encoder, pipe.text_encoder_2, pipe.unet
+    sc = pipe.scheduler.config
+    return {
         "format_version": 1,
-        "name": name,
-        "source": source,
+        "name": origin["name"],
+        "source": origin["source"],
         "architecture": "sdxl-base",
         "dtype": dtype_name,
-        "vae_dtype": vae_dtype_name,
+        "vae_dtype": {v: k for k, v in DTYPES.items()}[d["vae_dtype"]],
         "export_device": device,
         "torch_version": torch.__version__,
-        "seed": seed,
-        "vae_scaling_factor": scaling,
-        "vae_downsample": vae_down,
+        "seed": origin["seed"],
+        "vae_scaling_factor": d["scaling"],
+        "vae_downsample": d["vae_down"],
         "latent_channels": int(unet.config.in_channels),
         "text_encoders": [
-            {"file": "text_encoder.ts", "tokenizer": "tokenizer", "pad_token": pad1, "hidden_dim": h1,
+            {"file": "text_encoder.ts", "tokenizer": "tokenizer", "pad_token": d["pad1"], "hidden_dim": d["h1"],
              "hidden_states": te1.config.num_hidden_layers + 1},
-            {"file": "text_encoder_2.ts", "tokenizer": "tokenizer_2", "pad_token": pad2, "hidden_dim": h2,
-             "pooled_dim": pdim, "hidden_states": te2.config.num_hidden_layers + 1},
+            {"file": "text_encoder_2.ts", "tokenizer": "tokenizer_2", "pad_token": d["pad2"], "hidden_dim": d["h2"],
+             "pooled_dim": d["pdim"], "hidden_states": te2.config.num_hidden_layers + 1},
         ],
-        "unet": {"file": "unet.ts", "in_channels": int(unet.config.in_channels), "context_dim": ctx_dim,
-                 "pooled_dim": pdim, "time_ids_dim": 6, "parameters": count_params(unet), "control": control,
-                 "ip_adapter": ip,
-                 **({"aoti": aoti_meta} if aoti_meta else {}),
-                 **({"fp8": fp8_meta} if fp8_meta else {})},
+        "unet": {"file": "unet.ts", "in_channels": int(unet.config.in_channels), "context_dim": d["ctx_dim"],
+                 "pooled_dim": d["pdim"], "time_ids_dim": 6, "parameters": count_params(unet),
+                 "control": unet_meta["control"], "ip_adapter": unet_meta["ip_adapter"],
+                 **({"aoti": unet_meta["aoti"]} if unet_meta["aoti"] else {}),
+                 **({"fp8": unet_meta["fp8"]} if unet_meta["fp8"] else {})},
         "vae_decoder": {"file": "vae_decoder.ts"},
         "vae_encoder": {"file": "vae_encoder.ts"},
         "scheduler": {k: sc[k] for k in ("num_train_timesteps", "beta_start", "beta_end", "beta_schedule",
@@ -1476,28 +1522,23 @@ def export(a, kind, dtype_name, dtype, device, out: Path, tmp: Path, t_start: fl
         **files_meta,
         "files": files,
     }
-    if check_summary is not None:
-        meta["check"] = {"level": a.check, "modules": check_summary, "notes": notes}
-    (tmp / "model.json").write_text(json.dumps(meta, indent=1) + "\n")
 
-    publish(tmp, out)
-    total = time.time() - t_start
-    log("summary:")
-    log(f"  params: text_encoder {count_params(te1) / 1e6:,.3f} M, text_encoder_2 {count_params(te2) / 1e6:,.3f} M, "
-        f"unet {count_params(unet) / 1e6:,.3f} M, vae {count_params(vae) / 1e6:,.3f} M")
-    for f, info in files.items():
-        log(f"  {f:28s} {info['bytes'] / 2**20:10.2f} MiB")
-    log(f"  build {t_built - t_start:.1f}s, " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items())
-        + f", total {total:.1f}s")
+
+def log_export_summary(pipe, files: dict, timings: dict, t_build: float, total: float, device, out: Path) -> None:
     import resource
 
+    log("summary:")
+    log(f"  params: text_encoder {count_params(pipe.text_encoder) / 1e6:,.3f} M, "
+        f"text_encoder_2 {count_params(pipe.text_encoder_2) / 1e6:,.3f} M, "
+        f"unet {count_params(pipe.unet) / 1e6:,.3f} M, vae {count_params(pipe.vae) / 1e6:,.3f} M")
+    for f, info in files.items():
+        log(f"  {f:28s} {info['bytes'] / 2**20:10.2f} MiB")
+    log(f"  build {t_build:.1f}s, " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()) + f", total {total:.1f}s")
     peak = f"  peak memory: host {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB (max RSS)"
     if device == "cuda":
         peak += f", GPU {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB allocated"
     log(peak)
     log(f"  wrote {out}")
-    return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
