@@ -74,7 +74,6 @@ PY
   compare tiny-aoti-fp8 tiny-aoti-fp8-again
   compare tiny-ts-fp8 tiny-aoti-fp8
   compare tiny-ts-default tiny-aoti-fp8
-  grep -h "precision\|fp8\|aoti" "$WORK"/tiny-aoti-fp8.log | head -5 | tee -a "$OUT/summary.txt" || true
   exit 0
 elif [ "$MODE" = fp8 ]; then
   if [ ! -f "$WORK/fp8-fidelity.json" ] && time_for 150 "fidelity (bench/fp8_fidelity.py)"; then

@@ -125,23 +125,26 @@ std::uint64_t card_total_bytes(int index) {
   const cudaDeviceProp* prop = at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(index));
   return prop ? static_cast<std::uint64_t>(prop->totalGlobalMem) : 0;
 }
-}  // namespace
 
-std::string fp8_unsupported_reason(const torch::Device& device) {
-  if (!device.is_cuda()) return "";
-  const int index = device.has_index() ? device.index() : 0;
-  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(index));
-  if (!prop) return "cannot read the properties of cuda:" + std::to_string(index);
-  if (prop->major * 10 + prop->minor >= 89) return "";
-  return "cuda:" + std::to_string(index) + " (" + prop->name + ") has compute capability " + std::to_string(prop->major) +
-         "." + std::to_string(prop->minor) + ", without FP8 tensor cores (8.9 or newer: Ada, Hopper, Blackwell)";
+const cudaDeviceProp* cuda_properties(const torch::Device& device) {
+  return at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(device.has_index() ? device.index() : 0));
 }
+}  // namespace
 
 std::string cuda_capability(const torch::Device& device) {
   if (!device.is_cuda()) return "";
-  const cudaDeviceProp* prop =
-      at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(device.has_index() ? device.index() : 0));
+  const cudaDeviceProp* prop = cuda_properties(device);
   return prop ? std::to_string(prop->major) + "." + std::to_string(prop->minor) : "";
+}
+
+std::string fp8_unsupported_reason(const torch::Device& device) {
+  if (!device.is_cuda()) return "";
+  const cudaDeviceProp* prop = cuda_properties(device);
+  const std::string name = "cuda:" + std::to_string(device.has_index() ? device.index() : 0);
+  if (!prop) return "cannot read the properties of " + name;
+  if (prop->major * 10 + prop->minor >= 89) return "";
+  return name + " (" + prop->name + ") has compute capability " + cuda_capability(device) +
+         ", without FP8 tensor cores (8.9 or newer: Ada, Hopper, Blackwell)";
 }
 
 MemorySnapshot device_memory_snapshot(const torch::Device& device) {
