@@ -24,7 +24,8 @@ UNet's FLOPs (docs/models-and-export.md#fp8-unet).
 The scales are the same for every image: calibrated once at export on a few prompts'
 whole sampling trajectories (calibrate()), so a task's result does not depend on the
 batch it lands in. A LoRA merges into the dequantised weight and is quantised again
-with the same weight_scale (the C++ LoraPatcher; tests/reference/fp8_reference.py).
+with the same weight_scale, or with amax / 448 where it reaches beyond 464 * weight_scale
+(the weight_scale buffer updated in place; the C++ LoraPatcher, tests/reference/fp8_reference.py).
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 #include "lora/lora_patcher.h"
 
 #include <algorithm>
+#include <limits>
 
 #include <spdlog/spdlog.h>
 
@@ -18,7 +19,8 @@ LoraPatcher::LoraPatcher(SdxlModel& model, bool originals_on_host) {
   const std::string suffix = ".weight_scale";
   for (const auto& b : model.unet.named_buffers(/*recurse=*/true))
     if (b.name.size() > suffix.size() && b.name.compare(b.name.size() - suffix.size(), suffix.size(), suffix) == 0)
-      fp8_scales_.emplace(b.name.substr(0, b.name.size() - suffix.size()) + ".weight", b.value);
+      fp8_scales_.emplace(b.name.substr(0, b.name.size() - suffix.size()) + ".weight",
+                          Fp8Scale{b.value, b.value.clone()});
 }
 
 ModelParamShapes LoraPatcher::shapes() const {
@@ -82,6 +84,7 @@ void LoraPatcher::apply(const Applied& set) {
     // From pinned host memory the copy is queued on the stream (the host
     // allocator keeps the block until it has run); from the device it is too.
     params_[it->first.first].at(it->first.second).copy_(it->second, /*non_blocking=*/true);
+    if (const Fp8Scale* s = fp8_scale(it->first)) s->live.copy_(s->original);
     it = originals_.erase(it);
   }
   // One fp32 scratch holds each weight's sum in turn (kernels on the stream
@@ -95,8 +98,7 @@ void LoraPatcher::apply(const Applied& set) {
     const torch::Tensor& any = params_[touched.begin()->first.first].at(touched.begin()->first.second);
     scratch = torch::empty({most}, any.options().dtype(torch::kFloat32));
   }
-  torch::Tensor saturated;  // FP8 values beyond +-448 * scale, counted on the device
-  std::int64_t fp8_values = 0;
+  std::vector<torch::Tensor> growths;  // per FP8 weight, new scale / export scale (on the device)
   for (const auto& [id, deltas] : touched) {
     torch::Tensor& w = params_[id.first].at(id.second);
     torch::Tensor acc = scratch.narrow(0, 0, w.numel()).view(w.sizes());
@@ -114,8 +116,8 @@ void LoraPatcher::apply(const Applied& set) {
       w.copy_(orig->second, /*non_blocking=*/true);
       acc.copy_(w);
     }
-    const auto fp8 = id.first == static_cast<int>(LoraTarget::kUnet) ? fp8_scales_.find(id.second) : fp8_scales_.end();
-    if (fp8 != fp8_scales_.end()) acc.mul_(fp8->second);  // e4m3 -> the weight it stands for
+    const Fp8Scale* fp8 = fp8_scale(id);
+    if (fp8) acc.mul_(fp8->original);  // e4m3 -> the weight it stands for
     // acc is contiguous: its [out, in*kh*kw] view takes each product in place.
     torch::Tensor acc2d = acc.view({acc.size(0), -1});
     for (const auto& [f, weight] : deltas) {
@@ -124,27 +126,41 @@ void LoraPatcher::apply(const Applied& set) {
       const torch::Tensor down = f->down.to(torch::kFloat32).flatten(1);
       acc2d.addmm_(up, down, /*beta=*/1.0, /*alpha=*/weight * f->scale);
     }
-    if (fp8 != fp8_scales_.end()) {
-      acc.div_(fp8->second);
-      const torch::Tensor over = acc.abs().gt(448.0).sum();
-      saturated = saturated.defined() ? saturated.add_(over) : over;
-      fp8_values += acc.numel();
-      acc.clamp_(-448.0, 448.0);  // e4m3's finite range; copy_ rounds to nearest
-    }
+    if (fp8) growths.push_back(requantise_fp8(acc, *fp8));
     w.copy_(acc);
   }
-  if (fp8_values > 0) warn_saturated(set, saturated.item<std::int64_t>(), fp8_values);
+  if (!growths.empty()) say_grown(set, torch::stack(growths).cpu());
 }
 
-// The FP8 weights keep their export scale, so a LoRA that pushes a weight beyond
-// 448 * scale is clipped there: said once per set, with the share of values clipped.
-void LoraPatcher::warn_saturated(const Applied& set, std::int64_t saturated, std::int64_t values) {
-  if (saturated == 0) return;
+const LoraPatcher::Fp8Scale* LoraPatcher::fp8_scale(const WeightId& id) const {
+  if (id.first != static_cast<int>(LoraTarget::kUnet)) return nullptr;
+  const auto it = fp8_scales_.find(id.second);
+  return it == fp8_scales_.end() ? nullptr : &it->second;
+}
+
+// acc (fp32, the merged weight) -> e4m3 in place. Rule: the export scale s
+// stays while amax|acc| <= 464 s (a value up to there loses no more to the
+// clamp at 448 than to rounding: e4m3's top step is 32); beyond, the scale
+// becomes amax / 448, so nothing is clipped. Returns the growth (new scale /
+// s) as a 0-dim device tensor: no sync.
+torch::Tensor LoraPatcher::requantise_fp8(torch::Tensor& acc, const Fp8Scale& s) {
+  // The inf-norm is a reduction: no temporary the size of the weight.
+  const torch::Tensor amax = at::linalg_vector_norm(acc, std::numeric_limits<double>::infinity());
+  s.live.copy_(torch::where(amax.gt(s.original.mul(kFp8KeepScaleUpTo)), amax.div(448.0), s.original));
+  acc.div_(s.live).clamp_(-448.0, 448.0);  // e4m3's finite range; the copy into the weight rounds to nearest
+  return s.live.div(s.original);
+}
+
+// A LoRA that pushes an FP8 weight beyond its export range coarsens that
+// weight's steps instead of clipping it: said once per set.
+void LoraPatcher::say_grown(const Applied& set, const torch::Tensor& growths) {
+  const auto weights = growths.gt(1.0).sum().item<std::int64_t>();
+  if (weights == 0) return;
   std::string names;
   for (const auto& [lora, weight] : set) names += (names.empty() ? "" : ", ") + lora->name;
-  spdlog::warn("LoRA set [{}]: {} of the {} values it changes in FP8 weights ({:.3f} %) exceed the weights' export "
-               "scale and are clipped at +-448 * scale (--precision fp8; docs/models-and-export.md#fp8-unet)",
-               names, saturated, values, 100.0 * static_cast<double>(saturated) / static_cast<double>(values));
+  spdlog::info("LoRA set [{}]: {} FP8 weight(s) it changes reach beyond their export range; their scale grows "
+               "(at most {:.2f}x) so that nothing is clipped (--precision fp8; docs/models-and-export.md#fp8-unet)",
+               names, weights, growths.max().item<float>());
 }
 
 }  // namespace sdxl

@@ -4,8 +4,10 @@
 // a weight copies its original aside; a weight that the next set does not touch
 // gets its original copied back, so after any sequence of sets the base weights
 // are bit-identical. An FP8 weight (unet_fp8.ts: e4m3 with a per-tensor
-// `<layer>.weight_scale`) is dequantised into the fp32 sum and quantised again
-// with the same scale, saturating at +-448 (docs/models-and-export.md#fp8-unet).
+// `<layer>.weight_scale`) is dequantised into the fp32 sum with its export scale
+// and quantised again with that scale, or with amax / 448 where the sum reaches
+// beyond kFp8KeepScaleUpTo x the scale, so no more than rounding is lost to the
+// clamp at 448; restoring brings back both (docs/models-and-export.md#fp8-unet).
 // Owns those copies (device memory, the size of the touched weights, or pinned
 // host memory when asked). Not thread-safe; call outside inference.
 #pragma once
@@ -40,6 +42,10 @@ inline bool lora_originals_on_host(bool cuda, std::uint64_t budget_bytes) {
   return cuda && budget_bytes < kLoraOriginalsOnDeviceFrom;
 }
 
+// Up to this many export scales a merged FP8 value keeps the export scale (and a
+// value beyond 448 is clamped: within half of e4m3's top step of 32).
+constexpr double kFp8KeepScaleUpTo = 464.0;
+
 class LoraPatcher {
  public:
   // originals_on_host: keep the originals in pinned host memory instead of
@@ -68,10 +74,16 @@ class LoraPatcher {
   void keep_original(const WeightId& id, const torch::Tensor& w);
   // Whether `f` patches a UNet weight that unet.pt2 compiled into its code.
   bool compiled_in(const LoraFactor& f) const;
-  static void warn_saturated(const Applied& set, std::int64_t saturated, std::int64_t values);
+  struct Fp8Scale {
+    torch::Tensor live;      // the UNet's <layer>.weight_scale buffer (unet.pt2 shares it)
+    torch::Tensor original;  // its export value
+  };
+  const Fp8Scale* fp8_scale(const WeightId& id) const;  // nullptr: not an FP8 weight
+  static torch::Tensor requantise_fp8(torch::Tensor& acc, const Fp8Scale& s);
+  static void say_grown(const Applied& set, const torch::Tensor& growths);
 
   std::array<std::map<std::string, torch::Tensor>, 3> params_;
-  std::map<std::string, torch::Tensor> fp8_scales_;  // UNet weight name -> its weight_scale (FP8 weights only)
+  std::map<std::string, Fp8Scale> fp8_scales_;  // UNet weight name -> its scale (FP8 weights only)
   std::map<WeightId, torch::Tensor> originals_;
   bool originals_on_host_ = false;
   const std::set<std::string>* compiled_in_ = nullptr;  // SdxlModel::unet_params_compiled_in

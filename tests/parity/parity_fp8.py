@@ -12,15 +12,15 @@ The model must have been exported with --fp8 (unet_fp8.ts, model.json unet.fp8).
         (CFG batch of 2, 256x256): max |diff| <= 1e-4 * max |ref| (fp32); and FP8 acts: unet_fp8.ts
         differs from unet.ts by more than 1e-3 (relative L2);
       * the reference LoRA rule (fuse_lora_files_fp8, kohya_unet at 0.8) touches quantised layers, and
-        the emulated FP8 UNet with the LoRA stays as close to the fp32 UNet with the LoRA fused (its
-        quantised layers' weights clipped to +-448 * weight_scale, where W8' saturates) as FP8 is
-        without the LoRA (relative L2 under 2x that, plus 1e-3); the fraction clipped is reported;
+        the emulated FP8 UNet with the LoRA stays as close to the fp32 UNet with the LoRA fused as FP8
+        is without the LoRA (relative L2 under 2x that, plus 1e-3); how many layers' scales grew is
+        reported;
       * the reference pipelines: FP8 vs the model dtype, the image differs (PSNR below 99 dB, finite),
         without and with the LoRA; the LoRA changes the FP8 image (PSNR < 40 dB);
   - `sdxl-batch generate --precision fp8` vs StableDiffusionXLPipeline from the diffusers copy with the
     emulation (Euler, A1111 prompt embeddings, the same seed, CFG, steps, size): PSNR >= --min-psnr
     (40 dB); the same with a LoRA (kohya_unet at 0.8; W8 dequantised, the delta added, quantised again
-    with the same scale) and the LoRA acts (PSNR < 40 dB vs without); how much nearer each is to
+    with the scale that holds it) and the LoRA acts (PSNR < 40 dB vs without); how much nearer each is to
     diffusers' FP8 image than to its full-precision one is reported (an FP8 UNet amplifies its inputs'
     1e-5 differences into rounding flips, so the margin is noise-sized: the exact check is the UNet's);
     a batch file run with `run --precision fp8` gives
@@ -188,30 +188,22 @@ def unet_rows(model: Path, diffusers: str, tensors: dict, lora: Path) -> list[di
     rows.append(row("unet_fp8.ts forward_control", f"max |diff| vs the emulation with residuals (max |ref| "
                     f"{scale:.3g})", d, d <= UNET_TOL * max(scale, 1e-6)))
 
-    # The reference LoRA rule: FP8 + LoRA vs fp32 + LoRA, as close as FP8 vs fp32 without it, once the fp32
-    # weights are clipped to the range the fixed weight_scale can hold (+-448 * weight_scale: what W8' saturates
-    # to; the test LoRAs are strong for the tiny model's weights, so some do leave the range).
+    # The reference LoRA rule: FP8 + LoRA vs fp32 + LoRA, as close as FP8 vs fp32 without it (the test LoRAs
+    # are strong for the tiny model's weights, so many layers need a larger scale: nothing is clipped).
     inp = unet_inputs(model, gen)
     plain, _ = load_pipe(diffusers, None)
     base_fp8, base_fp32 = diffusers_unet(emu.unet, inp), diffusers_unet(plain.unet, inp)
     emu_l, counts = load_pipe(diffusers, tensors, lora)
     plain_l, _ = load_pipe(diffusers, None, lora)
-    with_fp32 = diffusers_unet(plain_l.unet, inp)
-    outside, total = 0, 0
-    with torch.no_grad():
-        for n in fp8_layer_names(tensors):
-            w, lim = plain_l.unet.get_submodule(n).weight, 448.0 * float(tensors[f"{n}.weight_scale"])
-            outside, total = outside + int((w.abs() > lim).sum()), total + w.numel()
-            w.clamp_(-lim, lim)
-    with_fp8, with_clipped = diffusers_unet(emu_l.unet, inp), diffusers_unet(plain_l.unet, inp)
-    n8 = counts.get("unet_fp8", 0)
+    with_fp8, with_fp32 = diffusers_unet(emu_l.unet, inp), diffusers_unet(plain_l.unet, inp)
+    n8, grown = counts.get("unet_fp8", 0), counts.get("unet_fp8_rescaled", 0)
     rows.append(row("LoRA: quantised layers requantised", f"of {len(fp8_layer_names(tensors))} (kohya_unet x"
                     f"{LORA_WEIGHT}; {counts.get('unet', 0)} UNet layers fused)", n8, n8 > 0))
-    rows.append(row("LoRA: weights beyond the fixed range", f"fraction of the quantised layers' fused weights "
-                    f"(saturate; reported)", outside / max(total, 1), True))
-    r0, r1 = rel_l2(base_fp8, base_fp32), rel_l2(with_fp8, with_clipped)
-    rows.append(row("LoRA: FP8 stays as close", f"rel. L2 FP8+LoRA vs fp32+LoRA clipped (without the LoRA {r0:.3g}; "
-                    f"unclipped {rel_l2(with_fp8, with_fp32):.3g})", r1, r1 <= 2 * r0 + 1e-3))
+    rows.append(row("LoRA: layers whose scale grew", f"of the {n8} requantised (beyond 464 x weight_scale; "
+                    f"reported)", grown, True))
+    r0, r1 = rel_l2(base_fp8, base_fp32), rel_l2(with_fp8, with_fp32)
+    rows.append(row("LoRA: FP8 stays as close", f"rel. L2 FP8+LoRA vs fp32+LoRA (without the LoRA {r0:.3g})", r1,
+                    r1 <= 2 * r0 + 1e-3))
     r = rel_l2(with_fp8, base_fp8)
     rows.append(row("LoRA acts on the FP8 UNet", "rel. L2 of the emulation with vs without the LoRA", r, r > 1e-3))
     return rows

@@ -10,10 +10,11 @@ parity tests, written from the layer contract, not from scripts/fp8_quant.py:
   sat() clamping to +-448 (e4m3's largest finite value) before the cast (round to nearest even);
   here all in fp32 (x / s_in too), the result cast to the model dtype.
 
-  A LoRA on a quantised layer: the layer's weight becomes
-    W8' = sat(round((W8.float() * s_w + delta) / s_w)) as e4m3, with the SAME s_w,
-  delta the LoRA merge in fp32 (weight * alpha/rank * up @ down, every LoRA of the set summed),
-  quantised once.
+  A LoRA on a quantised layer: with W = W8.float() * s_w + delta (delta the LoRA merge in fp32:
+  weight * alpha/rank * up @ down, every LoRA of the set summed), the layer's scale and weight become
+    s_w' = s_w if amax|W| <= 464 * s_w else amax|W| / 448,   W8' = sat(round(W / s_w')) as e4m3,
+  quantised once: the export's s_w while the clamp at 448 costs no more than rounding (e4m3's top
+  step is 32), a coarser one (nothing clipped) beyond.
 
 What the export quantises (the contract, contract_layer_names): every nn.Linear of the UNet's
 transformer blocks and the Transformer2DModel's proj_in / proj_out, except the cross-attention's
@@ -33,6 +34,7 @@ from torch import nn
 
 E4M3_MAX = 448.0
 FP8 = torch.float8_e4m3fn
+KEEP_SCALE_UP_TO = 464.0  # a LoRA-merged weight keeps its scale while its amax is within this many scales
 
 
 def to_e4m3(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -146,14 +148,16 @@ def emulate_fp8_unet(unet: nn.Module, tensors: dict[str, torch.Tensor]) -> list[
 def fuse_lora_files_fp8(pipe, specs: list[tuple[str, float]], originals: dict | None = None) -> dict:
     """reference.lora_reference.fuse_lora_files on a pipeline whose UNet went through emulate_fp8_unet:
     the text encoders and the UNet's other layers fused as there; each quantised layer a LoRA touches
-    gets W8' = sat(round((W8 * s_w + delta) / s_w)) with its own s_w, delta the sum of the specs'
-    weight * alpha/rank * up @ down in fp32, quantised once.
+    gets W = W8 * s_w + delta (delta the sum of the specs' weight * alpha/rank * up @ down in fp32),
+    s_w' = s_w up to amax|W| = 464 * s_w, amax|W| / 448 beyond (a LoRA far beyond the export's range
+    coarsens the layer's steps instead of being clipped) and W8' = sat(round(W / s_w')), quantised once.
 
     The delta comes from fuse_lora_files itself: during the fuse each quantised layer is stood in for
     by an fp32 nn.Linear of zeros, so what the fuse leaves there is fused - base with base = 0, i.e.
     the merge's delta, exactly (no cancellation against the weight). Returns fuse_lora_files' counts
-    plus "unet_fp8": how many quantised layers changed. originals: as fuse_lora_files' (the e4m3
-    weights are kept too), so lora_reference.restore_originals undoes everything."""
+    plus "unet_fp8": how many quantised layers changed and "unet_fp8_rescaled": how many of them got a
+    larger s_w. originals: as fuse_lora_files' (the e4m3 weights and their scales are kept too), so
+    lora_reference.restore_originals undoes everything."""
     from reference.lora_reference import fuse_lora_files
 
     unet = pipe.unet
@@ -169,14 +173,20 @@ def fuse_lora_files_fp8(pipe, specs: list[tuple[str, float]], originals: dict | 
     finally:
         for n, m in fp8.items():
             _set_submodule(unet, n, m)
-    changed = 0
+    changed = rescaled = 0
     for n, m in fp8.items():
         delta = stand_ins[n].weight
         if not bool(delta.any()):
             continue
-        if originals is not None and id(m.weight8) not in originals:
-            originals[id(m.weight8)] = (m.weight8, m.weight8.clone())
-        m.weight8.copy_(to_e4m3(m.dequantized() + delta, m.weight_scale))
+        if originals is not None:
+            for t in (m.weight8, m.weight_scale):
+                originals.setdefault(id(t), (t, t.clone()))
+        merged = m.dequantized() + delta
+        amax = merged.abs().amax()
+        scale = torch.where(amax > KEEP_SCALE_UP_TO * m.weight_scale, amax / E4M3_MAX, m.weight_scale)
+        rescaled += int(bool(scale > m.weight_scale))
+        m.weight_scale.copy_(scale)
+        m.weight8.copy_(to_e4m3(merged, m.weight_scale))
         changed += 1
-    counts["unet_fp8"] = changed
+    counts["unet_fp8"], counts["unet_fp8_rescaled"] = changed, rescaled
     return counts

@@ -104,10 +104,10 @@ TEST_F(LoraPatcherTest, MergeIsBasePlusScaledProduct) {
   EXPECT_EQ(patcher.patched_weights(), 0u);
 }
 
-// An FP8 weight (--precision fp8): dequantised with its weight_scale, the product
-// added in fp32, divided by the same scale, clipped to +-448 and rounded to e4m3;
-// restoring brings back the original bytes.
-TEST_F(LoraPatcherTest, Fp8WeightIsDequantisedMergedAndQuantisedAgainWithItsScale) {
+// An FP8 weight (--precision fp8): dequantised with its export weight_scale, the
+// product added in fp32, quantised again with that scale, or with amax / 448 where
+// the sum reaches beyond 464 scales; restoring brings back the original bytes and scale.
+TEST_F(LoraPatcherTest, Fp8WeightIsDequantisedMergedAndQuantisedAgainWithAScaleThatHoldsIt) {
   const ModelConfig cfg = load_model_config(fixtures() / "tiny-model");
   if (cfg.unet_fp8.file.empty()) GTEST_SKIP() << "the tiny model was exported without --fp8";
   auto fp8 = SdxlModel::load(with_unet_precision(cfg, "fp8", ""), torch::kCPU, "");
@@ -116,23 +116,43 @@ TEST_F(LoraPatcherTest, Fp8WeightIsDequantisedMergedAndQuantisedAgainWithItsScal
   const auto lora = cache.get(ref("kohya_unet"));
   std::map<std::string, torch::Tensor> scales;
   for (const auto& b : fp8->unet.named_buffers(true)) scales.emplace(b.name, b.value);
-  const LoraFactor* f = nullptr;
+  const auto scale_of = [&](const LoraFactor& g) { return scales.at(g.param.substr(0, g.param.size() - 7) + ".weight_scale"); };
+  // The FP8 weights kohya_unet patches, with what each becomes at a weight w.
+  struct Case {
+    const LoraFactor* f;
+    torch::Tensor w, before, scale_before;
+  };
+  std::vector<Case> cases;
   for (const auto& g : lora->factors)
-    if (g.target == LoraTarget::kUnet && scales.count(g.param.substr(0, g.param.size() - 7) + ".weight_scale")) f = &g;
-  ASSERT_NE(f, nullptr) << "kohya_unet patches no FP8 weight";
-  const torch::Tensor scale = scales.at(f->param.substr(0, f->param.size() - 7) + ".weight_scale");
-  const torch::Tensor w = param(fp8->unet, f->param);
-  ASSERT_EQ(w.scalar_type(), torch::kFloat8_e4m3fn);
-  const torch::Tensor before = w.clone();
-  patcher.apply({{lora, 0.7}});
-  torch::Tensor sum = before.to(torch::kFloat32).mul(scale);
-  sum.view({sum.size(0), -1}).addmm_(f->up.to(torch::kFloat32).flatten(1), f->down.to(torch::kFloat32).flatten(1), 1.0,
-                                     0.7 * f->scale);
-  const torch::Tensor expect = sum.div(scale).clamp(-448.0, 448.0).to(torch::kFloat8_e4m3fn);
-  EXPECT_TRUE(torch::equal(w.view(torch::kUInt8), expect.view(torch::kUInt8)));
-  EXPECT_FALSE(torch::equal(w.view(torch::kUInt8), before.view(torch::kUInt8)));
+    if (g.target == LoraTarget::kUnet && scales.count(g.param.substr(0, g.param.size() - 7) + ".weight_scale")) {
+      const torch::Tensor w = param(fp8->unet, g.param);
+      cases.push_back({&g, w, w.clone(), scale_of(g).clone()});
+    }
+  ASSERT_FALSE(cases.empty()) << "kohya_unet patches no FP8 weight";
+  ASSERT_EQ(cases[0].w.scalar_type(), torch::kFloat8_e4m3fn);
+  int grown = 0, kept = 0;
+  for (const double weight : {0.7, 0.01}) {  // strong: some scales grow; weak: each stays
+    patcher.apply({{lora, weight}});
+    for (const Case& c : cases) {
+      torch::Tensor sum = c.before.to(torch::kFloat32).mul(c.scale_before);
+      sum.view({sum.size(0), -1}).addmm_(c.f->up.to(torch::kFloat32).flatten(1),
+                                         c.f->down.to(torch::kFloat32).flatten(1), 1.0, weight * c.f->scale);
+      const torch::Tensor amax = sum.abs().max();
+      const torch::Tensor want_scale = torch::where(amax.gt(c.scale_before.mul(464.0)), amax.div(448.0), c.scale_before);
+      const torch::Tensor expect = sum.div(want_scale).clamp(-448.0, 448.0).to(torch::kFloat8_e4m3fn);
+      EXPECT_TRUE(torch::equal(scale_of(*c.f), want_scale)) << c.f->param;
+      EXPECT_TRUE(torch::equal(c.w.view(torch::kUInt8), expect.view(torch::kUInt8))) << c.f->param;
+      EXPECT_FALSE(torch::equal(c.w.view(torch::kUInt8), c.before.view(torch::kUInt8))) << c.f->param;
+      (torch::equal(want_scale, c.scale_before) ? kept : grown) += 1;
+    }
+  }
+  EXPECT_GT(grown, 0) << "at 0.7 the test LoRA should reach beyond some export ranges";
+  EXPECT_GT(kept, 0);
   patcher.restore_all();
-  EXPECT_TRUE(torch::equal(w.view(torch::kUInt8), before.view(torch::kUInt8)));
+  for (const Case& c : cases) {
+    EXPECT_TRUE(torch::equal(c.w.view(torch::kUInt8), c.before.view(torch::kUInt8))) << c.f->param;
+    EXPECT_TRUE(torch::equal(scale_of(*c.f), c.scale_before)) << c.f->param;
+  }
 }
 
 TEST_F(LoraPatcherTest, ThousandRandomSwitchesLeaveBaseWeightsBitIdentical) {
