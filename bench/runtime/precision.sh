@@ -12,6 +12,7 @@
 #           CFG 8), and 12 images with three LoRA sets (switch and merge seconds in the report,
 #           FP8 weights whose scale a LoRA grew in the log); PSNR against the fp16 TorchScript
 #           images when the fp8 mode ran before on this machine ($WORK kept).
+#           BENCH_LONG_PANELS=N adds N panels at b8 (a sustained rate).
 # fp16-aoti: the same for the exact fp16 UNet (unet.pt2).
 # fp8-tiny: the tiny model's FP8 UNet through AOTInductor on the GPU (a few minutes: the whole
 #           path of unet_fp8.pt2, export check to PNG): 8 images with the FP8 package twice
@@ -29,11 +30,16 @@ T_START=$(date +%s)
 DEADLINE=$(( T_START + ${BENCH_DEADLINE_S:-540} ))
 # The export (bench/lib/gpu_prepare.sh): the same seeded random weights in every mode, so the
 # images of one mode compare with another's on the same machine.
+# BENCH_AOTI_CONFIG="KEY=VALUE ...": more Inductor settings for the package (e.g.
+# force_layout_optimization=True: Inductor skips channels-last convolutions for dynamic shapes);
+# the export folder is named after them, so a warm machine keeps both packages.
 AOTI_ARGS="--aoti --aoti-size 1024x1024 --aoti-config aot_inductor.compile_wrapper_opt_level=O0"
+AOTI_TAG=
+for kv in ${BENCH_AOTI_CONFIG:-}; do AOTI_ARGS+=" --aoti-config $kv"; AOTI_TAG+="-${kv%%=*}"; done
 case "$MODE" in
   fp8) export SDXL_MODEL_NAME=full-fp8 SDXL_EXPORT_ARGS="--fp8" SDXL_SAVE_DIFFUSERS=1 ;;
-  fp8-aoti) export SDXL_MODEL_NAME=full-fp8-aoti SDXL_EXPORT_ARGS="--fp8 --aoti-variants fp8 $AOTI_ARGS" ;;
-  fp16-aoti) export SDXL_MODEL_NAME=full-aoti SDXL_EXPORT_ARGS="$AOTI_ARGS" ;;
+  fp8-aoti) export SDXL_MODEL_NAME=full-fp8-aoti$AOTI_TAG SDXL_EXPORT_ARGS="--fp8 --aoti-variants fp8 $AOTI_ARGS" ;;
+  fp16-aoti) export SDXL_MODEL_NAME=full-aoti$AOTI_TAG SDXL_EXPORT_ARGS="$AOTI_ARGS" ;;
   fp8-tiny) export SDXL_MODEL_NAME=tiny-fp8-aoti SDXL_EXPORT_SOURCE=--tiny SDXL_EXPORT_ARGS="--fp8 --aoti --aoti-variants fp8" ;;
 esac
 source bench/lib/gpu_prepare.sh  # build + export; sets OUT WORK SDXL MODEL
@@ -104,23 +110,31 @@ elif [ "$MODE" = fp8 ]; then
   [ -f "$WORK/ts-fp8/report.json" ] && compare ts-default ts-fp8 || true
 else
   p=default; [ "$MODE" = fp8-aoti ] && p=fp8
+  tag=$p$AOTI_TAG  # run names
   mkpanels "$WORK/panels32.json" 32
   mkpanels "$WORK/panels32-mlperf.json" 32 20 8
+  # BENCH_LONG_PANELS=N (default 0: none): one more run of N panels at b8, for a sustained rate
+  # in which the three first batches of a 32-panel run weigh little.
+  LONG=${BENCH_LONG_PANELS:-0} long=
+  [ "$LONG" -gt 0 ] && { mkpanels "$WORK/panels$LONG.json" "$LONG"; long="aoti-$tag-b8-long panels$LONG 8"; }
   # Most telling first: a call cut short by the device budget still has the b8 and MLPerf rows.
-  for spec in "aoti-$p-b8 panels32 8" "aoti-$p-mlperf-b8 panels32-mlperf 8" "aoti-$p-b4 panels32 4" \
-              "aoti-$p-lora lora12 4" "aoti-$p-mlperf-b4 panels32-mlperf 4"; do
+  for spec in "aoti-$tag-b8 panels32 8" "aoti-$tag-mlperf-b8 panels32-mlperf 8" "aoti-$tag-b4 panels32 4" \
+              "aoti-$tag-lora lora12 4" "aoti-$tag-mlperf-b4 panels32-mlperf 4" ${long:+"$long"}; do
     set -- $spec
     [ -f "$WORK/$1/report.json" ] && continue
-    time_for 60 "$1" || continue
+    need=60; [ "$1" = "aoti-$tag-b8-long" ] && need=$(( 30 + LONG ))
+    time_for "$need" "$1" || continue
     [ "$2" = lora12 ] && { need_loras; mkbatch "$WORK/lora12.json" 12 0 "$WORK/loras"; }
     run "$1" "$WORK/$2.json" --max-batch "$3" --unet-backend aoti --precision "$p" || true
   done
-  grep -h "beyond their export range" "$WORK/aoti-$p-lora.log" 2>/dev/null | head -3 | tee -a "$OUT/summary.txt" || true
+  grep -h "beyond their export range" "$WORK/aoti-$tag-lora.log" 2>/dev/null | head -3 | tee -a "$OUT/summary.txt" || true
   # The same 16 panels as the fp8 mode's TorchScript runs (same seeds): how far from fp16 TorchScript?
-  if [ -f "$WORK/ts-default/report.json" ] && [ ! -f "$WORK/aoti-$p-16/report.json" ] && time_for 60 "aoti-$p-16"; then
-    run "aoti-$p-16" "$WORK/panels16.json" --max-batch 4 --unet-backend aoti --precision "$p"
-    compare ts-default "aoti-$p-16"
-    [ -f "$WORK/ts-fp8/report.json" ] && [ "$p" = fp8 ] && compare ts-fp8 aoti-fp8-16 || true
+  if [ -f "$WORK/ts-default/report.json" ] && [ ! -f "$WORK/aoti-$tag-16/report.json" ] && time_for 60 "aoti-$tag-16"; then
+    run "aoti-$tag-16" "$WORK/panels16.json" --max-batch 4 --unet-backend aoti --precision "$p"
+    compare ts-default "aoti-$tag-16"
+    [ -f "$WORK/ts-fp8/report.json" ] && [ "$p" = fp8 ] && compare ts-fp8 "aoti-$tag-16" || true
   fi
+  # With BENCH_AOTI_CONFIG, against the package without it when that ran on this machine.
+  [ -n "$AOTI_TAG" ] && [ -f "$WORK/aoti-$p-b8/report.json" ] && compare "aoti-$p-b8" "aoti-$tag-b8" || true
 fi
 wrap_up
