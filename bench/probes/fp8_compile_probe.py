@@ -10,18 +10,27 @@ The full-size SDXL UNet with random weights (fp16, cuda), one CFG batch of --row
         not depend on their values).
 For each: compile seconds (first call), then the median of --iters timed calls (CUDA
 events), TFLOP/s from the UNet's FLOPs (13.52 TFLOP per CFG pair at 1024²), and the top
-kernels of two profiled calls. Results are written to --out/fp8-compile-probe.json after
-each stage, so a cut-off run keeps what it measured.
+kernels of two profiled calls, and every kernel's time by class (GEMM, attention, convolution,
+layout copies, and Inductor's Triton kernels by what they fuse) against the step's wall time.
+--tuned KEY=VALUE (repeatable) adds a variant "fp8-tuned": the FP8 UNet compiled with those
+Inductor settings (e.g. coordinate_descent_tuning=True). "fp8-attn" adds FP8 attention
+(Fp8FlexAttention: flex_attention with e4m3 q, k, v) to the FP8 linear layers. Each variant's
+output is compared with fp16's and fp8's (relative L2, same inputs). Results are written to
+--out/fp8-compile-probe.json after each stage, so a cut-off run keeps what it measured.
 
 This is torch.compile, not the AOTInductor package sdxl-batch loads; both lower the graph
 with Inductor, so the step time is what unet_fp8.pt2 should reach (to be confirmed by
 bench/gpu_runtime.sh fp8-aoti).
 
-    python3 bench/probes/fp8_compile_probe.py --out DIR [--rows 8] [--iters 20] [--only fp8]
+    python3 bench/probes/fp8_compile_probe.py --out DIR [--rows 8] [--iters 20] [--variants fp8,fp8-attn]
+        [--tuned KEY=VALUE ...]
 """
 from __future__ import annotations
 
 import argparse
+import ast
+import collections
+import contextlib
 import json
 import sys
 import time
@@ -34,6 +43,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 import fp8_quant  # noqa: E402
 from export_sdxl import architecture  # noqa: E402
 
+VARIANTS = ("fp16", "fp8", "fp8-tuned", "fp8-attn")
 TFLOP_PER_PAIR = 13.52  # UNet FLOPs of one CFG pair (2 rows) at 1024² (bench/results speed tables)
 
 
@@ -77,20 +87,129 @@ def timed(fn, iters: int) -> list[float]:
     return out
 
 
-def top_kernels(fn, n: int = 12) -> list[dict]:
+# Kernel classes, first match wins (names lower-cased). Library kernels by their library's
+# names; Inductor's Triton kernels (triton_poi/per/red_fused_<aten ops>_N) by the ops they fuse
+# -- a Triton kernel named after _scaled_mm is the quantisation of the matmul's input, not a GEMM.
+LIBRARY_CLASSES = (
+    ("attention", ("flash", "fmha", "sdpa", "attention")),
+    ("convolution", ("fprop", "conv", "implicit_gemm", "dgrad")),
+    ("gemm", ("nvjet", "gemm", "cutlass", "cublas")),
+    ("layout copy", ("nchwtonhwc", "nhwctonchw", "transpose", "copy_kernel", "memcpy")),
+)
+TRITON_CLASSES = (
+    ("GEGLU + FP8 quantise (Triton)", ("gelu",)),
+    ("layer norm (+ FP8 quantise) (Triton)", ("layer_norm",)),
+    ("group norm (Triton)", ("group_norm",)),
+    ("FP8 quantise (Triton)", ("clamp",)),
+    ("other Triton", ("",)),
+)
+
+
+def kernel_class(name: str) -> str:
+    low = name.lower()
+    classes = TRITON_CLASSES if low.startswith("triton_") else LIBRARY_CLASSES
+    return next((c for c, keys in classes if any(k in low for k in keys)), "other")
+
+
+def profile_kernels(fn, n: int = 25) -> dict:
+    """Two profiled calls: the top n kernels and every kernel's time summed by class, per step."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
         fn()
         torch.cuda.synchronize()
-    rows = []
+    rows, classes = [], collections.defaultdict(lambda: [0.0, 0])
     for e in prof.key_averages():
         t = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
         if t > 0:
-            rows.append({"kernel": e.key[:90], "calls": e.count // 2, "ms_per_step": t / 2 / 1000.0})
+            ms, calls = t / 2 / 1000.0, e.count // 2
+            rows.append({"kernel": e.key[:110], "class": kernel_class(e.key), "calls": calls, "ms_per_step": round(ms, 3)})
+            classes[rows[-1]["class"]][0] += ms
+            classes[rows[-1]["class"]][1] += calls
     rows.sort(key=lambda r: -r["ms_per_step"])
-    return rows[:n]
+    by_class = {c: {"ms_per_step": round(ms, 2), "kernel_calls": calls}
+                for c, (ms, calls) in sorted(classes.items(), key=lambda kv: -kv[1][0])}
+    return {"top_kernels": rows[:n], "by_class": by_class,
+            "kernel_ms_per_step": round(sum(v[0] for v in classes.values()), 2),
+            "kernel_calls_per_step": sum(v[1] for v in classes.values())}
+
+
+class Fp8FlexAttention:
+    """diffusers attention processor (fp8-attn variant): q, k and v quantised to e4m3 with
+    per-tensor scales taken from each call's amax, attention by flex_attention (Inductor's
+    Triton template runs both GEMMs in FP8, the softmax in fp32; P is cast to e4m3 for P @ V
+    and the output comes back in e4m3), the q/k scales applied to the scores and v's to the
+    output. The layout of the transformer blocks' attention in SDXL: 3-D input, no mask, no
+    norms, no residual inside the processor. upcast=True runs the attention on the e4m3 values
+    in fp32 (the CPU has no FP8 matmul: a check of the scales' arithmetic off the GPU)."""
+
+    def __init__(self, upcast: bool = False) -> None:
+        from torch.nn.attention.flex_attention import flex_attention
+
+        self.flex, self.upcast = flex_attention, upcast
+
+    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, temb=None, **kwargs):
+        ctx = hidden_states if encoder_hidden_states is None else encoder_hidden_states
+        b, n, _ = hidden_states.shape
+        q, k, v = attn.to_q(hidden_states), attn.to_k(ctx), attn.to_v(ctx)
+        d = q.shape[-1] // attn.heads
+        q, k, v = (x.view(b, -1, attn.heads, d).transpose(1, 2) for x in (q, k, v))
+        sq, sk, sv = (x.abs().amax().float().clamp(min=1e-12) / fp8_quant.E4M3_MAX for x in (q, k, v))
+        q8, k8, v8 = (fp8_quant.quantize_tensor(x, sc) for x, sc in ((q, sq), (k, sk), (v, sv)))
+        qk = sq * sk
+        if self.upcast:
+            q8, k8, v8 = q8.float(), k8.float(), v8.float()
+
+        def descale(score, batch, head, q_idx, kv_idx):
+            return score * qk
+
+        out = self.flex(q8, k8, v8, score_mod=descale, scale=d ** -0.5)
+        out = (out.float() * sv).to(hidden_states.dtype).transpose(1, 2).reshape(b, n, attn.heads * d)
+        return attn.to_out[1](attn.to_out[0](out))
+
+
+def use_fp8_attention(unet) -> int:
+    from diffusers.models.attention_processor import Attention
+
+    layers = [m for m in unet.modules() if isinstance(m, Attention)]
+    for m in layers:
+        m.set_processor(Fp8FlexAttention())
+    return len(layers)
+
+
+def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b.float()).norm() / b.float().norm())
+
+
+def measure(variant: str, unet, inp, iters: int, rows: int, settings) -> tuple[dict, torch.Tensor]:
+    """Compile (timed first call), median step time, kernel profile, and the step's output."""
+    torch._dynamo.reset()
+    compiled = torch.compile(unet)
+    lat, t, ctx, added = inp
+
+    def step():
+        with torch.no_grad():
+            return compiled(lat, t, ctx, added_cond_kwargs=added).sample
+
+    t0 = time.time()
+    with settings:  # Inductor reads its settings while compiling, on the first call
+        out = step()
+    torch.cuda.synchronize()
+    compile_s = time.time() - t0
+    ms = sorted(timed(step, iters))
+    med = ms[len(ms) // 2]
+    tflops = TFLOP_PER_PAIR * (rows / 2) / (med / 1000.0)
+    r = {"compile_s": round(compile_s, 1), "step_ms_median": round(med, 2), "step_ms_min": round(ms[0], 2),
+         "ms_per_image_step": round(med / (rows / 2), 2), "tflops_fp16_equivalent": round(tflops, 1),
+         "peak_allocated_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2)}
+    print(f"{variant}: compile {compile_s:.1f} s, step {med:.2f} ms (rows {rows}), "
+          f"{med / (rows / 2):.2f} ms per image-step, {tflops:.0f} TFLOP/s", flush=True)
+    r.update(profile_kernels(step))
+    classes = ", ".join(f"{c} {v['ms_per_step']}" for c, v in r["by_class"].items())
+    print(f"{variant}: kernels {r['kernel_ms_per_step']} ms per step ({r['kernel_calls_per_step']} launches): {classes}",
+          flush=True)
+    return r, out.float().clone()
 
 
 def main() -> int:
@@ -98,12 +217,15 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--rows", type=int, default=8, help="UNet rows per call (CFG: 2 per image)")
     ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--only", choices=["fp16", "fp8"])
+    ap.add_argument("--variants", default="fp16,fp8,fp8-tuned", help="comma-separated, of " + ",".join(VARIANTS))
+    ap.add_argument("--tuned", action="append", default=[], metavar="KEY=VALUE",
+                    help="Inductor setting of the fp8-tuned variant (Python literal value)")
     a = ap.parse_args()
+    tuned = {k: ast.literal_eval(v) for k, v in (kv.split("=", 1) for kv in a.tuned)}
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     res = {"rows": a.rows, "iters": a.iters, "torch": torch.__version__, "gpu": torch.cuda.get_device_name(),
-           "variants": {}}
+           "tuned": a.tuned, "variants": {}}
 
     def save():
         (out / "fp8-compile-probe.json").write_text(json.dumps(res, indent=1))
@@ -112,40 +234,26 @@ def main() -> int:
     unet = build_unet()
     inp = inputs(a.rows)
     res["build_s"] = round(time.time() - t0, 1)
-    for variant in ("fp16", "fp8"):
-        if a.only and variant != a.only:
+    outputs = {}
+    for variant in VARIANTS:  # in this order: each later variant changes the UNet further
+        if variant not in a.variants.split(",") or (variant == "fp8-tuned" and not tuned):
             continue
-        if variant == "fp8":
+        if variant != "fp16" and "fp8_layers" not in res:
             with torch.no_grad():
-                n = fp8_quant.quantize_unet(unet, calibrate_one_pass(unet, inp))
-            res["fp8_layers"] = n
-        torch._dynamo.reset()
-        compiled = torch.compile(unet)
-        lat, t, ctx, added = inp
-
-        def step():
-            with torch.no_grad():
-                return compiled(lat, t, ctx, added_cond_kwargs=added).sample
-
-        t0 = time.time()
-        step()
-        torch.cuda.synchronize()
-        compile_s = time.time() - t0
-        ms = sorted(timed(step, a.iters))
-        med = ms[len(ms) // 2]
-        tflops = TFLOP_PER_PAIR * (a.rows / 2) / (med / 1000.0)
-        res["variants"][variant] = {"compile_s": round(compile_s, 1), "step_ms_median": round(med, 2),
-                                    "step_ms_min": round(ms[0], 2), "ms_per_image_step": round(med / (a.rows / 2), 2),
-                                    "tflops_fp16_equivalent": round(tflops, 1),
-                                    "peak_allocated_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2)}
-        print(f"{variant}: compile {compile_s:.1f} s, step {med:.2f} ms (rows {a.rows}), "
-              f"{med / (a.rows / 2):.2f} ms per image-step, {tflops:.0f} TFLOP/s", flush=True)
+                res["fp8_layers"] = fp8_quant.quantize_unet(unet, calibrate_one_pass(unet, inp))
+        if variant == "fp8-attn":
+            res["fp8_attention_layers"] = use_fp8_attention(unet)
+        settings = torch._inductor.config.patch(tuned) if variant == "fp8-tuned" else contextlib.nullcontext()
+        res["variants"][variant], outputs[variant] = measure(variant, unet, inp, a.iters, a.rows, settings)
+        for ref in ("fp16", "fp8"):
+            if ref in outputs and ref != variant:
+                res["variants"][variant][f"rel_l2_vs_{ref}"] = round(rel_l2(outputs[variant], outputs[ref]), 5)
         save()
-        res["variants"][variant]["top_kernels"] = top_kernels(step)
-        save()
-    if "fp16" in res["variants"] and "fp8" in res["variants"]:
-        res["fp8_speedup"] = round(res["variants"]["fp16"]["step_ms_median"] / res["variants"]["fp8"]["step_ms_median"], 3)
-        print(f"fp8 / fp16 step speed-up: {res['fp8_speedup']}x", flush=True)
+    for variant, base in (("fp8", "fp16"), ("fp8-tuned", "fp8"), ("fp8-attn", "fp8")):
+        if variant in res["variants"] and base in res["variants"]:
+            x = round(res["variants"][base]["step_ms_median"] / res["variants"][variant]["step_ms_median"], 3)
+            res[f"speedup_{variant}_over_{base}"] = x
+            print(f"{variant} / {base} step speed-up: {x}x", flush=True)
     save()
     return 0
 
