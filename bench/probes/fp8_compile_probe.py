@@ -185,6 +185,7 @@ def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
 def measure(variant: str, unet, inp, iters: int, rows: int, settings) -> tuple[dict, torch.Tensor]:
     """Compile (timed first call), median step time, kernel profile, and the step's output."""
     torch._dynamo.reset()
+    torch.cuda.reset_peak_memory_stats()
     compiled = torch.compile(unet)
     lat, t, ctx, added = inp
 
