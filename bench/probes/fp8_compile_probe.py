@@ -14,7 +14,10 @@ kernels of two profiled calls, and every kernel's time by class (GEMM, attention
 layout copies, and Inductor's Triton kernels by what they fuse) against the step's wall time.
 --tuned KEY=VALUE (repeatable) adds a variant "fp8-tuned": the FP8 UNet compiled with those
 Inductor settings (e.g. coordinate_descent_tuning=True). "fp8-attn" adds FP8 attention
-(Fp8FlexAttention: flex_attention with e4m3 q, k, v) to the FP8 linear layers. Each variant's
+(Fp8FlexAttention: flex_attention with e4m3 q, k, v) to the FP8 linear layers, on the
+self-attention layers (--fp8-attn-scope all: the cross-attention ones too); torch 2.11's
+Inductor cannot lower it ("convert FlexibleLayout to FixedLayout first": the variant records
+the error), and bench/probes/fp8_attention_probe.py measures the kernel on its own. Each variant's
 output is compared with fp16's and fp8's (relative L2, same inputs). Results are written to
 --out/fp8-compile-probe.json after each stage, so a cut-off run keeps what it measured.
 
@@ -158,6 +161,7 @@ class Fp8FlexAttention:
         q, k, v = (x.view(b, -1, attn.heads, d).transpose(1, 2) for x in (q, k, v))
         sq, sk, sv = (x.abs().amax().float().clamp(min=1e-12) / fp8_quant.E4M3_MAX for x in (q, k, v))
         q8, k8, v8 = (fp8_quant.quantize_tensor(x, sc) for x, sc in ((q, sq), (k, sk), (v, sv)))
+        v8 = v8.transpose(-2, -1).contiguous().transpose(-2, -1)  # column-major: P @ V's right operand
         qk = sq * sk
         if self.upcast:
             q8, k8, v8 = q8.float(), k8.float(), v8.float()
@@ -170,10 +174,13 @@ class Fp8FlexAttention:
         return attn.to_out[1](attn.to_out[0](out))
 
 
-def use_fp8_attention(unet, upcast: bool = False) -> int:
+def use_fp8_attention(unet, upcast: bool = False, scope: str = "self") -> int:
+    """Sets Fp8FlexAttention on the self-attention layers (attn1: 1,024 or 4,096 tokens, where
+    the attention FLOPs are) or, scope "all", on the cross-attention ones too (77 text tokens)."""
     from diffusers.models.attention_processor import Attention
 
-    layers = [m for m in unet.modules() if isinstance(m, Attention)]
+    layers = [m for n, m in unet.named_modules()
+              if isinstance(m, Attention) and (scope == "all" or n.endswith(".attn1"))]
     for m in layers:
         m.set_processor(Fp8FlexAttention(upcast))
     return len(layers)
@@ -248,6 +255,8 @@ def main() -> int:
     ap.add_argument("--variants", default="fp16,fp8,fp8-tuned", help="comma-separated, of " + ",".join(VARIANTS))
     ap.add_argument("--tuned", action="append", default=[], metavar="KEY=VALUE",
                     help="Inductor setting of the fp8-tuned variant (Python literal value)")
+    ap.add_argument("--fp8-attn-scope", choices=("self", "all"), default="self",
+                    help="fp8-attn on self-attention only (default) or on cross-attention too")
     ap.add_argument("--cpu-check", action="store_true",
                     help="only check fp8-attn's scale arithmetic on the CPU (no GPU, no compile)")
     a = ap.parse_args()
@@ -275,15 +284,21 @@ def main() -> int:
             with torch.no_grad():
                 res["fp8_layers"] = fp8_quant.quantize_unet(unet, calibrate_one_pass(unet, inp))
         if variant == "fp8-attn":
-            res["fp8_attention_layers"] = use_fp8_attention(unet)
+            res["fp8_attention_layers"] = use_fp8_attention(unet, scope=a.fp8_attn_scope)
         settings = torch._inductor.config.patch(tuned) if variant == "fp8-tuned" else contextlib.nullcontext()
-        res["variants"][variant], outputs[variant] = measure(variant, unet, inp, a.iters, a.rows, settings)
+        try:
+            res["variants"][variant], outputs[variant] = measure(variant, unet, inp, a.iters, a.rows, settings)
+        except Exception as e:  # a variant Inductor cannot compile: say why, measure the others
+            res["variants"][variant] = {"error": f"{type(e).__name__}: {str(e)[:2000]}"}
+            print(f"{variant}: failed: {res['variants'][variant]['error'][:400]}", flush=True)
+            save()
+            continue
         for ref in ("fp16", "fp8"):
             if ref in outputs and ref != variant:
                 res["variants"][variant][f"rel_l2_vs_{ref}"] = round(rel_l2(outputs[variant], outputs[ref]), 5)
         save()
     for variant, base in (("fp8", "fp16"), ("fp8-tuned", "fp8"), ("fp8-attn", "fp8")):
-        if variant in res["variants"] and base in res["variants"]:
+        if "step_ms_median" in res["variants"].get(variant, {}) and "step_ms_median" in res["variants"].get(base, {}):
             x = round(res["variants"][base]["step_ms_median"] / res["variants"][variant]["step_ms_median"], 3)
             res[f"speedup_{variant}_over_{base}"] = x
             print(f"{variant} / {base} step speed-up: {x}x", flush=True)
