@@ -13,7 +13,9 @@ events), TFLOP/s from the UNet's FLOPs (13.52 TFLOP per CFG pair at 1024²), and
 kernels of two profiled calls, and every kernel's time by class (GEMM, attention, convolution,
 layout copies, and Inductor's Triton kernels by what they fuse) against the step's wall time.
 --tuned KEY=VALUE (repeatable) adds a variant "fp8-tuned": the FP8 UNet compiled with those
-Inductor settings (e.g. coordinate_descent_tuning=True). "fp8-attn" adds FP8 attention
+Inductor settings (e.g. coordinate_descent_tuning=True). "fp16-dynamic" and "fp8-dynamic"
+compile for dynamic row and token counts, as the AOTInductor packages are: their
+step against the static one is what the packages lose to dynamic shapes. "fp8-attn" adds FP8 attention
 (Fp8FlexAttention: flex_attention with e4m3 q, k, v) to the FP8 linear layers, on the
 self-attention layers (--fp8-attn-scope all: the cross-attention ones too); torch 2.11's
 Inductor cannot lower it ("convert FlexibleLayout to FixedLayout first": the variant records
@@ -25,7 +27,7 @@ This is torch.compile, not the AOTInductor package sdxl-batch loads; both lower 
 with Inductor, so the step time is what unet_fp8.pt2 should reach (to be confirmed by
 bench/gpu_runtime.sh fp8-aoti).
 
-    python3 bench/probes/fp8_compile_probe.py --out DIR [--rows 8] [--iters 20] [--variants fp8,fp8-attn]
+    python3 bench/probes/fp8_compile_probe.py --out DIR [--rows 8] [--iters 20] [--variants fp8,fp8-dynamic]
         [--tuned KEY=VALUE ...]
     python3 bench/probes/fp8_compile_probe.py --out DIR --cpu-check   # fp8-attn's scales, on the CPU
 """
@@ -47,7 +49,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 import fp8_quant  # noqa: E402
 from export_sdxl import architecture  # noqa: E402
 
-VARIANTS = ("fp16", "fp8", "fp8-tuned", "fp8-attn")
+VARIANTS = ("fp16", "fp16-dynamic", "fp8", "fp8-dynamic", "fp8-tuned", "fp8-attn")
 TFLOP_PER_PAIR = 13.52  # UNet FLOPs of one CFG pair (2 rows) at 1024² (bench/results speed tables)
 
 
@@ -190,12 +192,25 @@ def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).norm() / b.float().norm())
 
 
+def dynamic_inputs(inp):
+    """Copies of the inputs whose row and token counts are dynamic, as in the AOTInductor
+    packages sdxl-batch loads (export_sdxl.py --aoti: rows 1..16, tokens 77..308, latent fixed)."""
+    lat, t, ctx = (x.clone() for x in inp[:3])
+    added = {k: v.clone() for k, v in inp[3].items()}
+    for x in (lat, t, ctx, *added.values()):  # maybe_: a guard narrowing the range is no error
+        torch._dynamo.maybe_mark_dynamic(x, 0)
+    torch._dynamo.maybe_mark_dynamic(ctx, 1)
+    return lat, t, ctx, added
+
+
 def measure(variant: str, unet, inp, iters: int, rows: int, settings) -> tuple[dict, torch.Tensor]:
-    """Compile (timed first call), median step time, kernel profile, and the step's output."""
+    """Compile (timed first call), median step time, kernel profile, and the step's output.
+    A "-dynamic" variant compiles for the packages' dynamic rows and tokens, the others for
+    the inputs' own shapes."""
     torch._dynamo.reset()
     torch.cuda.reset_peak_memory_stats()
     compiled = torch.compile(unet)
-    lat, t, ctx, added = inp
+    lat, t, ctx, added = dynamic_inputs(inp) if variant.endswith("-dynamic") else inp
 
     def step():
         with torch.no_grad():
@@ -280,7 +295,7 @@ def main() -> int:
     for variant in VARIANTS:  # in this order: each later variant changes the UNet further
         if variant not in a.variants.split(",") or (variant == "fp8-tuned" and not tuned):
             continue
-        if variant != "fp16" and "fp8_layers" not in res:
+        if variant.startswith("fp8") and "fp8_layers" not in res:
             with torch.no_grad():
                 res["fp8_layers"] = fp8_quant.quantize_unet(unet, calibrate_one_pass(unet, inp))
         if variant == "fp8-attn":
@@ -297,7 +312,8 @@ def main() -> int:
             if ref in outputs and ref != variant:
                 res["variants"][variant][f"rel_l2_vs_{ref}"] = round(rel_l2(outputs[variant], outputs[ref]), 5)
         save()
-    for variant, base in (("fp8", "fp16"), ("fp8-tuned", "fp8"), ("fp8-attn", "fp8")):
+    for variant, base in (("fp8", "fp16"), ("fp16", "fp16-dynamic"), ("fp8", "fp8-dynamic"), ("fp8-tuned", "fp8"),
+                          ("fp8-attn", "fp8")):
         if "step_ms_median" in res["variants"].get(variant, {}) and "step_ms_median" in res["variants"].get(base, {}):
             x = round(res["variants"][base]["step_ms_median"] / res["variants"][variant]["step_ms_median"], 3)
             res[f"speedup_{variant}_over_{base}"] = x
