@@ -31,10 +31,9 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fp8_compile_probe import timed  # noqa: E402  (it puts scripts/ on sys.path)
-import fp8_quant  # noqa: E402
+from fp8_compile_probe import column_major, flex_on_fp8, fp8_flex_attention, quantize_amax, timed  # noqa: E402
+import fp8_quant  # noqa: E402  (on sys.path through fp8_compile_probe)
 
-E4M3_MAX = fp8_quant.E4M3_MAX
 SHAPES = {"level1 (10 heads x 4096 tokens)": (10, 4096), "level2 (20 heads x 1024 tokens)": (20, 1024)}
 # Self-attention calls per UNet call: 10 transformer blocks at level 1, 60 at level 2 (with the mid block).
 CALLS_PER_STEP = {"level1 (10 heads x 4096 tokens)": 10, "level2 (20 heads x 1024 tokens)": 60}
@@ -44,41 +43,17 @@ def timed_ms(fn, iters: int) -> float:
     return sorted(timed(fn, iters))[iters // 2]
 
 
-def quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """e4m3 with a per-tensor scale from x's own amax."""
-    s = x.abs().amax().float().clamp(min=1e-12) / E4M3_MAX
-    return fp8_quant.quantize_tensor(x, s), s
-
-
-def pin(x: torch.Tensor) -> torch.Tensor:
-    """The same tensor as a fixed-layout view for Inductor (see the module docstring)."""
-    return torch.as_strided(x, x.shape, x.stride())
-
-
 def make_fns():
     from torch.nn.attention.flex_attention import flex_attention
 
     flex = torch.compile(flex_attention)
 
     def flex_fp8(q8, k8, v8, sq, sk, sv):
-        qk = sq * sk
-
-        def descale(score, b, h, qi, ki):
-            return score * qk
-
-        return (flex(q8, k8, v8, score_mod=descale).float() * sv).half()
+        return flex_on_fp8(flex, q8, k8, v8, sq, sk, sv).half()
 
     @torch.compile
     def flex_fp8_quant(q, k, v):
-        (q8, sq), (k8, sk), (v8, sv) = quantize(q), quantize(k), quantize(v)
-        v8 = v8.transpose(-2, -1).contiguous().transpose(-2, -1)
-        qk = sq * sk
-
-        def descale(score, b, h, qi, ki):
-            return score * qk
-
-        from torch.nn.attention.flex_attention import flex_attention as fa
-        return (fa(pin(q8), pin(k8), pin(v8), score_mod=descale).float() * sv).half()
+        return fp8_flex_attention(flex_attention, q, k, v, pin=True).half()
 
     return flex, flex_fp8, flex_fp8_quant
 
@@ -94,9 +69,9 @@ def scaled_mm_fp8_output() -> dict:
     g = torch.Generator("cuda").manual_seed(2)
     x = torch.randn(4096, 1280, generator=g, device="cuda")
     w = torch.randn(1280, 1280, generator=g, device="cuda") / 1280 ** 0.5
-    (x8, sx), (w8, sw) = quantize(x), quantize(w)
+    (x8, sx), (w8, sw) = quantize_amax(x), quantize_amax(w)
     ref = (x8.float() * sx) @ (w8.float() * sw).t()
-    s_out = ref.abs().amax() / E4M3_MAX
+    s_out = ref.abs().amax() / fp8_quant.E4M3_MAX
     try:
         y = torch._scaled_mm(x8, w8.t(), scale_a=sx, scale_b=sw, scale_result=s_out, out_dtype=torch.float8_e4m3fn,
                              use_fast_accum=True)
@@ -124,8 +99,8 @@ def main() -> int:
     g = torch.Generator("cuda").manual_seed(0)
     for name, (heads, n) in SHAPES.items():
         q, k, v = (torch.randn(a.rows, heads, n, 64, generator=g, device="cuda", dtype=torch.float16) for _ in range(3))
-        (q8, sq), (k8, sk), (v8, sv) = quantize(q), quantize(k), quantize(v)
-        v8c = v8.transpose(-2, -1).contiguous().transpose(-2, -1)
+        (q8, sq), (k8, sk), (v8, sv) = quantize_amax(q), quantize_amax(k), quantize_amax(v)
+        v8c = column_major(v8)
         flops = 4 * a.rows * heads * n * n * 64
         ref = F.scaled_dot_product_attention(q, k, v)
         r = {}

@@ -141,14 +141,45 @@ def profile_kernels(fn, n: int = 25) -> dict:
             "kernel_calls_per_step": sum(v[1] for v in classes.values())}
 
 
+def quantize_amax(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x in e4m3 with a per-tensor scale from x's own amax (dynamic, per call)."""
+    s = x.abs().amax().float().clamp(min=1e-12) / fp8_quant.E4M3_MAX
+    return fp8_quant.quantize_tensor(x, s), s
+
+
+def column_major(x: torch.Tensor) -> torch.Tensor:
+    """The same values with the last two dimensions stored transposed (P @ V's right operand)."""
+    return x.transpose(-2, -1).contiguous().transpose(-2, -1)
+
+
+def flex_on_fp8(flex, q8, k8, v8, sq, sk, sv, upcast: bool = False, pin: bool = False) -> torch.Tensor:
+    """flex_attention on e4m3 q, k, v ([B, H, N, D]) with their scales: the q/k scales applied to
+    the scores (score_mod), v's to the output (fp32). upcast: the e4m3 values in fp32 (the CPU
+    has no FP8 matmul). pin: each input as an as_strided view (a fixed layout for Inductor)."""
+    if pin:
+        q8, k8, v8 = (torch.as_strided(x, x.shape, x.stride()) for x in (q8, k8, v8))
+    if upcast:
+        q8, k8, v8 = q8.float(), k8.float(), v8.float()
+    qk = sq * sk
+
+    def descale(score, batch, head, q_idx, kv_idx):
+        return score * qk
+
+    return flex(q8, k8, v8, score_mod=descale).float() * sv
+
+
+def fp8_flex_attention(flex, q, k, v, upcast: bool = False, pin: bool = False) -> torch.Tensor:
+    """Attention of high-precision q, k, v ([B, H, N, D]) through flex_on_fp8: each quantised
+    with its own amax, v stored column-major as the FP8 template wants it."""
+    (q8, sq), (k8, sk), (v8, sv) = quantize_amax(q), quantize_amax(k), quantize_amax(v)
+    return flex_on_fp8(flex, q8, k8, column_major(v8), sq, sk, sv, upcast, pin)
+
+
 class Fp8FlexAttention:
-    """diffusers attention processor (fp8-attn variant): q, k and v quantised to e4m3 with
-    per-tensor scales taken from each call's amax, attention by flex_attention (Inductor's
-    Triton template runs both GEMMs in FP8, the softmax in fp32; P is cast to e4m3 for P @ V
-    and the output comes back in e4m3), the q/k scales applied to the scores and v's to the
-    output. The layout of the transformer blocks' attention in SDXL: 3-D input, no mask, no
-    norms, no residual inside the processor. upcast=True runs the attention on the e4m3 values
-    in fp32 (the CPU has no FP8 matmul: a check of the scales' arithmetic off the GPU)."""
+    """diffusers attention processor (fp8-attn variant): fp8_flex_attention in place of SDPA
+    (Inductor's Triton template runs both GEMMs in FP8, the softmax in fp32; P is cast to e4m3
+    for P @ V). The layout of the transformer blocks' attention in SDXL: 3-D input, no mask,
+    no norms, no residual inside the processor. upcast=True: see flex_on_fp8."""
 
     def __init__(self, upcast: bool = False) -> None:
         from torch.nn.attention.flex_attention import flex_attention
@@ -161,18 +192,8 @@ class Fp8FlexAttention:
         q, k, v = attn.to_q(hidden_states), attn.to_k(ctx), attn.to_v(ctx)
         d = q.shape[-1] // attn.heads
         q, k, v = (x.view(b, -1, attn.heads, d).transpose(1, 2) for x in (q, k, v))
-        sq, sk, sv = (x.abs().amax().float().clamp(min=1e-12) / fp8_quant.E4M3_MAX for x in (q, k, v))
-        q8, k8, v8 = (fp8_quant.quantize_tensor(x, sc) for x, sc in ((q, sq), (k, sk), (v, sv)))
-        v8 = v8.transpose(-2, -1).contiguous().transpose(-2, -1)  # column-major: P @ V's right operand
-        qk = sq * sk
-        if self.upcast:
-            q8, k8, v8 = q8.float(), k8.float(), v8.float()
-
-        def descale(score, batch, head, q_idx, kv_idx):
-            return score * qk
-
-        out = self.flex(q8, k8, v8, score_mod=descale, scale=d ** -0.5)
-        out = (out.float() * sv).to(hidden_states.dtype).transpose(1, 2).reshape(b, n, attn.heads * d)
+        out = fp8_flex_attention(self.flex, q, k, v, self.upcast)
+        out = out.to(hidden_states.dtype).transpose(1, 2).reshape(b, n, attn.heads * d)
         return attn.to_out[1](attn.to_out[0](out))
 
 
@@ -236,9 +257,10 @@ def measure(variant: str, unet, inp, iters: int, rows: int, settings) -> tuple[d
     return r, out.float().clone()
 
 
-def cpu_check() -> dict:
+def cpu_check(scope: str) -> dict:
     """Fp8FlexAttention's scale arithmetic off the GPU (upcast=True): relative L2 against diffusers'
-    own attention for one self- and one cross-attention layer and for the tiny UNet (seeded)."""
+    own attention for one self- and one cross-attention layer and for the tiny UNet (seeded), its
+    attention layers chosen by --fp8-attn-scope."""
     from diffusers import UNet2DConditionModel
     from diffusers.models.attention_processor import Attention
 
@@ -257,7 +279,7 @@ def cpu_check() -> dict:
         added = {"text_embeds": torch.randn(2, c.projection_class_embeddings_input_dim - 6 * c.addition_time_embed_dim),
                  "time_ids": torch.tensor([[256.0, 256, 0, 0, 256, 256]] * 2)}
         ref = unet(*args, added_cond_kwargs=added).sample
-        use_fp8_attention(unet, upcast=True)
+        use_fp8_attention(unet, upcast=True, scope=scope)
         res["tiny_unet"] = round(rel_l2(unet(*args, added_cond_kwargs=added).sample, ref), 5)
     return res
 
@@ -276,7 +298,7 @@ def main() -> int:
                     help="only check fp8-attn's scale arithmetic on the CPU (no GPU, no compile)")
     a = ap.parse_args()
     if a.cpu_check:
-        print(json.dumps({"fp8_attention_cpu_check_rel_l2": cpu_check()}))
+        print(json.dumps({"fp8_attention_cpu_check_rel_l2": cpu_check(a.fp8_attn_scope)}))
         return 0
     tuned = {k: ast.literal_eval(v) for k, v in (kv.split("=", 1) for kv in a.tuned)}
     out = Path(a.out)
