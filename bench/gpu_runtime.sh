@@ -10,6 +10,7 @@
 #                story     the story example: run, --force, shards, batch 4 agree? --verify-model time
 #                embeddings  random SDXL embeddings on the full model: deterministic, and they change the image?
 #                vae-fp16  the default VAE decode (fp16 on a GPU) against fp32: time, PSNR, re-decodes
+#                vae-aoti  vae_decoder.pt2 against vae_decoder.ts: decode time, images/hour, PSNR
 #   mixed.sh     mixed     the 32-image mixed batch, serial vs runtime, caps, LoRA bench
 #                caps      the mixed batch's serial baseline, the capped runs, the LoRA bench
 #                pipeline  the mixed batch: serial, runtime without / with stage overlap
@@ -38,7 +39,7 @@
 set -euo pipefail
 MODE=${1:-check}
 case "$MODE" in
-  check | order | story | embeddings | vae-fp16) family=checks ;;
+  check | order | story | embeddings | vae-fp16 | vae-aoti) family=checks ;;
   mixed | caps | pipeline | single | defaults) family=mixed ;;
   multi | x2 | scale) family=multigpu ;;
   capmerge | wscap | alloc) family=memory ;;

@@ -878,7 +878,7 @@ def export_unet_aoti(unet, dtype, device: str, out_dir: Path, limits: dict, vae_
     t_export = time.time() - t0
     log(f"  torch.export unet: {t_export:.1f}s (rows 1..{rows_max}, tokens 77..{tok_max}, "
         f"latent {h_lo}..{h_hi} x {w_lo}..{w_hi})")
-    configs = {"aot_inductor.package_constants_in_so": False}
+    configs = {}
     if file == "unet_fp8.pt2":
         # Inductor inlines 0-dim constants (the FP8 scales) as literals, and an extern kernel
         # (_scaled_mm) then needs each as a new tensor constant ("constantNNNN") that is no
@@ -886,17 +886,7 @@ def export_unet_aoti(unet, dtype, device: str, out_dir: Path, limits: dict, vae_
         # (found on the H200: the load check refused unet_fp8.pt2). Kept as the named buffers.
         configs["always_keep_tensor_constants"] = True
     configs.update(extra_configs)
-    # A compiler with only a static libstdc++ would put a second copy into the .so,
-    # which then crashes at load (scripts/aoti_toolchain.py says why).
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from aoti_toolchain import use_shared_libstdcxx
-    cxx_wrapper = use_shared_libstdcxx(log=lambda m: log("  " + m))
-    t0 = time.time()
-    pkg = torch._inductor.aoti_compile_and_package(ep, package_path=str(out_dir / file),
-                                                   inductor_configs=configs)
-    t_compile = time.time() - t0
-    log(f"  aoti_compile_and_package {file}: {t_compile:.1f}s, {Path(pkg).stat().st_size / 2**20:.1f} MiB "
-        f"(weights not included)")
+    pkg, t_compile, configs, cxx_wrapper = compile_package(ep, out_dir / file, configs)
 
     corners = {(1, h_lo, w_lo, 1), (2, lh, lw, k), (rows_max, h_lo, w_lo, 1), (1, h_hi, w_hi, tok_max // 77)}
     inputs = {(b, hh, ww, kk): unet_inputs(b, ww * vae_down, hh * vae_down, kk, ctx_dim, pdim, dtype, device, gen)
@@ -904,6 +894,36 @@ def export_unet_aoti(unet, dtype, device: str, out_dir: Path, limits: dict, vae_
     n_constants, checks = check_aoti_package(pkg, file, wrapper, inputs, dtype, fp16_reference)
     if not all(c["ok"] for c in checks):
         raise SystemExit(f"{file} does not match the eager UNet (see the check lines above)")
+    ranges = {"rows": [1, rows_max], "tokens": [77, tok_max], "latent_height": [h_lo, h_hi],
+              "latent_width": [w_lo, w_hi]}
+    return package_meta(file, device, dtype, ranges, n_constants, configs,
+                        {"export": round(t_export, 1), "compile": round(t_compile, 1)}, checks, cxx_wrapper)
+
+
+def compile_package(ep, path: Path, configs: dict) -> tuple[str, float, dict, bool]:
+    """aoti_compile_and_package of exported program `ep` into `path`, without its weights
+    (sdxl-batch hands it the TorchScript module's tensors) and with `configs`; returns the
+    package's path, the compile seconds, the Inductor configs used and whether the C++ code
+    was linked through the shared-libstdc++ wrapper."""
+    import torch._inductor
+
+    configs = {"aot_inductor.package_constants_in_so": False, **configs}
+    # A compiler with only a static libstdc++ would put a second copy into the .so,
+    # which then crashes at load (scripts/aoti_toolchain.py says why).
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from aoti_toolchain import use_shared_libstdcxx
+    cxx_wrapper = use_shared_libstdcxx(log=lambda m: log("  " + m))
+    t0 = time.time()
+    pkg = torch._inductor.aoti_compile_and_package(ep, package_path=str(path), inductor_configs=configs)
+    t_compile = time.time() - t0
+    log(f"  aoti_compile_and_package {path.name}: {t_compile:.1f}s, {Path(pkg).stat().st_size / 2**20:.1f} MiB "
+        f"(weights not included)")
+    return pkg, t_compile, configs, bool(cxx_wrapper)
+
+
+def package_meta(file: str, device: str, dtype, ranges: dict, n_constants: int, configs: dict, seconds: dict,
+                 checks: list, cxx_wrapper: bool) -> dict:
+    """What model.json records of an AOTI package (docs/models-and-export.md)."""
     return {
         "file": file,
         "device": device,
@@ -911,17 +931,47 @@ def export_unet_aoti(unet, dtype, device: str, out_dir: Path, limits: dict, vae_
             "capability": "{}.{}".format(*torch.cuda.get_device_capability(torch.device(device)))}
            if device.startswith("cuda") else {}),
         "dtype": {v: k for k, v in DTYPES.items()}[dtype],
-        "rows": [1, rows_max],
-        "tokens": [77, tok_max],
-        "latent_height": [h_lo, h_hi],
-        "latent_width": [w_lo, w_hi],
+        **ranges,
         "constants": n_constants,
         "inductor_configs": {k: repr(v) if not isinstance(v, (bool, int, float, str)) else v
                              for k, v in configs.items()},
-        "seconds": {"export": round(t_export, 1), "compile": round(t_compile, 1)},
+        "seconds": seconds,
         "checks": checks,
         "libstdcxx": "shared (linked through a wrapper)" if cxx_wrapper else "the compiler's default",
     }
+
+
+def export_vae_decoder_aoti(vae, dtype, device: str, out_dir: Path, size: str | None, limits: dict, vae_down: int,
+                            default_size: tuple[int, int], extra_configs: dict, gen: torch.Generator) -> dict | None:
+    """torch.export the VAE decoder wrapper in `dtype` (the model's compute dtype, which
+    sdxl-batch decodes in on a GPU) for one image of one size: --aoti-size when it is fixed,
+    else the model's default (width, height) -- static sizes decode 1.3x faster than a package
+    for any size (bench/results/2026-12-03-vae-decode-h200.md), and a night's images mostly
+    share one. Compiles it into out_dir/vae_decoder.pt2 without weights (its constants are
+    vae_decoder.ts's tensors, cast to `dtype` by sdxl-batch) and checks it against the eager
+    decoder within the dtype's tolerance. Returns model.json's vae_decoder.aoti, or None
+    (the package deleted, the export goes on without it) when the check fails."""
+    if size and size != "dynamic":
+        (lh, _), (lw, _) = parse_aoti_size(size, limits, vae_down)
+    else:
+        lh, lw = default_size[1] // vae_down, default_size[0] // vae_down
+    dec = VaeDecoderTS(copy.deepcopy(vae).to(dtype), dtype).eval()
+    z = torch.randn(1, vae.config.latent_channels, lh, lw, generator=gen).to(device, dtype)
+    t0 = time.time()
+    with torch.no_grad():
+        ep = torch.export.export(dec, (z,), strict=False)
+    t_export = time.time() - t0
+    log(f"  torch.export vae_decoder: {t_export:.1f}s (latent {lh}x{lw}, images {lw * vae_down}x{lh * vae_down})")
+    pkg, t_compile, configs, cxx_wrapper = compile_package(ep, out_dir / "vae_decoder.pt2", dict(extra_configs))
+    n_constants, checks = check_aoti_package(pkg, "vae_decoder.pt2", dec, {(1, lh, lw, 0): (z,)}, dtype, None)
+    if not all(c["ok"] for c in checks):
+        log("  vae_decoder.pt2 does not match the eager decoder (see the check line above): not kept; "
+            "sdxl-batch decodes with vae_decoder.ts")
+        (out_dir / "vae_decoder.pt2").unlink()
+        return None
+    ranges = {"rows": [1, 1], "latent_height": [lh, lh], "latent_width": [lw, lw]}
+    return package_meta("vae_decoder.pt2", device, dtype, ranges, n_constants, configs,
+                        {"export": round(t_export, 1), "compile": round(t_compile, 1)}, checks, cxx_wrapper)
 
 
 def package_check_row(got: torch.Tensor, want: torch.Tensor, ref16: torch.Tensor | None, dtype) -> dict:
@@ -965,11 +1015,13 @@ def check_aoti_package(pkg: str, file: str, wrapper, inputs: dict, dtype,
             got = got[0] if isinstance(got, (list, tuple)) else got
             want = wrapper(*x)
             ref16 = fp16_reference(*x) if fp16_reference is not None else None
-        row = dict(rows=b, latent_h=hh, latent_w=ww, tokens=77 * kk, **package_check_row(got, want, ref16, dtype))
+        row = dict(rows=b, latent_h=hh, latent_w=ww, **({"tokens": 77 * kk} if kk else {}),
+                   **package_check_row(got, want, ref16, dtype))
         checks.append(row)
         vs16 = (f"; vs the fp16 UNet {row['rel_l2_vs_fp16']:.3g} (eager FP8 {row['eager_rel_l2_vs_fp16']:.3g})"
                 if ref16 is not None else "")
-        log(f"  check {file} rows {b:2d} latent {hh}x{ww} tokens {77 * kk}: max|diff| {row['max_abs_diff']:.3g} "
+        log(f"  check {file} rows {b:2d} latent {hh}x{ww}{f' tokens {77 * kk}' if kk else ''}: "
+            f"max|diff| {row['max_abs_diff']:.3g} "
             f"(|ref| {row['ref_abs_max']:.3g}), rel. L2 {row['rel_l2']:.3g}{vs16} {'ok' if row['ok'] else 'FAILED'}")
     del runner
     return len(fqns), checks
@@ -1252,14 +1304,14 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--fp8-steps", type=int, metavar="N",
                     help="sampling steps per calibration prompt (default: the model's default steps)")
     ap.add_argument("--aoti-variants", metavar="LIST", default="all",
-                    help="with --aoti: which UNets to compile, 'fp16' (the model dtype's unet.pt2), 'fp8' "
-                         "(unet_fp8.pt2, with --fp8) or 'all' (default)")
+                    help="with --aoti: which packages to compile, comma-separated: 'fp16' (the model dtype's "
+                         "unet.pt2), 'fp8' (unet_fp8.pt2, with --fp8), 'vae' (vae_decoder.pt2) or 'all' (default)")
     return ap
 
 
 def check_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     """Refuses combinations of options that do not go together (ap.error: exit 2, naming
-    them); turns --aoti-variants into the set of UNets to compile."""
+    them); turns --aoti-variants into the set of packages to compile."""
     if a.config and not (a.from_path or a.vae_only or a.controlnet):
         ap.error("--config goes with --from, --vae-only or --controlnet")
     if a.vae and not (a.from_path or a.vae_only):
@@ -1268,11 +1320,11 @@ def check_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         ap.error("--vae-only needs --vae FILE|DIR")
     if bool(a.ip_adapter) != bool(a.image_encoder):
         ap.error("--ip-adapter FILE and --image-encoder DIR go together")
-    variants = {"all": {"fp16", "fp8"}, "fp16": {"fp16"}, "fp8": {"fp8"}}.get(a.aoti_variants.replace(" ", ""))
-    if variants is None and set(a.aoti_variants.replace(" ", "").split(",")) == {"fp16", "fp8"}:
-        variants = {"fp16", "fp8"}
-    if variants is None:
-        ap.error(f"--aoti-variants '{a.aoti_variants}' is not fp16, fp8, fp16,fp8 or all")
+    names = set(a.aoti_variants.replace(" ", "").split(","))
+    if not names <= {"all", "fp16", "fp8", "vae"}:
+        ap.error(f"--aoti-variants '{a.aoti_variants}': {', '.join(sorted(names - {'all', 'fp16', 'fp8', 'vae'}))} "
+                 "is not one of fp16, fp8, vae, all")
+    variants = {"fp16", "fp8", "vae"} if "all" in names else names
     a.aoti_variants = variants if a.fp8 else variants - {"fp8"}
     if a.aoti and not a.aoti_variants:
         ap.error("--aoti-variants fp8 needs --fp8")
@@ -1382,6 +1434,13 @@ def export(a, kind, dtype_name, dtype, device, out: Path, tmp: Path, t_start: fl
         timings["aoti_unet"] = time.time() - t0
     defaults = ({"width": 256, "height": 256, "steps": 8, "cfg": 5.0} if tiny
                 else {"width": 1024, "height": 1024, "steps": 28, "cfg": 7.0})
+    vae_aoti_meta = None
+    if a.aoti and "vae" in a.aoti_variants:
+        t0 = time.time()
+        vae_aoti_meta = export_vae_decoder_aoti(vae, dtype, device, tmp, a.aoti_size, limits, d["vae_down"],
+                                                (defaults["width"], defaults["height"]),
+                                                parse_inductor_configs(a.aoti_config), gen)
+        timings["aoti_vae_decoder"] = time.time() - t0
     fp8_meta = None
     if a.fp8:
         fp8_meta = export_unet_fp8(a, pipe, tmp, dtype, device, defaults, trace_inputs[:3], timings,
@@ -1391,7 +1450,8 @@ def export(a, kind, dtype_name, dtype, device, out: Path, tmp: Path, t_start: fl
     t0 = time.time()
     files = file_digests(tmp)
     timings["sha256"] = time.time() - t0
-    unet_meta = {"aoti": aoti_meta, "fp8": fp8_meta, "control": trace_inputs[3], "ip_adapter": trace_inputs[4]}
+    unet_meta = {"aoti": aoti_meta, "fp8": fp8_meta, "control": trace_inputs[3], "ip_adapter": trace_inputs[4],
+                 "vae_aoti": vae_aoti_meta}
     meta = model_meta(pipe, d, dtype_name, device, dict(name=name, source=source, seed=seed), unet_meta, defaults,
                       limits, files_meta, files)
     if check is not None:
@@ -1486,7 +1546,8 @@ def check_traces(a, tiny: bool, tmp: Path, pipe, dtype, d: dict, device, limits:
 def model_meta(pipe, d: dict, dtype_name: str, device, origin: dict, unet_meta: dict, defaults: dict, limits: dict,
                files_meta: dict, files: dict) -> dict:
     """model.json (docs/models-and-export.md: the model directory contract); origin: name,
-    source, seed; unet_meta: the optional aoti and fp8 parts and the control / ip_adapter layouts."""
+    source, seed; unet_meta: the optional aoti and fp8 parts and the control / ip_adapter layouts,
+    and vae_aoti: the VAE decoder's optional AOTI package."""
     te1, te2, unet = pipe.text_encoder, pipe.text_encoder_2, pipe.unet
     sc = pipe.scheduler.config
     return {
@@ -1513,7 +1574,7 @@ def model_meta(pipe, d: dict, dtype_name: str, device, origin: dict, unet_meta: 
                  "control": unet_meta["control"], "ip_adapter": unet_meta["ip_adapter"],
                  **({"aoti": unet_meta["aoti"]} if unet_meta["aoti"] else {}),
                  **({"fp8": unet_meta["fp8"]} if unet_meta["fp8"] else {})},
-        "vae_decoder": {"file": "vae_decoder.ts"},
+        "vae_decoder": {"file": "vae_decoder.ts", **({"aoti": unet_meta["vae_aoti"]} if unet_meta["vae_aoti"] else {})},
         "vae_encoder": {"file": "vae_encoder.ts"},
         "scheduler": {k: sc[k] for k in ("num_train_timesteps", "beta_start", "beta_end", "beta_schedule",
                                           "timestep_spacing", "steps_offset", "prediction_type")},

@@ -16,11 +16,17 @@
 # vae-fp16: 8 images at 1024² (--max-batch 4) decoded in fp32 (--vae-dtype fp32) and with
 #        the default (auto: fp16 on a GPU, fp32 again for an image that overflows):
 #        decode seconds, images/hour, PSNR between the two, fp32 re-decodes.
+# vae-aoti: the full model exported with vae_decoder.pt2 only (--aoti --aoti-variants vae
+#        --aoti-size 1024x1024; UNet on TorchScript + CUDA graphs); 16 images at 1024²
+#        (--max-batch 8) decoded by vae_decoder.ts and by vae_decoder.pt2 (--vae-backend),
+#        alternating, twice: decode seconds, images/hour, PSNR between them; the export's check.
 # Results: $OUT/summary.txt (+ build/export logs and the reports as JSON).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 MODE=${1:-}
-case "$MODE" in check|order|story|embeddings|vae-fp16) ;; *) echo "usage: [OUT=DIR] bash bench/runtime/checks.sh check|order|story|embeddings|vae-fp16" >&2; exit 2 ;; esac
+case "$MODE" in check|order|story|embeddings|vae-fp16|vae-aoti) ;; *) echo "usage: [OUT=DIR] bash bench/runtime/checks.sh check|order|story|embeddings|vae-fp16|vae-aoti" >&2; exit 2 ;; esac
+[ "$MODE" = vae-aoti ] && export SDXL_MODEL_NAME=full-vae-aoti \
+  SDXL_EXPORT_ARGS="--aoti --aoti-variants vae --aoti-size 1024x1024 --aoti-config aot_inductor.compile_wrapper_opt_level=O0"
 source bench/lib/gpu_prepare.sh  # build + export; sets OUT WORK SDXL MODEL
 source bench/lib/runtime.sh
 
@@ -105,6 +111,27 @@ for name in ("vae-fp32", "vae-auto", "vae-fp32-2", "vae-auto-2"):
     print(f"{name}: {r['images_per_hour']:.0f} images/h, decode stage {d['decode_s']:.2f} s for {r['images_done']} images "
           f"({d['decode_s'] / max(r['images_done'], 1):.3f} s/image), fp32 re-decodes {redo}")
 PY
+elif [ "$MODE" = vae-aoti ]; then
+  grep -h "vae_decoder" "$OUT/export.log" | tee -a "$OUT/summary.txt" || true
+  mkbatch "$WORK/sixteen.json" 16 0
+  for k in 1 2; do
+    run "vae-ts-$k" "$WORK/sixteen.json" --max-batch 8 --vae-backend torchscript
+    run "vae-aoti-$k" "$WORK/sixteen.json" --max-batch 8 --vae-backend aoti
+  done
+  compare vae-ts-1 vae-aoti-1
+  compare vae-aoti-1 vae-aoti-2
+  python3 - "$WORK" <<'PY' | tee -a "$OUT/summary.txt"
+import json, sys
+from pathlib import Path
+w = Path(sys.argv[1])
+for name in ("vae-ts-1", "vae-aoti-1", "vae-ts-2", "vae-aoti-2"):
+    r = json.loads((w / name / "report.json").read_text()); d = r["devices"][0]
+    n = max(r["images_done"], 1)
+    print(f"{name}: {r['images_per_hour']:.0f} images/h, decode stage {d['decode_s']:.2f} s for {n} images "
+          f"({d['decode_s'] / n:.3f} s/image), sampling {d.get('sample_s', 0) / n:.3f} s/image, "
+          f"vae_aoti_decodes {d.get('engine', {}).get('vae_aoti_decodes', 0):.0f}")
+PY
+  sample_steady
 elif [ "$MODE" = order ]; then
   # An image must not depend on whether it is the first of its size on its GPU.
   mkbatch "$WORK/fwd.json" 3 0

@@ -49,6 +49,12 @@ void add_model_options(CLI::App& cmd, ModelOptions& o, bool model_required) {
                  "torchscript), torchscript (unet.ts) or aoti (unet.pt2 from export_sdxl.py --aoti)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "torchscript", "aoti"}));
+  cmd.add_option("--vae-backend", o.runtime.vae_backend,
+                 "VAE decoder implementation: auto (aoti when the model has a vae_decoder.pt2 for this device and "
+                 "decode dtype, else torchscript), torchscript (vae_decoder.ts) or aoti (vae_decoder.pt2 from "
+                 "export_sdxl.py --aoti: images of the size it was compiled for; others decode on vae_decoder.ts)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "torchscript", "aoti"}));
   cmd.add_option("--vae-tiling", o.runtime.vae_tiling,
                  "VAE decode in overlapping tiles: auto (only after an out-of-memory), always, never")
       ->capture_default_str()

@@ -5,8 +5,9 @@
 
 #include <algorithm>
 
-#include "device/device.h"
 #include "core/error.h"
+#include "device/device.h"
+#include "model/aoti_package.h"
 
 namespace sdxl {
 
@@ -40,6 +41,7 @@ void set_vae_decode_dtype(SdxlModel& model, const std::string& option) {
   else if (option == "fp32" || option == "fp16" || option == "bf16") want = parse_dtype(option);
   else throw UsageError("--vae-dtype '" + option + "': expected auto, fp32, fp16 or bf16");
   if (want == model.vae_decode_dtype) return;
+  model.vae_decoder_aoti.reset();  // it holds the tensors of the decoder replaced here
   int rewritten = 0;
   model.vae_decoder = retyped_module(model.vae_decoder, model.vae_decode_dtype, want, &rewritten);
   spdlog::info("VAE decoder: {} -> {} ({} dtype constant(s) of the trace rewritten); NaN/Inf output is decoded again in fp32",
@@ -47,18 +49,58 @@ void set_vae_decode_dtype(SdxlModel& model, const std::string& option) {
   model.vae_decode_dtype = want;
 }
 
+std::string attach_vae_decoder_aoti(SdxlModel& model, const std::string& backend) {
+  if (backend != "auto" && backend != "torchscript" && backend != "aoti")
+    throw UsageError("--vae-backend '" + backend + "' is not one of: auto, torchscript, aoti");
+  model.vae_decoder_aoti.reset();
+  if (backend == "torchscript") return backend;
+  const ModelConfig& cfg = model.config;
+  const std::string unfit = vae_aoti_mismatch(cfg, model.device.is_cuda() ? "cuda" : "cpu",
+                                              dtype_name(model.vae_decode_dtype), cuda_capability(model.device));
+  if (!unfit.empty()) {
+    if (backend == "aoti")
+      throw ModelError("--vae-backend aoti: model '" + cfg.name + "' (" + cfg.dir.string() + "): " + unfit);
+    spdlog::info("VAE decoder backend torchscript ({}): {}", cfg.vae_decoder_file, unfit);
+    return "torchscript";
+  }
+  const AotiConfig& a = cfg.vae_decoder_aoti;
+  model.vae_decoder_aoti = std::make_shared<AotiPackage>(cfg.path_of(a.file), model.device, model.vae_decoder,
+                                                         cfg.vae_decoder_file, cfg.torch_version);
+  const int f = cfg.vae_downsample;
+  spdlog::info("VAE decoder backend aoti: {} ({} constants shared with {}), compiled for {}x{} images in {}; other "
+               "sizes and tiles decode on {}",
+               a.file, model.vae_decoder_aoti->constants(), cfg.vae_decoder_file, a.latent_width_min * f,
+               a.latent_height_min * f, a.dtype, cfg.vae_decoder_file);
+  return "aoti";
+}
+
 namespace {
 
-// One decoder and the dtype it runs in.
+// One decoder, the dtype it runs in, and its AOTI package (null: none).
 struct Decoder {
   torch::jit::Module* module;
   torch::Dtype dtype;
+  AotiPackage* aoti = nullptr;
 };
 
-Decoder main_decoder(SdxlModel& model) { return {&model.vae_decoder, model.vae_decode_dtype}; }
+Decoder main_decoder(SdxlModel& model) {
+  return {&model.vae_decoder, model.vae_decode_dtype, model.vae_decoder_aoti.get()};
+}
+
+// Whether z [rows, C, h, w] is within the sizes package `a` was compiled for.
+bool aoti_covers(const AotiConfig& a, const torch::Tensor& z) {
+  auto in = [](std::int64_t v, int lo, int hi) { return v >= lo && v <= hi; };
+  return z.dim() == 4 && in(z.size(0), a.rows_min, a.rows_max) &&
+         in(z.size(2), a.latent_height_min, a.latent_height_max) &&
+         in(z.size(3), a.latent_width_min, a.latent_width_max);
+}
 
 torch::Tensor decode_whole(SdxlModel& model, const Decoder& d, const torch::Tensor& latents) {
   const torch::Tensor z = latents.to(d.dtype) / model.config.vae_scaling_factor;
+  if (d.aoti != nullptr && aoti_covers(model.config.vae_decoder_aoti, z)) {
+    ++model.vae_aoti_decodes;
+    return d.aoti->run({z.contiguous()}, "vae_decoder (aoti)").to(torch::kFloat32);
+  }
   return run_module(*d.module, "vae_decoder", {z}).toTensor().to(torch::kFloat32);
 }
 

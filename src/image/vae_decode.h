@@ -11,6 +11,12 @@
 // image is never lost; each image is decided alone, so it does not depend on
 // the others in the run.
 //
+// Backend (--vae-backend): the traced vae_decoder.ts, or the model's
+// vae_decoder.pt2 (AOTInductor, export_sdxl.py --aoti; 2.5x faster on an H200,
+// bench/results/2026-12-03-vae-decode-h200.md), which is compiled for one
+// image size in the decode dtype: whole images of that size decode on it,
+// other sizes, tiles and the fp32 re-decode on vae_decoder.ts.
+//
 // Tiled decode keeps the decoder's peak memory flat whatever the image size:
 // overlapping latent tiles are decoded one by one and blended with linear
 // ramps across each overlap (weights normalised per pixel), so there is no
@@ -35,6 +41,13 @@ VaeTiling parse_vae_tiling(const std::string& text);  // "auto" | "always" | "ne
 // --vae-dtype: "auto" | "fp32" | "fp16" | "bf16" (UsageError otherwise). Makes
 // model.vae_decoder run in that dtype (retyping the exported one if needed).
 void set_vae_decode_dtype(SdxlModel& model, const std::string& option);
+
+// --vae-backend, after set_vae_decode_dtype: "torchscript" uses vae_decoder.ts
+// only; "aoti" attaches the model's vae_decoder.pt2 (ModelError when the model
+// has none, or it was compiled for another device, GPU or decode dtype:
+// vae_aoti_mismatch); "auto" attaches it when it fits, else says why in the
+// log. UsageError for another value. Returns the backend chosen.
+std::string attach_vae_decoder_aoti(SdxlModel& model, const std::string& backend);
 
 struct TileGrid {
   int tile = 64;     // latent pixels per tile side (64 = 512 image pixels)

@@ -1,12 +1,10 @@
-// AotiUnet: the UNet as an AOTInductor package (unet.pt2, written by
-// scripts/export_sdxl.py --aoti), loaded with torch::inductor::AOTIModelPackageLoader.
-// The package holds no weights: its constants are the TorchScript UNet's own
-// parameter tensors, handed over as user-managed constants (no copy). So the
-// weights live once, and the LoRA patcher, which writes those tensors in place,
-// changes what the AOTI UNet computes exactly as it changes the TorchScript one.
-// Its inputs must have the compiled dtypes and be contiguous (run() casts them)
-// and fall inside the compiled ranges (covers()); outside them the caller uses
-// the TorchScript module. Not thread-safe.
+// AotiUnet: the UNet as an AOTInductor package (unet.pt2 or unet_fp8.pt2,
+// written by scripts/export_sdxl.py --aoti; model/aoti_package.h). Its weights
+// are the TorchScript UNet's own parameter tensors, so the LoRA patcher, which
+// writes those in place, changes what the AOTI UNet computes exactly as it
+// changes the TorchScript one. Its inputs must have the compiled dtypes and be
+// contiguous (run() casts them) and fall inside the compiled ranges (covers());
+// outside them the caller uses the TorchScript module.
 #pragma once
 
 #include <torch/types.h>
@@ -14,9 +12,7 @@
 #include <memory>
 #include <string>
 
-namespace torch::inductor {
-class AOTIModelPackageLoader;
-}
+#include "model/aoti_package.h"
 
 namespace sdxl {
 
@@ -41,12 +37,11 @@ class AotiUnet {
                     const torch::Tensor& pooled, const torch::Tensor& time_ids);
   // "rows 1..16, tokens 77..308, latent 32..192 x 32..192" (for messages).
   std::string ranges() const;
-  int constants() const { return constants_; }
+  int constants() const { return package_->constants(); }
 
  private:
   SdxlModel& model_;
-  std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader_;
-  int constants_ = 0;
+  std::unique_ptr<AotiPackage> package_;
 };
 
 }  // namespace sdxl

@@ -94,8 +94,9 @@ void read_text_encoders(const Reader& r, const std::string& origin, ModelConfig&
   if (c.text_encoders[1].pooled_dim <= 0) r.fail("/text_encoders/1/pooled_dim", "is missing (SDXL pools encoder 2)");
 }
 
-// /unet/aoti: the AOTInductor package and the input ranges it was compiled for.
-void read_unet_aoti(const Reader& a, UnetAotiConfig& x) {
+// /unet/aoti, /unet/fp8/aoti, /vae_decoder/aoti: the AOTInductor package and the
+// input ranges it was compiled for (tokens: the UNet's only).
+void read_aoti(const Reader& a, AotiConfig& x) {
   x.file = a.str("file");
   x.device = a.one_of("device", {"cpu", "cuda"});
   x.dtype = a.one_of("dtype", {"fp32", "fp16", "bf16"});
@@ -113,7 +114,7 @@ void read_unet_aoti(const Reader& a, UnetAotiConfig& x) {
     mx = static_cast<int>(v1);
   };
   range("rows", 1, 1 << 16, x.rows_min, x.rows_max);
-  range("tokens", 1, 1 << 20, x.tokens_min, x.tokens_max);
+  if (a.has("tokens")) range("tokens", 1, 1 << 20, x.tokens_min, x.tokens_max);
   range("latent_height", 1, 1 << 16, x.latent_height_min, x.latent_height_max);
   range("latent_width", 1, 1 << 16, x.latent_width_min, x.latent_width_max);
 }
@@ -158,13 +159,13 @@ void read_unet(const Reader& r, ModelConfig& c) {
     r.fail("/unet/context_dim", "must equal the sum of the text encoders' hidden_dim");
   if (c.unet_pooled_dim != c.text_encoders[1].pooled_dim)
     r.fail("/unet/pooled_dim", "must equal /text_encoders/1/pooled_dim");
-  if (u.has("aoti")) read_unet_aoti(u.child("aoti"), c.unet_aoti);
+  if (u.has("aoti")) read_aoti(u.child("aoti"), c.unet_aoti);
   if (u.has("fp8")) {
     const Reader f = u.child("fp8");
     c.unet_fp8.file = f.str("file");
     c.unet_fp8.format = f.str_or("format", "");
     c.unet_fp8.layers = f.integer("layers", 1, 1 << 20);
-    if (f.has("aoti")) read_unet_aoti(f.child("aoti"), c.unet_fp8.aoti);
+    if (f.has("aoti")) read_aoti(f.child("aoti"), c.unet_fp8.aoti);
   }
   if (u.has("control")) read_control_inputs(u.child("control"), c.unet_control);
   if (u.has("ip_adapter")) {
@@ -271,6 +272,7 @@ void check_model_files(const ModelConfig& c, const std::filesystem::path& dir, c
   if (!c.unet_fp8.file.empty()) need(c.unet_fp8.file, "/unet/fp8/file");
   if (!c.unet_fp8.aoti.file.empty()) need(c.unet_fp8.aoti.file, "/unet/fp8/aoti/file");
   need(c.vae_decoder_file, "/vae_decoder/file");
+  if (!c.vae_decoder_aoti.file.empty()) need(c.vae_decoder_aoti.file, "/vae_decoder/aoti/file");
   for (int i = 0; i < 2; ++i) {
     for (const char* f : {"vocab.json", "merges.txt"})
       need(c.text_encoders[i].tokenizer + "/" + f, "/text_encoders/" + std::to_string(i) + "/tokenizer");
@@ -311,6 +313,7 @@ void read_common(const Reader& r, ModelConfig& c) {
   c.vae_downsample = r.integer("vae_downsample", 1, 64);
   c.latent_channels = r.integer("latent_channels", 1, 64);
   c.vae_decoder_file = r.child("vae_decoder").str("file");
+  if (r.child("vae_decoder").has("aoti")) read_aoti(r.child("vae_decoder").child("aoti"), c.vae_decoder_aoti);
   if (r.has("vae_encoder")) c.vae_encoder_file = r.child("vae_encoder").str("file");
   c.vae_file = read_source_file(r, "vae_file");
 }
@@ -631,25 +634,47 @@ std::uint64_t module_file_bytes(const ModelConfig& cfg) {
   return sum;
 }
 
-std::string unet_aoti_mismatch(const ModelConfig& cfg, const std::string& device, const std::string& dtype,
-                               const std::string& capability) {
-  const UnetAotiConfig& a = cfg.unet_aoti;
-  const bool fp8 = cfg.unet_precision == "fp8";
-  if (a.file.empty())
-    return fp8 ? "the model has no unet_fp8.pt2 (model.json has no /unet/fp8/aoti); export it with scripts/export_sdxl.py "
-                 "--fp8 --aoti"
-               : "the model has no unet.pt2 (model.json has no /unet/aoti); export it with scripts/export_sdxl.py --aoti";
+namespace {
+
+// Why package `a` cannot run on `device` in `dtype` on a GPU of `capability`;
+// `flags`: the export_sdxl.py options that write it ("--aoti", "--fp8 --aoti").
+std::string aoti_mismatch(const AotiConfig& a, const std::string& flags, const std::string& device,
+                          const std::string& dtype, const std::string& capability) {
   if (a.device != device)
     return a.file + " was compiled for " + a.device + ", the model runs on " + device +
-           "; re-export with scripts/export_sdxl.py " + (fp8 ? "--fp8 " : "") + "--aoti --device " + device;
+           "; re-export with scripts/export_sdxl.py " + flags + " --device " + device;
   if (a.dtype != dtype)
     return a.file + " was compiled for " + a.dtype + ", the model runs in " + dtype +
            " (--dtype); drop --dtype or re-export with --dtype " + dtype + " --aoti";
   if (device == "cuda" && !a.capability.empty() && !capability.empty() && a.capability != capability)
     return a.file + " was compiled on " + (a.gpu.empty() ? "a GPU" : a.gpu) + " (compute capability " + a.capability +
            "), whose kernels do not run on this GPU (compute capability " + capability +
-           "); re-export with scripts/export_sdxl.py " + (fp8 ? "--fp8 " : "") + "--aoti on this GPU kind";
+           "); re-export with scripts/export_sdxl.py " + flags + " on this GPU kind";
   return "";
+}
+
+}  // namespace
+
+std::string unet_aoti_mismatch(const ModelConfig& cfg, const std::string& device, const std::string& dtype,
+                               const std::string& capability) {
+  const bool fp8 = cfg.unet_precision == "fp8";
+  if (cfg.unet_aoti.file.empty())
+    return fp8 ? "the model has no unet_fp8.pt2 (model.json has no /unet/fp8/aoti); export it with scripts/export_sdxl.py "
+                 "--fp8 --aoti"
+               : "the model has no unet.pt2 (model.json has no /unet/aoti); export it with scripts/export_sdxl.py --aoti";
+  return aoti_mismatch(cfg.unet_aoti, fp8 ? "--fp8 --aoti" : "--aoti", device, dtype, capability);
+}
+
+std::string vae_aoti_mismatch(const ModelConfig& cfg, const std::string& device, const std::string& dtype,
+                              const std::string& capability) {
+  if (cfg.vae_decoder_aoti.file.empty())
+    return "the model has no vae_decoder.pt2 (model.json has no /vae_decoder/aoti); export it with "
+           "scripts/export_sdxl.py --aoti";
+  const AotiConfig& a = cfg.vae_decoder_aoti;
+  if (a.device == device && a.dtype != dtype)
+    return a.file + " was compiled to decode in " + a.dtype + ", the VAE decodes in " + dtype +
+           " (--vae-dtype, or --dtype with --vae-dtype auto); decode in " + a.dtype + " to use it";
+  return aoti_mismatch(a, "--aoti", device, dtype, capability);
 }
 
 ModelConfig with_unet_precision(const ModelConfig& cfg, const std::string& precision, const std::string& dtype_override) {

@@ -54,11 +54,12 @@ struct ModelLimits {
   int context_chunks_max = 1;
 };
 
-// unet.aoti in model.json (optional; written by export_sdxl.py --aoti): the UNet
-// compiled by AOTInductor, without its weights, and the input ranges it was
-// compiled for (rows = batch rows incl. CFG, tokens = context length, latent
-// sizes in latent pixels; min == max when fixed).
-struct UnetAotiConfig {
+// An AOTInductor package in model.json (optional; written by export_sdxl.py
+// --aoti): unet.aoti (the UNet), unet.fp8.aoti, vae_decoder.aoti (the VAE
+// decoder). The module compiled without its weights, and the input ranges it
+// was compiled for (rows = batch rows incl. CFG, tokens = context length, none
+// for the VAE; latent sizes in latent pixels; min == max when fixed).
+struct AotiConfig {
   std::string file;    // "" when the model has no AOTI package
   std::string device;  // cpu | cuda: the device it was compiled for
   std::string dtype;   // fp32 | fp16 | bf16: the dtype of its inputs and weights
@@ -99,7 +100,7 @@ struct UnetFp8Config {
   std::string file;      // "" when the model has no FP8 UNet
   std::string format;    // what the export says of its scales
   int layers = 0;        // how many linear layers are FP8
-  UnetAotiConfig aoti;   // .file empty: no unet_fp8.pt2
+  AotiConfig aoti;       // .file empty: no unet_fp8.pt2
 };
 
 struct GenerationDefaults {
@@ -125,7 +126,7 @@ struct ModelConfig {
   int unet_context_dim = 0;
   int unet_pooled_dim = 0;
   int unet_time_ids_dim = 6;
-  UnetAotiConfig unet_aoti;  // .file empty: no unet.pt2
+  AotiConfig unet_aoti;      // .file empty: no unet.pt2
   UnetFp8Config unet_fp8;    // .file empty: no unet_fp8.ts
   // The UNet's precision: "" = the model dtype (unet_file as exported); "fp8"
   // after with_unet_precision, which points unet_file / unet_aoti at the FP8 UNet.
@@ -133,6 +134,7 @@ struct ModelConfig {
   UnetControlInputs unet_control;
   UnetIpInputs unet_ip;
   std::string vae_decoder_file;
+  AotiConfig vae_decoder_aoti;   // .file empty: no vae_decoder.pt2
   std::string vae_encoder_file;  // optional ("" when absent)
   SchedulerConfig scheduler;
   GenerationDefaults defaults;
@@ -273,6 +275,11 @@ void check_clip_skip(const ModelConfig& cfg, int clip_skip);
 // not known, not checked), with what to do about it; "" when it can.
 std::string unet_aoti_mismatch(const ModelConfig& cfg, const std::string& device, const std::string& dtype,
                                const std::string& capability = "");
+
+// The same for the model's vae_decoder.pt2, to decode in `dtype` (the VAE
+// decode dtype, --vae-dtype).
+std::string vae_aoti_mismatch(const ModelConfig& cfg, const std::string& device, const std::string& dtype,
+                              const std::string& capability = "");
 
 // --precision: "default" returns `cfg` unchanged; "fp8" returns it with
 // unet_file / unet_aoti replaced by the FP8 UNet's and unet_precision "fp8".

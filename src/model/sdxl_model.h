@@ -6,6 +6,7 @@
 
 #include <torch/script.h>
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <set>
@@ -16,6 +17,8 @@
 #include "model/model_config.h"
 
 namespace sdxl {
+
+class AotiPackage;
 
 // Device literals (`device=cuda:0`) in the graphs of a traced module become
 // `device` when both are CUDA devices; returns how many changed. The loader
@@ -40,6 +43,11 @@ struct SdxlModel {
   torch::Dtype vae_decode_dtype = torch::kFloat32;     // --vae-dtype; vae_dtype until it is set
   std::optional<torch::jit::Module> vae_decoder_fp32;  // fp32 re-decode of NaN/Inf output, loaded on first need
   int vae_fp32_redecodes = 0;                          // how many decodes were redone in fp32
+  // vae_decoder.pt2 with --vae-backend aoti / auto (attach_vae_decoder_aoti in
+  // image/vae_decode.h): vae_decoder compiled for one latent size, on
+  // vae_decoder's tensors; null when not used. vae_aoti_decodes counts its decodes.
+  std::shared_ptr<AotiPackage> vae_decoder_aoti;
+  std::atomic<int> vae_aoti_decodes{0};
   std::optional<torch::jit::Module> vae_encoder;  // loaded on first use (img2img, pixel-space hires fix)
   std::unique_ptr<ClipTokenizer> tokenizer;
   std::unique_ptr<ClipTokenizer> tokenizer_2;

@@ -171,6 +171,7 @@ Generator::Generator(const std::filesystem::path& model_dir, const RuntimeOption
   impl_->decode_stream = StageStream(device, /*high_priority=*/false);
   impl_->vae_tiling = parse_vae_tiling(opts.vae_tiling);
   set_vae_decode_dtype(*impl_->model, opts.vae_dtype);
+  attach_vae_decoder_aoti(*impl_->model, opts.vae_backend);
   impl_->vaes = std::make_unique<VaeCache>(*impl_->model, opts.vae_dtype, opts.vae_cache);
   impl_->controlnets = std::make_unique<ControlNetCache>(*impl_->model, opts.controlnet_cache);
   impl_->ip_adapters = std::make_unique<IpAdapterCache>(*impl_->model, opts.ip_adapter_cache, opts.ip_image_cache);
@@ -226,6 +227,7 @@ std::map<std::string, double> Generator::engine_counters() const {
     c["unet_aoti_calls"] = u.aoti_calls();
     c["unet_aoti_fallback_calls"] = u.fallback_calls();
   }
+  if (impl_->model->vae_decoder_aoti) c["vae_aoti_decodes"] = impl_->model->vae_aoti_decodes.load();
   add_cache_counters(c, "vae_cache", impl_->vaes->stats());
   add_cache_counters(c, "controlnet_cache", impl_->controlnets->stats());
   add_cache_counters(c, "ip_adapter_cache", impl_->ip_adapters->adapter_stats());

@@ -51,6 +51,9 @@ struct RuntimeOptions {
   // The UNet's backend: "torchscript" (unet.ts) or "aoti" (unet.pt2 from
   // export_sdxl.py --aoti, AOTInductor; shapes outside its compiled ranges run on unet.ts).
   std::string unet_backend = "auto";  // auto | torchscript | aoti (resolve_unet_backend)
+  // The VAE decoder's backend: "torchscript" (vae_decoder.ts) or "aoti"
+  // (vae_decoder.pt2, one image size; attach_vae_decoder_aoti).
+  std::string vae_backend = "auto";  // auto | torchscript | aoti
   // VAE decode in tiles: "auto" (whole, tiles after an out-of-memory), "always", "never".
   std::string vae_tiling = "auto";
   // VAE decode dtype: "auto" (the compute dtype), fp32, fp16, bf16; NaN/Inf output is decoded again in fp32.

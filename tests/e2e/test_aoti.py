@@ -5,7 +5,10 @@ CPU; the export records its check of the package), then generate with
 --unet-backend aoti and torchscript and compare; the
 same with a LoRA (its change to the aoti image must be the change it makes to the
 torchscript image); switching a LoRA on and off inside one aoti run; clear errors
-for a model without unet.pt2 and for a dtype it was not compiled for.
+for a model without unet.pt2 and for a dtype it was not compiled for. The VAE
+decoder's package (vae_decoder.pt2, one image size): its export check, its image
+against vae_decoder.ts's, an image of another size decoded by vae_decoder.ts in the
+same run, and its errors.
 
 Tolerance: both backends run the same fp32 weights, but AOTInductor's generated
 C++ kernels fuse and vectorise the UNet's ops, so sums are taken in another order
@@ -185,6 +188,57 @@ class Aoti(unittest.TestCase):
                  "--dtype", "bf16", "--out", str(self.out / "never.png"))
         self.assertEqual(r.returncode, 1, r.stderr)
         self.assertIn("was compiled for fp32, the model runs in bf16", r.stderr)
+
+    def test_export_records_the_vae_package_and_its_check(self):
+        vae = json.loads((self.model / "model.json").read_text())["vae_decoder"].get("aoti")
+        self.assertTrue(vae, "model.json has no vae_decoder.aoti")
+        self.assertEqual((vae["file"], vae["rows"], vae["latent_height"], vae["latent_width"]),
+                         ("vae_decoder.pt2", [1, 1], [32, 32], [32, 32]))  # the tiny model's default 256x256
+        self.assertTrue((self.model / "vae_decoder.pt2").is_file())
+        self.assertEqual(len(vae["checks"]), 1, vae)
+        self.assertTrue(vae["checks"][0]["ok"], vae)
+        self.assertLess(vae["checks"][0]["rel_l2"], 1e-4, vae)
+
+    def test_vae_package_image_matches_vae_torchscript(self):
+        ts = self.gen("vae-ts", "torchscript", "--vae-backend", "torchscript")
+        png = self.out / "vae-aoti.png"
+        r = sdxl("generate", "--model", str(self.model), "--prompt", "a lighthouse in a storm", *COMMON,
+                 "--unet-backend", "torchscript", "--vae-backend", "aoti", "--out", str(png))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("VAE decoder backend aoti: vae_decoder.pt2", r.stderr)
+        self.assertClose(pixels(png), ts, "vae_decoder.pt2 vs vae_decoder.ts")
+
+    def test_vae_package_decodes_its_size_and_the_trace_decodes_others(self):
+        work = self.work / "vae-sizes"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        batch = {"version": 1, "defaults": {"steps": 2},
+                 "tasks": [{"id": "square", "prompt": "a red door", "seed": 5, "width": 256, "height": 256},
+                           {"id": "wide", "prompt": "a red door", "seed": 5, "width": 320, "height": 256}]}
+        cfg = work / "sizes.json"
+        cfg.write_text(json.dumps(batch))
+        r = sdxl("run", str(cfg), "--model", str(self.model), "--out", str(work / "out"), "--threads", "1",
+                 "--vae-backend", "aoti")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        report = json.loads((work / "out" / "report.json").read_text())
+        self.assertEqual(report["images_done"], 2, report)
+        self.assertEqual(report["devices"][0]["engine"]["vae_aoti_decodes"], 1, report["devices"][0]["engine"])
+        self.assertEqual(pixels(work / "out" / "wide-0-5.png").shape, (256, 320, 3))
+
+    def test_vae_backend_errors_name_the_cause(self):
+        r = sdxl("generate", "--model", ARGS.plain_model, "--prompt", "x", *COMMON, "--vae-backend", "aoti",
+                 "--out", str(self.out / "never.png"))
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("has no vae_decoder.pt2", r.stderr)
+        r = sdxl("generate", "--model", str(self.model), "--prompt", "x", *COMMON, "--vae-backend", "aoti",
+                 "--vae-dtype", "bf16", "--out", str(self.out / "never.png"))
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("vae_decoder.pt2 was compiled to decode in fp32, the VAE decodes in bf16", r.stderr)
+        r = sdxl("generate", "--model", str(self.model), "--prompt", "x", *COMMON, "--vae-dtype", "bf16",
+                 "--out", str(self.out / "auto-vae-bf16.png"))  # auto: falls back, says why
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("VAE decoder backend torchscript (vae_decoder.ts): vae_decoder.pt2 was compiled to decode in fp32",
+                      r.stderr)
 
     def test_unknown_backend_is_refused(self):
         r = sdxl("generate", "--model", str(self.model), "--prompt", "x", "--unet-backend", "tensorrt")

@@ -196,6 +196,35 @@ TEST(ModelConfig, PackageCompiledOnAnotherGpuKindIsNotRun) {
   EXPECT_EQ(sdxl::unet_aoti_mismatch(packaged, "cuda", "fp16"), "");
 }
 
+TEST(ModelConfig, VaeDecoderPackageIsReadAndRunOnlyWhereItFits) {
+  auto j = valid();
+  const auto plain = sdxl::parse_model_config(j.dump(), "/m", "/m/model.json", false);
+  EXPECT_TRUE(plain.vae_decoder_aoti.file.empty());
+  EXPECT_NE(sdxl::vae_aoti_mismatch(plain, "cuda", "fp16").find("no vae_decoder.pt2 (model.json has no "
+                                                                 "/vae_decoder/aoti); export it with"),
+            std::string::npos);
+  // No "tokens": the VAE has no text input.
+  j["vae_decoder"]["aoti"] = nlohmann::json::parse(R"({"file": "vae_decoder.pt2", "device": "cuda", "dtype": "fp16",
+      "gpu": "NVIDIA H200", "capability": "9.0", "rows": [1, 1], "latent_height": [128, 128],
+      "latent_width": [96, 96]})");
+  const auto c = sdxl::parse_model_config(j.dump(), "/m", "/m/model.json", false);
+  EXPECT_EQ(c.vae_decoder_aoti.file, "vae_decoder.pt2");
+  EXPECT_EQ(c.vae_decoder_aoti.latent_height_max, 128);
+  EXPECT_EQ(c.vae_decoder_aoti.latent_width_min, 96);
+  EXPECT_EQ(sdxl::vae_aoti_mismatch(c, "cuda", "fp16", "9.0"), "");
+  EXPECT_NE(sdxl::vae_aoti_mismatch(c, "cuda", "fp32", "9.0")
+                .find("vae_decoder.pt2 was compiled to decode in fp16, the VAE decodes in fp32 (--vae-dtype"),
+            std::string::npos);
+  EXPECT_NE(sdxl::vae_aoti_mismatch(c, "cpu", "fp16").find("compiled for cuda, the model runs on cpu"),
+            std::string::npos);
+  EXPECT_NE(sdxl::vae_aoti_mismatch(c, "cuda", "fp16", "8.9").find("compute capability 9.0"), std::string::npos);
+  EXPECT_TRUE(sdxl::unet_aoti_mismatch(c, "cuda", "fp16").find("no unet.pt2") != std::string::npos);  // apart
+  auto bad = j;
+  bad["vae_decoder"]["aoti"]["latent_width"] = 96;
+  EXPECT_NE(error_of(bad).find("/vae_decoder/aoti/latent_width must be [min, max]"), std::string::npos)
+      << error_of(bad);
+}
+
 TEST(ModelConfig, Fp8PrecisionSwapsInTheFp8UnetAndItsPackage) {
   auto j = valid();
   const auto plain = sdxl::parse_model_config(j.dump(), "/m", "/m/model.json", false);
