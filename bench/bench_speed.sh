@@ -81,10 +81,10 @@ else
   if [ -n "${BENCH_AOTI:-}" ]; then  # the UNet also compiled by AOTInductor (unet.pt2), for 1024x1024
     export SDXL_MODEL_NAME=full-aoti SDXL_EXPORT_DONE_FILE=unet.pt2 SDXL_EXPORT_ARGS="--aoti --aoti-size 1024x1024"
   fi
-  if [ -n "${BENCH_FP8:-}" ]; then  # the FP8 UNet (unet_fp8.ts; with BENCH_AOTI only unet_fp8.pt2 is compiled)
+  if [ -n "${BENCH_FP8:-}" ]; then  # the FP8 UNet (unet_fp8.ts; with BENCH_AOTI unet_fp8.pt2 and vae_decoder.pt2)
     export SDXL_MODEL_NAME=${SDXL_MODEL_NAME:-full}-fp8 SDXL_EXPORT_ARGS="--fp8 ${SDXL_EXPORT_ARGS:-}"
     if [ -n "${BENCH_AOTI:-}" ]; then
-      export SDXL_EXPORT_DONE_FILE=unet_fp8.pt2 SDXL_EXPORT_ARGS="$SDXL_EXPORT_ARGS --aoti-variants fp8"
+      export SDXL_EXPORT_DONE_FILE=unet_fp8.pt2 SDXL_EXPORT_ARGS="$SDXL_EXPORT_ARGS --aoti-variants fp8,vae"
     else
       export SDXL_EXPORT_DONE_FILE=unet_fp8.ts
     fi

@@ -6,7 +6,8 @@
 #           UNet (bench/fp8_fidelity.py: per-step relative L2 on the fp16 trajectory, PSNR/SSIM of
 #           the final images); then 16 images at 1024², --max-batch 4, TorchScript UNet, fp16 vs
 #           fp8 (s/image, memory, PSNR between them).
-# fp8-aoti: exports the same model with unet_fp8.pt2 (AOTInductor, 1024x1024, rows 1..16; export
+# fp8-aoti: exports the same model with unet_fp8.pt2 and vae_decoder.pt2 (AOTInductor, 1024x1024,
+#           rows 1..16; export
 #           and compile time reported, and the package's check against the eager FP8 UNet), then
 #           32 images at --max-batch 4 and 8 at 28 steps CFG 7, at MLPerf's settings (20 steps,
 #           CFG 8), and 12 images with three LoRA sets (switch and merge seconds in the report,
@@ -38,7 +39,7 @@ AOTI_TAG=
 for kv in ${BENCH_AOTI_CONFIG:-}; do AOTI_ARGS+=" --aoti-config $kv"; AOTI_TAG+="-${kv%%=*}"; done
 case "$MODE" in
   fp8) export SDXL_MODEL_NAME=full-fp8 SDXL_EXPORT_ARGS="--fp8" SDXL_SAVE_DIFFUSERS=1 ;;
-  fp8-aoti) export SDXL_MODEL_NAME=full-fp8-aoti$AOTI_TAG SDXL_EXPORT_ARGS="--fp8 --aoti-variants fp8 $AOTI_ARGS" ;;
+  fp8-aoti) export SDXL_MODEL_NAME=full-fp8-aoti$AOTI_TAG SDXL_EXPORT_ARGS="--fp8 --aoti-variants fp8,vae $AOTI_ARGS" ;;
   fp16-aoti) export SDXL_MODEL_NAME=full-aoti$AOTI_TAG SDXL_EXPORT_ARGS="$AOTI_ARGS" ;;
   fp8-tiny) export SDXL_MODEL_NAME=tiny-fp8-aoti SDXL_EXPORT_SOURCE=--tiny SDXL_EXPORT_ARGS="--fp8 --aoti --aoti-variants fp8" ;;
 esac
