@@ -87,17 +87,10 @@ Decoder main_decoder(SdxlModel& model) {
   return {&model.vae_decoder, model.vae_decode_dtype, model.vae_decoder_aoti.get()};
 }
 
-// Whether z [rows, C, h, w] is within the sizes package `a` was compiled for.
-bool aoti_covers(const AotiConfig& a, const torch::Tensor& z) {
-  auto in = [](std::int64_t v, int lo, int hi) { return v >= lo && v <= hi; };
-  return z.dim() == 4 && in(z.size(0), a.rows_min, a.rows_max) &&
-         in(z.size(2), a.latent_height_min, a.latent_height_max) &&
-         in(z.size(3), a.latent_width_min, a.latent_width_max);
-}
-
 torch::Tensor decode_whole(SdxlModel& model, const Decoder& d, const torch::Tensor& latents) {
   const torch::Tensor z = latents.to(d.dtype) / model.config.vae_scaling_factor;
-  if (d.aoti != nullptr && aoti_covers(model.config.vae_decoder_aoti, z)) {
+  const AotiConfig& a = model.config.vae_decoder_aoti;
+  if (d.aoti != nullptr && z.dim() == 4 && a.covers_latents(z.size(0), z.size(2), z.size(3))) {
     ++model.vae_aoti_decodes;
     return d.aoti->run({z.contiguous()}, "vae_decoder (aoti)").to(torch::kFloat32);
   }

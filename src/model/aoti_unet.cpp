@@ -38,10 +38,8 @@ std::string AotiUnet::ranges() const {
 
 bool AotiUnet::covers(const torch::Tensor& x, const torch::Tensor& context) const {
   const AotiConfig& a = model_.config.unet_aoti;
-  auto in = [](std::int64_t v, int lo, int hi) { return v >= lo && v <= hi; };
-  return x.dim() == 4 && context.dim() == 3 && in(x.size(0), a.rows_min, a.rows_max) &&
-         in(x.size(2), a.latent_height_min, a.latent_height_max) &&
-         in(x.size(3), a.latent_width_min, a.latent_width_max) && in(context.size(1), a.tokens_min, a.tokens_max);
+  return x.dim() == 4 && context.dim() == 3 && a.covers_latents(x.size(0), x.size(2), x.size(3)) &&
+         context.size(1) >= a.tokens_min && context.size(1) <= a.tokens_max;
 }
 
 torch::Tensor AotiUnet::run(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,

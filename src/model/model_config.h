@@ -70,6 +70,13 @@ struct AotiConfig {
   int tokens_min = 77, tokens_max = 77;
   int latent_height_min = 1, latent_height_max = 1;
   int latent_width_min = 1, latent_width_max = 1;
+
+  // Whether `rows` latents of latent_h x latent_w are inside the compiled ranges.
+  bool covers_latents(std::int64_t rows, std::int64_t latent_h, std::int64_t latent_w) const {
+    auto in = [](std::int64_t v, int lo, int hi) { return v >= lo && v <= hi; };
+    return in(rows, rows_min, rows_max) && in(latent_h, latent_height_min, latent_height_max) &&
+           in(latent_w, latent_width_min, latent_width_max);
+  }
 };
 
 // unet.control in model.json: the ControlNet residuals unet.ts's forward_control

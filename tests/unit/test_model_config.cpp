@@ -211,6 +211,9 @@ TEST(ModelConfig, VaeDecoderPackageIsReadAndRunOnlyWhereItFits) {
   EXPECT_EQ(c.vae_decoder_aoti.file, "vae_decoder.pt2");
   EXPECT_EQ(c.vae_decoder_aoti.latent_height_max, 128);
   EXPECT_EQ(c.vae_decoder_aoti.latent_width_min, 96);
+  EXPECT_TRUE(c.vae_decoder_aoti.covers_latents(1, 128, 96));    // one 768x1024 image (W x H)
+  EXPECT_FALSE(c.vae_decoder_aoti.covers_latents(2, 128, 96));   // two at once
+  EXPECT_FALSE(c.vae_decoder_aoti.covers_latents(1, 96, 128));   // another size: vae_decoder.ts
   EXPECT_EQ(sdxl::vae_aoti_mismatch(c, "cuda", "fp16", "9.0"), "");
   EXPECT_NE(sdxl::vae_aoti_mismatch(c, "cuda", "fp32", "9.0")
                 .find("vae_decoder.pt2 was compiled to decode in fp16, the VAE decodes in fp32 (--vae-dtype"),
