@@ -4,6 +4,7 @@
 #include <torch/script.h>
 
 #include <algorithm>
+#include <map>
 
 #include "core/error.h"
 #include "device/device.h"
@@ -64,7 +65,7 @@ std::string attach_vae_decoder_aoti(SdxlModel& model, const std::string& backend
     return "torchscript";
   }
   const AotiConfig& a = cfg.vae_decoder_aoti;
-  model.vae_decoder_aoti = std::make_shared<AotiPackage>(cfg.path_of(a.file), model.device, model.vae_decoder,
+  model.vae_decoder_aoti = std::make_shared<AotiPackage>(cfg.path_of(a.file), a, model.device, model.vae_decoder,
                                                          cfg.vae_decoder_file, cfg.torch_version);
   const int f = cfg.vae_downsample;
   spdlog::info("VAE decoder backend aoti: {} ({} constants shared with {}), compiled for {}x{} images in {}; other "
@@ -72,6 +73,49 @@ std::string attach_vae_decoder_aoti(SdxlModel& model, const std::string& backend
                a.file, model.vae_decoder_aoti->constants(), cfg.vae_decoder_file, a.latent_width_min * f,
                a.latent_height_min * f, a.dtype, cfg.vae_decoder_file);
   return "aoti";
+}
+
+namespace {
+
+// "" when modules `a` and `b` hold tensors of the same names, shapes and
+// dtypes (the same architecture), else the first difference.
+std::string tensor_difference(const torch::jit::Module& a, const torch::jit::Module& b) {
+  std::map<std::string, at::Tensor> in_b;
+  for (const auto& p : b.named_parameters(/*recurse=*/true)) in_b.emplace(p.name, p.value);
+  for (const auto& p : b.named_buffers(/*recurse=*/true)) in_b.emplace(p.name, p.value);
+  std::size_t n = 0;
+  auto same = [&](const std::string& name, const at::Tensor& t) -> std::string {
+    ++n;
+    auto it = in_b.find(name);
+    if (it == in_b.end()) return "it has no '" + name + "'";
+    if (it->second.sizes() != t.sizes() || it->second.scalar_type() != t.scalar_type())
+      return "its '" + name + "' is " + c10::str(it->second.sizes()) + " " + c10::toString(it->second.scalar_type()) +
+             ", the package's " + c10::str(t.sizes()) + " " + c10::toString(t.scalar_type());
+    return "";
+  };
+  for (const auto& p : a.named_parameters(/*recurse=*/true))
+    if (std::string d = same(p.name, p.value); !d.empty()) return d;
+  for (const auto& p : a.named_buffers(/*recurse=*/true))
+    if (std::string d = same(p.name, p.value); !d.empty()) return d;
+  return n == in_b.size() ? "" : "it has tensors the model's decoder does not";
+}
+
+}  // namespace
+
+bool share_vae_decoder_aoti(SdxlModel& vae, const SdxlModel& model) {
+  vae.vae_decoder_aoti.reset();
+  if (!model.vae_decoder_aoti) return false;
+  const AotiConfig& a = model.vae_decoder_aoti->config();
+  const std::string why = tensor_difference(model.vae_decoder, vae.vae_decoder);
+  if (!why.empty()) {
+    spdlog::info("VAE '{}' decodes on its {}, not on the model's {}: {}", vae.config.dir.string(),
+                 vae.config.vae_decoder_file, a.file, why);
+    return false;
+  }
+  vae.vae_decoder_aoti = std::make_shared<AotiPackage>(model.config.path_of(a.file), a, vae.device, vae.vae_decoder,
+                                                       vae.config.vae_decoder_file, model.config.torch_version);
+  spdlog::info("VAE '{}' decodes on the model's {} with its own weights", vae.config.dir.string(), a.file);
+  return true;
 }
 
 namespace {
@@ -89,8 +133,7 @@ Decoder main_decoder(SdxlModel& model) {
 
 torch::Tensor decode_whole(SdxlModel& model, const Decoder& d, const torch::Tensor& latents) {
   const torch::Tensor z = latents.to(d.dtype) / model.config.vae_scaling_factor;
-  const AotiConfig& a = model.config.vae_decoder_aoti;
-  if (d.aoti != nullptr && z.dim() == 4 && a.covers_latents(z.size(0), z.size(2), z.size(3))) {
+  if (d.aoti != nullptr && z.dim() == 4 && d.aoti->config().covers_latents(z.size(0), z.size(2), z.size(3))) {
     ++model.vae_aoti_decodes;
     return d.aoti->run({z.contiguous()}, "vae_decoder (aoti)").to(torch::kFloat32);
   }

@@ -12,10 +12,10 @@
 
 namespace sdxl {
 
-AotiPackage::AotiPackage(const std::filesystem::path& path, const c10::Device& device,
+AotiPackage::AotiPackage(const std::filesystem::path& path, const AotiConfig& config, const c10::Device& device,
                          const torch::jit::Module& weights, const std::string& weights_file,
                          const std::string& torch_version)
-    : device_(device) {
+    : config_(config), device_(device) {
   try {
     // Single-threaded: the container then runs without its own events and
     // locks, which CUDA graph capture refuses ("operation not permitted when

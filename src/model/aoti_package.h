@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "model/model_config.h"
+
 namespace torch::inductor {
 class AOTIModelPackageLoader;
 }
@@ -30,12 +32,13 @@ namespace sdxl {
 
 class AotiPackage {
  public:
-  // weights: the TorchScript module whose tensors are the constants, named
-  // `weights_file` in messages. Throws ModelError when the package cannot be
-  // loaded (torch_version: the export's, for the hint) or needs a constant
-  // the module lacks or holds non-contiguous.
-  AotiPackage(const std::filesystem::path& path, const c10::Device& device, const torch::jit::Module& weights,
-              const std::string& weights_file, const std::string& torch_version);
+  // config: what model.json records of it (its input ranges). weights: the
+  // TorchScript module whose tensors are the constants, named `weights_file`
+  // in messages. Throws ModelError when the package cannot be loaded
+  // (torch_version: the export's, for the hint) or needs a constant the
+  // module lacks or holds non-contiguous.
+  AotiPackage(const std::filesystem::path& path, const AotiConfig& config, const c10::Device& device,
+              const torch::jit::Module& weights, const std::string& weights_file, const std::string& torch_version);
   ~AotiPackage();
   AotiPackage(const AotiPackage&) = delete;
   AotiPackage& operator=(const AotiPackage&) = delete;
@@ -44,11 +47,13 @@ class AotiPackage {
   // throws TaskError (OutOfMemoryError for an out-of-memory), like run_module().
   at::Tensor run(std::vector<at::Tensor> inputs, const char* name);
   int constants() const { return constants_; }
+  const AotiConfig& config() const { return config_; }
   // Parameters and buffers of the module that the package does not take: it
   // compiled them into its code as literals, so in-place changes miss it.
   const std::set<std::string>& compiled_in() const { return compiled_in_; }
 
  private:
+  AotiConfig config_;
   c10::Device device_;
   std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader_;
   std::mutex mu_;

@@ -16,7 +16,7 @@ AotiUnet::AotiUnet(SdxlModel& model) : model_(model) {
       !unfit.empty())
     throw ModelError("--unet-backend aoti: model '" + cfg.name + "' (" + cfg.dir.string() + "): " + unfit);
   const auto path = cfg.path_of(a.file);
-  package_ = std::make_unique<AotiPackage>(path, model.device, model.unet, cfg.unet_file, cfg.torch_version);
+  package_ = std::make_unique<AotiPackage>(path, a, model.device, model.unet, cfg.unet_file, cfg.torch_version);
   model.unet_params_compiled_in = package_->compiled_in();
   if (!model.unet_params_compiled_in.empty()) {
     std::string names;

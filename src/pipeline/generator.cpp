@@ -227,7 +227,10 @@ std::map<std::string, double> Generator::engine_counters() const {
     c["unet_aoti_calls"] = u.aoti_calls();
     c["unet_aoti_fallback_calls"] = u.fallback_calls();
   }
-  if (impl_->model->vae_decoder_aoti) c["vae_aoti_decodes"] = impl_->model->vae_aoti_decodes.load();
+  if (impl_->model->vae_decoder_aoti) {
+    c["vae_aoti_decodes"] = impl_->model->vae_aoti_decodes.load();
+    if (const int n = impl_->vaes->aoti_decodes(); n > 0) c["vae_folder_aoti_decodes"] = n;
+  }
   add_cache_counters(c, "vae_cache", impl_->vaes->stats());
   add_cache_counters(c, "controlnet_cache", impl_->controlnets->stats());
   add_cache_counters(c, "ip_adapter_cache", impl_->ip_adapters->adapter_stats());

@@ -29,6 +29,7 @@ std::shared_ptr<SdxlModel> VaeCache::get(const std::string& folder) {
         return task_folder_errors([&] {
           std::shared_ptr<SdxlModel> v = SdxlModel::load_vae(load_vae_config(folder), model_);
           set_vae_decode_dtype(*v, decode_dtype_);
+          share_vae_decoder_aoti(*v, model_);
           return v;
         });
       },
@@ -46,6 +47,12 @@ std::shared_ptr<SdxlModel> VaeCache::get(const std::string& folder) {
                  cache_.size(), cache_.capacity(), bytes / 1048576.0);
   }
   return vae;
+}
+
+int VaeCache::aoti_decodes() const {
+  int n = 0;
+  cache_.for_each([&](const SdxlModel& v) { n += v.vae_aoti_decodes.load(); });
+  return n;
 }
 
 LruCacheStats VaeCache::stats() const {

@@ -30,6 +30,9 @@ class VaeCache {
   std::shared_ptr<SdxlModel> get(const std::string& folder);
   // resident_bytes: the weights of the cached VAE folders (not the model's own).
   LruCacheStats stats() const;
+  // Images the cached VAE folders decoded on the model's vae_decoder.pt2
+  // (share_vae_decoder_aoti); an evicted folder's count goes with it.
+  int aoti_decodes() const;
 
  private:
   SdxlModel& model_;

@@ -225,6 +225,43 @@ class Aoti(unittest.TestCase):
         self.assertEqual(report["devices"][0]["engine"]["vae_aoti_decodes"], 1, report["devices"][0]["engine"])
         self.assertEqual(pixels(work / "out" / "wide-0-5.png").shape, (256, 320, 3))
 
+    def test_vae_folder_decodes_on_the_models_package_with_its_own_weights(self):
+        work = (self.work / "vae-folder").resolve()
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        # A VAE folder of the same architecture with other weights: the tiny model's VAE, its
+        # last convolution scaled (export_sdxl.py --vae-only from a diffusers VAE folder).
+        src = Path(ARGS.plain_model).parent / "tiny-diffusers" / "vae"
+        make = ("import sys, torch; from diffusers import AutoencoderKL; v = AutoencoderKL.from_pretrained(sys.argv[1]); "
+                "v.decoder.conv_out.weight.data.mul_(1.5); v.save_pretrained(sys.argv[2])")
+        r = subprocess.run([ARGS.python, "-c", make, str(src), str(work / "vae-src")], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        r = subprocess.run([ARGS.python, str(Path(ARGS.source) / "scripts" / "export_sdxl.py"), "--vae-only", "--vae",
+                            str(work / "vae-src"), "--dtype", "fp32", "--out", str(work / "vae"), "--force"],
+                           capture_output=True, text=True, timeout=900)
+        self.assertEqual(r.returncode, 0, r.stdout[-2000:] + r.stderr[-2000:])
+        batch = {"version": 1, "defaults": {"steps": 2, "width": 256, "height": 256},
+                 "tasks": [{"id": "own", "prompt": "a red door", "seed": 5},
+                           {"id": "folder", "prompt": "a red door", "seed": 5, "vae": str(work / "vae")}]}
+        cfg = work / "folder.json"
+        cfg.write_text(json.dumps(batch))
+        images = {}
+        for backend in ("aoti", "torchscript"):
+            out = work / backend
+            r = sdxl("run", str(cfg), "--model", str(self.model), "--out", str(out), "--threads", "1",
+                     "--order", "file", "--vae-backend", backend)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            engine = json.loads((out / "report.json").read_text())["devices"][0].get("engine", {})
+            if backend == "aoti":
+                self.assertIn("decodes on the model's vae_decoder.pt2 with its own weights", r.stderr)
+                self.assertEqual((engine.get("vae_aoti_decodes"), engine.get("vae_folder_aoti_decodes")), (1, 1), engine)
+            else:
+                self.assertNotIn("vae_folder_aoti_decodes", engine)
+            images[backend] = {t: pixels(out / f"{t}-0-5.png") for t in ("own", "folder")}
+        self.assertClose(images["aoti"]["folder"], images["torchscript"]["folder"], "folder VAE: package vs trace")
+        moved = int(np.abs(images["aoti"]["folder"] - images["aoti"]["own"]).max())
+        self.assertGreater(moved, 5 * MAX_LEVELS, "the folder's weights did not reach the package")
+
     def test_vae_backend_errors_name_the_cause(self):
         r = sdxl("generate", "--model", ARGS.plain_model, "--prompt", "x", *COMMON, "--vae-backend", "aoti",
                  "--out", str(self.out / "never.png"))
