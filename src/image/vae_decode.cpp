@@ -112,8 +112,13 @@ bool share_vae_decoder_aoti(SdxlModel& vae, const SdxlModel& model) {
                  vae.config.vae_decoder_file, a.file, why);
     return false;
   }
-  vae.vae_decoder_aoti = std::make_shared<AotiPackage>(model.config.path_of(a.file), a, vae.device, vae.vae_decoder,
-                                                       vae.config.vae_decoder_file, model.config.torch_version);
+  try {
+    vae.vae_decoder_aoti = std::make_shared<AotiPackage>(model.config.path_of(a.file), a, vae.device, vae.vae_decoder,
+                                                         vae.config.vae_decoder_file, model.config.torch_version);
+  } catch (const ModelError& e) {  // the folder's images still decode, on its trace
+    spdlog::warn("VAE '{}' decodes on its {}: {}", vae.config.dir.string(), vae.config.vae_decoder_file, e.what());
+    return false;
+  }
   spdlog::info("VAE '{}' decodes on the model's {} with its own weights", vae.config.dir.string(), a.file);
   return true;
 }
