@@ -945,9 +945,9 @@ def export_vae_decoder_aoti(vae, dtype, device: str, out_dir: Path, size: str | 
                             default_size: tuple[int, int], extra_configs: dict, gen: torch.Generator) -> dict | None:
     """torch.export the VAE decoder wrapper in `dtype` (the model's compute dtype, which
     sdxl-batch decodes in on a GPU) for one image of one size: --aoti-size when it is fixed,
-    else the model's default (width, height) -- static sizes decode 1.3x faster than a package
-    for any size (bench/results/2026-12-03-vae-decode-h200.md), and a night's images mostly
-    share one. Compiles it into out_dir/vae_decoder.pt2 without weights (its constants are
+    else the model's default (width, height): a package for one size decodes faster than one
+    for any size (docs/models-and-export.md#aotinductor-vae-decoder), and a night's images
+    mostly share one. Compiles it into out_dir/vae_decoder.pt2 without weights (its constants are
     vae_decoder.ts's tensors, cast to `dtype` by sdxl-batch) and checks it against the eager
     decoder within the dtype's tolerance. Returns model.json's vae_decoder.aoti, or None
     (the package deleted, the export goes on without it) when the check fails."""
@@ -1450,9 +1450,9 @@ def export(a, kind, dtype_name, dtype, device, out: Path, tmp: Path, t_start: fl
     t0 = time.time()
     files = file_digests(tmp)
     timings["sha256"] = time.time() - t0
-    unet_meta = {"aoti": aoti_meta, "fp8": fp8_meta, "control": trace_inputs[3], "ip_adapter": trace_inputs[4],
-                 "vae_aoti": vae_aoti_meta}
-    meta = model_meta(pipe, d, dtype_name, device, dict(name=name, source=source, seed=seed), unet_meta, defaults,
+    parts = {"aoti": aoti_meta, "fp8": fp8_meta, "control": trace_inputs[3], "ip_adapter": trace_inputs[4],
+             "vae_aoti": vae_aoti_meta}
+    meta = model_meta(pipe, d, dtype_name, device, dict(name=name, source=source, seed=seed), parts, defaults,
                       limits, files_meta, files)
     if check is not None:
         meta["check"] = check
@@ -1543,11 +1543,11 @@ def check_traces(a, tiny: bool, tmp: Path, pipe, dtype, d: dict, device, limits:
     return {"level": a.check, "modules": summary, "notes": notes}
 
 
-def model_meta(pipe, d: dict, dtype_name: str, device, origin: dict, unet_meta: dict, defaults: dict, limits: dict,
+def model_meta(pipe, d: dict, dtype_name: str, device, origin: dict, parts: dict, defaults: dict, limits: dict,
                files_meta: dict, files: dict) -> dict:
     """model.json (docs/models-and-export.md: the model directory contract); origin: name,
-    source, seed; unet_meta: the optional aoti and fp8 parts and the control / ip_adapter layouts,
-    and vae_aoti: the VAE decoder's optional AOTI package."""
+    source, seed; parts: the UNet's optional aoti and fp8 parts and its control / ip_adapter
+    layouts, and vae_aoti: the VAE decoder's optional AOTI package."""
     te1, te2, unet = pipe.text_encoder, pipe.text_encoder_2, pipe.unet
     sc = pipe.scheduler.config
     return {
@@ -1571,10 +1571,10 @@ def model_meta(pipe, d: dict, dtype_name: str, device, origin: dict, unet_meta: 
         ],
         "unet": {"file": "unet.ts", "in_channels": int(unet.config.in_channels), "context_dim": d["ctx_dim"],
                  "pooled_dim": d["pdim"], "time_ids_dim": 6, "parameters": count_params(unet),
-                 "control": unet_meta["control"], "ip_adapter": unet_meta["ip_adapter"],
-                 **({"aoti": unet_meta["aoti"]} if unet_meta["aoti"] else {}),
-                 **({"fp8": unet_meta["fp8"]} if unet_meta["fp8"] else {})},
-        "vae_decoder": {"file": "vae_decoder.ts", **({"aoti": unet_meta["vae_aoti"]} if unet_meta["vae_aoti"] else {})},
+                 "control": parts["control"], "ip_adapter": parts["ip_adapter"],
+                 **({"aoti": parts["aoti"]} if parts["aoti"] else {}),
+                 **({"fp8": parts["fp8"]} if parts["fp8"] else {})},
+        "vae_decoder": {"file": "vae_decoder.ts", **({"aoti": parts["vae_aoti"]} if parts["vae_aoti"] else {})},
         "vae_encoder": {"file": "vae_encoder.ts"},
         "scheduler": {k: sc[k] for k in ("num_train_timesteps", "beta_start", "beta_end", "beta_schedule",
                                           "timestep_spacing", "steps_offset", "prediction_type")},

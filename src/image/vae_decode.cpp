@@ -50,11 +50,11 @@ void set_vae_decode_dtype(SdxlModel& model, const std::string& option) {
   model.vae_decode_dtype = want;
 }
 
-std::string attach_vae_decoder_aoti(SdxlModel& model, const std::string& backend) {
+void attach_vae_decoder_aoti(SdxlModel& model, const std::string& backend) {
   if (backend != "auto" && backend != "torchscript" && backend != "aoti")
     throw UsageError("--vae-backend '" + backend + "' is not one of: auto, torchscript, aoti");
   model.vae_decoder_aoti.reset();
-  if (backend == "torchscript") return backend;
+  if (backend == "torchscript") return;
   const ModelConfig& cfg = model.config;
   const std::string unfit = vae_aoti_mismatch(cfg, model.device.is_cuda() ? "cuda" : "cpu",
                                               dtype_name(model.vae_decode_dtype), cuda_capability(model.device));
@@ -62,7 +62,7 @@ std::string attach_vae_decoder_aoti(SdxlModel& model, const std::string& backend
     if (backend == "aoti")
       throw ModelError("--vae-backend aoti: model '" + cfg.name + "' (" + cfg.dir.string() + "): " + unfit);
     spdlog::info("VAE decoder backend torchscript ({}): {}", cfg.vae_decoder_file, unfit);
-    return "torchscript";
+    return;
   }
   const AotiConfig& a = cfg.vae_decoder_aoti;
   model.vae_decoder_aoti = std::make_shared<AotiPackage>(cfg.path_of(a.file), a, model.device, model.vae_decoder,
@@ -72,7 +72,6 @@ std::string attach_vae_decoder_aoti(SdxlModel& model, const std::string& backend
                "sizes and tiles decode on {}",
                a.file, model.vae_decoder_aoti->constants(), cfg.vae_decoder_file, a.latent_width_min * f,
                a.latent_height_min * f, a.dtype, cfg.vae_decoder_file);
-  return "aoti";
 }
 
 namespace {
@@ -80,47 +79,37 @@ namespace {
 // "" when modules `a` and `b` hold tensors of the same names, shapes and
 // dtypes (the same architecture), else the first difference.
 std::string tensor_difference(const torch::jit::Module& a, const torch::jit::Module& b) {
-  std::map<std::string, at::Tensor> in_b;
-  for (const auto& p : b.named_parameters(/*recurse=*/true)) in_b.emplace(p.name, p.value);
-  for (const auto& p : b.named_buffers(/*recurse=*/true)) in_b.emplace(p.name, p.value);
-  std::size_t n = 0;
-  auto same = [&](const std::string& name, const at::Tensor& t) -> std::string {
-    ++n;
-    auto it = in_b.find(name);
-    if (it == in_b.end()) return "it has no '" + name + "'";
+  const std::map<std::string, at::Tensor> ta = named_tensors(a), tb = named_tensors(b);
+  for (const auto& [name, t] : ta) {
+    auto it = tb.find(name);
+    if (it == tb.end()) return "it has no '" + name + "'";
     if (it->second.sizes() != t.sizes() || it->second.scalar_type() != t.scalar_type())
       return "its '" + name + "' is " + c10::str(it->second.sizes()) + " " + c10::toString(it->second.scalar_type()) +
              ", the package's " + c10::str(t.sizes()) + " " + c10::toString(t.scalar_type());
-    return "";
-  };
-  for (const auto& p : a.named_parameters(/*recurse=*/true))
-    if (std::string d = same(p.name, p.value); !d.empty()) return d;
-  for (const auto& p : a.named_buffers(/*recurse=*/true))
-    if (std::string d = same(p.name, p.value); !d.empty()) return d;
-  return n == in_b.size() ? "" : "it has tensors the model's decoder does not";
+  }
+  return ta.size() == tb.size() ? "" : "it has tensors the model's decoder does not";
 }
 
 }  // namespace
 
-bool share_vae_decoder_aoti(SdxlModel& vae, const SdxlModel& model) {
+void share_vae_decoder_aoti(SdxlModel& vae, const SdxlModel& model) {
   vae.vae_decoder_aoti.reset();
-  if (!model.vae_decoder_aoti) return false;
+  if (!model.vae_decoder_aoti) return;
   const AotiConfig& a = model.vae_decoder_aoti->config();
   const std::string why = tensor_difference(model.vae_decoder, vae.vae_decoder);
   if (!why.empty()) {
     spdlog::info("VAE '{}' decodes on its {}, not on the model's {}: {}", vae.config.dir.string(),
                  vae.config.vae_decoder_file, a.file, why);
-    return false;
+    return;
   }
   try {
     vae.vae_decoder_aoti = std::make_shared<AotiPackage>(model.config.path_of(a.file), a, vae.device, vae.vae_decoder,
                                                          vae.config.vae_decoder_file, model.config.torch_version);
   } catch (const ModelError& e) {  // the folder's images still decode, on its trace
     spdlog::warn("VAE '{}' decodes on its {}: {}", vae.config.dir.string(), vae.config.vae_decoder_file, e.what());
-    return false;
+    return;
   }
   spdlog::info("VAE '{}' decodes on the model's {} with its own weights", vae.config.dir.string(), a.file);
-  return true;
 }
 
 namespace {

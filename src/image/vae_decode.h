@@ -12,8 +12,8 @@
 // the others in the run.
 //
 // Backend (--vae-backend): the traced vae_decoder.ts, or the model's
-// vae_decoder.pt2 (AOTInductor, export_sdxl.py --aoti; 2.5x faster on an H200,
-// bench/results/2026-12-03-vae-decode-h200.md), which is compiled for one
+// vae_decoder.pt2 (AOTInductor, export_sdxl.py --aoti; its measured speed:
+// docs/models-and-export.md#aotinductor-vae-decoder), which is compiled for one
 // image size in the decode dtype: whole images of that size decode on it,
 // other sizes, tiles and the fp32 re-decode on vae_decoder.ts. VAE folders of
 // the same architecture run the same package on their own weights.
@@ -47,15 +47,15 @@ void set_vae_decode_dtype(SdxlModel& model, const std::string& option);
 // only; "aoti" attaches the model's vae_decoder.pt2 (ModelError when the model
 // has none, or it was compiled for another device, GPU or decode dtype:
 // vae_aoti_mismatch); "auto" attaches it when it fits, else says why in the
-// log. UsageError for another value. Returns the backend chosen.
-std::string attach_vae_decoder_aoti(SdxlModel& model, const std::string& backend);
+// log. UsageError for another value.
+void attach_vae_decoder_aoti(SdxlModel& model, const std::string& backend);
 
 // A VAE folder's bundle `vae` (pipeline/vae_cache.h), after its
 // set_vae_decode_dtype: it decodes on `model`'s vae_decoder.pt2 too, with its
 // own weights, when the model has the package attached and the folder's
 // decoder has the same tensors (names, shapes, dtypes: SDXL's VAEs do); else
-// on its own vae_decoder.ts, with a log line saying why. Returns whether it shares it.
-bool share_vae_decoder_aoti(SdxlModel& vae, const SdxlModel& model);
+// on its own vae_decoder.ts, with a log line saying why.
+void share_vae_decoder_aoti(SdxlModel& vae, const SdxlModel& model);
 
 struct TileGrid {
   int tile = 64;     // latent pixels per tile side (64 = 512 image pixels)

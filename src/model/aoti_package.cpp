@@ -34,9 +34,7 @@ AotiPackage::AotiPackage(const std::filesystem::path& path, const AotiConfig& co
 
   // The package's constants are the module's parameters by their state-dict
   // names, which are also the TorchScript module's names (export_sdxl.py checks both).
-  std::unordered_map<std::string, at::Tensor> by_name;
-  for (const auto& p : weights.named_parameters(/*recurse=*/true)) by_name.emplace(p.name, p.value);
-  for (const auto& b : weights.named_buffers(/*recurse=*/true)) by_name.emplace(b.name, b.value);
+  const std::map<std::string, at::Tensor> by_name = named_tensors(weights);
   std::unordered_map<std::string, at::Tensor> constants;
   for (const auto& fqn : loader_->get_constant_fqns()) {
     auto it = by_name.find(fqn);

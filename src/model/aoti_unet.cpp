@@ -30,14 +30,14 @@ AotiUnet::AotiUnet(SdxlModel& model) : model_(model) {
 AotiUnet::~AotiUnet() = default;
 
 std::string AotiUnet::ranges() const {
-  const AotiConfig& a = model_.config.unet_aoti;
+  const AotiConfig& a = package_->config();
   auto r = [](int lo, int hi) { return lo == hi ? std::to_string(lo) : std::to_string(lo) + ".." + std::to_string(hi); };
   return "rows " + r(a.rows_min, a.rows_max) + ", tokens " + r(a.tokens_min, a.tokens_max) + ", latent " +
          r(a.latent_height_min, a.latent_height_max) + " x " + r(a.latent_width_min, a.latent_width_max);
 }
 
 bool AotiUnet::covers(const torch::Tensor& x, const torch::Tensor& context) const {
-  const AotiConfig& a = model_.config.unet_aoti;
+  const AotiConfig& a = package_->config();
   return x.dim() == 4 && context.dim() == 3 && a.covers_latents(x.size(0), x.size(2), x.size(3)) &&
          context.size(1) >= a.tokens_min && context.size(1) <= a.tokens_max;
 }

@@ -188,6 +188,13 @@ torch::jit::Module retyped_module(const torch::jit::Module& module, torch::Dtype
   return copy;
 }
 
+std::map<std::string, at::Tensor> named_tensors(const torch::jit::Module& module) {
+  std::map<std::string, at::Tensor> out;
+  for (const auto& p : module.named_parameters(/*recurse=*/true)) out.emplace(p.name, p.value);
+  for (const auto& b : module.named_buffers(/*recurse=*/true)) out.emplace(b.name, b.value);
+  return out;
+}
+
 c10::IValue run_module(torch::jit::Module& module, const char* name, std::vector<c10::IValue> inputs) {
   return translate_device_errors(name, [&] { return module.forward(std::move(inputs)); });
 }

@@ -7,6 +7,7 @@
 #include <torch/script.h>
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -73,6 +74,9 @@ torch::jit::Module& vae_encoder_module(SdxlModel& model);
 // The fp32 VAE decoder (the fallback after a NaN/Inf decode), loaded on first
 // call; retyped when the export's VAE is not fp32.
 torch::jit::Module& vae_decoder_fp32_module(SdxlModel& model);
+
+// A module's parameters and buffers by their names (the state-dict keys).
+std::map<std::string, at::Tensor> named_tensors(const torch::jit::Module& module);
 
 // A deep copy of a traced module that runs in `to` instead of `from`: floating
 // parameters and buffers are cast, and the dtype constants the trace baked into
