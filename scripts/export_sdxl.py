@@ -1296,6 +1296,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--aoti-config", metavar="KEY=VALUE", action="append", default=[],
                     help="extra torch._inductor config for the AOTI compile (repeatable), "
                          "e.g. max_autotune=True")
+    ap.add_argument("--batch-max", type=int, metavar="N", default=8,
+                    help="images per UNet call the model is made for (default 8; model.json limits.batch_max): "
+                         "sdxl-batch caps --max-batch at it, and the AOTI packages take 1 .. 2*N rows (CFG)")
     ap.add_argument("--fp8", action="store_true",
                     help="also write unet_fp8.ts: the transformer blocks' linear layers in FP8 e4m3 with scales "
                          "calibrated on --fp8-prompts (sdxl-batch --precision fp8; docs/models-and-export.md#fp8-unet)")
@@ -1320,6 +1323,8 @@ def check_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         ap.error("--vae-only needs --vae FILE|DIR")
     if bool(a.ip_adapter) != bool(a.image_encoder):
         ap.error("--ip-adapter FILE and --image-encoder DIR go together")
+    if not 1 <= a.batch_max <= 64:
+        ap.error(f"--batch-max {a.batch_max}: must be 1..64 (sdxl-batch --max-batch takes 1..64)")
     names = set(a.aoti_variants.replace(" ", "").split(","))
     if not names <= {"all", "fp16", "fp8", "vae"}:
         ap.error(f"--aoti-variants '{a.aoti_variants}': {', '.join(sorted(names - {'all', 'fp16', 'fp8', 'vae'}))} "
@@ -1411,7 +1416,7 @@ def export(a, kind, dtype_name, dtype, device, out: Path, tmp: Path, t_start: fl
 
     tiny = kind == "tiny"
     limits = {
-        "batch_max": 8,
+        "batch_max": a.batch_max,
         "width_min": 256 if tiny else 512, "width_max": 1536,
         "height_min": 256 if tiny else 512, "height_max": 1536,
         "size_multiple": 8,

@@ -14,6 +14,9 @@
 #           FP8 weights whose scale a LoRA grew in the log); PSNR against the fp16 TorchScript
 #           images when the fp8 mode ran before on this machine ($WORK kept).
 #           BENCH_LONG_PANELS=N adds N panels at b8 (a sustained rate).
+#           BENCH_BATCH_MAX=N (above 8) exports the model for N images per UNet call (--batch-max N:
+#           packages of 1..2N rows) and first runs 64 panels at --max-batch N and 8, at 28 steps
+#           CFG 7 and at MLPerf's settings (64 panels: batches of N after the first of each shape).
 # fp16-aoti: the same for the exact fp16 UNet (unet.pt2).
 # fp8-tiny: the tiny model's FP8 UNet through AOTInductor on the GPU (a few minutes: the whole
 #           path of unet_fp8.pt2, export check to PNG): 8 images with the FP8 package twice
@@ -37,6 +40,8 @@ DEADLINE=$(( T_START + ${BENCH_DEADLINE_S:-540} ))
 AOTI_ARGS="--aoti --aoti-size 1024x1024 --aoti-config aot_inductor.compile_wrapper_opt_level=O0"
 AOTI_TAG=
 for kv in ${BENCH_AOTI_CONFIG:-}; do AOTI_ARGS+=" --aoti-config $kv"; AOTI_TAG+="-${kv%%=*}"; done
+BM=${BENCH_BATCH_MAX:-8}
+[ "$BM" -ne 8 ] && { AOTI_ARGS+=" --batch-max $BM"; AOTI_TAG+="-bm$BM"; }
 case "$MODE" in
   fp8) export SDXL_MODEL_NAME=full-fp8 SDXL_EXPORT_ARGS="--fp8" SDXL_SAVE_DIFFUSERS=1 ;;
   fp8-aoti) export SDXL_MODEL_NAME=full-fp8-aoti$AOTI_TAG SDXL_EXPORT_ARGS="--fp8 --aoti-variants fp8,vae $AOTI_ARGS" ;;
@@ -118,12 +123,21 @@ else
   # in which the three first batches of a 32-panel run weigh little.
   LONG=${BENCH_LONG_PANELS:-0} long=
   [ "$LONG" -gt 0 ] && { mkpanels "$WORK/panels$LONG.json" "$LONG"; long="aoti-$tag-b8-long panels$LONG 8"; }
+  # With BENCH_BATCH_MAX above 8: N images per UNet call against 8, on 64 panels.
+  wide=()
+  if [ "$BM" -gt 8 ]; then
+    mkpanels "$WORK/panels64.json" 64
+    mkpanels "$WORK/panels64-mlperf.json" 64 20 8
+    wide=("aoti-$tag-b$BM-64 panels64 $BM" "aoti-$tag-b8-64 panels64 8" "aoti-$tag-mlperf-b$BM-64 panels64-mlperf $BM"
+          "aoti-$tag-mlperf-b8-64 panels64-mlperf 8")
+  fi
   # Most telling first: a call cut short by the device budget still has the b8 and MLPerf rows.
-  for spec in "aoti-$tag-b8 panels32 8" "aoti-$tag-mlperf-b8 panels32-mlperf 8" "aoti-$tag-b4 panels32 4" \
+  for spec in "${wide[@]}" "aoti-$tag-b8 panels32 8" "aoti-$tag-mlperf-b8 panels32-mlperf 8" "aoti-$tag-b4 panels32 4" \
               "aoti-$tag-lora lora12 4" "aoti-$tag-mlperf-b4 panels32-mlperf 4" ${long:+"$long"}; do
     set -- $spec
     [ -f "$WORK/$1/report.json" ] && continue
     need=60; [ "$1" = "aoti-$tag-b8-long" ] && need=$(( 30 + LONG ))
+    case "$2" in panels64*) need=110 ;; esac
     time_for "$need" "$1" || continue
     [ "$2" = lora12 ] && { need_loras; mkbatch "$WORK/lora12.json" 12 0 "$WORK/loras"; }
     run "$1" "$WORK/$2.json" --max-batch "$3" --unet-backend aoti --precision "$p" || true

@@ -388,6 +388,12 @@ int run_run(const RunArgs& a) {
   o.model_name = mc.name;
   o.model_sources = model_sources(mc);
   o.invalid_tasks = invalid;
+  if (o.queue.max_batch > mc.limits.batch_max) {
+    spdlog::warn("--max-batch {} is above the batch_max {} of model '{}' (model.json /limits/batch_max; "
+                 "export_sdxl.py --batch-max N makes a model for more): batches of at most {} images",
+                 o.queue.max_batch, mc.limits.batch_max, mc.name, mc.limits.batch_max);
+    o.queue.max_batch = mc.limits.batch_max;
+  }
   const std::uint64_t vram_limit = a.vram_limit.empty() ? 0 : parse_size_bytes(a.vram_limit);
   // Memory and time per size measured by earlier runs into this folder on this device.
   const std::string device_key = a.model.runtime.device + "/" + (a.model.runtime.dtype.empty() ? mc.dtype : a.model.runtime.dtype) +

@@ -58,10 +58,14 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
     return math.inf if mse == 0 else 10 * math.log10(255.0**2 / mse)
 
 
+# The tiny export's images per UNet call: not the default 8, so the package's row range must follow it.
+TINY_BATCH_MAX = 3
+
+
 def export_tiny_aoti(out: Path) -> float:
     """The tiny model with unet.pt2; returns the seconds of the AOTI part (export + compile + check)."""
     cmd = [ARGS.python, str(Path(ARGS.source) / "scripts" / "export_sdxl.py"), "--tiny", "--out", str(out),
-           "--check", "none", "--aoti", "--force"]
+           "--check", "none", "--aoti", "--batch-max", str(TINY_BATCH_MAX), "--force"]
     t0 = time.time()
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=3000)
     if r.returncode != 0:
@@ -116,6 +120,11 @@ class Aoti(unittest.TestCase):
         self.assertTrue(checks, "model.json unet.aoti.checks is missing")
         corners = {(c["rows"], c["latent_h"], c["latent_w"], c["tokens"]) for c in checks}
         self.assertEqual(len(corners), 4, checks)
+        if not ARGS.model_dir:  # exported here with --batch-max TINY_BATCH_MAX
+            meta = json.loads((self.model / "model.json").read_text())
+            self.assertEqual(meta["limits"]["batch_max"], TINY_BATCH_MAX)
+            self.assertEqual(meta["unet"]["aoti"]["rows"], [1, 2 * TINY_BATCH_MAX], "CFG doubles the rows")
+            self.assertEqual(max(c["rows"] for c in checks), 2 * TINY_BATCH_MAX)
         for c in checks:  # fp32 on the CPU: the package equals the eager UNet up to summation order
             self.assertTrue(c["ok"], c)
             self.assertLess(c["rel_l2"], 1e-4, c)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -392,6 +393,21 @@ class Runtime(unittest.TestCase):
             b = np.asarray(Image.open(work / "o3" / shas[3][key])).astype(np.int16)
             self.assertLessEqual(int(np.abs(a - b).max()), 1, key)
             self.assertLess(float((a != b).mean()), 0.001, key)
+
+    def test_max_batch_above_the_models_batch_max_is_lowered_to_it(self):
+        work = Path(ARGS.work) / "above-batch-max"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        batch = {"version": 1, "defaults": {"steps": 2}, "tasks": [{"id": "a", "prompt": "a fox", "seed": 1, "count": 10}]}
+        (work / "b.json").write_text(json.dumps(batch))
+        batch_max = json.loads((Path(ARGS.model) / "model.json").read_text())["limits"]["batch_max"]
+        self.assertLess(batch_max, 10)
+        r = sdxl("run", str(work / "b.json"), "--model", ARGS.model, "--out", str(work / "o"), "--dry-run",
+                 "--max-batch", "12")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(f"--max-batch 12 is above the batch_max {batch_max} of model", r.stderr)
+        sizes = [int(line.split()[4]) for line in r.stdout.splitlines() if re.match(r"\s+\d+\s+mid\s", line)]
+        self.assertEqual(sizes, [batch_max, 10 - batch_max], r.stdout)
 
     def test_bad_runtime_flags_are_named(self):
         cfg = Path(ARGS.source) / "configs" / "priorities.json"
