@@ -95,12 +95,13 @@ PY
 # Per run and device: sampling seconds per image over all batches, and the
 # steady state (batches after the first of each size: no cold shape).
 sample_steady() {
+  compgen -G "$WORK/*/report.json" > /dev/null || return 0  # no run finished (e.g. a call that only exported)
   python3 bench/steady_sampling.py "$WORK"/*/report.json | tee -a "$OUT/summary.txt" || true
 }
 
 # The runs' warnings and errors, counted.
 log_warnings() {
-  { grep -h "warn\|error" "$WORK"/*.log || true; } | sort | uniq -c | sort -rn | head -20 | tee -a "$OUT/summary.txt"
+  { grep -hs "warn\|error" "$WORK"/*.log || true; } | sort | uniq -c | sort -rn | head -20 | tee -a "$OUT/summary.txt"
 }
 
 # The closing figures of a mode: steady sampling, per-device stages, the logs' warnings.
