@@ -15,27 +15,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
 import torch
 
+from cudnn_fp8_probe import median_ms  # bench/probes/ is this script's sys.path[0]
+
 # (name, channels, tokens, blocks per UNet step)
 CASES = [("level 1", 640, 4096, 10), ("level 2", 1280, 1024, 60)]
-
-
-def median_ms(fn, iters: int) -> float:
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-    for start, end in pairs:
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in pairs)
 
 
 def e4m3(x):
