@@ -21,20 +21,17 @@ from pathlib import Path
 import torch
 
 from cudnn_fp8_probe import median_ms  # bench/probes/ is this script's sys.path[0]
+from fp8_compile_probe import quantize_amax
 
 # (name, channels, tokens, blocks per UNet step)
 CASES = [("level 1", 640, 4096, 10), ("level 2", 1280, 1024, 60)]
 
 
-def e4m3(x):
-    scale = x.abs().amax().float() / 448
-    return (x / scale).to(torch.float8_e4m3fn), scale
-
-
 def case(rows: int, c: int, tokens: int, blocks: int, iters: int) -> dict:
     g = torch.Generator("cuda").manual_seed(c)
-    x8, sx = e4m3(torch.randn(rows * tokens, c, generator=g, device="cuda", dtype=torch.float16))
-    ws = [e4m3(torch.randn(c, c, generator=g, device="cuda", dtype=torch.float16) / c ** 0.5) for _ in range(3)]
+    x8, sx = quantize_amax(torch.randn(rows * tokens, c, generator=g, device="cuda", dtype=torch.float16))
+    ws = [quantize_amax(torch.randn(c, c, generator=g, device="cuda", dtype=torch.float16) / c ** 0.5)
+          for _ in range(3)]
     s_cat = max(s for _, s in ws)  # the three weights [3c, c] under one scale (their largest)
     w_cat8 = torch.cat([(w.float() * (s / s_cat)).to(torch.float8_e4m3fn) for w, s in ws])
 

@@ -62,9 +62,9 @@ CLI::App* add_run(CLI::App& app, std::shared_ptr<RunArgs>& args) {
   cmd->add_option("--vram-limit", args->vram_limit,
                   "Device memory budget, e.g. 24GiB or 12GiB (default: the card); enforced on the allocator");
   cmd->add_option("--max-batch", args->max_batch,
-                  "Images per UNet call at most (the memory budget or the model's batch_max may allow fewer). Above 1, an image can differ "
-                  "by a few 1-level pixels from the same seed made alone (other kernel shapes); 1 keeps every "
-                  "image bit-identical whatever else is in the batch file")
+                  "Images per UNet call at most (the memory budget or the model's batch_max may allow fewer). "
+                  "Above 1, an image can differ by a few 1-level pixels from the same seed made alone (other "
+                  "kernel shapes); 1 keeps every image bit-identical whatever else is in the batch file")
       ->capture_default_str()->check(CLI::Range(1, 64));
   cmd->add_option("--safety", args->safety, "A batch runs only if its estimated peak times this fits")
       ->capture_default_str()->check(finite_range(1.0, 4.0));
