@@ -60,6 +60,7 @@ class Unit:
     declared_at: str               # "CMakeLists.txt:LINE"
     declaration: str               # what it declares, for messages
     sources: list[str] = dataclasses.field(default_factory=list)
+    public: set[str] = dataclasses.field(default_factory=set)  # layers: its PUBLIC dependencies
     views: set[str] = dataclasses.field(default_factory=set)   # executables: layer views it adds
     files: list[str] = dataclasses.field(default_factory=list) # repo-relative paths checked as its own
 
@@ -122,7 +123,7 @@ def read_units(root: Path) -> dict[str, Unit]:
             f"PUBLIC {' '.join(public) or '-'}, PRIVATE {' '.join(private) or '-'}"
         units[name] = Unit(name, "layer", "TORCH" in flags, {name, *public, *private},
                            f"CMakeLists.txt:{line}", decl,
-                           sources=values.get("SOURCES", []))
+                           sources=values.get("SOURCES", []), public=set(public))
     layers = set(units)
     links: dict[str, set[str]] = {}
     for _, args in cmake_calls(text, "target_link_libraries"):
@@ -231,6 +232,19 @@ class Tree:
                         todo.append(r)
             u.files = sorted(seen)
 
+    def public_path(self, starts: Iterable[str], target: str) -> Optional[list[str]]:
+        """The shortest chain of PUBLIC dependencies from one of `starts` to `target`."""
+        todo = [[s] for s in sorted(starts) if s in self.layers]
+        seen = {p[0] for p in todo}
+        while todo:
+            path = todo.pop(0)
+            if path[-1] == target:
+                return path
+            for nxt in sorted(self.units[path[-1]].public - seen):
+                seen.add(nxt)
+                todo.append(path + [nxt])
+        return None
+
     # -- torch, through repo headers ---------------------------------------
     def torch_chain(self, rel: str) -> Optional[list[str]]:
         """How `rel` reaches torch: [`file:line <header>`, ...], or None when it does not."""
@@ -327,11 +341,13 @@ def declared_layer(tree: Tree, rel: str, unit: Optional[Unit], inc: Include) -> 
     folder = tree.folder_of(tree.resolve(rel, inc), inc)
     if folder is None or folder in unit.allowed:
         return None
+    via = tree.public_path(unit.allowed - {unit.name}, folder)
+    how = f"; it compiles only through the PUBLIC links {' -> '.join(via)}" if via else ""
     if unit.kind == "layer":
         return (f'layer {unit.name} includes "{inc.path}" but does not declare {folder} '
-                f"(sdxl_layer({unit.name} ...) at {unit.declared_at}: {unit.declaration})")
+                f"(sdxl_layer({unit.name} ...) at {unit.declared_at}: {unit.declaration}{how})")
     return (f'executable {unit.name} includes "{inc.path}" but does not link sdxl_{folder} '
-            f"({unit.declared_at}: {unit.declaration})")
+            f"({unit.declared_at}: {unit.declaration}{how})")
 
 
 def only_from(*prefixes: str) -> Check:
