@@ -16,8 +16,10 @@ kind imports another kind):
   building blocks   sdxl_modules (the TorchScript wrappers, their layouts, example inputs),
                     checkpoint (single-file checkpoints and VAE files), architecture (SDXL's configs),
                     fp8_quant (the FP8 layer contract), aoti_toolchain, clip_vocab
-  helpers           weights (safetensors headers, filling modules from state dicts), common (the
-                    error, the job, the log, tracing, checks against eager, hashes, publishing)
+  helpers           weights (finite weights, filling modules from state dicts), common (the job,
+                    the log, tracing, checks against eager, hashes, publishing), inputs (every
+                    input path and safetensors header checked before it is opened, ExportError;
+                    standard library only: cli checks the inputs before torch is imported)
 A new export kind (an upscaler, a detector) is a module beside controlnet.py with export(a, job),
 its flag in cli.build_parser's source group and a row in cli.KINDS.
 """

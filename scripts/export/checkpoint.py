@@ -4,7 +4,7 @@ A single-file checkpoint is one .safetensors file in the original Stability / A1
 layout: model.diffusion_model.* (UNet), first_stage_model.* (VAE),
 conditioner.embedders.0.transformer.* (CLIP ViT-L) and conditioner.embedders.1.model.*
 (OpenCLIP ViT-bigG). Rules kept here:
-  - the file is checked before anything is loaded (weights.read_header): a truncated file, a pickle, or a
+  - the file is checked before anything is loaded (inputs.read_header): a truncated file, a pickle, or a
     checkpoint of another family (SD 1.x / 2.x, the SDXL refiner, SD3, Flux, an
     inpainting UNet, a LoRA, a lone VAE or UNet) is refused with a message naming it;
   - the architecture comes from configs (SDXL base's built-in ones, or --config DIR),
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-from .common import ExportError
-from .weights import fill_module, read_header
+from .inputs import ExportError, read_header
+from .weights import check_finite, check_finite_module, fill_module
 
 UNET_PREFIX = "model.diffusion_model."
 VAE_PREFIXES = ("first_stage_model.", "vae.")
@@ -87,14 +87,11 @@ def split_components(path: Path, shapes: dict[str, list[int]]) -> dict[str, int]
     return counts
 
 
-def load_checkpoint(path: Path, configs: dict, device: str, dtype: torch.dtype, need_vae: bool, log) -> dict:
-    """The four SDXL modules of a single-file checkpoint, built from `configs`
-    ({"unet", "vae", "text_encoder", "text_encoder_2"}: diffusers / transformers configs).
-    The VAE is None when need_vae is False (another VAE replaces it)."""
-    from diffusers import AutoencoderKL, UNet2DConditionModel
-    from diffusers.loaders import single_file_utils as sfu
+def read_checkpoint(path: Path, need_vae: bool, log) -> tuple[dict[str, list[int]], dict[str, torch.Tensor]]:
+    """(tensor name -> shape, the tensors) of a single-file checkpoint, after checking that it is an
+    SDXL base checkpoint (with its VAE when need_vae) whose weights the export uses are finite. Before
+    diffusers is imported (seconds): a refused file is refused at once."""
     from safetensors.torch import load_file
-    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
 
     shapes = read_header(path)
     what = not_sdxl_base(shapes)
@@ -107,6 +104,20 @@ def load_checkpoint(path: Path, configs: dict, device: str, dtype: torch.dtype, 
     log(f"  {path.name}: {len(shapes)} tensors (unet {counts['unet']}, vae {counts['vae']}, text_encoder "
         f"{counts['text_encoder']}, text_encoder_2 {counts['text_encoder_2']}, ignored {counts['ignored']})")
     ckpt = load_file(str(path), device="cpu")
+    used = (UNET_PREFIX, TE1_PREFIX, TE2_PREFIX) + (VAE_PREFIXES if need_vae else ())
+    check_finite(ckpt, path, [k for k in shapes if k.startswith(used)])
+    return shapes, ckpt
+
+
+def load_checkpoint(path: Path, configs: dict, device: str, dtype: torch.dtype, need_vae: bool, log) -> dict:
+    """The four SDXL modules of a single-file checkpoint, built from `configs`
+    ({"unet", "vae", "text_encoder", "text_encoder_2"}: diffusers / transformers configs).
+    The VAE is None when need_vae is False (another VAE replaces it)."""
+    _, ckpt = read_checkpoint(path, need_vae, log)
+    from diffusers import AutoencoderKL, UNet2DConditionModel
+    from diffusers.loaders import single_file_utils as sfu
+    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
+
     with torch.device("meta"):
         unet = UNet2DConditionModel.from_config(configs["unet"])
         te1 = CLIPTextModel(CLIPTextConfig.from_dict(configs["text_encoder"]))
@@ -132,15 +143,16 @@ def load_checkpoint(path: Path, configs: dict, device: str, dtype: torch.dtype, 
 def load_vae(src: Path, vae_config: dict, device: str, dtype: torch.dtype, log):
     """A VAE from a diffusers folder (its own config), or from one .safetensors file in the
     original layout (bare, or inside a full checkpoint) or the diffusers layout (the
-    base's VAE config)."""
-    from diffusers import AutoencoderKL
-    from diffusers.loaders import single_file_utils as sfu
+    base's VAE config); a file's weights are checked (finite) before diffusers is imported."""
     from safetensors.torch import load_file
 
     if src.is_dir():
         if not (src / "config.json").is_file():
             raise ExportError(f"--vae {src}: a folder without config.json is not a diffusers VAE folder")
+        from diffusers import AutoencoderKL
+
         vae = AutoencoderKL.from_pretrained(str(src), dtype=dtype, local_files_only=True)
+        check_finite_module(vae, "the VAE", src)
         return vae.to(device).eval().requires_grad_(False)
     shapes = read_header(src)
     diffusers_layout = "encoder.down_blocks.0.resnets.0.norm1.weight" in shapes
@@ -148,9 +160,13 @@ def load_vae(src: Path, vae_config: dict, device: str, dtype: torch.dtype, log):
     if not (diffusers_layout or original):
         what = not_sdxl_base(shapes) or "a checkpoint without VAE weights"
         raise ExportError(f"--vae {src}: holds no VAE (encoder/decoder) weights; it is {what}")
+    sd = load_file(str(src), device="cpu")
+    check_finite(sd, src, [k for k in shapes if k.startswith(VAE_PREFIXES)] or list(shapes))
+    from diffusers import AutoencoderKL
+    from diffusers.loaders import single_file_utils as sfu
+
     with torch.device("meta"):
         vae = AutoencoderKL.from_config(vae_config)
-    sd = load_file(str(src), device="cpu")
     if original:
         sd = sfu.convert_ldm_vae_checkpoint(sd, vae.config)
     log(f"  VAE {src.name}: {len(shapes)} tensors, {'diffusers' if diffusers_layout else 'original'} layout")

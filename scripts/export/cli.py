@@ -73,6 +73,7 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
+import importlib
 import json
 import shutil
 import signal
@@ -81,23 +82,24 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-
-from . import controlnet, ip_adapter, sdxl, vae
 from .architecture import architecture
-from .common import DTYPES, REPO, Job
+from .inputs import file_or_folder, folder, read_header, regular_file
+
+REPO = Path(__file__).resolve().parents[2]
+DTYPE_NAMES = ("bf16", "fp16", "fp32")  # common.DTYPES's keys (common imports torch: cli does so only to export)
 
 # The export kinds, one per source flag: (the flag's dest, the kind's name, the module whose
 # export(a, job) writes it). The kind's name is what the log and a random model's model.json
 # "source" say. A new kind (an upscaler, a detector) is a module with export(a, job), a flag
-# in build_parser's source group (and its rules in check_args) and a row here.
+# in build_parser's source group (its rules in check_args, its input files in check_inputs)
+# and a row here.
 KINDS = (
-    ("tiny", "tiny", sdxl),
-    ("random_full", "random-full", sdxl),
-    ("from_path", "from", sdxl),
-    ("vae_only", "vae-only", vae),
-    ("controlnet", "controlnet", controlnet),
-    ("ip_adapter", "ip-adapter", ip_adapter),
+    ("tiny", "tiny", "sdxl"),
+    ("random_full", "random-full", "sdxl"),
+    ("from_path", "from", "sdxl"),
+    ("vae_only", "vae-only", "vae"),
+    ("controlnet", "controlnet", "controlnet"),
+    ("ip_adapter", "ip-adapter", "ip_adapter"),
 )
 
 
@@ -140,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--image-encoder", metavar="DIR",
                     help="with --ip-adapter: the CLIP vision encoder it was trained with, a transformers folder "
                          "(config.json + model.safetensors, CLIPVisionModelWithProjection)")
-    ap.add_argument("--dtype", choices=sorted(DTYPES))
+    ap.add_argument("--dtype", choices=DTYPE_NAMES)
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=0)
@@ -204,6 +206,26 @@ def check_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         ap.error("--fp8 goes with a model export (--tiny, --random-full or --from)")
 
 
+def check_inputs(a: argparse.Namespace) -> None:
+    """Every file the export will read, before anything opens it and before --out is made
+    (inputs.py): each path is what its flag expects, a regular file or a folder of regular files,
+    and every safetensors file's header is valid; ExportError (exit 1) naming the first that is not."""
+    if a.from_path:
+        file_or_folder(Path(a.from_path), "--from")
+    if a.vae:
+        file_or_folder(Path(a.vae), "--vae")
+    if a.config:  # config files only: a diffusers folder's weights are not read
+        file_or_folder(Path(a.config), "--config", safetensors=False)
+    if a.controlnet:
+        file_or_folder(Path(a.controlnet), "--controlnet")
+    if a.ip_adapter:
+        read_header(regular_file(Path(a.ip_adapter), "--ip-adapter"))
+    if a.image_encoder:
+        folder(Path(a.image_encoder), "--image-encoder")
+    if a.fp8:
+        regular_file(Path(a.fp8_prompts), "--fp8-prompts")
+
+
 def main() -> int:
     # A crash in native code (e.g. the AOTInductor loader on CUDA, see
     # bench/probes/gpu_aoti_probe.py) then names the Python line it came from.
@@ -211,11 +233,17 @@ def main() -> int:
     ap = build_parser()
     a = ap.parse_args()
     check_args(ap, a)
+    check_inputs(a)  # before torch is imported: a refused file costs no second
+    import torch
+
+    from .common import DTYPES, Job
+
     threads = a.threads if a.threads is not None else (1 if (a.tiny and a.device == "cpu") else 0)
     if threads > 0:
         torch.set_num_threads(threads)
     t_start = time.time()
     kind, module = next((name, mod) for dest, name, mod in KINDS if getattr(a, dest))
+    export = importlib.import_module(f".{module}", __package__).export
     dtype_name = a.dtype or ("fp32" if kind == "tiny" else "fp16")
     if a.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: CUDA is not available")
@@ -228,8 +256,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the temp dir is removed on kill
     try:
-        return module.export(a, Job(kind, dtype_name, DTYPES[dtype_name], a.device, out, tmp, t_start))
+        return export(a, Job(kind, dtype_name, DTYPES[dtype_name], a.device, out, tmp, t_start))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-

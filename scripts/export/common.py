@@ -1,5 +1,4 @@
-"""What every export kind shares: dtypes, the log, the error that refuses an input, the job an
-export kind gets, tracing a module and checking its parameter names, comparing traces with their
+"""What every export kind shares: dtypes, the log, the job an export kind gets, tracing a module and checking its parameter names, comparing traces with their
 eager modules, hashing files and publishing the finished folder. Imports nothing from the package."""
 from __future__ import annotations
 
@@ -15,12 +14,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-REPO = Path(__file__).resolve().parents[2]
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-
-
-class ExportError(SystemExit):
-    """An input the export refuses (exit code 1); the message names the file and why."""
 
 
 @dataclass

@@ -5,7 +5,7 @@ Sources: a diffusers folder (config.json + diffusion_pytorch_model[.fp16].safete
 with their index), or one .safetensors file with diffusers keys (controlnet_cond_embedding.*,
 controlnet_down_blocks.*, down_blocks.*) or in the original layout (input_blocks.*, zero_convs.*,
 input_hint_block.*, middle_block_out.*, bare or under "control_model."). Rules kept here:
-  - a file is checked before anything is loaded (weights.read_header: truncated files,
+  - a file is checked before anything is loaded (inputs.read_header: truncated files,
     pickles); what is not an SDXL ControlNet is refused with a message naming it: an SD 1.x / 2.x
     ControlNet, a T2I-Adapter, a Control-LoRA, a ControlLLLite, ControlNet-XS, a Union ControlNet
     (not supported yet), a whole checkpoint, a LoRA;
@@ -37,10 +37,11 @@ from pathlib import Path
 import torch
 
 from .architecture import FULL_UNET
-from .common import (Checker, ExportError, Job, SharedChildren, check_names, count_params, file_digests, log, publish,
+from .common import (Checker, Job, SharedChildren, check_names, count_params, file_digests, log, publish,
                      sha256_file, summarize_checks, trace_module)
+from .inputs import ExportError, read_header
 from .sdxl_modules import control_layout, residual_size, unet_inputs
-from .weights import fill_module, read_header
+from .weights import check_finite, fill_module
 
 LDM_PREFIX = "control_model."
 UNION_KEYS = ("task_embedding", "control_type_proj.", "control_add_embedding.", "transformer_layes.",
@@ -198,6 +199,7 @@ def load_controlnet(src: Path, config: str | None, device: str, dtype: torch.dty
     sd = {}
     for f in files:
         sd.update(load_file(str(f), device="cpu"))
+    check_finite(sd, src)
     if ldm_layout(shapes):
         sd = convert_ldm(sd, cfg)
     log(f"  {src.name}: {len(shapes)} tensors, {'original' if ldm_layout(shapes) else 'diffusers'} layout")

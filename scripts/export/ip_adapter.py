@@ -7,7 +7,7 @@ pair per cross-attention layer of the UNet, in diffusers' unet.attn_processors o
 two groups by their prefixes as diffusers' load_ip_adapter does. DIR is the CLIP vision encoder it was
 trained with, a transformers folder (config.json + model.safetensors, CLIPVisionModelWithProjection).
 Rules kept here:
-  - the file is checked before anything is loaded (weights.read_header: truncated files,
+  - the file is checked before anything is loaded (inputs.read_header: truncated files,
     pickles); what is not an SDXL IP-Adapter is refused with a message naming it: an SD 1.x / 2.x
     IP-Adapter (text context 768 / 1024), a FaceID adapter (no CLIP image encoder, LoRA weights: not
     supported), the full-face adapter (not supported), a LoRA, a ControlNet, a whole checkpoint;
@@ -43,9 +43,10 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from .common import (Checker, ExportError, Job, SharedChildren, check_names, count_params, file_digests, log, publish,
+from .common import (Checker, Job, SharedChildren, check_names, count_params, file_digests, log, publish,
                      sha256_file, summarize_checks, trace_module)
-from .weights import fill_module, read_header
+from .inputs import ExportError, read_header
+from .weights import check_finite, fill_module
 
 LAYER_KEY = re.compile(r"^ip_adapter\.(\d+)\.to_([kv])_ip\.weight$")
 SD_FAMILIES = {768: "an SD 1.x IP-Adapter (text context 768)", 1024: "an SD 2.x IP-Adapter (text context 1024)"}
@@ -203,7 +204,9 @@ def load_image_encoder(src: Path, device: str, dtype: torch.dtype):
         raise ExportError(f"--image-encoder {src}: config.json is not a CLIP vision config ({e})")
     with torch.device("meta"):
         enc = CLIPVisionModelWithProjection(cfg)
-    return fill_module(enc, load_file(str(weights), device="cpu"), "the image encoder", weights, device, dtype), weights
+    sd = load_file(str(weights), device="cpu")
+    check_finite(sd, weights)
+    return fill_module(enc, sd, "the image encoder", weights, device, dtype), weights
 
 
 def load_adapter(src: Path, device: str, dtype: torch.dtype) -> tuple[IPAdapterTS, dict]:
@@ -224,6 +227,7 @@ def load_adapter(src: Path, device: str, dtype: torch.dtype) -> tuple[IPAdapterT
         proj, in_dim, tokens = build_image_proj(proj_sd, variant, cross_dim)
     except ExportError as e:
         raise ExportError(f"{src}: {e.code}")
+    check_finite(sd, src)
     layers = {i: (sd[f"ip_adapter.{2 * i + 1}.to_k_ip.weight"].float(), sd[f"ip_adapter.{2 * i + 1}.to_v_ip.weight"]
                   .float()) for i in range(len(widths))}
     mod = IPAdapterTS(proj, layers, dtype).to(device=device, dtype=dtype).eval().requires_grad_(False)

@@ -15,6 +15,7 @@ from .architecture import SDXL_SCHEDULER, architecture, configs_of
 from .checkpoint import load_checkpoint, load_vae, vae_weights_file
 from .clip_vocab import write_clip_tokenizer
 from .common import count_params, log, sha256_file
+from .weights import check_finite_module
 
 
 @contextlib.contextmanager
@@ -65,9 +66,6 @@ def build_random_pipeline(kind: str, device: str, dtype: torch.dtype, seed: int,
 def load_source(a, device: str, dtype: torch.dtype, tmp: Path):
     """--from DIR|FILE [--config DIR] [--vae FILE|DIR] -> (pipeline, name, source, model.json
     entries naming the files the weights came from)."""
-    from diffusers import EulerDiscreteScheduler, StableDiffusionXLPipeline
-    from transformers import CLIPTokenizer
-
     src = Path(a.from_path).resolve()
     config_dir = Path(a.config).resolve() if a.config else None
     vae_src = Path(a.vae).resolve() if a.vae else None
@@ -75,7 +73,11 @@ def load_source(a, device: str, dtype: torch.dtype, tmp: Path):
     if src.is_dir():
         if config_dir:
             raise SystemExit("--config is for a single-file checkpoint; a diffusers folder has its own configs")
+        from diffusers import StableDiffusionXLPipeline
+
         pipe = StableDiffusionXLPipeline.from_pretrained(str(src), dtype=dtype, local_files_only=True)
+        for part in ("text_encoder", "text_encoder_2", "unet", "vae"):
+            check_finite_module(getattr(pipe, part), part, src)
         pipe.to(device)
         copy_tokenizers(src, tmp, (pipe.tokenizer.pad_token, pipe.tokenizer_2.pad_token))
         if vae_src:
@@ -83,6 +85,9 @@ def load_source(a, device: str, dtype: torch.dtype, tmp: Path):
     elif src.is_file():
         configs = configs_of(config_dir)
         parts = load_checkpoint(src, configs, device, dtype, need_vae=vae_src is None, log=log)
+        from diffusers import EulerDiscreteScheduler, StableDiffusionXLPipeline
+        from transformers import CLIPTokenizer
+
         copy_tokenizers(config_dir, tmp, tokenizer_pads(config_dir))
         toks = [CLIPTokenizer.from_pretrained(str(tmp / sub)) for sub in ("tokenizer", "tokenizer_2")]
         vae = load_vae(vae_src, configs["vae"], device, dtype, log) if vae_src else parts["vae"]

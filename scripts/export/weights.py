@@ -1,54 +1,15 @@
-"""Weight files before and after they are read: a safetensors header checked before the file is
-handed to the library (a truncated file, a pickle), and a module built on the meta device filled
-from a state dict (every tensor must arrive with its shape). Used by every export kind that reads
-weights (checkpoint, controlnet, ip_adapter)."""
+"""Weights once read: every value finite (a NaN or an infinity in a checkpoint or VAE exports fine
+and then fails every image), and a module built on the meta device filled from a state dict (every
+tensor must arrive with its shape). The files themselves are checked before they are read
+(inputs.read_header). Used by every export kind that reads weights."""
 from __future__ import annotations
 
-import json
-import struct
+from itertools import chain
 from pathlib import Path
 
 import torch
 
-from .common import ExportError
-
-HEADER_MAX = 100 * 2**20
-
-
-def read_header(path: Path) -> dict[str, list[int]]:
-    """Tensor name -> shape, from the safetensors header, after checking that the file
-    holds every byte the header describes."""
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            raise ExportError(f"{path}: {size} bytes, too short to be a safetensors file")
-        (n,) = struct.unpack("<Q", head)
-        if head[:2] == b"PK" or head[:1] == b"\x80":
-            raise ExportError(f"{path}: a pickle (.ckpt/.pt) checkpoint; loading one can run code. "
-                              "Convert it to .safetensors with a tool you trust first")
-        if n > min(HEADER_MAX, size - 8):
-            raise ExportError(f"{path}: not a safetensors file (header length {n} does not fit in {size} bytes)")
-        try:
-            header = json.loads(f.read(n))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ExportError(f"{path}: not a safetensors file (header is not JSON: {e})")
-    if not isinstance(header, dict):
-        raise ExportError(f"{path}: not a safetensors file (header is not a JSON object)")
-    shapes, end = {}, 0
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            shapes[name] = [int(d) for d in info["shape"]]
-            end = max(end, int(info["data_offsets"][1]))
-        except (KeyError, TypeError, ValueError, IndexError):
-            raise ExportError(f"{path}: tensor '{name}' has no valid shape / data_offsets in the header")
-    if 8 + n + end > size:
-        raise ExportError(f"{path}: truncated: the header describes {8 + n + end} bytes, the file has {size} "
-                          "(an interrupted download or copy?)")
-    return shapes
-
+from .inputs import ExportError
 
 
 def _materialise_position_ids(module: torch.nn.Module, device: str) -> None:
@@ -90,3 +51,31 @@ def fill_module(module: torch.nn.Module, sd: dict[str, torch.Tensor], label: str
     _materialise_position_ids(module, device)
     return module.eval().requires_grad_(False)
 
+
+def _nonfinite(t: torch.Tensor) -> str | None:
+    """How many NaN (or, without NaN, infinite) values t holds, in words; None when all are finite."""
+    if not t.is_floating_point():
+        return None
+    if t.element_size() == 1:  # float8: isfinite is not there for every float8 type; fp16 holds their range
+        t = t.to(torch.float16)
+    if bool(torch.isfinite(t).all()):
+        return None
+    nan = int(torch.isnan(t).sum())
+    bad = nan or int((~torch.isfinite(t)).sum())
+    return f"{bad} NaN (not-a-number) values" if nan else f"{bad} infinite values"
+
+
+def check_finite(tensors: dict[str, torch.Tensor], src: Path, names=None, owner: str = "") -> None:
+    """Refuses src when a tensor of `tensors` (those in `names`, in their order; default all) holds a
+    NaN or an infinity, naming the first such tensor (and its owner, e.g. "the VAE's "): weights like
+    that make every image NaN."""
+    for k in (tensors if names is None else names):
+        what = _nonfinite(tensors[k])
+        if what:
+            raise ExportError(f"{src}: {owner}tensor '{k}' holds {what} of {tensors[k].numel()}: every image would "
+                              "fail (a damaged file, or weights saved from a diverged training run)")
+
+
+def check_finite_module(module: torch.nn.Module, label: str, src: Path) -> None:
+    """check_finite of a loaded module's parameters and buffers (a diffusers folder's component)."""
+    check_finite(dict(chain(module.named_parameters(), module.named_buffers())), src, owner=f"{label}'s ")
