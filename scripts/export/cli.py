@@ -88,11 +88,11 @@ from .inputs import file_or_folder, folder, read_header, regular_file
 REPO = Path(__file__).resolve().parents[2]
 DTYPE_NAMES = ("bf16", "fp16", "fp32")  # common.DTYPES's keys (common imports torch: cli does so only to export)
 
-# The export kinds, one per source flag: (the flag's dest, the kind's name, the module whose
-# export(a, job) writes it). The kind's name is what the log and a random model's model.json
-# "source" say. A new kind (an upscaler, a detector) is a module with export(a, job), a flag
-# in build_parser's source group (its rules in check_args, its input files in check_inputs)
-# and a row here.
+# The export kinds, one per source flag: (the flag's dest, the kind's name, the module of this
+# package whose export(a, job) writes it; imported once the inputs are checked). The kind's name
+# is what the log and a random model's model.json "source" say. A new kind (an upscaler, a
+# detector) is a module with export(a, job), a flag in build_parser's source group (its rules in
+# check_args, its input files in check_inputs) and a row here.
 KINDS = (
     ("tiny", "tiny", "sdxl"),
     ("random_full", "random-full", "sdxl"),

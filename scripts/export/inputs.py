@@ -66,7 +66,7 @@ def folder(path: Path, flag: str = "", safetensors: bool = True) -> Path:
     if not stat.S_ISDIR(mode):
         raise ExportError(f"{label}: {_what(mode)}, not a folder")
     top = len(path.parts)
-    for root, dirs, files in os.walk(path):  # links to folders are listed, not followed
+    for root, dirs, files in os.walk(path, followlinks=True):  # a loader follows them too; the depth bounds loops
         here = Path(root)
         if len(here.parts) - top >= FOLDER_DEPTH:
             dirs[:] = []
