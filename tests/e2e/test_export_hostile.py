@@ -67,7 +67,8 @@ HOSTILE = {
     "offsets-beyond-file": (safetensors({"a": t("F32", [4], 0, 16)}, f32(1, 2)), "truncated"),
     "overlap": (safetensors({"a": t("F32", [2], 0, 8), "b": t("F32", [2], 4, 12)}, f32(1, 2, 3)),
                 "'b': its bytes overlap"),
-    "gap": (safetensors({"a": t("F32", [1], 0, 4), "b": t("F32", [1], 8, 12)}, f32(1, 2, 3)), "'b': its bytes leave a gap"),
+    "gap": (safetensors({"a": t("F32", [1], 0, 4), "b": t("F32", [1], 8, 12)}, f32(1, 2, 3)),
+            "'b': its bytes leave a gap"),
     "lying-shape": (safetensors({"a": t("F32", [3], 0, 8)}, f32(1, 2)), "'a': shape [3] of F32 is 12 bytes"),
     "shape-overflow": (safetensors({"a": t("F32", [2**32, 2**32, 4], 0, 16)}, f32(1, 2, 3, 4)), "overflows"),
     "trailing-bytes": (safetensors({"a": t("F32", [1], 0, 4)}, f32(1, 2)), "bytes after the last tensor"),
@@ -205,10 +206,11 @@ class ExportRefusals(unittest.TestCase):
                                                               f16(1, 2, 3, 4))
         inf_ckpt = self.write("inf-checkpoint.safetensors", safetensors(
             {k: h for k, (h, _) in ckpt.items()}, b"".join(d for _, d in ckpt.values())))
-        self.refused(["--from", str(inf_ckpt)], "'conditioner.embedders.0.transformer.w' holds 1 infinite", inf_ckpt.name)
+        self.refused(["--from", str(inf_ckpt)], "'conditioner.embedders.0.transformer.w' holds 1 infinite",
+                     inf_ckpt.name)
         vae = self.write("nan-vae.safetensors", safetensors(
-            {"decoder.conv_in.weight": t("F32", [2], 0, 8), "encoder.down.0.block.0.norm1.weight": t("F32", [2], 8, 16)},
-            f32(1, 2, nan, 1)))
+            {"decoder.conv_in.weight": t("F32", [2], 0, 8),
+             "encoder.down.0.block.0.norm1.weight": t("F32", [2], 8, 16)}, f32(1, 2, nan, 1)))
         self.refused(["--vae-only", "--vae", str(vae)], "'encoder.down.0.block.0.norm1.weight' holds 1 NaN", vae.name)
 
 
