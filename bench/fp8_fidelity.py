@@ -12,7 +12,7 @@ UNet, in diffusers, on the exported weights and scales themselves:
        (luminance BT.601, 11x11 Gaussian window sigma 1.5, K1 0.01, K2 0.03, data range 255, valid
        region), per image.
 
-The FP8 UNet is the diffusers UNet with scripts/fp8_quant.load_quantized_state given the tensors of
+The FP8 UNet is the diffusers UNet with scripts/export/fp8_quant.load_quantized_state given the tensors of
 --model's unet_fp8.ts (so the exact e4m3 weights and calibrated scales the export wrote; on CUDA its
 layers are torch._scaled_mm, as in the traced unet_fp8.ts); every other tensor of unet_fp8.ts is
 checked against the diffusers UNet's. Euler (diffusers' EulerDiscreteScheduler), fixed seeds (a
@@ -41,7 +41,7 @@ import torch.nn.functional as F
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
-import fp8_quant  # noqa: E402
+from export import fp8_quant  # noqa: E402  (scripts/export/, the export's package)
 from reference.compare_images import psnr  # noqa: E402  (tests/ on PYTHONPATH: bench/lib/gpu_prepare.sh)
 
 # Comic prompts of their own (configs/fp8-calibration-prompts.txt calibrated the scales: not those).

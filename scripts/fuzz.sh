@@ -24,7 +24,7 @@ declare -A srcs=(
   [safetensors]="src/lora/safetensors.cpp src/lora/lora_keys.cpp src/core/sha256.cpp src/core/input_file.cpp"
 )
 if [ ! -f "$out/tokenizer/vocab.json" ]; then
-  .venv/bin/python scripts/clip_vocab.py "$out/tokenizer" --pad-token '!' >/dev/null
+  .venv/bin/python scripts/export/clip_vocab.py "$out/tokenizer" --pad-token '!' >/dev/null
 fi
 export SDXL_FUZZ_TOKENIZER_DIR=$PWD/$out/tokenizer
 for t in "${targets[@]}"; do

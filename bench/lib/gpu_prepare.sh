@@ -26,10 +26,10 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 # A compiler with only a static libstdc++ (the GPU machine's /opt/gcc g++ 13) would
 # give sdxl-batch its own copy next to libtorch's shared libstdc++.so.6, and an
 # AOTInductor package's .so a third one, which crashes at load
-# (scripts/aoti_toolchain.py). Link the shared one, the one torch loads.
+# (scripts/export/aoti_toolchain.py). Link the shared one, the one torch loads.
 LINK_ARGS=()
 if [[ "$(${CXX:-g++} -print-file-name=libstdc++.so)" != /* ]]; then
-  libstdcxx=$(cd scripts && python3 -c "import torch; from aoti_toolchain import loaded_libstdcxx; print(loaded_libstdcxx() or '')")
+  libstdcxx=$(cd scripts && python3 -c "import torch; from export.aoti_toolchain import loaded_libstdcxx; print(loaded_libstdcxx() or '')")
   if [ -n "$libstdcxx" ]; then
     mkdir -p /tmp/sdxl-libstdcxx && ln -sf "$libstdcxx" /tmp/sdxl-libstdcxx/libstdc++.so
     LINK_ARGS=(-DCMAKE_EXE_LINKER_FLAGS=-L/tmp/sdxl-libstdcxx -DCMAKE_SHARED_LINKER_FLAGS=-L/tmp/sdxl-libstdcxx)

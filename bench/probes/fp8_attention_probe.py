@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fp8_compile_probe import column_major, flex_on_fp8, fp8_flex_attention, quantize_amax, timed  # noqa: E402
-import fp8_quant  # noqa: E402  (on sys.path through fp8_compile_probe)
+from export import fp8_quant  # noqa: E402  (scripts/ is on sys.path through fp8_compile_probe)
 
 SHAPES = {"level1 (10 heads x 4096 tokens)": (10, 4096), "level2 (20 heads x 1024 tokens)": (20, 1024)}
 # Self-attention calls per UNet call: 10 transformer blocks at level 1, 60 at level 2 (with the mid block).

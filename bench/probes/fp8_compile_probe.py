@@ -5,7 +5,7 @@ and where does the time of a compiled step go?
 The full-size SDXL UNet with random weights (fp16, cuda), one CFG batch of --rows rows at
 1024² (latent 128x128, 77 tokens). torch.compile (mode default, static shapes) of:
   fp16  the UNet as diffusers builds it;
-  fp8   the same UNet with scripts/fp8_quant.py's layers (the layers export_sdxl.py --fp8
+  fp8   the same UNet with scripts/export/fp8_quant.py's layers (the layers export_sdxl.py --fp8
         quantises; input scales from one forward pass on the same inputs: the speed does
         not depend on their values).
 For each: compile seconds (first call), then the median of --iters timed calls (CUDA
@@ -49,8 +49,8 @@ import torch
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
-import fp8_quant  # noqa: E402
-from export_sdxl import architecture  # noqa: E402
+from export import fp8_quant  # noqa: E402  (scripts/export/, the export's package)
+from export.architecture import architecture  # noqa: E402
 
 VARIANTS = ("fp16", "fp16-dynamic", "fp8-dynamic-h2", "fp8-dynamic", "fp8", "fp8-tuned", "fp8-attn")
 TFLOP_PER_PAIR = 13.52  # UNet FLOPs of one CFG pair (2 rows) at 1024² (bench/results speed tables)

@@ -20,7 +20,7 @@ others:
 
 Every package is compiled as export_sdxl.py --aoti does: linked against the
 process's libstdc++.so.6 when the compiler has only a static one
-(scripts/aoti_toolchain.py); --compiler-default leaves the compiler as it is
+(scripts/export/aoti_toolchain.py); --compiler-default leaves the compiler as it is
 (on such a machine the .so then carries its own libstdc++ and crashes at load).
 
 --diagnose prints the C++ compiler inductor chose, every compile / link command it
@@ -249,8 +249,8 @@ def main() -> int:
     if a.gdb and not debugger:
         print("--gdb: neither gdb nor cuda-gdb is on the PATH; running without", flush=True)
     if not a.compiler_default:
-        sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))  # the product's aoti_toolchain.py
-        from aoti_toolchain import use_shared_libstdcxx
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))  # the export's package
+        from export.aoti_toolchain import use_shared_libstdcxx
 
         use_shared_libstdcxx(log=lambda m: print("  " + m, flush=True))
     diagnosed = False

@@ -33,7 +33,8 @@ import torch
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from export_sdxl import VaeDecoderTS, architecture  # noqa: E402
+from export.architecture import architecture  # noqa: E402  (scripts/export/, the export's package)
+from export.sdxl_modules import VaeDecoderTS  # noqa: E402
 from fp8_compile_probe import profile_kernels, rel_l2, timed  # noqa: E402
 
 VARIANTS = ("ts", "ts-cl", "compile", "compile-dyn", "compile-dyn-cl")

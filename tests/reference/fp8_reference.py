@@ -1,5 +1,5 @@
 """Reference of the FP8 UNet (export_sdxl.py --fp8, sdxl-batch --precision fp8) for the
-parity tests, written from the layer contract, not from scripts/fp8_quant.py:
+parity tests, written from the layer contract, not from scripts/export/fp8_quant.py:
 
   one quantised nn.Linear (K inputs, N outputs) of the export, unet_fp8.ts, holds
     <name>.weight        float8_e4m3fn [N, K]   (W8)

@@ -6,7 +6,7 @@ special tokens (`encode(text, add_special_tokens=False)`) and the 77 ids of
     PYTHONPATH=tests python -m reference.gen_tokenizer_goldens --tokenizer-dir DIR1 --tokenizer-2-dir DIR2 --out FILE.json
 
 DIR1 is a CLIP tokenizer directory with pad token "<|endoftext|>", DIR2 one with
-pad token "!" (scripts/clip_vocab.py writes both). Local files only.
+pad token "!" (scripts/export/clip_vocab.py writes both). Local files only.
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ Warnings (A1111 has none) name the code-point position and what was odd.
     PYTHONPATH=tests python -m reference.prompt_reference --tokenizer-dir D1 --tokenizer-2-dir D2 --out FILE.json
 
 D1 is a CLIP tokenizer directory with pad token "<|endoftext|>", D2 one with pad
-token "!" (scripts/clip_vocab.py writes both). Local files only.
+token "!" (scripts/export/clip_vocab.py writes both). Local files only.
 """
 from __future__ import annotations
 

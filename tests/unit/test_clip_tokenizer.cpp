@@ -1,7 +1,7 @@
 // ClipTokenizer against transformers' CLIPTokenizer goldens (both SDXL tokenizers),
 // plus a hand-made vocabulary and the loading errors. The stock tokenizers and the
 // goldens come from $SDXL_FIXTURES_DIR (tiny-model/tokenizer{,_2}, goldens/tokenizer.json,
-// made by scripts/clip_vocab.py and tests/reference/gen_tokenizer_goldens.py); tests that
+// made by scripts/export/clip_vocab.py and tests/reference/gen_tokenizer_goldens.py); tests that
 // need them skip when the variable is unset.
 #include <gtest/gtest.h>
 

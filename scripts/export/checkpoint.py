@@ -1,10 +1,10 @@
-"""Single-file SDXL checkpoints and VAE files for export_sdxl.py.
+"""Single-file SDXL checkpoints and VAE files for export_sdxl.py --from FILE, --vae and --vae-only.
 
 A single-file checkpoint is one .safetensors file in the original Stability / A1111
 layout: model.diffusion_model.* (UNet), first_stage_model.* (VAE),
 conditioner.embedders.0.transformer.* (CLIP ViT-L) and conditioner.embedders.1.model.*
 (OpenCLIP ViT-bigG). Rules kept here:
-  - the file is checked before anything is loaded: a truncated file, a pickle, or a
+  - the file is checked before anything is loaded (inputs.read_header): a truncated file, a pickle, or a
     checkpoint of another family (SD 1.x / 2.x, the SDXL refiner, SD3, Flux, an
     inpainting UNet, a LoRA, a lone VAE or UNet) is refused with a message naming it;
   - the architecture comes from configs (SDXL base's built-in ones, or --config DIR),
@@ -18,65 +18,17 @@ from_single_file uses.
 """
 from __future__ import annotations
 
-import hashlib
-import json
-import struct
 from pathlib import Path
 
 import torch
+
+from .inputs import ExportError, read_header
+from .weights import check_finite, check_finite_module, fill_module
 
 UNET_PREFIX = "model.diffusion_model."
 VAE_PREFIXES = ("first_stage_model.", "vae.")
 TE1_PREFIX = "conditioner.embedders.0.transformer."
 TE2_PREFIX = "conditioner.embedders.1.model."
-HEADER_MAX = 100 * 2**20
-
-
-class CheckpointError(SystemExit):
-    """A file that cannot become the model asked for; the message names the file and why."""
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 24), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def read_header(path: Path) -> dict[str, list[int]]:
-    """Tensor name -> shape, from the safetensors header, after checking that the file
-    holds every byte the header describes."""
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            raise CheckpointError(f"{path}: {size} bytes, too short to be a safetensors file")
-        (n,) = struct.unpack("<Q", head)
-        if head[:2] == b"PK" or head[:1] == b"\x80":
-            raise CheckpointError(f"{path}: a pickle (.ckpt/.pt) checkpoint; loading one can run code. "
-                                  "Convert it to .safetensors with a tool you trust first")
-        if n > min(HEADER_MAX, size - 8):
-            raise CheckpointError(f"{path}: not a safetensors file (header length {n} does not fit in {size} bytes)")
-        try:
-            header = json.loads(f.read(n))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise CheckpointError(f"{path}: not a safetensors file (header is not JSON: {e})")
-    if not isinstance(header, dict):
-        raise CheckpointError(f"{path}: not a safetensors file (header is not a JSON object)")
-    shapes, end = {}, 0
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            shapes[name] = [int(d) for d in info["shape"]]
-            end = max(end, int(info["data_offsets"][1]))
-        except (KeyError, TypeError, ValueError, IndexError):
-            raise CheckpointError(f"{path}: tensor '{name}' has no valid shape / data_offsets in the header")
-    if 8 + n + end > size:
-        raise CheckpointError(f"{path}: truncated: the header describes {8 + n + end} bytes, the file has {size} "
-                              "(an interrupted download or copy?)")
-    return shapes
 
 
 def _has(keys, prefix: str) -> bool:
@@ -118,45 +70,6 @@ def not_sdxl_base(shapes: dict[str, list[int]]) -> str | None:
     return None
 
 
-def _materialise_position_ids(module: torch.nn.Module, device: str) -> None:
-    """CLIP's position_ids is a non-persistent buffer (no file holds it): make it on `device`."""
-    for name, buf in list(module.named_buffers()):
-        if buf.device.type != "meta":
-            continue
-        if not name.endswith("position_ids"):
-            raise CheckpointError(f"internal: buffer {name} has no value after loading")
-        owner = module.get_submodule(name.rsplit(".", 1)[0]) if "." in name else module
-        owner.register_buffer("position_ids", torch.arange(buf.shape[-1], device=device).expand(buf.shape),
-                              persistent=False)
-
-
-def fill_module(module: torch.nn.Module, sd: dict[str, torch.Tensor], label: str, src: Path,
-                device: str, dtype: torch.dtype) -> torch.nn.Module:
-    """Assign `sd` to a module built on the meta device: every parameter must arrive with
-    its shape; a tensor the module does not have is an error too (a wider or deeper model)."""
-    want = module.state_dict()
-    missing = sorted(set(want) - set(sd))
-    extra = sorted(k for k in set(sd) - set(want) if not k.endswith("position_ids"))
-    wrong = sorted(k for k in set(want) & set(sd) if list(want[k].shape) != list(sd[k].shape))
-    if missing or extra or wrong:
-        parts = []
-        if missing:
-            parts.append(f"{len(missing)} missing (e.g. {', '.join(missing[:3])})")
-        if wrong:
-            k = wrong[0]
-            parts.append(f"{len(wrong)} of another shape (e.g. {k}: file {list(sd[k].shape)}, "
-                         f"model {list(want[k].shape)})")
-        if extra:
-            parts.append(f"{len(extra)} the model does not have (e.g. {', '.join(extra[:3])})")
-        hint = (" A model of another shape needs --config DIR with its configs" if wrong or extra
-                else " The file is incomplete or was written by a tool that renamed them")
-        raise CheckpointError(f"{src}: {label} does not fit the architecture: {'; '.join(parts)}.{hint}")
-    sd = {k: v.to(device=device, dtype=dtype if v.is_floating_point() else v.dtype) for k, v in sd.items() if k in want}
-    module.load_state_dict(sd, strict=True, assign=True)
-    _materialise_position_ids(module, device)
-    return module.eval().requires_grad_(False)
-
-
 def split_components(path: Path, shapes: dict[str, list[int]]) -> dict[str, int]:
     """Count the file's tensors per component; keys of none are ignored (EMA, training state)."""
     counts = {"unet": 0, "vae": 0, "text_encoder": 0, "text_encoder_2": 0, "ignored": 0}
@@ -174,26 +87,37 @@ def split_components(path: Path, shapes: dict[str, list[int]]) -> dict[str, int]
     return counts
 
 
-def load_checkpoint(path: Path, configs: dict, device: str, dtype: torch.dtype, need_vae: bool, log) -> dict:
-    """The four SDXL modules of a single-file checkpoint, built from `configs`
-    ({"unet", "vae", "text_encoder", "text_encoder_2"}: diffusers / transformers configs).
-    The VAE is None when need_vae is False (another VAE replaces it)."""
-    from diffusers import AutoencoderKL, UNet2DConditionModel
-    from diffusers.loaders import single_file_utils as sfu
+def read_checkpoint(path: Path, need_vae: bool, log) -> tuple[dict[str, list[int]], dict[str, torch.Tensor]]:
+    """(tensor name -> shape, the tensors) of a single-file checkpoint, after checking that it is an
+    SDXL base checkpoint (with its VAE when need_vae) whose weights the export uses are finite. Before
+    diffusers is imported (seconds): a refused file is refused at once."""
     from safetensors.torch import load_file
-    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
 
     shapes = read_header(path)
     what = not_sdxl_base(shapes)
     if what:
-        raise CheckpointError(f"{path}: {what}")
+        raise ExportError(f"{path}: {what}")
     counts = split_components(path, shapes)
     if need_vae and counts["vae"] == 0:
-        raise CheckpointError(f"{path}: the checkpoint holds no VAE weights (first_stage_model.*): "
-                              "give a VAE with --vae FILE|DIR")
+        raise ExportError(f"{path}: the checkpoint holds no VAE weights (first_stage_model.*): "
+                          "give a VAE with --vae FILE|DIR")
     log(f"  {path.name}: {len(shapes)} tensors (unet {counts['unet']}, vae {counts['vae']}, text_encoder "
         f"{counts['text_encoder']}, text_encoder_2 {counts['text_encoder_2']}, ignored {counts['ignored']})")
     ckpt = load_file(str(path), device="cpu")
+    used = (UNET_PREFIX, TE1_PREFIX, TE2_PREFIX) + (VAE_PREFIXES if need_vae else ())
+    check_finite(ckpt, path, [k for k in shapes if k.startswith(used)])
+    return shapes, ckpt
+
+
+def load_checkpoint(path: Path, configs: dict, device: str, dtype: torch.dtype, need_vae: bool, log) -> dict:
+    """The four SDXL modules of a single-file checkpoint, built from `configs`
+    ({"unet", "vae", "text_encoder", "text_encoder_2"}: diffusers / transformers configs).
+    The VAE is None when need_vae is False (another VAE replaces it)."""
+    _, ckpt = read_checkpoint(path, need_vae, log)
+    from diffusers import AutoencoderKL, UNet2DConditionModel
+    from diffusers.loaders import single_file_utils as sfu
+    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
+
     with torch.device("meta"):
         unet = UNet2DConditionModel.from_config(configs["unet"])
         te1 = CLIPTextModel(CLIPTextConfig.from_dict(configs["text_encoder"]))
@@ -219,25 +143,30 @@ def load_checkpoint(path: Path, configs: dict, device: str, dtype: torch.dtype, 
 def load_vae(src: Path, vae_config: dict, device: str, dtype: torch.dtype, log):
     """A VAE from a diffusers folder (its own config), or from one .safetensors file in the
     original layout (bare, or inside a full checkpoint) or the diffusers layout (the
-    base's VAE config)."""
-    from diffusers import AutoencoderKL
-    from diffusers.loaders import single_file_utils as sfu
+    base's VAE config); a file's weights are checked (finite) before diffusers is imported."""
     from safetensors.torch import load_file
 
     if src.is_dir():
         if not (src / "config.json").is_file():
-            raise CheckpointError(f"--vae {src}: a folder without config.json is not a diffusers VAE folder")
+            raise ExportError(f"--vae {src}: a folder without config.json is not a diffusers VAE folder")
+        from diffusers import AutoencoderKL
+
         vae = AutoencoderKL.from_pretrained(str(src), dtype=dtype, local_files_only=True)
+        check_finite_module(vae, "the VAE", src)
         return vae.to(device).eval().requires_grad_(False)
     shapes = read_header(src)
     diffusers_layout = "encoder.down_blocks.0.resnets.0.norm1.weight" in shapes
     original = any(k.endswith("encoder.down.0.block.0.norm1.weight") for k in shapes)
     if not (diffusers_layout or original):
         what = not_sdxl_base(shapes) or "a checkpoint without VAE weights"
-        raise CheckpointError(f"--vae {src}: holds no VAE (encoder/decoder) weights; it is {what}")
+        raise ExportError(f"--vae {src}: holds no VAE (encoder/decoder) weights; it is {what}")
+    sd = load_file(str(src), device="cpu")
+    check_finite(sd, src, [k for k in shapes if k.startswith(VAE_PREFIXES)] or list(shapes))
+    from diffusers import AutoencoderKL
+    from diffusers.loaders import single_file_utils as sfu
+
     with torch.device("meta"):
         vae = AutoencoderKL.from_config(vae_config)
-    sd = load_file(str(src), device="cpu")
     if original:
         sd = sfu.convert_ldm_vae_checkpoint(sd, vae.config)
     log(f"  VAE {src.name}: {len(shapes)} tensors, {'diffusers' if diffusers_layout else 'original'} layout")

@@ -7,7 +7,7 @@ pair per cross-attention layer of the UNet, in diffusers' unet.attn_processors o
 two groups by their prefixes as diffusers' load_ip_adapter does. DIR is the CLIP vision encoder it was
 trained with, a transformers folder (config.json + model.safetensors, CLIPVisionModelWithProjection).
 Rules kept here:
-  - the file is checked before anything is loaded (checkpoint_file.read_header: truncated files,
+  - the file is checked before anything is loaded (inputs.read_header: truncated files,
     pickles); what is not an SDXL IP-Adapter is refused with a message naming it: an SD 1.x / 2.x
     IP-Adapter (text context 768 / 1024), a FaceID adapter (no CLIP image encoder, LoRA weights: not
     supported), the full-face adapter (not supported), a LoRA, a ControlNet, a whole checkpoint;
@@ -16,7 +16,7 @@ Rules kept here:
     (IPAdapterPlusImageProjection, the Resampler: latents, proj_in, proj_out, norm_out, layers.*,
     reads the encoder's hidden_states[-2]);
   - the image projection is built by diffusers' own conversion (_convert_ip_adapter_image_proj_to_diffusers);
-    every tensor must arrive with its shape (strict load; the encoder: checkpoint_file.fill_module);
+    every tensor must arrive with its shape (strict load; the encoder: weights.fill_module);
   - the encoder's output width must be the projection's input width;
   - the number and widths of the layers are checked against the base model by sdxl-batch at load
     (model.json adapter.layers vs the model's unet.ip_adapter.layers): the export does not know the model.
@@ -31,7 +31,7 @@ tokens concatenated along dim 1 (MultiIPAdapterImageProjection projects each ima
 view(batch, -1, heads, head_dim) joins them image after image). The negative (CFG) rows: plain:
 ip_adapter.ts(zeros [N,P]) (diffusers' encode_image: zeros_like(image_embeds)); plus:
 ip_adapter.ts(image_encoder.ts(zeros [N,3,S,S])) (the encoder on all-zero pixel_values, i.e. after
-normalisation, not a black image). unet.ts forward_ip takes k and scale * v (export_sdxl.py).
+normalisation, not a black image). unet.ts forward_ip takes k and scale * v (sdxl_modules.UNetTS).
 """
 from __future__ import annotations
 
@@ -43,8 +43,10 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-import export_sdxl as ex
-from checkpoint_file import CheckpointError, fill_module, read_header, sha256_file
+from .common import (Checker, Job, SharedChildren, check_names, count_params, file_digests, log, publish,
+                     sha256_file, summarize_checks, trace_module)
+from .inputs import ExportError, read_header
+from .weights import check_finite, fill_module
 
 LAYER_KEY = re.compile(r"^ip_adapter\.(\d+)\.to_([kv])_ip\.weight$")
 SD_FAMILIES = {768: "an SD 1.x IP-Adapter (text context 768)", 1024: "an SD 2.x IP-Adapter (text context 1024)"}
@@ -87,26 +89,26 @@ def layer_widths(shapes: dict[str, list[int]]) -> tuple[list[int], int]:
         if m:
             pairs.setdefault(int(m.group(1)), {})[m.group(2)] = shp
         elif k.startswith("ip_adapter."):
-            raise CheckpointError(f"a tensor an IP-Adapter does not have: {k}")
+            raise ExportError(f"a tensor an IP-Adapter does not have: {k}")
     dims = {shp[1] for p in pairs.values() for shp in p.values() if len(shp) == 2}
     for d in dims:
         if d in SD_FAMILIES:
-            raise CheckpointError(f"{SD_FAMILIES[d]}, not SDXL")
+            raise ExportError(f"{SD_FAMILIES[d]}, not SDXL")
     count = max(pairs) // 2 + 1
     want = [2 * i + 1 for i in range(count)]
     missing = [f"ip_adapter.{n}.to_{kv}_ip.weight" for n in want for kv in "kv" if kv not in pairs.get(n, {})]
     if missing or set(pairs) != set(want):
         other = sorted(set(pairs) - set(want))
-        raise CheckpointError(f"{len(missing)} missing tensor(s) (e.g. {', '.join(missing[:3])})" if missing else
-                              f"layer ids {other[:3]} are not the odd numbers 1, 3, .. of an IP-Adapter")
+        raise ExportError(f"{len(missing)} missing tensor(s) (e.g. {', '.join(missing[:3])})" if missing else
+                          f"layer ids {other[:3]} are not the odd numbers 1, 3, .. of an IP-Adapter")
     widths = []
     for n in want:
         k, v = pairs[n]["k"], pairs[n]["v"]
         if len(k) != 2 or k != v:
-            raise CheckpointError(f"ip_adapter.{n}: to_k_ip {k} and to_v_ip {v} are not two [C, D] matrices alike")
+            raise ExportError(f"ip_adapter.{n}: to_k_ip {k} and to_v_ip {v} are not two [C, D] matrices alike")
         widths.append(k[0])
     if len(dims) != 1:
-        raise CheckpointError(f"the layers read text contexts of several widths {sorted(dims)}")
+        raise ExportError(f"the layers read text contexts of several widths {sorted(dims)}")
     return widths, dims.pop()
 
 
@@ -123,23 +125,23 @@ def build_image_proj(proj_sd: dict[str, torch.Tensor], variant: str, cross_dim: 
         ["latents", "proj_in.weight", "proj_in.bias", "proj_out.weight", "proj_out.bias", "norm_out.weight"]
     missing = [f"image_proj.{k}" for k in need if k not in proj_sd]
     if missing:
-        raise CheckpointError(f"{len(missing)} missing tensor(s) of a {variant} IP-Adapter's image projection "
-                              f"(e.g. {', '.join(missing[:3])})")
+        raise ExportError(f"{len(missing)} missing tensor(s) of a {variant} IP-Adapter's image projection "
+                          f"(e.g. {', '.join(missing[:3])})")
     try:  # low_cpu_mem_usage=False: a strict load_state_dict, and `self` is not used
         mod = UNet2DConditionLoadersMixin._convert_ip_adapter_image_proj_to_diffusers(None, proj_sd,
                                                                                      low_cpu_mem_usage=False)
     except (RuntimeError, KeyError, IndexError) as e:
         first = " ".join(str(e).split())[:400] or repr(e)
-        raise CheckpointError(f"the image projection does not fit a {variant} IP-Adapter "
-                              f"(a tensor missing or of another shape): {first}")
+        raise ExportError(f"the image projection does not fit a {variant} IP-Adapter "
+                          f"(a tensor missing or of another shape): {first}")
     if variant == "plain":
         in_dim, tokens, out_dim = proj_sd["proj.weight"].shape[1], PLAIN_TOKENS, proj_sd["norm.weight"].shape[0]
     else:
         in_dim, tokens, out_dim = proj_sd["proj_in.weight"].shape[1], proj_sd["latents"].shape[1], \
             proj_sd["proj_out.weight"].shape[0]
     if out_dim != cross_dim:
-        raise CheckpointError(f"the image projection gives tokens {out_dim} wide; its layers read {cross_dim}: "
-                              "not the two halves of one IP-Adapter")
+        raise ExportError(f"the image projection gives tokens {out_dim} wide; its layers read {cross_dim}: "
+                          "not the two halves of one IP-Adapter")
     return mod.eval().requires_grad_(False), int(in_dim), int(tokens)
 
 
@@ -166,7 +168,7 @@ class IPAdapterTS(nn.Module):
         return tuple(out)
 
 
-class ImageEncoderTS(ex._SharedChildren):
+class ImageEncoderTS(SharedChildren):
     """CLIPVisionModelWithProjection (names vision_model.* / visual_projection.*): image_embeds
     (plain) or hidden_states[-2] (plus)."""
 
@@ -189,20 +191,22 @@ def load_image_encoder(src: Path, device: str, dtype: torch.dtype):
     from transformers import CLIPVisionConfig, CLIPVisionModelWithProjection
 
     if not src.is_dir() or not (src / "config.json").is_file():
-        raise CheckpointError(f"--image-encoder {src}: not a transformers folder with config.json")
+        raise ExportError(f"--image-encoder {src}: not a transformers folder with config.json")
     weights = src / "model.safetensors"
     if not weights.is_file():
         pickles = list(src.glob("*.bin"))
-        raise CheckpointError(f"--image-encoder {src}: no model.safetensors" + (
+        raise ExportError(f"--image-encoder {src}: no model.safetensors" + (
             " (only pickle .bin weights; loading one can run code. Convert it to .safetensors first)" if pickles else ""))
     read_header(weights)
     try:
         cfg = CLIPVisionConfig.from_pretrained(str(src), local_files_only=True)
     except (OSError, ValueError, TypeError) as e:
-        raise CheckpointError(f"--image-encoder {src}: config.json is not a CLIP vision config ({e})")
+        raise ExportError(f"--image-encoder {src}: config.json is not a CLIP vision config ({e})")
     with torch.device("meta"):
         enc = CLIPVisionModelWithProjection(cfg)
-    return fill_module(enc, load_file(str(weights), device="cpu"), "the image encoder", weights, device, dtype), weights
+    sd = load_file(str(weights), device="cpu")
+    check_finite(sd, weights)
+    return fill_module(enc, sd, "the image encoder", weights, device, dtype), weights
 
 
 def load_adapter(src: Path, device: str, dtype: torch.dtype) -> tuple[IPAdapterTS, dict]:
@@ -210,31 +214,32 @@ def load_adapter(src: Path, device: str, dtype: torch.dtype) -> tuple[IPAdapterT
     from safetensors.torch import load_file
 
     if not src.is_file():
-        raise CheckpointError(f"--ip-adapter {src}: no such file")
+        raise ExportError(f"--ip-adapter {src}: no such file")
     shapes = read_header(src)
     what = what_else(shapes)
     try:
         if what:
-            raise CheckpointError(what)
+            raise ExportError(what)
         widths, cross_dim = layer_widths(shapes)
         sd = load_file(str(src), device="cpu")
         proj_sd = {k.removeprefix("image_proj."): v.float() for k, v in sd.items() if k.startswith("image_proj.")}
         variant = variant_of(proj_sd)
         proj, in_dim, tokens = build_image_proj(proj_sd, variant, cross_dim)
-    except CheckpointError as e:
-        raise CheckpointError(f"{src}: {e.code}")
+    except ExportError as e:
+        raise ExportError(f"{src}: {e.code}")
+    check_finite(sd, src)
     layers = {i: (sd[f"ip_adapter.{2 * i + 1}.to_k_ip.weight"].float(), sd[f"ip_adapter.{2 * i + 1}.to_v_ip.weight"]
                   .float()) for i in range(len(widths))}
     mod = IPAdapterTS(proj, layers, dtype).to(device=device, dtype=dtype).eval().requires_grad_(False)
-    ex.log(f"  {src.name}: {len(shapes)} tensors, {variant} IP-Adapter, {tokens} tokens, {len(widths)} layers, "
-           f"text width {cross_dim}")
+    log(f"  {src.name}: {len(shapes)} tensors, {variant} IP-Adapter, {tokens} tokens, {len(widths)} layers, "
+        f"text width {cross_dim}")
     return mod, {"variant": variant, "tokens": tokens, "layers": widths, "cross_attention_dim": cross_dim,
                  "input_width": in_dim}
 
 
-def check_traces(tmp: Path, enc_w: nn.Module, ad_w: nn.Module, size: int, dtype, device, gen) -> ex.Checker:
+def check_traces(tmp: Path, enc_w: nn.Module, ad_w: nn.Module, size: int, dtype, device, gen) -> Checker:
     """Each traced module vs its eager wrapper at 1, 2 and 3 rows; the adapter on the encoder's output."""
-    chk = ex.Checker(dtype, device)
+    chk = Checker(dtype, device)
     enc_ts, ad_ts = (torch.jit.load(str(tmp / f), map_location=device) for f in ("image_encoder.ts", "ip_adapter.ts"))
     for n in (1, 2, 3):
         px = (torch.randn(n, 3, size, size, generator=gen) * 1.5).to(device, torch.float32)
@@ -247,13 +252,14 @@ def check_traces(tmp: Path, enc_w: nn.Module, ad_w: nn.Module, size: int, dtype,
     return chk
 
 
-def export_ip_adapter(a, dtype_name: str, dtype: torch.dtype, device: str, out: Path, tmp: Path) -> int:
+def export(a, job: Job) -> int:
     """--ip-adapter FILE --image-encoder DIR: image_encoder.ts + ip_adapter.ts + model.json (kind
     "ip_adapter") into tmp, checked, published to out."""
+    dtype_name, dtype, device, out, tmp = job.dtype_name, job.dtype, job.device, job.out, job.tmp
     torch.set_grad_enabled(False)
     src, enc_dir = Path(a.ip_adapter).resolve(), Path(a.image_encoder).resolve()
-    ex.log(f"export ip-adapter: {src} + {enc_dir}, dtype {dtype_name}, device {device}, torch {torch.__version__} "
-           f"-> {out}")
+    log(f"export ip-adapter: {src} + {enc_dir}, dtype {dtype_name}, device {device}, torch {torch.__version__} "
+        f"-> {out}")
     t0 = time.time()
     adapter, info = load_adapter(src, device, dtype)
     enc, enc_weights = load_image_encoder(enc_dir, device, dtype)
@@ -261,27 +267,27 @@ def export_ip_adapter(a, dtype_name: str, dtype: torch.dtype, device: str, out: 
     output = "image_embeds" if info["variant"] == "plain" else "hidden_states[-2]"
     width = int(c.projection_dim if output == "image_embeds" else c.hidden_size)
     if width != info["input_width"]:
-        raise CheckpointError(f"--image-encoder {enc_dir}: its {output} are {width} wide; the {info['variant']} "
-                              f"IP-Adapter {src.name} reads {info['input_width']} (not the encoder it was trained with)")
+        raise ExportError(f"--image-encoder {enc_dir}: its {output} are {width} wide; the {info['variant']} "
+                          f"IP-Adapter {src.name} reads {info['input_width']} (not the encoder it was trained with)")
     size = int(c.image_size)
     gen = torch.Generator().manual_seed(99)
     enc_w = ImageEncoderTS(enc, dtype, output)
     px = torch.randn(2, 3, size, size, generator=gen).to(device, torch.float32)
-    msgs = ex.trace_module(enc_w, (px,), tmp / "image_encoder.ts")
-    ex.check_names(tmp / "image_encoder.ts", enc, device, "image_encoder")
-    msgs += ex.trace_module(adapter, (enc_w(px),), tmp / "ip_adapter.ts")
-    ex.check_names(tmp / "ip_adapter.ts", adapter, device, "ip_adapter")
+    msgs = trace_module(enc_w, (px,), tmp / "image_encoder.ts")
+    check_names(tmp / "image_encoder.ts", enc, device, "image_encoder")
+    msgs += trace_module(adapter, (enc_w(px),), tmp / "ip_adapter.ts")
+    check_names(tmp / "ip_adapter.ts", adapter, device, "ip_adapter")
     if msgs:
-        ex.log(f"  {len(msgs)} distinct tracer warning(s): " + " | ".join(m.split(": Converting")[0] for m in msgs))
-    chk = check_traces(tmp, enc_w, adapter, size, dtype, device, gen) if a.check != "none" else ex.Checker(dtype, device)
-    for m, s in ex.summarize_checks(chk.results).items():
-        ex.log(f"  check {a.check:5s} {m:24s} cases {s['cases']:3d}  failed {s['failed']:2d}  "
-               f"max|diff| {s['max_abs_diff']:.3g}")
+        log(f"  {len(msgs)} distinct tracer warning(s): " + " | ".join(m.split(": Converting")[0] for m in msgs))
+    chk = check_traces(tmp, enc_w, adapter, size, dtype, device, gen) if a.check != "none" else Checker(dtype, device)
+    for m, s in summarize_checks(chk.results).items():
+        log(f"  check {a.check:5s} {m:24s} cases {s['cases']:3d}  failed {s['failed']:2d}  "
+            f"max|diff| {s['max_abs_diff']:.3g}")
     write_meta(a, src, enc_weights, info, enc, output, adapter, dtype_name, device, chk, tmp)
-    ex.publish(tmp, out)
-    ex.log(f"  wrote IP-Adapter {out} ({info['variant']}, {info['tokens']} tokens x {len(info['layers'])} layers, "
-           f"encoder {ex.count_params(enc) / 1e6:,.3f} M + adapter {ex.count_params(adapter) / 1e6:,.3f} M params, "
-           f"{time.time() - t0:.1f}s)")
+    publish(tmp, out)
+    log(f"  wrote IP-Adapter {out} ({info['variant']}, {info['tokens']} tokens x {len(info['layers'])} layers, "
+        f"encoder {count_params(enc) / 1e6:,.3f} M + adapter {count_params(adapter) / 1e6:,.3f} M params, "
+        f"{time.time() - t0:.1f}s)")
     return 0
 
 
@@ -300,11 +306,11 @@ def write_meta(a, src: Path, enc_weights: Path, info: dict, enc, output: str, ad
             "file": "image_encoder.ts", "image_size": int(enc.config.image_size),
             "mean": list(OPENAI_CLIP_MEAN), "std": list(OPENAI_CLIP_STD), "resample": "bicubic",
             "output": output, "negative": "zero_embeds" if output == "image_embeds" else "zero_image",
-            "parameters": ex.count_params(enc),
+            "parameters": count_params(enc),
         },
         "adapter": {"file": "ip_adapter.ts", "tokens": info["tokens"], "cross_attention_dim": info["cross_attention_dim"],
-                    "layers": info["layers"], "parameters": ex.count_params(adapter)},
-        "check": {"level": a.check, "modules": ex.summarize_checks(chk.results), "notes": []},
-        "files": ex.file_digests(tmp),
+                    "layers": info["layers"], "parameters": count_params(adapter)},
+        "check": {"level": a.check, "modules": summarize_checks(chk.results), "notes": []},
+        "files": file_digests(tmp),
     }
     (tmp / "model.json").write_text(json.dumps(meta, indent=1) + "\n")

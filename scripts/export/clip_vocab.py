@@ -3,8 +3,9 @@ file that open-clip-torch ships, exactly as CLIP's simple_tokenizer builds its
 vocabulary: 256 byte symbols, the same with '</w>', one entry per merge, then
 <|startoftext|> and <|endoftext|> (49408 entries).
 
-Used by export_sdxl.py and fuzz.sh; importable and runnable:
-    python scripts/clip_vocab.py OUT_DIR [--pad-token '!']
+Used by the export (export.sdxl_sources) and scripts/fuzz.sh; importable, and runnable
+(it imports nothing from the package):
+    python scripts/export/clip_vocab.py OUT_DIR [--pad-token '!']
 """
 from __future__ import annotations
 

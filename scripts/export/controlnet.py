@@ -5,7 +5,7 @@ Sources: a diffusers folder (config.json + diffusion_pytorch_model[.fp16].safete
 with their index), or one .safetensors file with diffusers keys (controlnet_cond_embedding.*,
 controlnet_down_blocks.*, down_blocks.*) or in the original layout (input_blocks.*, zero_convs.*,
 input_hint_block.*, middle_block_out.*, bare or under "control_model."). Rules kept here:
-  - a file is checked before anything is loaded (checkpoint_file.read_header: truncated files,
+  - a file is checked before anything is loaded (inputs.read_header: truncated files,
     pickles); what is not an SDXL ControlNet is refused with a message naming it: an SD 1.x / 2.x
     ControlNet, a T2I-Adapter, a Control-LoRA, a ControlLLLite, ControlNet-XS, a Union ControlNet
     (not supported yet), a whole checkpoint, a LoRA;
@@ -13,7 +13,7 @@ input_hint_block.*, middle_block_out.*, bare or under "control_model."). Rules k
     SDXL base UNet: conditioning channels 3, embedding channels (16, 32, 96, 256)) unless --config
     gives one; a folder has its own config.json;
   - the module is built on the meta device and filled by assignment: every tensor must arrive
-    from the source with its shape (checkpoint_file.fill_module);
+    from the source with its shape (weights.fill_module);
   - the original layout is converted by diffusers' convert_controlnet_checkpoint, plus the SDXL
     size-conditioning embedding (label_emb.* -> add_embedding.*), which that function does not map;
     the names come from diffusers' own table (DIFFUSERS_TO_LDM_MAPPING["controlnet"]).
@@ -36,8 +36,12 @@ from pathlib import Path
 
 import torch
 
-import export_sdxl as ex
-from checkpoint_file import CheckpointError, fill_module, read_header, sha256_file
+from .architecture import FULL_UNET
+from .common import (Checker, Job, SharedChildren, check_names, count_params, file_digests, log, publish,
+                     sha256_file, summarize_checks, trace_module)
+from .inputs import ExportError, read_header
+from .sdxl_modules import control_layout, residual_size, unet_inputs
+from .weights import check_finite, fill_module
 
 LDM_PREFIX = "control_model."
 UNION_KEYS = ("task_embedding", "control_type_proj.", "control_add_embedding.", "transformer_layes.",
@@ -102,12 +106,12 @@ def config_not_sdxl(cfg: dict, where: str) -> None:
     if cfg.get("_class_name") not in (None, "ControlNetModel"):
         what = ("a Union ControlNet (ControlNetUnionModel); not supported yet"
                 if cfg["_class_name"] == "ControlNetUnionModel" else f"a {cfg['_class_name']}, not a ControlNetModel")
-        raise CheckpointError(f"{where}: {what}")
+        raise ExportError(f"{where}: {what}")
     if cfg.get("addition_embed_type") != "text_time":
         ctx = cfg.get("cross_attention_dim")
         family = {768: "an SD 1.x ControlNet", 1024: "an SD 2.x ControlNet"}.get(ctx, "a ControlNet")
-        raise CheckpointError(f"{where}: {family} (cross_attention_dim {ctx}, no addition_embed_type text_time), "
-                              "not SDXL")
+        raise ExportError(f"{where}: {family} (cross_attention_dim {ctx}, no addition_embed_type text_time), "
+                          "not SDXL")
 
 
 def sdxl_config(unet_config: dict) -> dict:
@@ -124,7 +128,7 @@ def config_for_file(config: str | None) -> dict:
     """--config for a single file: a config.json, a folder holding one, or a diffusers SDXL folder (its
     unet/config.json, as from_unet derives it); default SDXL base's ControlNet."""
     if config is None:
-        return sdxl_config(ex.FULL_UNET)
+        return sdxl_config(FULL_UNET)
     p = Path(config).resolve()
     if p.is_file():
         return json.loads(p.read_text())
@@ -132,7 +136,7 @@ def config_for_file(config: str | None) -> dict:
         return json.loads((p / "config.json").read_text())
     if (p / "unet" / "config.json").is_file():
         return sdxl_config(json.loads((p / "unet" / "config.json").read_text()))
-    raise CheckpointError(f"--config {p}: neither a config.json nor a folder with config.json or unet/config.json")
+    raise ExportError(f"--config {p}: neither a config.json nor a folder with config.json or unet/config.json")
 
 
 def folder_weights(src: Path) -> list[Path]:
@@ -148,9 +152,9 @@ def folder_weights(src: Path) -> list[Path]:
     if len(files) == 1:
         return files
     if list(src.glob("*.bin")):
-        raise CheckpointError(f"{src}: only pickle (.bin) weights; loading one can run code. Convert it to "
-                              ".safetensors with a tool you trust first")
-    raise CheckpointError(f"{src}: no diffusion_pytorch_model.safetensors (found {len(files)} .safetensors files)")
+        raise ExportError(f"{src}: only pickle (.bin) weights; loading one can run code. Convert it to "
+                          ".safetensors with a tool you trust first")
+    raise ExportError(f"{src}: no diffusion_pytorch_model.safetensors (found {len(files)} .safetensors files)")
 
 
 def convert_ldm(sd: dict[str, torch.Tensor], config: dict) -> dict[str, torch.Tensor]:
@@ -173,31 +177,32 @@ def load_controlnet(src: Path, config: str | None, device: str, dtype: torch.dty
 
     if src.is_dir():
         if config:
-            raise CheckpointError("--config is for a single-file ControlNet; a diffusers folder has its own config.json")
+            raise ExportError("--config is for a single-file ControlNet; a diffusers folder has its own config.json")
         if not (src / "config.json").is_file():
-            raise CheckpointError(f"{src}: a folder without config.json is not a diffusers ControlNet folder")
+            raise ExportError(f"{src}: a folder without config.json is not a diffusers ControlNet folder")
         cfg = json.loads((src / "config.json").read_text())
         config_not_sdxl(cfg, str(src))
         files = folder_weights(src)
     elif src.is_file():
         cfg, files = None, [src]
     else:
-        raise CheckpointError(f"--controlnet {src}: no such file or folder")
+        raise ExportError(f"--controlnet {src}: no such file or folder")
     shapes = {}
     for f in files:
         shapes.update(read_header(f))
     what = what_else(shapes)
     if what:
-        raise CheckpointError(f"{src}: {what}")
+        raise ExportError(f"{src}: {what}")
     if cfg is None:
         cfg = config_for_file(config)
         config_not_sdxl(cfg, f"--config for {src.name}")
     sd = {}
     for f in files:
         sd.update(load_file(str(f), device="cpu"))
+    check_finite(sd, src)
     if ldm_layout(shapes):
         sd = convert_ldm(sd, cfg)
-    ex.log(f"  {src.name}: {len(shapes)} tensors, {'original' if ldm_layout(shapes) else 'diffusers'} layout")
+    log(f"  {src.name}: {len(shapes)} tensors, {'original' if ldm_layout(shapes) else 'diffusers'} layout")
     with torch.device("meta"):
         cn = ControlNetModel.from_config(cfg)
     cn = fill_module(cn, sd, "the ControlNet", src, device, dtype)
@@ -207,7 +212,7 @@ def load_controlnet(src: Path, config: str | None, device: str, dtype: torch.dty
     return cn, meta
 
 
-class ControlNetTS(ex._SharedChildren):
+class ControlNetTS(SharedChildren):
     def __init__(self, cn, dtype):
         super().__init__(cn)
         self._dtype = dtype
@@ -231,28 +236,29 @@ def controlnet_inputs(cn, batch: int, lat_h: int, lat_w: int, dtype, device, gen
     """Example inputs: latent lat_h x lat_w, one 77-token chunk, a control image in [0, 1]."""
     c = cn.config
     pooled = c["projection_class_embeddings_input_dim"] - 6 * c["addition_time_embed_dim"]
-    inp = ex.unet_inputs(batch, 8 * lat_w, 8 * lat_h, 1, c["cross_attention_dim"], pooled, dtype, device, gen)
+    inp = unet_inputs(batch, 8 * lat_w, 8 * lat_h, 1, c["cross_attention_dim"], pooled, dtype, device, gen)
     cond = torch.rand(batch, c["conditioning_channels"], 8 * lat_h, 8 * lat_w, generator=gen).to(device, dtype)
     return inp + (cond,)
 
 
 def check_layout(cn, outs: tuple, lat_h: int, lat_w: int) -> dict:
     """The residuals' channels / sizes must be what control_layout says (it describes unet.ts's input)."""
-    layout = ex.control_layout(cn.config)
+    layout = control_layout(cn.config)
     got = [(int(o.shape[1]), int(o.shape[2]), int(o.shape[3])) for o in outs]
     pool = cn.config["global_pool_conditions"]
-    want = [(c, 1 if pool else ex.residual_size(lat_h, d), 1 if pool else ex.residual_size(lat_w, d))
+    want = [(c, 1 if pool else residual_size(lat_h, d), 1 if pool else residual_size(lat_w, d))
             for c, d in zip(layout["channels"], layout["downscales"])]
     if got != want:
         raise SystemExit(f"internal: the ControlNet's residuals {got} are not the layout {want}")
     return layout
 
 
-def export_controlnet(a, dtype_name: str, dtype: torch.dtype, device: str, out: Path, tmp: Path) -> int:
+def export(a, job: Job) -> int:
     """--controlnet SRC: controlnet.ts + model.json (kind "controlnet") into tmp, checked, published to out."""
+    dtype_name, dtype, device, out, tmp = job.dtype_name, job.dtype, job.device, job.out, job.tmp
     torch.set_grad_enabled(False)
     src = Path(a.controlnet).resolve()
-    ex.log(f"export controlnet: {src} dtype {dtype_name}, device {device}, torch {torch.__version__} -> {out}")
+    log(f"export controlnet: {src} dtype {dtype_name}, device {device}, torch {torch.__version__} -> {out}")
     t0 = time.time()
     cn, src_meta = load_controlnet(src, a.config, device, dtype)
     gen = torch.Generator().manual_seed(99)
@@ -260,12 +266,12 @@ def export_controlnet(a, dtype_name: str, dtype: torch.dtype, device: str, out: 
     inp = controlnet_inputs(cn, 2, lat_h, lat_w, dtype, device, gen)
     wrapper = ControlNetTS(cn, dtype)
     layout = check_layout(cn, wrapper(*inp), lat_h, lat_w)
-    msgs = ex.trace_module(wrapper, inp, tmp / "controlnet.ts")
-    ex.check_names(tmp / "controlnet.ts", cn, device, "controlnet")
+    msgs = trace_module(wrapper, inp, tmp / "controlnet.ts")
+    check_names(tmp / "controlnet.ts", cn, device, "controlnet")
     if msgs:
-        ex.log(f"  controlnet.ts: {len(msgs)} distinct tracer warning(s): "
-               + " | ".join(m.split(": Converting")[0] for m in msgs))
-    chk = ex.Checker(dtype, device)
+        log(f"  controlnet.ts: {len(msgs)} distinct tracer warning(s): "
+            + " | ".join(m.split(": Converting")[0] for m in msgs))
+    chk = Checker(dtype, device)
     if a.check != "none":
         ts = torch.jit.load(str(tmp / "controlnet.ts"), map_location=device)
         for (b, h, w) in ((2, lat_h, lat_w), (1, 64, 96), (2, 40, 56), (1, 32, 32)):
@@ -274,13 +280,13 @@ def export_controlnet(a, dtype_name: str, dtype: torch.dtype, device: str, out: 
         bad = [r for r in chk.results if not r["ok"]]
         if bad:
             raise SystemExit(f"the traced ControlNet does not match the eager one: {bad[0]}")
-        for m, s in ex.summarize_checks(chk.results).items():
-            ex.log(f"  check {a.check:5s} {m:24s} cases {s['cases']:3d}  failed {s['failed']:2d}  "
-                   f"max|diff| {s['max_abs_diff']:.3g}")
+        for m, s in summarize_checks(chk.results).items():
+            log(f"  check {a.check:5s} {m:24s} cases {s['cases']:3d}  failed {s['failed']:2d}  "
+                f"max|diff| {s['max_abs_diff']:.3g}")
     write_meta(a, cn, src, src_meta, layout, dtype_name, device, chk, tmp)
-    ex.publish(tmp, out)
-    ex.log(f"  wrote ControlNet {out} ({ex.count_params(cn) / 1e6:,.3f} M params, {layout['residuals']} + 1 "
-           f"residuals, {time.time() - t0:.1f}s)")
+    publish(tmp, out)
+    log(f"  wrote ControlNet {out} ({count_params(cn) / 1e6:,.3f} M params, {layout['residuals']} + 1 "
+        f"residuals, {time.time() - t0:.1f}s)")
     return 0
 
 
@@ -295,12 +301,12 @@ def write_meta(a, cn, src: Path, src_meta: dict, layout: dict, dtype_name: str, 
             "pooled_dim": int(c["projection_class_embeddings_input_dim"] - 6 * c["addition_time_embed_dim"]),
             "time_ids_dim": 6, "cond_channels": int(c["conditioning_channels"]),
             "downscale": 2 ** (len(c["conditioning_embedding_out_channels"]) - 1),
-            **layout, "parameters": ex.count_params(cn),
+            **layout, "parameters": count_params(cn),
             "global_pool_conditions": bool(c["global_pool_conditions"]),
             "channel_order": c["controlnet_conditioning_channel_order"],
         },
         **src_meta,
-        "check": {"level": a.check, "modules": ex.summarize_checks(chk.results), "notes": []},
-        "files": ex.file_digests(tmp),
+        "check": {"level": a.check, "modules": summarize_checks(chk.results), "notes": []},
+        "files": file_digests(tmp),
     }
     (tmp / "model.json").write_text(json.dumps(meta, indent=1) + "\n")

@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""Hostile inputs to scripts/export_sdxl.py (ctest e2e_export_hostile, label e2e): FIFOs, devices,
+missing files and links to nothing in place of an input file or inside an input folder; damaged
+and hostile safetensors files (headers the format does not allow: lengths beyond the file, bytes
+that are not UTF-8 JSON, odd __metadata__, unknown dtypes, shapes that lie or overflow, overlapping,
+gapped or out-of-range data offsets, trailing bytes), given as a file and inside a diffusers folder;
+checkpoints and VAE files whose weights hold NaN or infinities. Each must be refused with exit code
+1 and one line naming the file and the problem, no Python traceback, no hang, and nothing left
+where --out would be. The files are a few bytes each, written here; nothing is downloaded.
+
+    test_export_hostile.py --python PY --source REPO --work DIR
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import unittest
+from pathlib import Path
+
+ARGS: argparse.Namespace
+ENV = dict(os.environ, OMP_NUM_THREADS="1")
+TIMEOUT = 120  # a FIFO read by the export would block forever: a refusal takes well under a second
+
+
+def safetensors(header, data: bytes = b"", length: int | None = None) -> bytes:
+    """A safetensors file: the 8-byte header length (or `length`), the header (a dict as JSON, or raw
+    bytes), the data."""
+    raw = header if isinstance(header, bytes) else json.dumps(header).encode()
+    return struct.pack("<Q", len(raw) if length is None else length) + raw + data
+
+
+def f32(*values: float) -> bytes:
+    return struct.pack(f"<{len(values)}f", *values)
+
+
+def f16(*values: float) -> bytes:
+    return struct.pack(f"<{len(values)}e", *values)
+
+
+def t(dtype: str, shape: list, begin: int, end: int) -> dict:
+    return {"dtype": dtype, "shape": shape, "data_offsets": [begin, end]}
+
+
+# name: (file bytes, words the message must hold)
+HOSTILE = {
+    "short": (b"\x01\x02\x03", "too short"),
+    "header-beyond-file": (safetensors({"a": t("F32", [1], 0, 4)}, f32(1), length=4096), "header length 4096"),
+    "header-over-limit": (safetensors({}, length=2**63), "header length"),
+    "not-utf8": (safetensors(b'{"\xff\xfe": {}}'), "not JSON"),
+    "not-json": (safetensors(b'{"a": {"dtype": "F32",'), "not JSON"),
+    "not-object": (safetensors(b"[1, 2, 3]"), "not a JSON object"),
+    "metadata-not-object": (safetensors({"__metadata__": "x"}), "__metadata__ is not an object"),
+    "metadata-not-strings": (safetensors({"__metadata__": {"k": 1}}), "__metadata__ value 'k'"),
+    "entry-not-object": (safetensors({"a": [1, 2]}), "'a': its entry is not an object"),
+    "dtype-missing": (safetensors({"a": {"shape": [1], "data_offsets": [0, 4]}}, f32(1)), "'a': dtype"),
+    "dtype-unknown": (safetensors({"a": t("F128", [1], 0, 16)}, bytes(16)), "unknown dtype 'F128'"),
+    "shape-negative": (safetensors({"a": t("F32", [-1], 0, 4)}, f32(1)), "'a': shape"),
+    "shape-float": (safetensors({"a": t("F32", [1.5], 0, 4)}, f32(1)), "'a': shape"),
+    "offsets-one": (safetensors({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0]}}, f32(1)),
+                    "'a': data_offsets"),
+    "offsets-reversed": (safetensors({"a": t("F32", [0], 4, 0)}, f32(1)), "end before"),
+    "offsets-beyond-file": (safetensors({"a": t("F32", [4], 0, 16)}, f32(1, 2)), "truncated"),
+    "overlap": (safetensors({"a": t("F32", [2], 0, 8), "b": t("F32", [2], 4, 12)}, f32(1, 2, 3)),
+                "'b': its bytes overlap"),
+    "gap": (safetensors({"a": t("F32", [1], 0, 4), "b": t("F32", [1], 8, 12)}, f32(1, 2, 3)),
+            "'b': its bytes leave a gap"),
+    "lying-shape": (safetensors({"a": t("F32", [3], 0, 8)}, f32(1, 2)), "'a': shape [3] of F32 is 12 bytes"),
+    "shape-overflow": (safetensors({"a": t("F32", [2**32, 2**32, 4], 0, 16)}, f32(1, 2, 3, 4)), "overflows"),
+    "trailing-bytes": (safetensors({"a": t("F32", [1], 0, 4)}, f32(1, 2)), "bytes after the last tensor"),
+    "duplicate-name": (safetensors(b'{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, '
+                                   b'"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}', f32(1, 2)),
+                       "'a' appears twice"),
+}
+
+
+class ExportRefusals(unittest.TestCase):
+    work: Path
+
+    @classmethod
+    def setUpClass(cls):
+        cls.work = Path(ARGS.work)
+        shutil.rmtree(cls.work, ignore_errors=True)
+        (cls.work / "files").mkdir(parents=True)
+        cls.out = cls.work / "out" / "model"
+        r = subprocess.run([ARGS.python, str(Path(ARGS.source) / "scripts" / "export_sdxl.py"), "--print-config",
+                            "tiny"], capture_output=True, text=True, env=ENV, timeout=TIMEOUT)
+        cls.vae_config = dict(json.loads(r.stdout)["vae"], _class_name="AutoencoderKL")
+        cls.good = cls.write("good.safetensors", safetensors({"a": t("F32", [2], 0, 8)}, f32(1, 2)))
+        cls.fifo = cls.work / "files" / "fifo.safetensors"
+        os.mkfifo(cls.fifo)
+
+    @classmethod
+    def write(cls, name: str, data: bytes) -> Path:
+        path = cls.work / "files" / name
+        path.write_bytes(data)
+        return path
+
+    def vae_folder(self, name: str, weights: Path | None = None, config: Path | None = None) -> Path:
+        """A diffusers VAE folder: config.json (the tiny VAE's, or a link to `config`) and its weights
+        file (a link to `weights`)."""
+        d = self.work / "folders" / name
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+        if config is None:
+            (d / "config.json").write_text(json.dumps(self.vae_config))
+        else:
+            (d / "config.json").symlink_to(config)
+        if weights is not None:
+            (d / "diffusion_pytorch_model.safetensors").symlink_to(weights)
+        return d
+
+    def refused(self, args: list[str], words: str, names: str) -> str:
+        """Runs the export with args and --out: exit code 1, the message's last line holds `words` and
+        `names` (the file it is about), no traceback, and nothing where --out would be."""
+        shutil.rmtree(self.out.parent, ignore_errors=True)
+        cmd = [ARGS.python, str(Path(ARGS.source) / "scripts" / "export_sdxl.py"), *args, "--out", str(self.out)]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.fail(f"{' '.join(args)}: still running after {TIMEOUT} s (blocked on a read?)")
+        last = (r.stderr.strip().splitlines() or [""])[-1]
+        context = f"{' '.join(args)}\nstderr: {r.stderr[-1500:]}"
+        self.assertEqual(r.returncode, 1, context)
+        self.assertNotIn("Traceback", r.stderr, context)
+        self.assertIn(words, last, context)
+        self.assertIn(names, last, context)
+        left = list(self.out.parent.iterdir()) if self.out.parent.exists() else []
+        self.assertEqual(left, [], f"{' '.join(args)}: left behind {left}")
+        return last
+
+    def test_hostile_safetensors_are_refused_as_a_file_and_inside_a_folder(self):
+        for name, (data, words) in HOSTILE.items():
+            with self.subTest(name):
+                path = self.write(f"{name}.safetensors", data)
+                self.refused(["--vae-only", "--vae", str(path)], words, path.name)
+                folder = self.vae_folder(name, weights=path)
+                self.refused(["--vae-only", "--vae", str(folder)], words, "diffusion_pytorch_model.safetensors")
+
+    def test_every_weights_flag_checks_its_files(self):
+        bad = self.write("overlap.safetensors", HOSTILE["overlap"][0])
+        encoder = self.work / "folders" / "encoder"
+        encoder.mkdir(parents=True, exist_ok=True)
+        (encoder / "config.json").write_text("{}")
+        shutil.copyfile(bad, encoder / "model.safetensors")
+        words = "its bytes overlap"
+        self.refused(["--from", str(bad)], words, bad.name)
+        self.refused(["--from", str(self.good), "--vae", str(bad)], words, bad.name)
+        self.refused(["--controlnet", str(bad)], words, bad.name)
+        self.refused(["--controlnet", str(self.vae_folder("cn", weights=bad))], words, "diffusion_pytorch_model")
+        self.refused(["--ip-adapter", str(bad), "--image-encoder", str(encoder)], words, bad.name)
+        self.refused(["--ip-adapter", str(self.good), "--image-encoder", str(encoder)], words, "model.safetensors")
+
+    def test_fifos_devices_and_missing_files_are_refused_by_name(self):
+        fifo, enc = self.fifo, self.work / "folders" / "encoder-fifo"
+        enc.mkdir(parents=True, exist_ok=True)
+        (enc / "config.json").write_text("{}")
+        if not (enc / "model.safetensors").exists():
+            os.mkfifo(enc / "model.safetensors")
+        dangling = self.work / "files" / "dangling.safetensors"
+        if not dangling.is_symlink():
+            dangling.symlink_to(self.work / "files" / "nothing-here")
+        prompts = self.work / "files" / "prompts.fifo"
+        if not prompts.exists():
+            os.mkfifo(prompts)
+        cases = [
+            (["--vae-only", "--vae", str(fifo)], "a FIFO", fifo.name),
+            (["--from", str(self.good), "--vae", str(fifo)], "a FIFO", fifo.name),
+            (["--from", str(fifo)], "a FIFO", fifo.name),
+            (["--from", "/dev/zero"], "a character device", "/dev/zero"),
+            (["--vae-only", "--vae", "/dev/null"], "a character device", "/dev/null"),
+            (["--from", str(self.good), "--config", str(fifo)], "a FIFO", fifo.name),
+            (["--controlnet", str(fifo)], "a FIFO", fifo.name),
+            (["--ip-adapter", str(fifo), "--image-encoder", str(enc)], "a FIFO", fifo.name),
+            (["--ip-adapter", str(self.good), "--image-encoder", str(enc)], "is a FIFO", "model.safetensors"),
+            (["--vae-only", "--vae", str(self.vae_folder("fifo-config", config=fifo))], "is a FIFO", "config.json"),
+            (["--vae-only", "--vae", str(self.vae_folder("fifo-weights", weights=fifo))], "is a FIFO",
+             "diffusion_pytorch_model.safetensors"),
+            (["--tiny", "--fp8", "--fp8-prompts", str(prompts)], "a FIFO", prompts.name),
+            (["--vae-only", "--vae", str(self.work / "files" / "missing.safetensors")], "no such file",
+             "missing.safetensors"),
+            (["--controlnet", str(dangling)], "a link to nothing", dangling.name),
+            (["--ip-adapter", str(enc), "--image-encoder", str(enc)], "a folder, not a regular file", enc.name),
+            (["--ip-adapter", str(self.good), "--image-encoder", str(self.good)], "not a folder", self.good.name),
+        ]
+        for args, words, names in cases:
+            with self.subTest(" ".join(args)):
+                self.refused(args, words, names)
+
+    def test_weights_with_nan_or_infinity_are_refused(self):
+        nan, inf = float("nan"), float("inf")
+        ckpt = {"model.diffusion_model.input_blocks.0.0.weight": (t("F16", [1, 4, 1, 1], 0, 8), f16(1, 2, 3, 4)),
+                "model.diffusion_model.label_emb.0.0.weight": (t("F16", [2, 2], 8, 16), f16(1, nan, nan, 4)),
+                "conditioner.embedders.0.transformer.w": (t("F32", [2], 16, 24), f32(1, inf)),
+                "conditioner.embedders.1.model.w": (t("F32", [1], 24, 28), f32(1)),
+                "first_stage_model.w": (t("F32", [1], 28, 32), f32(1))}
+        nan_ckpt = self.write("nan-checkpoint.safetensors", safetensors(
+            {k: h for k, (h, _) in ckpt.items()}, b"".join(d for _, d in ckpt.values())))
+        self.refused(["--from", str(nan_ckpt)], "'model.diffusion_model.label_emb.0.0.weight' holds 2 NaN",
+                     nan_ckpt.name)
+        ckpt["model.diffusion_model.label_emb.0.0.weight"] = (ckpt["model.diffusion_model.label_emb.0.0.weight"][0],
+                                                              f16(1, 2, 3, 4))
+        inf_ckpt = self.write("inf-checkpoint.safetensors", safetensors(
+            {k: h for k, (h, _) in ckpt.items()}, b"".join(d for _, d in ckpt.values())))
+        self.refused(["--from", str(inf_ckpt)], "'conditioner.embedders.0.transformer.w' holds 1 infinite",
+                     inf_ckpt.name)
+        vae = self.write("nan-vae.safetensors", safetensors(
+            {"decoder.conv_in.weight": t("F32", [2], 0, 8),
+             "encoder.down.0.block.0.norm1.weight": t("F32", [2], 8, 16)}, f32(1, 2, nan, 1)))
+        self.refused(["--vae-only", "--vae", str(vae)], "'encoder.down.0.block.0.norm1.weight' holds 1 NaN", vae.name)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    for name in ("--python", "--source", "--work"):
+        ap.add_argument(name, required=True)
+    ARGS, rest = ap.parse_known_args()
+    unittest.main(argv=[sys.argv[0], "-v", *rest])
