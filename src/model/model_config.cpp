@@ -250,7 +250,8 @@ void check_model_file(const ModelConfig& c, const std::filesystem::path& dir, co
     throw ModelError(origin + ": " + pointer + " names '" + rel +
                      "': model files must be inside the model directory (no absolute path, no '..')");
   const auto p = dir / r;
-  if (const std::string why = input_file_problem(p, std::numeric_limits<std::uint64_t>::max()); !why.empty())
+  // The confinement rule (core/input_file.h): no link out of the model folder.
+  if (const std::string why = input_file_problem(p, std::numeric_limits<std::uint64_t>::max(), dir); !why.empty())
     throw ModelError(origin + ": " + pointer + " names '" + p.string() + "', which " + why);
   std::error_code ec;
   auto it = c.file_bytes.find(rel);
@@ -325,7 +326,7 @@ std::string read_model_json(const std::filesystem::path& dir, const std::string&
   if (!std::filesystem::is_directory(dir, ec))
     throw ModelError(what + " '" + dir.string() + "' does not exist (make one with " + make + ")");
   const auto path = dir / "model.json";
-  InputFile in(path, 16ull << 20);
+  InputFile in(path, 16ull << 20, dir);  // the confinement rule: not a link out of the folder
   std::string text = in.ok() ? in.read_all() : std::string();
   if (!in.ok() && in.error() == "does not exist")
     throw ModelError("'" + path.string() + "' not found: '" + dir.string() + "' is not an sdxl-batch " + what +
