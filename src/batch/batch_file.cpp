@@ -13,6 +13,7 @@
 #include "core/input_file.h"
 #include "core/json_shape.h"
 #include "image/png_reader.h"
+#include "batch/output_names.h"
 #include "batch/priority.h"
 #include "batch/story.h"
 #include "batch/wildcards.h"
@@ -695,13 +696,16 @@ BatchFile parse_batch_text(const std::string& text, const std::filesystem::path&
       ck.add("/tasks", "must be a non-empty array of tasks");
     } else {
       std::set<std::string> ids;
+      std::vector<std::string> pointers;  // of bf.tasks
       for (size_t i = 0; i < j["tasks"].size(); ++i) {
         BatchTask task;
         if (read_task(ck, j["tasks"][i], "/tasks/" + std::to_string(i), td, book, lib, origin, ids, task)) {
           check_file_name_length(ck, "/tasks/" + std::to_string(i), task, bf.name_template);
           bf.tasks.push_back(task);
+          pointers.push_back("/tasks/" + std::to_string(i));
         }
       }
+      for (BatchProblem& p : output_name_collisions(bf.tasks, pointers, bf.name_template)) problems.push_back(p);
     }
   }
   if (problems_out) *problems_out = problems;
