@@ -13,6 +13,7 @@
 #include "core/input_file.h"
 #include "core/json_shape.h"
 #include "image/png_reader.h"
+#include "batch/batch_strings.h"
 #include "batch/output_names.h"
 #include "batch/priority.h"
 #include "batch/story.h"
@@ -671,6 +672,7 @@ BatchFile parse_batch_text(const std::string& text, const std::filesystem::path&
     if (problems_out) *problems_out = problems;
     return bf;
   }
+  check_batch_strings(j, problems);  // the text rule, before any value is used
   if (!j.is_object()) {
     ck.add("", "a batch file is a JSON object with \"version\" and \"tasks\"");
   } else {

@@ -230,7 +230,9 @@ size_t Manifest::size() const {
 
 void Manifest::append(const ManifestEntry& e) {
   std::lock_guard<std::mutex> lock(mu_);
-  append_line_durable(path_, to_json(e).dump() + "\n");
+  // Text is checked as UTF-8 when it comes in; should a byte that is not get here, it is
+  // written as U+FFFD rather than failing the image after its PNG exists.
+  append_line_durable(path_, to_json(e).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   latest_[{e.task, e.index}] = e;
 }
 

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/input_file.h"
+#include "core/input_text.h"
 #include "core/sha256.h"
 #include "lora/safetensors.h"
 
@@ -24,6 +25,8 @@ std::vector<std::filesystem::path> list_embedding_files(const std::vector<std::f
         // The confinement rule (core/input_file.h): no link out of the embedding folder.
         if (const std::string why = outside_folder_problem(e.path(), dir); !why.empty())
           throw UsageError("embedding '" + e.path().string() + "' " + why);
+        if (const std::string why = text_problem(e.path().stem().string(), TextKind::kName); !why.empty())
+          throw UsageError("embedding '" + e.path().string() + "': its name (the file name) " + why);
         files.push_back(e.path());
       }
       if (ext == ".pt" || ext == ".pth" || ext == ".bin" || ext == ".ckpt")  // refused as LoRA pickles are

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/input_file.h"
+#include "core/input_text.h"
 #include "core/json_shape.h"
 #include "core/sha256.h"
 
@@ -35,10 +36,14 @@ class Reader {
     if (!has(key)) fail(at(key), "is missing");
     return j_.at(key);
   }
+  // Every string of a model.json is a name, a file name or a tag: one line of
+  // UTF-8 without control characters (core/input_text.h).
   std::string str(const std::string& key) const {
     const json& v = raw(key);
     if (!v.is_string()) fail(at(key), "must be a string");
-    return v.get<std::string>();
+    std::string s = v.get<std::string>();
+    if (const std::string why = text_problem(s, TextKind::kName); !why.empty()) fail(at(key), why);
+    return s;
   }
   std::string str_or(const std::string& key, const std::string& dflt) const { return has(key) ? str(key) : dflt; }
   int integer(const std::string& key, int lo, int hi) const {
