@@ -63,6 +63,19 @@ std::string text_problem(std::string_view text, TextKind kind) {
   return "";
 }
 
+std::string valid_utf8(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    std::uint32_t cp = 0;
+    const size_t n = utf8_at(text, i, cp);
+    if (n == 0) out += "\xEF\xBF\xBD";
+    else out.append(text.substr(i, n));
+    i += n == 0 ? 1 : n;
+  }
+  return out;
+}
+
 std::string clean_metadata_text(std::string_view text, bool keep_newlines) {
   std::string out;
   out.reserve(text.size());

@@ -34,4 +34,8 @@ std::string text_problem(std::string_view text, TextKind kind);
 // that is not part of valid UTF-8 replaced by U+FFFD.
 std::string clean_metadata_text(std::string_view text, bool keep_newlines);
 
+// `text` with every byte that is not part of valid UTF-8 replaced by U+FFFD;
+// everything else, control characters included, as it is.
+std::string valid_utf8(std::string_view text);
+
 }  // namespace sdxl
