@@ -170,7 +170,9 @@ TEST(HostileInput, ExponentialWildcardsAreRefusedQuickly) {
   EXPECT_TRUE(has(why, "w0.txt")) << why;
   EXPECT_TRUE(has(error_of([&] { sdxl::expand_random("__w0__", 1, lib); }), "beyond the budget"));
   EXPECT_TRUE(has(error_of([&] { sdxl::expand_combination("__w0__", 0, lib); }), "beyond the budget"));
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  // Without the budget 40 levels make 2^40 copies (24 levels took 3.9 s); with it, about a second
+  // (the expansions run up to a million steps), more on a loaded machine.
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
   // 15 levels (32768 x's) stay within the budget.
   EXPECT_EQ(sdxl::expand_random("__w25__", 1, lib).text.size(), 2u * 32768 - 1);
 }
@@ -208,8 +210,9 @@ TEST(HostileInput, BatchStringsFollowTheTextRule) {
       R"({"version": 1, "tasks": [{"id": "a", "prompt": "one\ntwo\tthree", "negative": "x\u001ey", "seed": 1},
                                   {"id": "b\nc", "prompt": "x", "sampler": "Euler\u0000", "seed": 2}]})",
       "b.json");
-  std::vector<std::string> ptrs;
-  for (const auto& p : problems) ptrs.push_back(p.pointer);
+  std::vector<std::string> ptrs;  // the sampler is also unknown: its pointer comes twice
+  for (const auto& p : problems)
+    if (ptrs.empty() || ptrs.back() != p.pointer) ptrs.push_back(p.pointer);
   EXPECT_EQ(ptrs, (std::vector<std::string>{"/tasks/0/negative", "/tasks/1/id", "/tasks/1/sampler"}));
   EXPECT_TRUE(has(problems[0].message, "U+001E"));
   EXPECT_TRUE(has(problems[1].message, "line break"));
