@@ -13,6 +13,8 @@
 #include "core/input_file.h"
 #include "core/json_shape.h"
 #include "image/png_reader.h"
+#include "batch/batch_strings.h"
+#include "batch/output_names.h"
 #include "batch/priority.h"
 #include "batch/story.h"
 #include "batch/wildcards.h"
@@ -116,6 +118,20 @@ struct Checker {
     if (check_folder("vae", path.string(), pointer + "/vae", load_vae_config)) p.vae = path.string();
   }
 
+  // The confinement rule (core/input_file.h) for a file the batch file names
+  // as `rel`: it must stay inside the batch file's folder when `rel` is a plain
+  // relative path, inside the folder it names when it is absolute or has "..".
+  // False (with a problem at `pointer`) when a link leads it out.
+  bool stays_inside(const std::string& pointer, const std::string& rel, const std::filesystem::path& resolved) {
+    const std::filesystem::path r(rel);
+    bool named = r.is_absolute();
+    for (const auto& part : r) named |= part == "..";
+    const std::filesystem::path root = named ? resolved.parent_path() : base_dir.empty() ? "." : base_dir;
+    const std::string why = outside_folder_problem(resolved, root);
+    if (!why.empty()) add(pointer, "'" + resolved.string() + "' " + why);
+    return why.empty();
+  }
+
   // A path of the batch file (relative to its folder), absolute and normal.
   std::string resolve(const std::string& rel) const {
     std::filesystem::path path(rel);
@@ -137,7 +153,9 @@ struct Checker {
     if (get_string(c, cp, "image", rel)) {
       u.image = resolve(rel);
       int w = 0, h = 0;
-      if (const std::string why = png_size(u.image, w, h); !why.empty()) add(cp + "/image", "'" + u.image + "' " + why);
+      const bool inside = stays_inside(cp + "/image", rel, u.image);
+      if (const std::string why = inside ? png_size(u.image, w, h) : ""; !why.empty())
+        add(cp + "/image", "'" + u.image + "' " + why);
     } else if (!c.contains("image")) {
       add(cp + "/image", "is missing (the control image: a PNG pose, edge or depth map)");
     }
@@ -197,7 +215,9 @@ struct Checker {
         }
         const std::string path = resolve((*images)[k].get<std::string>());
         int w = 0, h = 0;
-        if (const std::string why = png_size(path, w, h); !why.empty()) add(ip_k, "'" + path + "' " + why);
+        const bool inside = stays_inside(ip_k, (*images)[k].get<std::string>(), path);
+        if (const std::string why = inside ? png_size(path, w, h) : ""; !why.empty())
+          add(ip_k, "'" + path + "' " + why);
         p.ip_adapter.images.push_back(path);
       }
     }
@@ -257,6 +277,7 @@ struct Checker {
     if (!get_string(t, ptr, "init_image", rel)) return;
     std::filesystem::path path(rel);
     if (path.is_relative()) path = origin.parent_path() / path;
+    if (!stays_inside(ptr + "/init_image", rel, path)) return;
     int w = 0, h = 0;
     const std::string why = png_size(path, w, h);
     if (!why.empty()) {
@@ -311,7 +332,8 @@ struct Checker {
     const std::filesystem::path abs = std::filesystem::absolute(p.is_absolute() ? p : base_dir / p, ec);
     return (ec ? p : abs).lexically_normal();
   }
-  bool check_file(const std::string& pointer, const std::filesystem::path& p) {
+  bool check_file(const std::string& pointer, const std::string& raw, const std::filesystem::path& p) {
+    if (!stays_inside(pointer, raw, p)) return false;
     const std::string why = input_file_problem(p, std::numeric_limits<std::uint64_t>::max());
     if (why.empty()) return true;
     add(pointer, "LoRA file '" + p.string() + "' " + why);
@@ -357,7 +379,7 @@ struct Checker {
       } else {
         r.path = lora_path(path);
         r.name = r.path.stem().string();
-        if (!check_file(ptr + "/path", r.path)) continue;
+        if (!check_file(ptr + "/path", path, r.path)) continue;
       }
       out.push_back(r);
     }
@@ -393,7 +415,7 @@ void read_lora_registry(Checker& ck, const json& j, BatchFile& bf) {
       if (!e["pin"].is_boolean()) ck.add(ptr + "/pin", "must be true or false");
       else entry.pin = e["pin"].get<bool>();
     }
-    ck.check_file(ptr + "/path", entry.path);  // reported; the name stays known for the tasks
+    ck.check_file(ptr + "/path", path, entry.path);  // reported; the name stays known for the tasks
     bf.lora_registry[name] = entry;
   }
 }
@@ -650,6 +672,7 @@ BatchFile parse_batch_text(const std::string& text, const std::filesystem::path&
     if (problems_out) *problems_out = problems;
     return bf;
   }
+  check_batch_strings(j, problems);  // the text rule, before any value is used
   if (!j.is_object()) {
     ck.add("", "a batch file is a JSON object with \"version\" and \"tasks\"");
   } else {
@@ -660,9 +683,10 @@ BatchFile parse_batch_text(const std::string& text, const std::filesystem::path&
     read_header(ck, j, bf);
     bf.wildcard_dirs = wildcard_dirs;
     std::string wd;
-    if (ck.get_string(j, "", "wildcards_dir", wd)) bf.wildcard_dirs.push_back(ck.base_dir / wd);
+    if (ck.get_string(j, "", "wildcards_dir", wd) && ck.stays_inside("/wildcards_dir", wd, ck.base_dir / wd))
+      bf.wildcard_dirs.push_back(ck.base_dir / wd);
     std::string ed;
-    if (ck.get_string(j, "", "embeddings_dir", ed)) {
+    if (ck.get_string(j, "", "embeddings_dir", ed) && ck.stays_inside("/embeddings_dir", ed, ck.base_dir / ed)) {
       std::error_code ec;
       if (std::filesystem::is_directory(ck.base_dir / ed, ec)) bf.embedding_dirs.push_back(ck.base_dir / ed);
       else ck.add("/embeddings_dir", "'" + (ck.base_dir / ed).string() + "' is not a folder");
@@ -674,13 +698,16 @@ BatchFile parse_batch_text(const std::string& text, const std::filesystem::path&
       ck.add("/tasks", "must be a non-empty array of tasks");
     } else {
       std::set<std::string> ids;
+      std::vector<std::string> pointers;  // of bf.tasks
       for (size_t i = 0; i < j["tasks"].size(); ++i) {
         BatchTask task;
         if (read_task(ck, j["tasks"][i], "/tasks/" + std::to_string(i), td, book, lib, origin, ids, task)) {
           check_file_name_length(ck, "/tasks/" + std::to_string(i), task, bf.name_template);
           bf.tasks.push_back(task);
+          pointers.push_back("/tasks/" + std::to_string(i));
         }
       }
+      for (BatchProblem& p : output_name_collisions(bf.tasks, pointers, bf.name_template)) problems.push_back(p);
     }
   }
   if (problems_out) *problems_out = problems;

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/input_text.h"
 #include "sampling/sampler_plan.h"
 
 namespace sdxl {
@@ -25,9 +26,12 @@ std::string format_number(double v) {
   return buf;
 }
 
-// A1111 quotes a value that contains ',', ':' or '"' (infotext quote()).
-std::string quote_if_needed(const std::string& v) {
-  if (v.find_first_of(",:\"\n") == std::string::npos) return v;
+// A1111 quotes a value that contains ',', ':' or '"' (infotext quote()). A value
+// is one line: its control characters (a line break in a ControlNet's name,
+// say) become spaces, so no value can start a line of its own (core/input_text.h).
+std::string quote_if_needed(const std::string& raw) {
+  const std::string v = clean_metadata_text(raw, false);
+  if (v.find_first_of(",:\"") == std::string::npos) return v;
   std::string out = "\"";
   for (char c : v) {
     if (c == '"' || c == '\\') out.push_back('\\');
@@ -87,8 +91,8 @@ ImageSources model_sources(const ModelConfig& mc) {
 // items (init image, hires fix, Lora hashes, TI hashes), Version.
 std::string a1111_parameters(const GenerationParams& p, const ImageSources& src) {
   std::ostringstream s;
-  s << p.prompt << "\n";
-  if (!p.negative_prompt.empty()) s << "Negative prompt: " << p.negative_prompt << "\n";
+  s << clean_metadata_text(p.prompt, true) << "\n";  // prompts may span lines, as in A1111
+  if (!p.negative_prompt.empty()) s << "Negative prompt: " << clean_metadata_text(p.negative_prompt, true) << "\n";
   s << "Steps: " << p.steps << ", Sampler: " << quote_if_needed(p.sampler)
     << ", Schedule type: " << quote_if_needed(p.schedule) << ", CFG scale: " << format_number(p.cfg);
   if (p.guidance_rescale != 0.0) s << ", Guidance rescale: " << format_number(p.guidance_rescale);

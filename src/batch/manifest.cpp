@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/input_text.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
 
@@ -228,9 +229,24 @@ size_t Manifest::size() const {
   return latest_.size();
 }
 
+namespace {
+
+// Every string of `j` as valid UTF-8 (core/input_text.h's valid_utf8).
+void repair_utf8(nlohmann::json& j) {
+  if (j.is_string()) j = valid_utf8(j.get_ref<const std::string&>());
+  else if (j.is_structured())
+    for (auto& v : j) repair_utf8(v);
+}
+
+}  // namespace
+
 void Manifest::append(const ManifestEntry& e) {
   std::lock_guard<std::mutex> lock(mu_);
-  append_line_durable(path_, to_json(e).dump() + "\n");
+  // Text is checked as UTF-8 when it comes in; should a byte that is not get here, it is
+  // written as U+FFFD rather than failing the image after its PNG exists.
+  nlohmann::json j = to_json(e);
+  repair_utf8(j);
+  append_line_durable(path_, j.dump() + "\n");
   latest_[{e.task, e.index}] = e;
 }
 

@@ -78,6 +78,7 @@ bool prompt_has_wildcards(const GenerationParams& p) {
 void check_prompt_wildcards(const GenerationParams& p, const WildcardLibrary& lib) {
   check_template(p.prompt, lib);
   check_template(p.negative_prompt, lib);
+  check_template(joined(p), lib);  // the expansion budget counts both, as they are expanded together
 }
 
 ImagePrompt expand_image_prompt(const GenerationParams& p, bool expand_all, int index, std::int64_t seed,

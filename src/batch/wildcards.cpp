@@ -10,8 +10,14 @@
 #include <set>
 #include <sstream>
 
+#include <sys/stat.h>
+
+#include <mutex>
+#include <tuple>
+
 #include "core/error.h"
 #include "core/input_file.h"
+#include "core/input_text.h"
 
 namespace sdxl {
 
@@ -181,10 +187,30 @@ class Rng {
   std::uint64_t state_;
 };
 
+}  // namespace
+
+// A wildcard file's values (sorted) and their parse, shared by every library
+// of the process.
+struct WildcardFile {
+  fs::path path;
+  std::vector<std::string> values;
+  std::vector<Seq> seqs;  // seqs[k] is values[k] parsed
+};
+
+namespace {
+
+// The most that expansions of a part can make: text bytes and steps (saturating).
+struct Cost {
+  std::uint64_t bytes = 0, steps = 0;
+};
+
+std::uint64_t sat_add(std::uint64_t a, std::uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+
 struct Eval {
   const WildcardLibrary& lib;
-  std::vector<std::string> stack;  // wildcards being expanded (cycles)
-  std::map<std::string, std::vector<Seq>> parsed;
+  std::vector<std::string> stack{};  // wildcards being expanded (cycles, and the chain in messages)
+  std::uint64_t steps = 0;
+  std::map<std::pair<std::string, std::uint64_t>, std::uint64_t> counts{};  // (name, cap) -> combinations
 
   const std::vector<Seq>& wildcard(const std::string& name) {
     if (std::find(stack.begin(), stack.end(), name) != stack.end()) {
@@ -192,13 +218,27 @@ struct Eval {
       for (const auto& s : stack) chain += "__" + s + "__ -> ";
       throw UsageError("wildcards form a cycle: " + chain + "__" + name + "__");
     }
-    auto it = parsed.find(name);
-    if (it != parsed.end()) return it->second;
-    const auto& values = lib.values(name);
-    std::vector<Seq> seqs;
-    for (size_t k = 0; k < values.size(); ++k)
-      seqs.push_back(parse_template(values[k], lib.file_of(name).string() + ", value " + std::to_string(k + 1)));
-    return parsed.emplace(name, std::move(seqs)).first->second;
+    return lib.file(name).seqs;
+  }
+  // "the prompt -> __a__ ('dir/a.txt') -> __b__ ('dir/b.txt')": where an expansion is.
+  std::string chain() const {
+    std::string out = "the prompt";
+    for (const auto& s : stack) out += " -> __" + s + "__ ('" + lib.file_of(s).string() + "')";
+    return out;
+  }
+  [[noreturn]] void over_budget(const std::string& what) const {
+    throw UsageError("wildcards expand beyond the budget: " + chain() + " can make " + what +
+                     " (a prompt may expand to at most " + std::to_string(kMaxExpansionBytes >> 10) + " KiB in " +
+                     std::to_string(kMaxExpansionSteps) + " steps; a file that uses the next one several times " +
+                     "doubles the text at each level)");
+  }
+  void step() {
+    if (++steps > kMaxExpansionSteps) over_budget("more than " + std::to_string(kMaxExpansionSteps) + " steps");
+  }
+  void check_cost(const Cost& c) const {
+    if (c.bytes > kMaxExpansionBytes)
+      over_budget("more than " + std::to_string(kMaxExpansionBytes >> 10) + " KiB of text");
+    if (c.steps > kMaxExpansionSteps) over_budget("more than " + std::to_string(kMaxExpansionSteps) + " steps");
   }
   struct Scope {
     Eval& e;
@@ -225,6 +265,7 @@ size_t weighted_pick(const std::vector<Option>& opts, const std::vector<bool>& t
 }
 
 std::string random_node(const Node& n, Rng& rng, Eval& ev, std::vector<std::string>& choices) {
+  ev.step();
   if (n.kind == Node::Kind::kText) return n.text;
   if (n.kind == Node::Kind::kWildcard) {
     const auto& values = ev.wildcard(n.text);
@@ -250,7 +291,10 @@ std::string random_node(const Node& n, Rng& rng, Eval& ev, std::vector<std::stri
 
 std::string random_seq(const Seq& seq, Rng& rng, Eval& ev, std::vector<std::string>& choices) {
   std::string out;
-  for (const Node& n : seq) out += random_node(n, rng, ev, choices);
+  for (const Node& n : seq) {
+    out += random_node(n, rng, ev, choices);
+    if (out.size() > kMaxExpansionBytes) ev.check_cost({out.size(), 0});
+  }
   return out;
 }
 
@@ -291,9 +335,11 @@ std::uint64_t count_node(const Node& n, Eval& ev, std::uint64_t cap) {
   if (n.kind == Node::Kind::kText) return 1;
   std::uint64_t total = 0;
   if (n.kind == Node::Kind::kWildcard) {
+    if (auto it = ev.counts.find({n.text, cap}); it != ev.counts.end()) return it->second;
     const auto& values = ev.wildcard(n.text);
     Eval::Scope in(ev, n.text);
     for (const Seq& v : values) total = std::min(cap, total + count_seq(v, ev, cap));
+    ev.counts[{n.text, cap}] = total;
     return total;
   }
   if (!n.multi) {
@@ -335,6 +381,7 @@ std::string nth_of_parts(const std::vector<const Seq*>& parts, const std::string
 }
 
 std::string nth_node(const Node& n, std::uint64_t index, Eval& ev, std::vector<std::string>& choices) {
+  ev.step();
   if (n.kind == Node::Kind::kText) return n.text;
   std::string out;
   if (n.kind == Node::Kind::kWildcard) {
@@ -384,24 +431,121 @@ std::string nth_seq(const Seq& seq, std::uint64_t index, Eval& ev, std::vector<s
   return out;
 }
 
-// Walks every wildcard the template reaches (missing files, cycles, syntax).
-void check_seq(const Seq& seq, Eval& ev) {
-  for (const Node& n : seq) {
-    if (n.kind == Node::Kind::kWildcard) {
-      const auto& values = ev.wildcard(n.text);
-      Eval::Scope in(ev, n.text);
-      for (const Seq& v : values) check_seq(v, ev);
+Cost cost_seq(const Seq& seq, Eval& ev);
+
+// The most text and steps that `opts` can make when `picks` of them are taken.
+Cost cost_options(const std::vector<Option>& opts, int picks, const std::string& sep, Eval& ev) {
+  std::vector<Cost> each;
+  for (const Option& o : opts) each.push_back(cost_seq(o.seq, ev));
+  const size_t k = std::min(each.size(), static_cast<size_t>(std::max(picks, 1)));
+  Cost c;
+  auto top = [&](auto field) {
+    std::vector<std::uint64_t> v;
+    for (const Cost& e : each) v.push_back(e.*field);
+    std::partial_sort(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end(), std::greater<>());
+    std::uint64_t sum = 0;
+    for (size_t i = 0; i < k; ++i) sum = sat_add(sum, v[i]);
+    return sum;
+  };
+  c.bytes = sat_add(top(&Cost::bytes), sep.size() * (k > 0 ? k - 1 : 0));
+  c.steps = top(&Cost::steps);
+  return c;
+}
+
+// Walks every wildcard the template reaches once (missing files, cycles,
+// syntax) and bounds what any expansion can make; over the budget it throws
+// naming the chain of files where the bound is first passed.
+Cost cost_node(const Node& n, Eval& ev) {
+  Cost c{n.text.size(), 1};
+  if (n.kind == Node::Kind::kText) return c;
+  c.bytes = 0;
+  if (n.kind == Node::Kind::kWildcard) {
+    auto& memo = ev.lib.bounds();
+    if (auto it = memo.find(n.text); it != memo.end()) return {it->second.first, it->second.second};
+    const auto& values = ev.wildcard(n.text);
+    Eval::Scope in(ev, n.text);
+    for (const Seq& v : values) {
+      const Cost vc = cost_seq(v, ev);
+      c.bytes = std::max(c.bytes, vc.bytes);
+      c.steps = std::max(c.steps, sat_add(vc.steps, 1));
     }
-    for (const Option& o : n.options) check_seq(o.seq, ev);
+    ev.check_cost(c);
+    memo[n.text] = {c.bytes, c.steps};
+    return c;
   }
+  const Cost o = cost_options(n.options, n.multi ? n.max_pick : 1, n.sep, ev);
+  return {o.bytes, sat_add(o.steps, 1)};
+}
+
+Cost cost_seq(const Seq& seq, Eval& ev) {
+  Cost c;
+  for (const Node& n : seq) {
+    const Cost nc = cost_node(n, ev);
+    c.bytes = sat_add(c.bytes, nc.bytes);
+    c.steps = sat_add(c.steps, nc.steps);
+  }
+  return c;
+}
+
+}  // namespace
+
+namespace {
+
+constexpr std::uint64_t kMaxWildcardFileBytes = 16ull << 20;
+
+// The values of a wildcard file's text: trimmed, without empty and '#' lines,
+// each UTF-8 without control characters (a tab allowed), sorted; with their line numbers.
+std::vector<std::pair<std::string, int>> wildcard_values(const std::string& text, const fs::path& p) {
+  std::vector<std::pair<std::string, int>> lines;
+  std::istringstream in(text);
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.pop_back();
+    const size_t first = line.find_first_not_of(" \t");
+    if (first == std::string::npos || line[first] == '#') continue;
+    if (const std::string why = text_problem(line, TextKind::kLine); !why.empty())
+      throw UsageError("wildcard file '" + p.string() + "' line " + std::to_string(number) + " " + why);
+    lines.emplace_back(line.substr(first), number);
+  }
+  std::sort(lines.begin(), lines.end());
+  return lines;
+}
+
+// A wildcard file read inside `root` (the confinement rule), parsed once per
+// process: files are kept by device, inode, size and modification time.
+std::shared_ptr<const WildcardFile> load_wildcard_file(const fs::path& p, const fs::path& root,
+                                                       const std::string& name) {
+  InputFile in(p, kMaxWildcardFileBytes, root);
+  if (!in.ok()) throw UsageError("wildcard __" + name + "__: wildcard file '" + p.string() + "' " + in.error());
+  struct stat st{};
+  ::fstat(in.fd(), &st);
+  using Key = std::tuple<dev_t, ino_t, off_t, time_t, long>;
+  const Key key{st.st_dev, st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec};
+  static std::mutex mu;
+  static std::map<Key, std::shared_ptr<const WildcardFile>> files;
+  {
+    std::lock_guard lk(mu);
+    if (auto it = files.find(key); it != files.end()) return it->second;
+  }
+  const std::string text = in.read_all();
+  if (!in.error().empty()) throw UsageError("wildcard file '" + p.string() + "' " + in.error());
+  auto f = std::make_shared<WildcardFile>();
+  f->path = p;
+  for (auto& [value, number] : wildcard_values(text, p)) {
+    f->seqs.push_back(parse_template(value, p.string() + " line " + std::to_string(number)));
+    f->values.push_back(std::move(value));
+  }
+  if (f->values.empty()) throw UsageError("wildcard __" + name + "__: '" + p.string() + "' has no values");
+  std::lock_guard lk(mu);
+  return files.emplace(key, std::move(f)).first->second;
 }
 
 }  // namespace
 
 WildcardLibrary::WildcardLibrary(std::vector<fs::path> dirs) : dirs_(std::move(dirs)) {}
 
-const std::vector<std::string>& WildcardLibrary::values(const std::string& name) const {
-  if (auto it = cache_.find(name); it != cache_.end()) return it->second.second;
+const WildcardFile& WildcardLibrary::file(const std::string& name) const {
+  if (auto it = cache_.find(name); it != cache_.end()) return *it->second;
   if (name.find("..") != std::string::npos || (!name.empty() && name.front() == '/'))
     throw UsageError("wildcard __" + name + "__: a name may not leave the wildcards folder");
   std::string searched;
@@ -412,27 +556,18 @@ const std::vector<std::string>& WildcardLibrary::values(const std::string& name)
       searched += (searched.empty() ? "" : ", ") + p.string();
       continue;
     }
-    std::istringstream in(read_input_file(p, "wildcard file", 16ull << 20));
-    std::vector<std::string> lines;
-    std::string line;
-    while (std::getline(in, line)) {
-      while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.pop_back();
-      const size_t first = line.find_first_not_of(" \t");
-      if (first == std::string::npos || line[first] == '#') continue;
-      lines.push_back(line.substr(first));
-    }
-    if (lines.empty()) throw UsageError("wildcard __" + name + "__: '" + p.string() + "' has no values");
-    std::sort(lines.begin(), lines.end());
-    return cache_.emplace(name, std::make_pair(p, std::move(lines))).first->second.second;
+    return *cache_.emplace(name, load_wildcard_file(p, d, name)).first->second;
   }
   throw UsageError("wildcard __" + name + "__: no " + name + ".txt in the wildcards folders (" +
                    (searched.empty() ? std::string("none given: set \"wildcards_dir\" or --wildcards-dir") : searched) +
                    ")");
 }
 
+const std::vector<std::string>& WildcardLibrary::values(const std::string& name) const { return file(name).values; }
+
 fs::path WildcardLibrary::file_of(const std::string& name) const {
   auto it = cache_.find(name);
-  return it == cache_.end() ? fs::path(name + ".txt") : it->second.first;
+  return it == cache_.end() ? fs::path(name + ".txt") : it->second->path;
 }
 
 bool has_wildcards(const std::string& text) {
@@ -440,12 +575,12 @@ bool has_wildcards(const std::string& text) {
 }
 
 void check_template(const std::string& text, const WildcardLibrary& lib) {
-  Eval ev{lib, {}, {}};
-  check_seq(parse_template(text, "prompt"), ev);
+  Eval ev{lib};
+  ev.check_cost(cost_seq(parse_template(text, "prompt"), ev));
 }
 
 Expansion expand_random(const std::string& text, std::uint64_t seed, const WildcardLibrary& lib) {
-  Eval ev{lib, {}, {}};
+  Eval ev{lib};
   Rng rng(seed);
   Expansion e;
   e.text = random_seq(parse_template(text, "prompt"), rng, ev, e.choices);
@@ -453,12 +588,12 @@ Expansion expand_random(const std::string& text, std::uint64_t seed, const Wildc
 }
 
 std::uint64_t count_combinations(const std::string& text, const WildcardLibrary& lib, std::uint64_t limit) {
-  Eval ev{lib, {}, {}};
+  Eval ev{lib};
   return count_seq(parse_template(text, "prompt"), ev, limit + 1);
 }
 
 Expansion expand_combination(const std::string& text, std::uint64_t index, const WildcardLibrary& lib) {
-  Eval ev{lib, {}, {}};
+  Eval ev{lib};
   Expansion e;
   e.text = nth_seq(parse_template(text, "prompt"), index, ev, e.choices);
   return e;

@@ -15,6 +15,14 @@
 // combination, the leftmost choice varying slowest, as dynamicprompts'
 // combinatorial generator does (which joins $$ picks with "," by default;
 // here the default joiner is ", ").
+// Wildcard files are inputs: each is read only inside the folder it is found
+// in (core/input_file.h's confinement rule: no link out of the folder), must be
+// UTF-8 without control characters (a tab allowed; core/input_text.h), and is
+// read and parsed once per process however many images use it.
+// Expansion has a budget: at most kMaxExpansionBytes of text and
+// kMaxExpansionSteps steps per prompt. check_template measures the most any
+// draw can make, so validate refuses a template over the budget, naming the
+// chain of wildcard files; the expansions stop at the same budget.
 // torch-free. Errors are UsageError naming the template, file and line.
 #pragma once
 
@@ -27,6 +35,11 @@
 
 namespace sdxl {
 
+inline constexpr std::uint64_t kMaxExpansionBytes = 256ull << 10;  // one prompt and its negative
+inline constexpr std::uint64_t kMaxExpansionSteps = 1000000;      // parts visited for one expansion
+
+struct WildcardFile;  // a file's sorted values, parsed (wildcards.cpp)
+
 // The wildcard files of some folders (searched in order), read once each.
 class WildcardLibrary {
  public:
@@ -36,10 +49,16 @@ class WildcardLibrary {
   const std::vector<std::string>& values(const std::string& name) const;
   // Where __name__ was read from (after values()), for messages.
   std::filesystem::path file_of(const std::string& name) const;
+  // __name__'s file, read and parsed (throws as values() does).
+  const WildcardFile& file(const std::string& name) const;
+  // check_template's memo: the most text bytes and steps an expansion of
+  // __name__ makes, for every wildcard already measured with these folders.
+  std::map<std::string, std::pair<std::uint64_t, std::uint64_t>>& bounds() const { return bounds_; }
 
  private:
   std::vector<std::filesystem::path> dirs_;
-  mutable std::map<std::string, std::pair<std::filesystem::path, std::vector<std::string>>> cache_;
+  mutable std::map<std::string, std::shared_ptr<const WildcardFile>> cache_;
+  mutable std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> bounds_;
 };
 
 struct Expansion {

@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/input_text.h"
 #include "core/npy.h"
 #include "image/png_reader.h"
 #include "image/png_writer.h"
@@ -182,6 +183,11 @@ int run_generate(const GenerateArgs& args) {
   a.model.finish();
   std::vector<LoraRef> loras;
   for (const auto& l : a.loras) loras.push_back(parse_lora_arg(l));
+  // The text rule of core/input_text.h, as for batch files: prompts may span lines.
+  if (const std::string why = text_problem(a.prompt, TextKind::kMultiline); !why.empty())
+    throw UsageError("--prompt " + why);
+  if (const std::string why = text_problem(a.negative, TextKind::kMultiline); !why.empty())
+    throw UsageError("--negative " + why);
   // Also before the model loads: a prompt tag naming an unknown LoRA fails fast.
   for (const auto& t : extract_lora_tags(a.prompt).tags) (void)resolve_lora(t.name, t.weight, {}, a.model.runtime.lora_dirs);
   GenerationParams p;

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "core/input_text.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
 
@@ -75,7 +76,12 @@ std::string latin1_to_utf8(const std::string& in) {
   return out;
 }
 
-std::vector<std::uint8_t> text_chunk(const std::string& key, const std::string& text) {
+// The output rule of core/input_text.h: a text chunk never carries a raw
+// control character (a NUL would end it early; a line break is the text's own,
+// as PNG allows) or a byte that is not UTF-8, whatever the caller passed.
+std::vector<std::uint8_t> text_chunk(const std::string& raw_key, const std::string& raw_text) {
+  const std::string key = clean_metadata_text(raw_key, false);
+  const std::string text = clean_metadata_text(raw_text, true);
   std::string latin1;
   if (utf8_to_latin1(text, latin1)) return make_chunk("tEXt", key + std::string(1, '\0') + latin1);
   // iTXt: keyword \0, compression flag 0, method 0, empty language tag \0, empty translated keyword \0, text.

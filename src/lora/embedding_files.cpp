@@ -6,6 +6,8 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "core/input_file.h"
+#include "core/input_text.h"
 #include "core/sha256.h"
 #include "lora/safetensors.h"
 
@@ -19,7 +21,14 @@ std::vector<std::filesystem::path> list_embedding_files(const std::vector<std::f
     for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
       std::string ext = e.path().extension().string();
       std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-      if (ext == ".safetensors") files.push_back(e.path());
+      if (ext == ".safetensors") {
+        // The confinement rule (core/input_file.h): no link out of the embedding folder.
+        if (const std::string why = outside_folder_problem(e.path(), dir); !why.empty())
+          throw UsageError("embedding '" + e.path().string() + "' " + why);
+        if (const std::string why = text_problem(e.path().stem().string(), TextKind::kName); !why.empty())
+          throw UsageError("embedding '" + e.path().string() + "': its name (the file name) " + why);
+        files.push_back(e.path());
+      }
       if (ext == ".pt" || ext == ".pth" || ext == ".bin" || ext == ".ckpt")  // refused as LoRA pickles are
         throw UsageError("embedding '" + e.path().string() + "' is a pickle file (" + ext +
                          "); sdxl-batch does not load pickles because unpickling can run arbitrary code. Convert it "

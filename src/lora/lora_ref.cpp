@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "core/input_file.h"
 #include "lora/lora.h"
 
 namespace sdxl {
@@ -92,6 +93,9 @@ LoraRef resolve_lora(const std::string& name, double weight, const LoraRegistry&
     for (const auto& candidate : {d / (name + ".safetensors"), d / name}) {
       std::error_code ec;
       if (std::filesystem::is_regular_file(candidate, ec)) {
+        // The confinement rule (core/input_file.h): no link out of the --lora-dir.
+        if (const std::string why = outside_folder_problem(candidate, d); !why.empty())
+          throw UsageError("LoRA '" + name + "': '" + candidate.string() + "' " + why);
         r.path = candidate;
         return r;
       }

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/input_file.h"
+#include "core/input_text.h"
 #include "core/json_shape.h"
 #include "core/sha256.h"
 
@@ -35,10 +36,14 @@ class Reader {
     if (!has(key)) fail(at(key), "is missing");
     return j_.at(key);
   }
+  // Every string of a model.json is a name, a file name or a tag: one line of
+  // UTF-8 without control characters (core/input_text.h).
   std::string str(const std::string& key) const {
     const json& v = raw(key);
     if (!v.is_string()) fail(at(key), "must be a string");
-    return v.get<std::string>();
+    std::string s = v.get<std::string>();
+    if (const std::string why = text_problem(s, TextKind::kName); !why.empty()) fail(at(key), why);
+    return s;
   }
   std::string str_or(const std::string& key, const std::string& dflt) const { return has(key) ? str(key) : dflt; }
   int integer(const std::string& key, int lo, int hi) const {
@@ -250,7 +255,8 @@ void check_model_file(const ModelConfig& c, const std::filesystem::path& dir, co
     throw ModelError(origin + ": " + pointer + " names '" + rel +
                      "': model files must be inside the model directory (no absolute path, no '..')");
   const auto p = dir / r;
-  if (const std::string why = input_file_problem(p, std::numeric_limits<std::uint64_t>::max()); !why.empty())
+  // The confinement rule (core/input_file.h): no link out of the model folder.
+  if (const std::string why = input_file_problem(p, std::numeric_limits<std::uint64_t>::max(), dir); !why.empty())
     throw ModelError(origin + ": " + pointer + " names '" + p.string() + "', which " + why);
   std::error_code ec;
   auto it = c.file_bytes.find(rel);
@@ -325,7 +331,7 @@ std::string read_model_json(const std::filesystem::path& dir, const std::string&
   if (!std::filesystem::is_directory(dir, ec))
     throw ModelError(what + " '" + dir.string() + "' does not exist (make one with " + make + ")");
   const auto path = dir / "model.json";
-  InputFile in(path, 16ull << 20);
+  InputFile in(path, 16ull << 20, dir);  // the confinement rule: not a link out of the folder
   std::string text = in.ok() ? in.read_all() : std::string();
   if (!in.ok() && in.error() == "does not exist")
     throw ModelError("'" + path.string() + "' not found: '" + dir.string() + "' is not an sdxl-batch " + what +

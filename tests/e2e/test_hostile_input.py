@@ -1,0 +1,258 @@
+#!/usr/bin/env python3
+"""Hostile inputs of issue 46 through the real binary on the tiny model (ctest e2e_hostile_input).
+
+Each test names the rule it checks (docs/unattended-runs.md, "Shared disks"); `validate` and `run`
+must agree: both refuse with exit code 2 and the JSON pointer (and line) of the problem.
+
+- reads stay inside the folder a file is named relative to (no link out of it);
+- no two images of a batch file get one output path;
+- wildcard expansion has a budget, and each wildcard file is parsed once;
+- input text is UTF-8 without control characters, and PNG metadata never carries one.
+
+    test_hostile_input.py --binary BUILD/sdxl-batch --model TINY_MODEL_DIR --work DIR
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import time
+import unittest
+import zlib
+from pathlib import Path
+
+ARGS: argparse.Namespace
+SECRET = "TOPSECRET-4f1c"
+
+
+def sdxl(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.run([ARGS.binary, *args], capture_output=True, text=True, errors="replace", timeout=timeout,
+                          env=env)
+
+
+def fresh(name: str) -> Path:
+    d = Path(ARGS.work) / name
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(parents=True)
+    return d
+
+
+def batch(d: Path, tasks: list[dict], **top) -> Path:
+    p = d / "batch.json"
+    defaults = {"steps": 1, "width": 64, "height": 64}
+    p.write_text(json.dumps({"version": 1, "defaults": defaults, "tasks": tasks, **top}, indent=1))
+    return p
+
+
+def validate(b: Path, *extra: str, **kw) -> subprocess.CompletedProcess:
+    return sdxl("validate", str(b), *extra, **kw)
+
+
+def run(b: Path, out: Path, *extra: str, **kw) -> subprocess.CompletedProcess:
+    return sdxl("run", str(b), "--model", ARGS.model, "--out", str(out), *extra, **kw)
+
+
+def png(path: Path, w: int = 64, h: int = 64) -> None:
+    """A grey RGB PNG written with the standard library."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+    raw = b"".join(b"\x00" + b"\x80" * (3 * w) for _ in range(h))
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)) +
+                     chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+
+class Case(unittest.TestCase):
+    def refused_by_both(self, b: Path, pointer: str, words: str, d: Path, *extra: str,
+                        validate_only: bool = False) -> str:
+        """validate and run both exit 2 naming `pointer` and `words`; run makes no PNG; the secret never shows.
+        Returns validate's output."""
+        v = validate(b, *extra)
+        self.assertEqual(v.returncode, 2, v.stdout + v.stderr)
+        self.assertIn(pointer, v.stdout)
+        self.assertIn(words, v.stdout)
+        self.assertRegex(v.stdout, r"batch\.json:\d+: " + pointer, "the problem's line")
+        self.assertNotIn(SECRET, v.stdout + v.stderr)
+        if validate_only:
+            return v.stdout
+        r = run(b, d / "out", *extra)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn(pointer, r.stderr)
+        self.assertIn(words, r.stderr)
+        self.assertEqual(list((d / "out").glob("*.png")) if (d / "out").exists() else [], [])
+        self.assertNotIn(SECRET, r.stdout + r.stderr)
+        return v.stdout
+
+
+class ReadsStayInTheirFolder(Case):
+    """Rule: a file read for a batch file stays inside the folder it is named relative to (no link out)."""
+
+    def setUp(self):
+        self.d = fresh(self.id().rsplit(".", 1)[-1])
+        outside = self.d / "elsewhere"
+        outside.mkdir()
+        (outside / "secret.txt").write_text(SECRET + "\n")
+        (self.d / "wildcards").mkdir()
+        (self.d / "wildcards" / "colors.txt").write_text("red\nblue\n")
+
+    def test_wildcard_file_linked_out_of_its_folder(self):
+        (self.d / "wildcards" / "secret.txt").symlink_to(self.d / "elsewhere" / "secret.txt")
+        b = batch(self.d, [{"id": "a", "prompt": "a __secret__ cat", "seed": 1}], wildcards_dir="wildcards")
+        self.refused_by_both(b, "/tasks/0/prompt", "leads out of its folder", self.d)
+        e = validate(b, "--expand")
+        self.assertNotIn(SECRET, e.stdout + e.stderr)
+
+    def test_wildcard_subfolder_linked_out_of_its_folder(self):
+        (self.d / "wildcards" / "sub").symlink_to(self.d / "elsewhere")
+        b = batch(self.d, [{"id": "a", "prompt": "a __sub/secret__ cat", "seed": -1}], wildcards_dir="wildcards")
+        self.refused_by_both(b, "/tasks/0/prompt", "leads out of its folder", self.d)
+
+    def test_link_inside_the_folder_is_followed(self):
+        (self.d / "wildcards" / "hues.txt").symlink_to("colors.txt")
+        b = batch(self.d, [{"id": "a", "prompt": "a __hues__ cat", "seed": 1}], wildcards_dir="wildcards")
+        v = validate(b, "--expand")
+        self.assertEqual(v.returncode, 0, v.stdout)
+        self.assertRegex(v.stdout, r"a (red|blue) cat")
+
+    def test_images_linked_out_of_the_batch_folder(self):
+        here = self.d / "batch"
+        here.mkdir()
+        png(self.d / "elsewhere" / "init.png")
+        (here / "init.png").symlink_to(self.d / "elsewhere" / "init.png")
+        b = batch(here, [{"id": "a", "prompt": "x", "seed": 1, "init_image": "init.png"}])
+        self.refused_by_both(b, "/tasks/0/init_image", "leads out of its folder", self.d)
+        png(here / "real.png")
+        (here / "alias.png").symlink_to("real.png")
+        b = batch(here, [{"id": "a", "prompt": "x", "seed": 1, "init_image": "alias.png"}])
+        v = validate(b)
+        self.assertEqual(v.returncode, 0, "a link inside the folder is followed: " + v.stdout)
+
+    def test_model_file_linked_out_of_the_model_folder(self):
+        model = self.d / "model"
+        shutil.copytree(ARGS.model, model, symlinks=True)
+        meta = json.loads((model / "model.json").read_text())
+        unet = model / meta["unet"]["file"]
+        shutil.move(unet, self.d / "elsewhere" / "unet.ts")
+        unet.symlink_to(self.d / "elsewhere" / "unet.ts")
+        b = batch(self.d, [{"id": "a", "prompt": "x", "seed": 1}])
+        for r in (validate(b, "--model", str(model)),
+                  sdxl("run", str(b), "--model", str(model), "--out", str(self.d / "out"))):
+            self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+            self.assertIn("leads out of its folder", r.stdout + r.stderr)
+
+    def test_lora_tag_linked_out_of_the_lora_folder(self):
+        (self.d / "loras").mkdir()
+        (self.d / "elsewhere" / "x.safetensors").write_bytes(b"\x02\x00\x00\x00\x00\x00\x00\x00{}")
+        (self.d / "loras" / "x.safetensors").symlink_to(self.d / "elsewhere" / "x.safetensors")
+        r = sdxl("generate", "--model", ARGS.model, "--lora-dir", str(self.d / "loras"), "--prompt", "a cat <lora:x:1>",
+                 "--steps", "1", "--width", "64", "--height", "64", "--out", str(self.d / "x.png"))
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("leads out of its folder", r.stderr)
+
+
+class OneFilePerImage(Case):
+    """Rule: no two images of one batch file (over all its shards) get the same output path."""
+
+    def setUp(self):
+        self.d = fresh(self.id().rsplit(".", 1)[-1])
+
+    def test_ids_that_become_the_same_file_name(self):
+        for k, (a, b_id) in enumerate((("a b", "a_b"), (".x", "_.x"), ("Hero", "hero"))):
+            b = batch(self.d, [{"id": a, "prompt": "x", "seed": 7, "count": 3},
+                               {"id": b_id, "prompt": "y", "seed": 7, "count": 3}])
+            self.refused_by_both(b, "/tasks/1/id", "(/tasks/0)", self.d, validate_only=k > 0)
+
+    def test_template_without_id(self):
+        b = batch(self.d, [{"id": "a", "prompt": "x", "seed": 5, "count": 3},
+                           {"id": "b", "prompt": "y", "seed": 5, "count": 3}], output={"template": "{seed}.png"})
+        self.refused_by_both(b, "/tasks/1/id", "would be written to '5.png'", self.d)
+        # the same over shards: shard 1 alone has one task, but shares the folder with shard 0
+        r = run(b, self.d / "out", "--shard", "1/2")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("/tasks/1/id", r.stderr)
+
+    def test_random_seeds_that_may_meet(self):
+        b = batch(self.d, [{"id": "a", "prompt": "x", "seed": -1, "count": 2},
+                           {"id": "b", "prompt": "y", "seed": 12, "count": 2}], output={"template": "{seed}.png"})
+        self.refused_by_both(b, "/tasks/1/id", "drawn at run time", self.d)
+
+    def test_distinct_names_pass(self):
+        b = batch(self.d, [{"id": "p01", "prompt": "x", "seed": -1, "count": 2},
+                           {"id": "p02", "prompt": "y", "seed": -1, "count": 2},
+                           {"id": "p03", "prompt": "z", "seed": 1, "count": 2}])
+        v = validate(b)
+        self.assertEqual(v.returncode, 0, v.stdout)
+
+
+class WildcardBudget(Case):
+    """Rule: wildcard expansion has a budget (text and work), and each file is parsed once."""
+
+    def setUp(self):
+        self.d = fresh(self.id().rsplit(".", 1)[-1])
+        (self.d / "wildcards").mkdir()
+
+    def test_exponential_chain_is_refused_quickly(self):
+        for i in range(40):
+            (self.d / "wildcards" / f"w{i}.txt").write_text(f"__w{i + 1}__ __w{i + 1}__\n")
+        (self.d / "wildcards" / "w40.txt").write_text("x\n")
+        b = batch(self.d, [{"id": "a", "prompt": "__w0__", "seed": 1}], wildcards_dir="wildcards")
+        t0 = time.monotonic()
+        out = self.refused_by_both(b, "/tasks/0/prompt", "beyond the budget", self.d)
+        self.assertLess(time.monotonic() - t0, 30)
+        self.assertIn("w0.txt') -> __w1__", out, "the chain of files is named")
+
+    def test_large_file_is_parsed_once(self):
+        (self.d / "wildcards" / "big.txt").write_text("".join(f"value {k} {{a|b}}\n" for k in range(150000)))
+        b = batch(self.d, [{"id": "a", "prompt": "__big__", "seed": 1, "count": 1000}], wildcards_dir="wildcards")
+        t0 = time.monotonic()
+        v = validate(b, "--expand", timeout=60)
+        took = time.monotonic() - t0
+        self.assertEqual(v.returncode, 0, v.stdout[-500:])
+        self.assertEqual(v.stdout.count("\na #") + v.stdout.startswith("a #"), 1000)
+        self.assertLess(took, 20, "1000 images of one 150000-line file: parsed once, not once per image")
+
+
+class TextRule(Case):
+    """Rule: input text is UTF-8 without control characters; PNG metadata never carries one."""
+
+    def setUp(self):
+        self.d = fresh(self.id().rsplit(".", 1)[-1])
+        (self.d / "wildcards").mkdir()
+
+    def test_wildcard_line_not_utf8(self):
+        (self.d / "wildcards" / "bad.txt").write_bytes(b"good\ncaf\xe9 latin-1\n")
+        b = batch(self.d, [{"id": "a", "prompt": "__bad__", "seed": 1, "count": 4}], wildcards_dir="wildcards")
+        self.refused_by_both(b, "/tasks/0/prompt", "line 2 is not UTF-8", self.d)
+
+    def test_wildcard_line_with_a_control_character(self):
+        (self.d / "wildcards" / "sep.txt").write_bytes(b"lake\x1eugly, blurry\n")
+        b = batch(self.d, [{"id": "a", "prompt": "a __sep__", "seed": 1}], wildcards_dir="wildcards")
+        self.refused_by_both(b, "/tasks/0/prompt", "U+001E", self.d)
+
+    def test_batch_strings(self):
+        b = batch(self.d, [{"id": "a", "prompt": "x\u0000y", "seed": 1}])
+        self.refused_by_both(b, "/tasks/0/prompt", "U+0000", self.d)
+        b = batch(self.d, [{"id": "a\nb", "prompt": "x", "seed": 1}])
+        self.refused_by_both(b, "/tasks/0/id", "line break", self.d)
+
+    def test_multiline_prompt_is_fine_and_png_text_is_clean(self):
+        b = batch(self.d, [{"id": "a", "prompt": "line one\nline two\tend", "seed": 1}])
+        r = run(b, self.d / "out")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        data = next((self.d / "out").glob("*.png")).read_bytes()
+        self.assertIn(b"line one\nline two end", data, "a line break stays; a tab becomes a space in PNG text")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--binary", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--work", required=True)
+    ARGS, rest = ap.parse_known_args()
+    ARGS.work = str(Path(ARGS.work).resolve())  # links are made with absolute targets
+    Path(ARGS.work).mkdir(parents=True, exist_ok=True)
+    unittest.main(argv=[sys.argv[0], "-v", *rest])

@@ -1,0 +1,261 @@
+// Hostile inputs of issue 46, each test with the rule it checks: reads that
+// follow links out of their folder, two images with one output path,
+// exponential wildcards and their budget, text that is not UTF-8 or holds
+// control characters. tests/e2e/test_hostile_input.py runs the same cases
+// through the real binary.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "batch/batch_file.h"
+#include "batch/generation_params.h"
+#include "batch/manifest.h"
+#include "batch/output_names.h"
+#include "batch/wildcards.h"
+#include "core/error.h"
+#include "core/input_file.h"
+#include "core/input_text.h"
+#include "image/png_writer.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  fs::path root;
+  explicit TempDir(const std::string& name)
+      : root(fs::temp_directory_path() / ("sdxl-hostile-input-" + name + "-" + std::to_string(::getpid()))) {
+    fs::remove_all(root);
+    fs::create_directories(root);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(root, ec);
+  }
+};
+
+void spit(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+std::vector<sdxl::BatchProblem> parse_problems(const std::string& text, const fs::path& origin) {
+  std::vector<sdxl::BatchProblem> p;
+  sdxl::parse_batch_text(text, origin, {}, &p);
+  return p;
+}
+
+}  // namespace
+
+// Rule: a file named relative to a folder is read only inside it; links inside to inside are followed.
+TEST(HostileInput, ConfinedReadsRefuseLinksOutOfTheFolder) {
+  TempDir d("confined");
+  fs::create_directories(d.root / "lib" / "real");
+  fs::create_directories(d.root / "elsewhere");
+  spit(d.root / "elsewhere" / "secret.txt", "secret\n");
+  spit(d.root / "lib" / "real" / "ok.txt", "ok\n");
+  fs::create_symlink(d.root / "elsewhere" / "secret.txt", d.root / "lib" / "file-link.txt");
+  fs::create_symlink(d.root / "elsewhere", d.root / "lib" / "dir-link");
+  fs::create_symlink("real/ok.txt", d.root / "lib" / "inside-link.txt");
+  const fs::path lib = d.root / "lib";
+  for (const fs::path& p : {lib / "file-link.txt", lib / "dir-link" / "secret.txt"}) {
+    const std::string why = error_of([&] { sdxl::read_input_file(p, "wildcard file", 1 << 20, lib); });
+    EXPECT_TRUE(has(why, "leads out of its folder")) << p << ": " << why;
+    EXPECT_FALSE(has(why, "secret\n"));
+  }
+  EXPECT_EQ(sdxl::read_input_file(lib / "inside-link.txt", "wildcard file", 1 << 20, lib), "ok\n");
+  EXPECT_EQ(sdxl::read_input_file(lib / "real" / "ok.txt", "wildcard file", 1 << 20, lib), "ok\n");
+  // The folder itself may be a link: it is where the user pointed.
+  fs::create_symlink(lib, d.root / "lib-link");
+  EXPECT_EQ(sdxl::read_input_file(d.root / "lib-link" / "real" / "ok.txt", "f", 1 << 20, d.root / "lib-link"), "ok\n");
+  EXPECT_TRUE(sdxl::outside_folder_problem(lib / "dir-link" / "secret.txt", lib).size() > 0);
+  EXPECT_EQ(sdxl::outside_folder_problem(lib / "missing.txt", lib), "");
+}
+
+// Rule: wildcard files and sub-folders that link out of the wildcards folder are refused, not read.
+TEST(HostileInput, WildcardLinksOutOfTheirFolderAreRefused) {
+  TempDir d("wild-links");
+  fs::create_directories(d.root / "w");
+  fs::create_directories(d.root / "elsewhere");
+  spit(d.root / "elsewhere" / "pw.txt", "root:x:0:0\n");
+  spit(d.root / "w" / "colors.txt", "red\n");
+  fs::create_symlink(d.root / "elsewhere" / "pw.txt", d.root / "w" / "pw.txt");
+  fs::create_symlink(d.root / "elsewhere", d.root / "w" / "sub");
+  fs::create_symlink("colors.txt", d.root / "w" / "hues.txt");
+  const sdxl::WildcardLibrary lib({d.root / "w"});
+  for (const std::string t : {"__pw__", "__sub/pw__"}) {
+    const std::string why = error_of([&] { sdxl::check_template(t, lib); });
+    EXPECT_TRUE(has(why, "leads out of its folder")) << t << ": " << why;
+    EXPECT_FALSE(has(why, "root:x"));
+  }
+  EXPECT_EQ(sdxl::expand_random("__hues__", 1, lib).text, "red");
+}
+
+// Rule: no two images of a batch file have one output path, seeds known or drawn at run time.
+TEST(HostileInput, OutputNameCollisionsNameBothTasks) {
+  auto task = [](const std::string& id, std::int64_t seed, int count, bool random = false) {
+    sdxl::BatchTask t;
+    t.id = id;
+    t.params.seed = seed;
+    t.count = count;
+    t.seed_random = random;
+    return t;
+  };
+  const std::vector<std::string> ptrs{"/tasks/0", "/tasks/1"};
+  const std::string dflt = sdxl::kDefaultNameTemplate;
+  const std::vector<std::pair<std::string, std::string>> same{{"a b", "a_b"}, {".x", "_.x"}, {"A", "a"}};
+  for (const auto& [a, b] : same) {
+    const auto p = sdxl::output_name_collisions({task(a, 3, 2), task(b, 3, 2)}, ptrs, dflt);
+    ASSERT_EQ(p.size(), 1u) << a << " / " << b;
+    EXPECT_EQ(p[0].pointer, "/tasks/1/id");
+    EXPECT_TRUE(has(p[0].message, "(/tasks/0)")) << p[0].message;
+  }
+  EXPECT_TRUE(sdxl::output_name_collisions({task("a b", 3, 2), task("a_b", 10, 2)}, ptrs, dflt).empty());
+  EXPECT_EQ(sdxl::output_name_collisions({task("a", 3, 2), task("b", 4, 2)}, ptrs, "{seed}.png").size(), 1u)
+      << "a#1 and b#0 both have seed 4";
+  EXPECT_EQ(sdxl::output_name_collisions({task("a", 3, 2), task("b", 30, 2)}, ptrs, "{index}.png").size(), 1u);
+  // Random seeds: names that differ only in the seed may meet.
+  const auto r = sdxl::output_name_collisions({task("a", 0, 2, true), task("b", 9, 1)}, ptrs, "{seed}.png");
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_TRUE(has(r[0].message, "drawn at run time")) << r[0].message;
+  EXPECT_EQ(sdxl::output_name_collisions({task("a", 0, 2, true), task("b", 9, 1)}, ptrs, "{index}{seed}.png").size(),
+            1u);
+  EXPECT_EQ(sdxl::output_name_collisions({task("a b", 0, 2, true), task("a_b", 0, 1, true)}, ptrs, dflt).size(), 1u);
+  EXPECT_TRUE(sdxl::output_name_collisions({task("p01", 0, 5, true), task("p02", 0, 5, true)}, ptrs, dflt).empty());
+  EXPECT_TRUE(sdxl::output_name_collisions({task("a", 0, 5, true), task("b", 0, 5)}, ptrs, "{id}/{seed}.png").empty());
+}
+
+// Rule: parse (validate and run) reports a collision with its pointer, over all tasks (before any shard).
+TEST(HostileInput, BatchFileWithCollidingIdsIsInvalid) {
+  const auto p = parse_problems(
+      R"({"version": 1, "tasks": [{"id": "a b", "prompt": "x", "seed": 1, "count": 3},
+                                  {"id": "a_b", "prompt": "y", "seed": 1, "count": 3}]})",
+      "b.json");
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].pointer, "/tasks/1/id");
+  EXPECT_TRUE(has(p[0].message, "a_b-0-1.png")) << p[0].message;
+}
+
+// Rule: an exponential chain of wildcard files is refused at once, naming the chain; expansion stops at the budget.
+TEST(HostileInput, ExponentialWildcardsAreRefusedQuickly) {
+  TempDir d("exp");
+  for (int i = 0; i < 40; ++i)
+    spit(d.root / ("w" + std::to_string(i) + ".txt"),
+         "__w" + std::to_string(i + 1) + "__ __w" + std::to_string(i + 1) + "__\n");
+  spit(d.root / "w40.txt", "x\n");
+  const sdxl::WildcardLibrary lib({d.root});
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string why = error_of([&] { sdxl::check_template("__w0__", lib); });
+  EXPECT_TRUE(has(why, "beyond the budget")) << why;
+  EXPECT_TRUE(has(why, "w0.txt")) << why;
+  EXPECT_TRUE(has(error_of([&] { sdxl::expand_random("__w0__", 1, lib); }), "beyond the budget"));
+  EXPECT_TRUE(has(error_of([&] { sdxl::expand_combination("__w0__", 0, lib); }), "beyond the budget"));
+  // Without the budget 40 levels make 2^40 copies (24 levels took 3.9 s); with it, about a second
+  // (the expansions run up to a million steps), more on a loaded machine.
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
+  // 15 levels (32768 x's) stay within the budget.
+  EXPECT_EQ(sdxl::expand_random("__w25__", 1, lib).text.size(), 2u * 32768 - 1);
+}
+
+// Rule: a wildcard file is read and parsed once per process, however many libraries and images use it.
+TEST(HostileInput, WildcardFilesAreParsedOnce) {
+  TempDir d("once");
+  std::string big;
+  for (int k = 0; k < 50000; ++k) big += "v" + std::to_string(k) + " {a|b}\n";
+  spit(d.root / "big.txt", big);
+  const sdxl::WildcardLibrary one({d.root}), two({d.root});
+  EXPECT_EQ(&one.file("big"), &two.file("big"));
+  const auto t0 = std::chrono::steady_clock::now();
+  for (std::uint64_t seed = 0; seed < 2000; ++seed) (void)sdxl::expand_random("__big__", seed, one);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5)) << "2000 images: no parse per image";
+}
+
+// Rule: wildcard values are UTF-8 without control characters (a tab allowed); the error names file and line.
+TEST(HostileInput, WildcardTextMustBeUtf8WithoutControls) {
+  TempDir d("text");
+  spit(d.root / "latin.txt", "ok\ncaf\xe9\n");
+  spit(d.root / "sep.txt", "lake\x1enegative\n");
+  spit(d.root / "nul.txt", std::string("a\0b\n", 4));
+  spit(d.root / "tab.txt", "a\tb\n");
+  const sdxl::WildcardLibrary lib({d.root});
+  EXPECT_TRUE(has(error_of([&] { sdxl::check_template("__latin__", lib); }), "latin.txt' line 2 is not UTF-8"));
+  EXPECT_TRUE(has(error_of([&] { sdxl::check_template("__sep__", lib); }), "U+001E"));
+  EXPECT_TRUE(has(error_of([&] { sdxl::check_template("__nul__", lib); }), "U+0000"));
+  EXPECT_EQ(sdxl::expand_random("__tab__", 1, lib).text, "a\tb");
+}
+
+// Rule: batch-file strings: prompts may hold line breaks and tabs; other strings and keys no control character.
+TEST(HostileInput, BatchStringsFollowTheTextRule) {
+  auto problems = parse_problems(
+      R"({"version": 1, "tasks": [{"id": "a", "prompt": "one\ntwo\tthree", "negative": "x\u001ey", "seed": 1},
+                                  {"id": "b\nc", "prompt": "x", "sampler": "Euler\u0000", "seed": 2}]})",
+      "b.json");
+  std::vector<std::string> ptrs;  // the sampler is also unknown: its pointer comes twice
+  for (const auto& p : problems)
+    if (ptrs.empty() || ptrs.back() != p.pointer) ptrs.push_back(p.pointer);
+  EXPECT_EQ(ptrs, (std::vector<std::string>{"/tasks/0/negative", "/tasks/1/id", "/tasks/1/sampler"}));
+  EXPECT_TRUE(has(problems[0].message, "U+001E"));
+  EXPECT_TRUE(has(problems[1].message, "line break"));
+  EXPECT_EQ(sdxl::text_problem("caf\xc3\xa9", sdxl::TextKind::kName), "");
+  EXPECT_TRUE(has(sdxl::text_problem("\xc0\xaf", sdxl::TextKind::kName), "not UTF-8 at byte 1"));  // overlong '/'
+  EXPECT_TRUE(has(sdxl::text_problem("\xed\xa0\x80", sdxl::TextKind::kMultiline), "not UTF-8"));  // a surrogate
+  EXPECT_TRUE(has(sdxl::text_problem("a\xc2\x85", sdxl::TextKind::kMultiline), "U+0085"));       // C1 next line
+}
+
+// Rule: PNG metadata never carries a raw control character: names are one line, a NUL never ends a chunk.
+TEST(HostileInput, PngMetadataCarriesNoControlCharacters) {
+  sdxl::GenerationParams p;
+  p.prompt = "a cat\non two lines";
+  p.controlnets.push_back({});
+  sdxl::ImageSources src;
+  src.model_name = "m";
+  src.controlnets = {{"pose\nSteps: 999, Seed: 1", ""}};
+  const std::string params = sdxl::a1111_parameters(p, src);
+  std::istringstream lines(params);
+  std::string line;
+  int steps_lines = 0;
+  while (std::getline(lines, line)) steps_lines += line.rfind("Steps: ", 0) == 0;
+  EXPECT_EQ(steps_lines, 1) << params;
+  EXPECT_TRUE(has(params, "a cat\non two lines\n"));
+
+  TempDir d("png");
+  const std::uint8_t px[3] = {1, 2, 3};
+  sdxl::write_png(d.root / "x.png", 1, 1, 3, px, {{"parameters", std::string("a\0b\x1e" "c\xff", 6)}});
+  const sdxl::PngText back = sdxl::read_png_text(d.root / "x.png");
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].second, "a b c\xef\xbf\xbd");
+}
+
+// Rule: a manifest line is written even when a value is not UTF-8 (U+FFFD), never failing after the PNG exists.
+TEST(HostileInput, ManifestLineSurvivesBadBytes) {
+  TempDir d("manifest");
+  sdxl::ManifestEntry e;
+  e.task = "a";
+  e.file = "a.png";
+  e.params.prompt = "caf\xe9";
+  {
+    sdxl::Manifest m(d.root / "manifest.jsonl");
+    EXPECT_EQ(error_of([&] { m.append(e); }), "");
+  }
+  EXPECT_TRUE(has(slurp(d.root / "manifest.jsonl"), "caf\xef\xbf\xbd"));
+}
