@@ -294,7 +294,9 @@ struct Checker {
       else out = x;
     } else if (v.is_string()) {
       try {
-        out = parse_duration_s(v.get<std::string>());
+        const double x = parse_duration_s(v.get<std::string>());
+        if (!(x > 0 && x <= 7 * 86400.0)) add(pointer + "/timeout", "must be > 0 and at most 7 days");
+        else out = x;
       } catch (const UsageError& e) {
         add(pointer + "/timeout", e.what());
       }
