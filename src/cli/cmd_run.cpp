@@ -419,8 +419,9 @@ int run_run(const RunArgs& a) {
   std::filesystem::create_directories(out_dir, ec);
   if (ec) throw IoError("cannot create output folder '" + out_dir.string() + "': " + ec.message());
   const auto locks = take_locks(a, out_dir, o);
-  std::signal(SIGINT, on_stop_signal);
-  std::signal(SIGTERM, on_stop_signal);
+  // A stop request: ^C, kill, a closed terminal or session (SIGHUP), a job
+  // scheduler's warning signal (SIGUSR1, e.g. Slurm's --signal=USR1@120).
+  for (const int sig : {SIGINT, SIGTERM, SIGHUP, SIGUSR1}) std::signal(sig, on_stop_signal);
   return run_on_devices(a, batch, model_dir, o, vram_limit, estimator, estimates_path);
 }
 
