@@ -392,6 +392,9 @@ int run_run(const RunArgs& a) {
   }
   std::vector<std::pair<std::string, std::string>> invalid;
   const BatchFile batch = load_batch(a, batch_path, mc, invalid);
+  std::vector<const GenerationParams*> task_params;
+  for (const BatchTask& t : batch.tasks) task_params.push_back(&t.params);
+  verify_task_folders_if_asked(a.model, task_params);
   const std::filesystem::path out_dir = !a.out_dir.empty()          ? std::filesystem::path(a.out_dir)
                                         : !batch.output_dir.empty() ? relative_to_batch(batch_path, batch.output_dir)
                                                                     : std::filesystem::path("out");
