@@ -39,7 +39,7 @@ void set_temp_file_tag(const std::string& tag);
 // short when needed so that the name fits in 255 bytes.
 std::string temp_file_name(const std::string& target_name, const TempFileOwner& owner, unsigned n);
 // The owner of a name temp_file_name made; nullopt for any other name
-// (including the ".<name>.<pid>.<n>.tmp" of earlier versions, whose host is unknown).
+// (".<name>.<pid>.<n>.tmp" included: it names no host).
 std::optional<TempFileOwner> parse_temp_file_name(const std::string& name);
 
 // Appends `line` (ending in '\n') to a log-like file (manifest.jsonl,

@@ -160,8 +160,8 @@ TEST(HostileRun, DefaultsProblemsPointAtTheDefaults) {
 
 namespace {
 
-// The queue as it was specified before it kept its order: a sort of everything
-// left per batch. The reference the fast queue must match batch for batch.
+// The queue's order by its definition: everything left sorted for each batch.
+// The reference the kept order must match batch for batch.
 class ReferenceQueue {
  public:
   explicit ReferenceQueue(sdxl::QueuePolicy p) : policy_(p), probe_(p) {}
