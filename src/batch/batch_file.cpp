@@ -1,5 +1,6 @@
 #include "batch/batch_file.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <ctime>
@@ -315,7 +316,9 @@ struct Checker {
       else out = x;
     } else if (v.is_string()) {
       try {
-        out = parse_duration_s(v.get<std::string>());
+        const double x = parse_duration_s(v.get<std::string>());
+        if (!(x > 0 && x <= 7 * 86400.0)) add(pointer + "/timeout", "must be > 0 and at most 7 days");
+        else out = x;
       } catch (const UsageError& e) {
         add(pointer + "/timeout", e.what());
       }
@@ -569,6 +572,15 @@ void read_task_schedule(Checker& ck, const json& t, const std::string& ptr, cons
   ck.read_timeout(t, ptr, task.timeout_s);
 }
 
+bool wildcards_ok(const std::string& text, const WildcardLibrary& lib) {
+  try {
+    check_template(text, lib);
+    return true;
+  } catch (const UsageError&) {
+    return false;
+  }
+}
+
 // Characters, style and wildcards of a task: the prompt it will expand, checked;
 // with "expand": "all", its images are the combinations.
 void apply_task_story(Checker& ck, const json& t, const std::string& ptr, const TaskDefaults& td,
@@ -582,10 +594,16 @@ void apply_task_story(Checker& ck, const json& t, const std::string& ptr, const 
   apply_story(book, f.characters, f.style, task.params, problems);
   for (const auto& [where, msg] : problems) ck.add(ptr + where, msg);
   if (!prompt_has_wildcards(task.params)) return;
+  std::string failed;
   try {
-    check_prompt_wildcards(task.params, lib);
+    check_prompt_wildcards(task.params, lib, &failed);
   } catch (const UsageError& e) {
-    ck.add(ptr + "/prompt", e.what());
+    // A negative the task does not set is the defaults' when that text alone fails: reported there, once.
+    const bool in_defaults =
+        failed == "negative" && !t.contains("negative") && !wildcards_ok(td.params.negative_prompt, lib);
+    const auto said = [&](const BatchProblem& b) { return b.pointer == "/defaults/negative"; };
+    if (!in_defaults) ck.add(ptr + "/" + failed, e.what());
+    else if (std::none_of(ck.problems.begin(), ck.problems.end(), said)) ck.add("/defaults/negative", e.what());
     return;
   }
   if (!f.expand_all) return;

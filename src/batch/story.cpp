@@ -75,8 +75,10 @@ bool prompt_has_wildcards(const GenerationParams& p) {
   return has_wildcards(p.prompt) || has_wildcards(p.negative_prompt);
 }
 
-void check_prompt_wildcards(const GenerationParams& p, const WildcardLibrary& lib) {
+void check_prompt_wildcards(const GenerationParams& p, const WildcardLibrary& lib, std::string* failed) {
+  if (failed) *failed = "prompt";
   check_template(p.prompt, lib);
+  if (failed) *failed = "negative";
   check_template(p.negative_prompt, lib);
   check_template(joined(p), lib);  // the expansion budget counts both, as they are expanded together
 }

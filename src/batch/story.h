@@ -55,8 +55,10 @@ ImagePrompt expand_image_prompt(const GenerationParams& p, bool expand_all, int 
 ImagePrompt task_image_prompt(const BatchTask& task, int index, std::int64_t seed, const WildcardLibrary& lib);
 // How many images expand_all makes of `p` (saturating at limit + 1).
 std::uint64_t prompt_combinations(const GenerationParams& p, const WildcardLibrary& lib, std::uint64_t limit);
-// Whether either text has wildcards; check_prompt_wildcards throws UsageError like check_template.
+// Whether either text has wildcards; check_prompt_wildcards throws UsageError
+// like check_template, after setting `*failed` (when given) to the text that
+// failed: "prompt" or "negative".
 bool prompt_has_wildcards(const GenerationParams& p);
-void check_prompt_wildcards(const GenerationParams& p, const WildcardLibrary& lib);
+void check_prompt_wildcards(const GenerationParams& p, const WildcardLibrary& lib, std::string* failed = nullptr);
 
 }  // namespace sdxl

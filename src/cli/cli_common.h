@@ -28,6 +28,11 @@ void add_model_options(CLI::App& cmd, ModelOptions& o, bool model_required);
 // --verify-model: checks the model files' sha256 sums (model.json) before
 // loading; logs what it checked and how long it took. Throws ModelError.
 void verify_model_if_asked(const ModelOptions& o, const ModelConfig& mc);
+// --verify-model for the folders images use beside the model (VAE, ControlNet
+// and IP-Adapter folders): each folder's files against the sha256 sums its
+// model.json records, once per folder, before anything loads. Throws
+// ModelError naming the file.
+void verify_task_folders_if_asked(const ModelOptions& o, const std::vector<const GenerationParams*>& params);
 
 // --log-level and --log-file on the top-level app; call setup_logging() after parsing.
 void add_log_options(CLI::App& app, std::string& level, std::string& file);

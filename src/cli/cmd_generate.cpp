@@ -14,6 +14,7 @@
 #include "core/npy.h"
 #include "image/png_reader.h"
 #include "image/png_writer.h"
+#include "lora/lora_set.h"
 
 namespace sdxl::cli {
 
@@ -188,8 +189,9 @@ int run_generate(const GenerateArgs& args) {
     throw UsageError("--prompt " + why);
   if (const std::string why = text_problem(a.negative, TextKind::kMultiline); !why.empty())
     throw UsageError("--negative " + why);
-  // Also before the model loads: a prompt tag naming an unknown LoRA fails fast.
-  for (const auto& t : extract_lora_tags(a.prompt).tags) (void)resolve_lora(t.name, t.weight, {}, a.model.runtime.lora_dirs);
+  // Also before the model loads: a prompt tag naming an unknown LoRA, or one of
+  // the --lora files at another weight, fails fast.
+  (void)merge_lora_tags(loras, extract_lora_tags(a.prompt).tags, {}, a.model.runtime.lora_dirs);
   GenerationParams p;
   p.sampler = a.sampler;
   p.schedule = a.schedule;
@@ -220,6 +222,7 @@ int run_generate(const GenerateArgs& args) {
     check_controlnet_fits(load_controlnet_config(c.model), config);
   p.ip_adapter = ip_adapter_flags(a, config);
   verify_model_if_asked(a.model, config);
+  verify_task_folders_if_asked(a.model, {&p});
   Generator gen(a.model.model_dir, a.model.runtime);
   const ModelConfig& mc = gen.model();
   p.prompt = a.prompt;

@@ -46,7 +46,7 @@ CLI::App* add_run(CLI::App& app, std::shared_ptr<RunArgs>& args) {
   cmd->add_flag("--force", args->force, "Generate every image again, even those the manifest shows as done");
   cmd->add_flag("--skip-invalid", args->skip_invalid,
                 "Run the valid tasks of a batch file that has invalid ones (those are reported as failed)");
-  cmd->add_option("--max-runtime", args->max_runtime, "Stop taking new images after this long (e.g. 90m, 6h)");
+  cmd->add_option("--max-runtime", args->max_runtime, "Stop taking new images after this long (e.g. 90m, 6h; 0: no limit)");
   cmd->add_option("--shard", args->shard, "Take share K of N of the tasks (K/N, 0 <= K < N), e.g. a job array index");
   cmd->add_option("--lock", args->lock_file,
                   "Also hold this lock file (e.g. one per machine for cron); the output folder's own lock is always held");
@@ -72,8 +72,9 @@ CLI::App* add_run(CLI::App& app, std::shared_ptr<RunArgs>& args) {
       ->capture_default_str()->check(CLI::Range(0, 10));
   cmd->add_option("--retry-backoff", args->retry_backoff, "Seconds before the first retry; doubles each time")
       ->capture_default_str()->check(finite_range(0.0, 3600.0));
-  cmd->add_option("--timeout", args->timeout, "Cancel an image running longer than this (e.g. 120s, 5m); tasks may set their own");
-  cmd->add_option("--aging", args->aging, "A waiting image moves up one priority class per this long (0: never)")
+  cmd->add_option("--timeout", args->timeout,
+                  "Cancel an image running longer than this (e.g. 120s, 5m; 0: no limit); tasks may set their own");
+  cmd->add_option("--aging", args->aging, "A waiting image moves up one priority class per this long (0: no aging)")
       ->capture_default_str();
   cmd->add_option("--release-every", args->release_every, "Free the allocator's cached blocks every N images (0: only after an out-of-memory)")
       ->capture_default_str()->check(CLI::Range(0, 100000));
@@ -270,21 +271,31 @@ BatchFile load_batch(const RunArgs& a, const std::filesystem::path& batch_path, 
   return bf;
 }
 
+// A duration flag's seconds (0: no limit); UsageError naming the flag for
+// anything else than a finite duration of 0 or more.
+double duration_flag(const std::string& flag, const std::string& text) {
+  try {
+    return parse_duration_s(text);
+  } catch (const UsageError& e) {
+    throw UsageError(flag + ": " + e.what());
+  }
+}
+
 // The scheduler's options from the flags (resume, shard, queue, retries).
 RunOptions run_options(const RunArgs& a) {
   const auto shard = a.shard.empty() ? std::pair<int, int>{0, 1} : parse_shard(a.shard);
   RunOptions o;
   o.force = a.force;
-  o.max_runtime_s = a.max_runtime.empty() ? 0.0 : parse_duration_s(a.max_runtime);
+  o.max_runtime_s = a.max_runtime.empty() ? 0.0 : duration_flag("--max-runtime", a.max_runtime);
   o.shard_index = shard.first;
   o.shard_count = shard.second;
   o.queue.max_batch = a.max_batch;
-  o.queue.aging_s = parse_duration_s(a.aging);
+  o.queue.aging_s = duration_flag("--aging", a.aging);
   o.queue.file_order = a.order == "file";
   o.safety = a.safety;
   o.retries = a.retries;
   o.retry_backoff_s = a.retry_backoff;
-  o.timeout_s = a.timeout.empty() ? 0.0 : parse_duration_s(a.timeout);
+  o.timeout_s = a.timeout.empty() ? 0.0 : duration_flag("--timeout", a.timeout);
   o.release_every = a.release_every;
   o.writer_threads = a.writer_threads;
   o.overlap = !a.no_overlap;
@@ -381,6 +392,9 @@ int run_run(const RunArgs& a) {
   }
   std::vector<std::pair<std::string, std::string>> invalid;
   const BatchFile batch = load_batch(a, batch_path, mc, invalid);
+  std::vector<const GenerationParams*> task_params;
+  for (const BatchTask& t : batch.tasks) task_params.push_back(&t.params);
+  verify_task_folders_if_asked(a.model, task_params);
   const std::filesystem::path out_dir = !a.out_dir.empty()          ? std::filesystem::path(a.out_dir)
                                         : !batch.output_dir.empty() ? relative_to_batch(batch_path, batch.output_dir)
                                                                     : std::filesystem::path("out");
@@ -408,8 +422,9 @@ int run_run(const RunArgs& a) {
   std::filesystem::create_directories(out_dir, ec);
   if (ec) throw IoError("cannot create output folder '" + out_dir.string() + "': " + ec.message());
   const auto locks = take_locks(a, out_dir, o);
-  std::signal(SIGINT, on_stop_signal);
-  std::signal(SIGTERM, on_stop_signal);
+  // A stop request: ^C, kill, a closed terminal or session (SIGHUP), a job
+  // scheduler's warning signal (SIGUSR1, e.g. Slurm's --signal=USR1@120).
+  for (const int sig : {SIGINT, SIGTERM, SIGHUP, SIGUSR1}) std::signal(sig, on_stop_signal);
   return run_on_devices(a, batch, model_dir, o, vram_limit, estimator, estimates_path);
 }
 

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <string>
 
 #include "core/error.h"
@@ -68,15 +69,77 @@ void fsync_dir(const std::filesystem::path& dir) {
   if (rc != 0) throw IoError(sys_error("cannot fsync folder", dir));
 }
 
+// Letters, digits, '-', '_' and '@' kept; anything else (the separators '~' and '.') becomes '_'.
+std::string name_safe(std::string_view text, size_t max_size) {
+  std::string out(text.substr(0, max_size));
+  for (char& c : out) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+                    c == '@';
+    if (!ok) c = '_';
+  }
+  return out;
+}
+
+// "<hostname>@<pid namespace inode>" ("@" part left out where /proc does not say).
+std::string host_identity() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') std::strcpy(host, "unknown-host");
+  std::string id = name_safe(host, 64);
+  char ns[64] = {};
+  const ssize_t n = ::readlink("/proc/self/ns/pid", ns, sizeof ns - 1);  // "pid:[4026531836]"
+  const std::string link(ns, n > 0 ? static_cast<size_t>(n) : 0);
+  const size_t open = link.find('['), close = link.find(']');
+  if (open != std::string::npos && close != std::string::npos && close > open + 1)
+    id += "@" + name_safe(link.substr(open + 1, close - open - 1), 20);
+  return id;
+}
+
+std::mutex g_tag_mu;
+std::string g_tag;  // guarded by g_tag_mu
+
 }  // namespace
+
+TempFileOwner this_temp_file_owner() {
+  static const std::string host = host_identity();
+  TempFileOwner o{host, static_cast<long>(::getpid()), ""};
+  const std::lock_guard lk(g_tag_mu);
+  o.tag = g_tag;
+  return o;
+}
+
+void set_temp_file_tag(const std::string& tag) {
+  const std::lock_guard lk(g_tag_mu);
+  g_tag = name_safe(tag, 40);
+}
+
+std::string temp_file_name(const std::string& target_name, const TempFileOwner& owner, unsigned n) {
+  const std::string tail = "~" + name_safe(owner.host, 100) + "~" + std::to_string(owner.pid) + "~" +
+                           name_safe(owner.tag, 40) + "~" + std::to_string(n) + ".tmp";
+  const size_t room = 255 - 1 - tail.size();  // a file name has at most 255 bytes
+  return "." + target_name.substr(0, room) + tail;
+}
+
+std::optional<TempFileOwner> parse_temp_file_name(const std::string& name) {
+  if (name.size() < 6 || name[0] != '.' || name.compare(name.size() - 4, 4, ".tmp") != 0) return std::nullopt;
+  std::string fields[4];  // n, tag, pid, host: from the end
+  size_t end = name.size() - 4;
+  for (std::string& f : fields) {
+    const size_t sep = name.rfind('~', end - 1);
+    if (sep == std::string::npos || sep == 0) return std::nullopt;
+    f = name.substr(sep + 1, end - sep - 1);
+    end = sep;
+  }
+  const auto digits = [](const std::string& s) {
+    return !s.empty() && s.size() <= 12 && s.find_first_not_of("0123456789") == std::string::npos;
+  };
+  if (!digits(fields[0]) || !digits(fields[2]) || fields[3].empty()) return std::nullopt;
+  return TempFileOwner{fields[3], std::stol(fields[2]), fields[1]};
+}
 
 void write_file_atomic(const std::filesystem::path& path, std::span<const std::uint8_t> data) {
   static std::atomic<unsigned> counter{0};
   const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
-  // Dot-prefixed and suffixed .tmp so a listing of finished images never shows it.
-  const std::string tmp_name = "." + path.filename().string() + "." + std::to_string(::getpid()) + "." +
-                               std::to_string(counter++) + ".tmp";
-  TempFile tmp(dir / tmp_name);
+  TempFile tmp(dir / temp_file_name(path.filename().string(), this_temp_file_owner(), counter++));
   tmp.write_all(data.data(), data.size());
   tmp.sync_and_close();
   tmp.commit_to(path);

@@ -1,6 +1,7 @@
 #include "core/units.h"
 
 #include <cctype>
+#include <cmath>
 #include <exception>
 
 #include "core/error.h"
@@ -22,6 +23,7 @@ std::pair<int, int> parse_shard(const std::string& text) {
 }
 
 double parse_duration_s(const std::string& text) {
+  const std::string hint = "duration '" + text + "': expected e.g. 90, 90s, 30m, 6h or 1h30m (finite, 0 or more)";
   double total = 0;
   size_t i = 0;
   bool any = false;
@@ -33,7 +35,7 @@ double parse_duration_s(const std::string& text) {
     } catch (const std::exception&) {
       used = 0;
     }
-    if (used == 0 || v < 0) throw UsageError("duration '" + text + "': expected e.g. 90, 90s, 30m, 6h or 1h30m");
+    if (used == 0 || !std::isfinite(v) || v < 0) throw UsageError(hint);  // stod reads "nan" and "inf" too
     i += used;
     double unit = 1;
     if (i < text.size()) {
@@ -48,6 +50,7 @@ double parse_duration_s(const std::string& text) {
     any = true;
   }
   if (!any) throw UsageError("duration is empty: expected e.g. 90, 90s, 30m, 6h or 1h30m");
+  if (!std::isfinite(total)) throw UsageError(hint + " (too large)");
   return total;
 }
 

@@ -8,7 +8,9 @@
 
 namespace sdxl {
 
-// "90", "90s", "30m", "6h", "1h30m" -> seconds.
+// "90", "90s", "30m", "6h", "1h30m" -> seconds: finite, 0 or more (what 0
+// means is the caller's: for every duration flag of `run`, no limit). NaN,
+// infinities and negative values throw UsageError.
 double parse_duration_s(const std::string& text);
 
 // "24GiB", "12G", "800MiB", "1.5GB", "65536" (bytes) -> bytes; G/GB and

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -5,6 +6,7 @@
 #include "core/error.h"
 #include "core/input_file.h"
 #include "lora/lora.h"
+#include "lora/lora_set.h"
 
 namespace sdxl {
 namespace {
@@ -105,6 +107,46 @@ LoraRef resolve_lora(const std::string& name, double weight, const LoraRegistry&
   throw UsageError("unknown LoRA '" + name + "': not found in " +
                    (searched.empty() ? std::string("any directory (no --lora-dir given and no registry)") : searched) +
                    " (hint: add --lora-dir DIR or a \"loras\" entry in the batch file)");
+}
+
+namespace {
+
+// Whether two references name one file (the same path, or paths that resolve to one).
+bool same_lora_file(const LoraRef& a, const LoraRef& b) {
+  if (a.path == b.path) return true;
+  std::error_code ea, eb;
+  const std::filesystem::path ca = std::filesystem::weakly_canonical(a.path, ea);
+  const std::filesystem::path cb = std::filesystem::weakly_canonical(b.path, eb);
+  return !ea && !eb && ca == cb;
+}
+
+std::string weight_text(double w) {
+  std::string t = std::to_string(w);
+  t.erase(t.find_last_not_of('0') + 1);
+  if (!t.empty() && t.back() == '.') t.pop_back();
+  return t;
+}
+
+}  // namespace
+
+std::vector<LoraRef> merge_lora_tags(const std::vector<LoraRef>& loras, const std::vector<LoraTag>& tags,
+                                     const LoraRegistry& registry, const std::vector<std::filesystem::path>& dirs) {
+  std::vector<LoraRef> all = loras;
+  for (const LoraTag& t : tags) all.push_back(resolve_lora(t.name, t.weight, registry, dirs));
+  std::vector<LoraRef> out;
+  for (const LoraRef& r : all) {
+    const auto have = std::find_if(out.begin(), out.end(), [&](const LoraRef& o) { return same_lora_file(o, r); });
+    if (have == out.end()) {
+      out.push_back(r);
+    } else if (have->weight == r.weight) {
+      have->pin = have->pin || r.pin;
+    } else {
+      throw UsageError("LoRA '" + r.name + "' is named at weight " + weight_text(r.weight) + " and as '" + have->name +
+                       "' at weight " + weight_text(have->weight) + " (" + r.path.string() +
+                       "): name it once, or at one weight (the same weight counts once)");
+    }
+  }
+  return out;
 }
 
 }  // namespace sdxl

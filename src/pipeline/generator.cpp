@@ -24,6 +24,7 @@
 #include "lora/embeddings.h"
 #include "lora/lora_cache.h"
 #include "lora/lora_patcher.h"
+#include "lora/lora_set.h"
 #include "model/sdxl_model.h"
 #include "device/device.h"
 #include "pipeline/stage_stream.h"
@@ -348,9 +349,8 @@ void Generator::prefetch_loras(const std::vector<GenerationParams>& ps) {
   Impl& im = *impl_;
   std::vector<LoraRef> loras;
   if (!ps.empty()) {
-    loras = ps.front().loras;
-    for (const auto& t : extract_lora_tags(ps.front().prompt).tags)
-      loras.push_back(resolve_lora(t.name, t.weight, im.lora_registry, im.opts.lora_dirs));
+    loras = merge_lora_tags(ps.front().loras, extract_lora_tags(ps.front().prompt).tags, im.lora_registry,
+                            im.opts.lora_dirs);
   }
   if (loras.empty() || loras == im.applied) return;
   im.ensure_lora_state();
@@ -374,15 +374,14 @@ void Generator::prefetch_loras(const std::vector<GenerationParams>& ps) {
 namespace {
 
 // The batch's LoRA set (its parameters plus the prompts' tags, which leave the
-// text in `prompts`); every image of a batch must use the same set.
+// text in `prompts`, merged by merge_lora_tags); every image of a batch must use the same set.
 std::vector<LoraRef> batch_lora_set(const std::vector<GenerationParams>& ps, const LoraRegistry& registry,
                                     const std::vector<std::filesystem::path>& dirs, std::vector<std::string>& prompts) {
   prompts.resize(ps.size());
   std::vector<LoraRef> loras;
   for (size_t i = 0; i < ps.size(); ++i) {
     const PromptLoras tagged = extract_lora_tags(ps[i].prompt);
-    std::vector<LoraRef> mine = ps[i].loras;
-    for (const auto& t : tagged.tags) mine.push_back(resolve_lora(t.name, t.weight, registry, dirs));
+    const std::vector<LoraRef> mine = merge_lora_tags(ps[i].loras, tagged.tags, registry, dirs);
     if (i == 0) loras = mine;
     else if (!(mine == loras))
       throw UsageError("a batch mixes LoRA sets; group images by batch_group_key()");

@@ -30,7 +30,7 @@ int est_height(const GenerationParams& p) { return p.hires_on() ? p.hires_height
 // loaded something (then the caller looks again: the queue may have changed).
 bool prefetch_head(RunState& run, LaneState& l, std::unique_lock<std::mutex>& lk, double now) {
   if (!l.device.can_prefetch() || run.queue.empty()) return false;
-  const QueuedImage head = run.queue.ordered(now, l.current_lora).front();
+  const QueuedImage head = run.queue.front(now, l.current_lora);
   if (head.lora_set == l.current_lora || head.lora_set == l.prefetched_lora) return false;
   const std::vector<GenerationParams> ps{run.work[head.handle].params};
   lk.unlock();
@@ -153,7 +153,7 @@ BatchPtr next_batch(RunState& run, LaneState& l, std::unique_lock<std::mutex>& l
       wait_for_room(run, l, lk, now);
       continue;
     }
-    const GenerationParams& hp = run.work[run.queue.ordered(now, l.current_lora).front().handle].params;
+    const GenerationParams& hp = run.work[run.queue.front(now, l.current_lora).handle].params;
     if (busy && room.budget) {
       const auto head_est = o.estimator->peak_bytes(est_width(hp), est_height(hp), 1, side_modules_key(hp));
       if (!head_est || static_cast<double>(*head_est) * o.safety > static_cast<double>(room.free_work)) {

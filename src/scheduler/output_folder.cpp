@@ -6,6 +6,7 @@
 #include <system_error>
 
 #include "batch/manifest.h"
+#include "core/atomic_file.h"
 #include "core/error.h"
 
 namespace sdxl {
@@ -25,20 +26,20 @@ fs::path checked_output_path(const fs::path& out_dir_canonical, const std::strin
   return p;
 }
 
+bool temp_file_owner_is_gone(const TempFileOwner& owner, const TempFileOwner& me) {
+  if (owner.host != me.host || owner.pid <= 0) return false;  // another host's pid says nothing here
+  if (owner.pid == me.pid) return true;                        // this process's own: nothing is in flight yet
+  return ::kill(static_cast<pid_t>(owner.pid), 0) != 0 && errno == ESRCH;
+}
+
 int remove_stale_temp_files(const fs::path& dir) {
+  const TempFileOwner me = this_temp_file_owner();
   int removed = 0;
   std::error_code ec;
   for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
        it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (name.size() < 6 || name[0] != '.' || name.compare(name.size() - 4, 4, ".tmp") != 0) continue;
-    const size_t dot_n = name.rfind('.', name.size() - 5);
-    const size_t dot_pid = dot_n == std::string::npos || dot_n == 0 ? std::string::npos : name.rfind('.', dot_n - 1);
-    if (dot_pid == std::string::npos) continue;
-    const std::string pid_text = name.substr(dot_pid + 1, dot_n - dot_pid - 1);
-    if (pid_text.empty() || pid_text.find_first_not_of("0123456789") != std::string::npos) continue;
-    const long pid = std::stol(pid_text);
-    if (pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM)) continue;  // still running
+    const std::optional<TempFileOwner> owner = parse_temp_file_name(it->path().filename().string());
+    if (!owner || !temp_file_owner_is_gone(*owner, me)) continue;
     std::error_code rm_ec;
     if (fs::remove(it->path(), rm_ec)) ++removed;
   }

@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <string>
 
+#include "core/atomic_file.h"
+
 namespace sdxl {
 
 // out_dir_canonical / rel, after checking that its folder resolves inside the
@@ -19,9 +21,16 @@ std::filesystem::path checked_output_path(const std::filesystem::path& out_dir_c
 // never follows a link planted in a shared folder.
 void check_own_files(const std::filesystem::path& out_dir);
 
-// Removes the temporary files of write_file_atomic (".<name>.<pid>.<n>.tmp")
-// left by a run that was killed; files of a live process (another shard) are
-// kept. Returns how many were removed.
+// Whether a temporary file of `owner` is provably dead to `me` (this
+// process): the same host (and PID namespace) and either `me`'s own pid or a
+// pid that no longer runs there. Another host's file is never dead to `me`:
+// its pid means nothing here.
+bool temp_file_owner_is_gone(const TempFileOwner& owner, const TempFileOwner& me);
+
+// Run at start-up, before this process writes into `dir`: removes the
+// temporary files of write_file_atomic (core/atomic_file.h) under `dir` whose
+// owner temp_file_owner_is_gone; keeps every other one (another host's or
+// shard's file in flight, a name without a host). Returns how many were removed.
 int remove_stale_temp_files(const std::filesystem::path& dir);
 
 }  // namespace sdxl

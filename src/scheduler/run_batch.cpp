@@ -6,6 +6,7 @@
 #include <string>
 
 #include "batch/manifest.h"
+#include "core/atomic_file.h"
 #include "scheduler/lane_loops.h"
 #include "scheduler/output_folder.h"
 #include "scheduler/run_report.h"
@@ -94,6 +95,9 @@ RunResult run_batch(const BatchFile& batch, const RunOptions& o, const GenerateB
 
 RunResult run_batch(const BatchFile& batch, const RunOptions& o, const std::vector<DeviceLane*>& devices) {
   if (devices.empty()) throw UsageError("run_batch: no device");
+  // Temporary names say which shard wrote them (core/atomic_file.h).
+  set_temp_file_tag(o.shard_count > 1 ? "shard-" + std::to_string(o.shard_index) + "-of-" + std::to_string(o.shard_count)
+                                      : "");
   RunState run(batch, o, prepare_output_folder(o.out_dir), devices);
   if (run.manifest.torn_lines() > 0)
     spdlog::warn("{}: ignored {} torn line(s) left by an interrupted run", run.manifest.path().string(),

@@ -15,12 +15,18 @@
 // allows (the memory budget). Empty places of a batch are filled with
 // compatible images of lower classes only when `fill_lower` is on: one UNet
 // call for n images costs less than n calls, so they ride along for little.
+//
+// Cost: the order is sorted once and kept (with each group's images in that
+// order) while it cannot change — the same LoRA set, no image's class changed
+// by aging, nothing pushed or requeued — so popping every image of n in
+// batches takes O(n log n) plus a sort per change, not a sort per batch.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "batch/priority.h"
@@ -51,8 +57,8 @@ class TaskQueue {
   explicit TaskQueue(QueuePolicy policy = {}) : policy_(policy) {}
 
   void push(QueuedImage image);
-  bool empty() const { return items_.empty(); }
-  std::size_t size() const { return items_.size(); }
+  bool empty() const { return alive_ == 0; }
+  std::size_t size() const { return alive_; }
   const QueuePolicy& policy() const { return policy_; }
 
   // Class after aging at time `now_s` (0 = high).
@@ -75,12 +81,38 @@ class TaskQueue {
 
   // The whole queue in the order it would run, without removing anything.
   std::vector<QueuedImage> ordered(double now_s, const std::string& current_lora) const;
+  // The image pop_batch would start its batch with (the queue must not be empty).
+  QueuedImage front(double now_s, const std::string& current_lora);
 
  private:
   bool before(const QueuedImage& a, const QueuedImage& b, double now_s, const std::string& lora) const;
+  // The earliest time after now_s at which aging may change `image`'s class (a
+  // little early, so rounding never lets a change pass unseen); +inf for never.
+  double next_class_change(const QueuedImage& image, double now_s) const;
+  // Makes order_ the order at (now_s, lora), sorting again only when it may differ.
+  void ensure_order(double now_s, const std::string& lora);
+  std::size_t head_index();
+
+  // The order of the images not taken, valid for now_s in [built_s, until_s)
+  // and one LoRA set; indices into items_.
+  struct Order {
+    bool valid = false;
+    std::string lora;
+    double built_s = 0, until_s = 0;
+    std::vector<std::size_t> all;  // best first; all[next..] may hold images not taken
+    std::size_t next = 0;
+    struct Group {
+      std::vector<std::size_t> members;  // in the order of `all`
+      std::size_t next = 0;              // members before it are taken
+    };
+    std::unordered_map<std::string, Group> groups;
+  };
 
   QueuePolicy policy_;
-  std::vector<QueuedImage> items_;
+  std::vector<QueuedImage> items_;  // images pushed; taken_ marks those popped since the last sort
+  std::vector<char> taken_;
+  std::size_t alive_ = 0;
+  Order order_;
   std::vector<std::uint64_t> reported_hopeless_;  // sequences, sorted
   std::uint64_t next_sequence_ = 0;
 };

@@ -544,8 +544,14 @@ void ClipTokenizer::add_embedding(const std::string& name, int32_t first_id, int
   std::u32string norm;
   for (char32_t cp : composed) append_lower(cp, norm);
   if (norm.empty() || count <= 0) throw ModelError("embedding '" + name + "': empty name or no vectors");
-  if (vocab_.count(name) != 0)
-    throw ModelError("embedding '" + name + "': the name is already a word of the tokenizer; rename the file");
+  // Prompts find the name case-insensitively (NFC, lower case), so the name in
+  // that form must not be a word: "Cat" claims the same text as "cat".
+  std::string norm_utf8;
+  for (char32_t cp : norm) append_utf8(cp, norm_utf8);
+  if (vocab_.count(name) != 0 || vocab_.count(norm_utf8) != 0)
+    throw ModelError("embedding '" + name + "': the name" +
+                     (norm_utf8 == name ? "" : " ('" + norm_utf8 + "' as prompts match it)") +
+                     " is already a word of the tokenizer; rename the file");
   for (const AddedEmbedding& e : embeddings_)
     if (e.name == norm) throw ModelError("embedding '" + name + "' is loaded twice (two files of that name?)");
   std::vector<std::string> texts{name};

@@ -369,10 +369,18 @@ TEST_F(Parts, OutputPathsStayInsideTheFolderAndStaleTempFilesGo) {
   EXPECT_THROW(sdxl::checked_output_path(out, "link/x.png"), sdxl::UsageError);
   EXPECT_EQ(sdxl::checked_output_path(out, "sub/x.png"), out / "sub" / "x.png");
   EXPECT_TRUE(fs::is_directory(out / "sub"));
-  std::ofstream(out / ".x.png.999999999.1.tmp") << "left by a dead process";
-  std::ofstream(out / (".y.png." + std::to_string(::getpid()) + ".1.tmp")) << "ours, alive";
+  // Only this host's temporary files of a process that is gone are removed
+  // (test_hostile_run.cpp checks every case).
+  const sdxl::TempFileOwner me = sdxl::this_temp_file_owner();
+  const std::string dead = sdxl::temp_file_name("x.png", {me.host, 999999999, ""}, 1);
+  const std::string alive = sdxl::temp_file_name("y.png", {me.host, static_cast<long>(::getppid()), ""}, 1);
+  std::ofstream(out / dead) << "left by a dead process";
+  std::ofstream(out / alive) << "another process's, alive";
+  std::ofstream(out / ".z.png.999999999.1.tmp") << "no host: not provably dead here";
   EXPECT_EQ(sdxl::remove_stale_temp_files(out), 1);
-  EXPECT_TRUE(fs::exists(out / (".y.png." + std::to_string(::getpid()) + ".1.tmp")));
+  EXPECT_FALSE(fs::exists(out / dead));
+  EXPECT_TRUE(fs::exists(out / alive));
+  EXPECT_TRUE(fs::exists(out / ".z.png.999999999.1.tmp"));
 }
 
 // --- run report ---------------------------------------------------------------
