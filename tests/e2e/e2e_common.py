@@ -85,6 +85,13 @@ class TestCase(unittest.TestCase):
         for n in needles:
             self.assertIn(n, text)
 
+    def assertEachRefused(self, base: list, cases) -> None:
+        """base + flags fails, its stderr naming `message`, for each (flags, message) of cases."""
+        for flags, message in cases:
+            r = run([*base, *flags])
+            self.assertNotEqual(r.returncode, 0, flags)
+            self.assertIn(message, r.stderr, flags)
+
     def assertOk(self, r: subprocess.CompletedProcess) -> None:
         """r exited 0 (else the end of its stderr is the message)."""
         self.assertEqual(r.returncode, 0, r.stderr[-4000:])

@@ -91,6 +91,19 @@ def run_ours(a, work: Path, tag: str, args: list[str]) -> tuple[Path, Path]:
     return png, lat
 
 
+def image_row(case: str, png: Path, lat: Path, ref_png: Path, ref_lat, min_psnr: float) -> dict:
+    """A case's row: PSNR of sdxl-batch's PNG (and .npy latents) vs the reference's (ref_lat: an
+    array), ok at >= min_psnr."""
+    import numpy as np
+
+    from reference.compare_images import load_rgb, psnr
+
+    ours_lat = np.load(lat)
+    d = float(np.abs(ours_lat - ref_lat).max()) if ours_lat.shape == ref_lat.shape else float("inf")
+    p = psnr(load_rgb(str(png)), load_rgb(str(ref_png)))
+    return {"case": case, "what": f"PSNR dB vs diffusers (latent max|diff| {d:.3g})", "value": p, "ok": p >= min_psnr}
+
+
 def reference_image(diffusers: str, png: Path, loras: list[tuple[str, float]] = (), embeddings: list[str] = (),
                     **settings) -> tuple:
     """reference.reference_sdxl's image in this process, saved as `png`: what `python -m

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from parity_common import finish, parse_args, reference_pipeline, run_ours
+from parity_common import finish, image_row, parse_args, reference_pipeline, run_ours
 from testkit import run_ok as run
 from PIL import Image, ImageDraw
 
@@ -278,12 +278,7 @@ def image_rows(a, work: Path, exports: dict, images: dict[str, Path], lora: Path
     plain_png, _ = ours_image(a, work, "plain", [])
     for c in cases(exports, images, init_png, lora):
         png, lat = ours_image(a, work, c["tag"], c["ours"])
-        ref_png, ref_lat = refs[c["tag"]]
-        ours_lat = np.load(lat)
-        d = float(np.abs(ours_lat - ref_lat).max()) if ours_lat.shape == ref_lat.shape else float("inf")
-        p = psnr(load_rgb(str(png)), load_rgb(str(ref_png)))
-        rows.append({"case": c["tag"], "what": f"PSNR dB vs diffusers (latent max|diff| {d:.3g})", "value": p,
-                     "ok": p >= a.min_psnr})
+        rows.append(image_row(c["tag"], png, lat, *refs[c["tag"]], a.min_psnr))
     p = psnr(load_rgb(str(work / "one-sdxl.png")), load_rgb(str(plain_png)))
     rows.append({"case": "ours: ControlNet acts", "what": "PSNR dB of sdxl-batch with vs without the ControlNet",
                  "value": p, "ok": p < ACTS_MAX_PSNR})

@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from parity_common import finish, meta_of, parse_args_python_only, residuals, run_ours, unet_inputs
+from parity_common import finish, image_row, meta_of, parse_args_python_only, residuals, run_ours, unet_inputs
 from testkit import run_ok as run
 from PIL import Image, ImageDraw
 
@@ -465,12 +465,7 @@ def image_rows(a, work: Path, refs: dict, images: dict[str, Path], exports: dict
     plain_png, _ = ours_image(a, work, "none", [])
     for c in cases(images):
         png, lat = ours_image(a, work, c["tag"], ours_args(c, exports, lora, cn, control_png, ref["none"]))
-        ref_png, ref_lat = ref[c["tag"]]
-        ours_lat = np.load(lat)
-        d = float(np.abs(ours_lat - ref_lat).max()) if ours_lat.shape == ref_lat.shape else float("inf")
-        p = psnr(load_rgb(str(png)), load_rgb(str(ref_png)))
-        rows.append({"case": c["tag"], "what": f"PSNR dB vs diffusers (latent max|diff| {d:.3g})", "value": p,
-                     "ok": p >= a.min_psnr})
+        rows.append(image_row(c["tag"], png, lat, *ref[c["tag"]], a.min_psnr))
     for tag, png in run_batch(a, work, exports, images).items():
         p = psnr(load_rgb(str(png)), load_rgb(str(ref[tag][0])))
         rows.append({"case": f"batch file: {tag}", "what": "PSNR dB vs diffusers", "value": p, "ok": p >= a.min_psnr})
