@@ -15,8 +15,12 @@ targets=("$@")
 CXX=${CXX_FUZZ:-clang++}
 command -v "$CXX" >/dev/null || { echo "fuzz: $CXX not found (apt-get install clang libclang-rt-dev)" >&2; exit 1; }
 out=build/fuzz
-mkdir -p "$out"
+mkdir -p "$out/obj"
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Isrc)
+# Each source is compiled once for all targets (they share most of them), two at a time,
+# through ccache when it is installed (a rerun on unchanged sources compiles nothing).
+compile=("$CXX")
+if command -v ccache >/dev/null; then compile=(ccache "$CXX"); fi
 declare -A srcs=(
   [batch_file]="src/batch/batch_file.cpp src/batch/generation_params.cpp src/batch/wildcards.cpp src/batch/story.cpp src/model/model_config.cpp src/batch/priority.cpp src/image/png_reader.cpp src/sampling/sampler_plan.cpp src/sampling/schedule.cpp src/lora/lora_ref.cpp src/core/error.cpp src/core/units.cpp src/core/input_file.cpp src/core/json_shape.cpp src/core/sha256.cpp src/text/clip_tokenizer.cpp src/text/unicode_data.cpp src/text/prompt_chunks.cpp src/text/prompt_parser.cpp src/lora/embedding_files.cpp src/lora/safetensors.cpp"
   [clip_tokenizer]="src/text/clip_tokenizer.cpp src/text/unicode_data.cpp"
@@ -27,11 +31,22 @@ if [ ! -f "$out/tokenizer/vocab.json" ]; then
   .venv/bin/python scripts/export/clip_vocab.py "$out/tokenizer" --pad-token '!' >/dev/null
 fi
 export SDXL_FUZZ_TOKENIZER_DIR=$PWD/$out/tokenizer
+obj_of() { local o=${1//\//_}; echo "$out/obj/${o%.cpp}.o"; }
+declare -A wanted=()
+for t in "${targets[@]}"; do
+  [ -n "${srcs[$t]:-}" ] || { echo "fuzz: unknown target $t" >&2; exit 2; }
+  for f in tests/fuzz/fuzz_$t.cpp ${srcs[$t]}; do wanted[$f]=1; done
+done
+echo "fuzz: compiling ${#wanted[@]} sources"
+printf '%s\n' "${!wanted[@]}" | sort | while read -r f; do echo "$f $(obj_of "$f")"; done |
+  xargs -P 2 -n 2 bash -c 'n=$#; "${@:1:n-2}" -c "${@:n-1:1}" -o "${@:n:1}"' _ "${compile[@]}" "${flags[@]}" || {
+  echo "fuzz: compiling failed" >&2; exit 1; }
 for t in "${targets[@]}"; do
   bin="$out/fuzz_$t"
-  echo "fuzz: building $t"
-  # shellcheck disable=SC2086
-  $CXX "${flags[@]}" tests/fuzz/fuzz_$t.cpp ${srcs[$t]} -o "$bin"
+  echo "fuzz: linking $t"
+  objs=()
+  for f in tests/fuzz/fuzz_$t.cpp ${srcs[$t]}; do objs+=("$(obj_of "$f")"); done
+  $CXX "${flags[@]}" "${objs[@]}" -o "$bin"
   mkdir -p "$out/$t/corpus"
   seed_dir=$out/$t/seeds
   mkdir -p "$seed_dir"

@@ -19,14 +19,17 @@ The test LoRA (kohya_unet at 0.8) moves the tiny model's image by about 5 levels
 on average and up to 50, far more than the backends differ; its change on aoti
 must equal its change on torchscript within that tolerance.
 
+    test_aoti.py --export DIR --python PY --source REPO     (the ctest fixture tiny_aoti: the export alone)
     test_aoti.py --binary B --python PY --source REPO --loras DIR --work DIR [--model-dir DIR]
+
+The export (torch.export and AOTInductor's C++ compile: minutes on a 2-core machine) is a
+fixture of its own, so that ctest starts it at once, beside the tiny model's export, and not
+after the fixtures the image tests need; without --model-dir the test makes its own.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import math
-import os
 import shutil
 import subprocess
 import sys
@@ -35,27 +38,13 @@ import unittest
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
+from e2e_common import ARGS, main, pixels, read_report, sdxl
 
-ARGS: argparse.Namespace
+from reference.compare_images import psnr
+
 COMMON = ["--seed", "11", "--steps", "3", "--cfg", "5", "--width", "256", "--height", "256", "--threads", "1"]
 MAX_LEVELS = 3
 MIN_PSNR = 45.0
-
-
-def sdxl(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    return subprocess.run([ARGS.binary, *args], capture_output=True, text=True, timeout=900, env=env)
-
-
-def pixels(png: Path) -> np.ndarray:
-    with Image.open(png) as im:
-        return np.asarray(im.convert("RGB")).astype(np.int32)
-
-
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    mse = float(((a - b) ** 2).mean())
-    return math.inf if mse == 0 else 10 * math.log10(255.0**2 / mse)
 
 
 # The tiny export's images per UNet call: not the default 8, so the package's row range must follow it.
@@ -86,7 +75,7 @@ class Aoti(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.work = Path(ARGS.work)
-        if ARGS.model_dir:
+        if ARGS.model_dir:  # made by --export, i.e. by export_tiny_aoti
             cls.model = Path(ARGS.model_dir)
         else:
             cls.model = cls.work / "tiny-aoti"
@@ -120,11 +109,10 @@ class Aoti(unittest.TestCase):
         self.assertTrue(checks, "model.json unet.aoti.checks is missing")
         corners = {(c["rows"], c["latent_h"], c["latent_w"], c["tokens"]) for c in checks}
         self.assertEqual(len(corners), 4, checks)
-        if not ARGS.model_dir:  # exported here with --batch-max TINY_BATCH_MAX
-            meta = json.loads((self.model / "model.json").read_text())
-            self.assertEqual(meta["limits"]["batch_max"], TINY_BATCH_MAX)
-            self.assertEqual(meta["unet"]["aoti"]["rows"], [1, 2 * TINY_BATCH_MAX], "CFG doubles the rows")
-            self.assertEqual(max(c["rows"] for c in checks), 2 * TINY_BATCH_MAX)
+        meta = json.loads((self.model / "model.json").read_text())  # exported with --batch-max TINY_BATCH_MAX
+        self.assertEqual(meta["limits"]["batch_max"], TINY_BATCH_MAX)
+        self.assertEqual(meta["unet"]["aoti"]["rows"], [1, 2 * TINY_BATCH_MAX], "CFG doubles the rows")
+        self.assertEqual(max(c["rows"] for c in checks), 2 * TINY_BATCH_MAX)
         for c in checks:  # fp32 on the CPU: the package equals the eager UNet up to summation order
             self.assertTrue(c["ok"], c)
             self.assertLess(c["rel_l2"], 1e-4, c)
@@ -229,7 +217,7 @@ class Aoti(unittest.TestCase):
         r = sdxl("run", str(cfg), "--model", str(self.model), "--out", str(work / "out"), "--threads", "1",
                  "--vae-backend", "aoti")
         self.assertEqual(r.returncode, 0, r.stderr)
-        report = json.loads((work / "out" / "report.json").read_text())
+        report = read_report(work / "out")
         self.assertEqual(report["images_done"], 2, report)
         self.assertEqual(report["devices"][0]["engine"]["vae_aoti_decodes"], 1, report["devices"][0]["engine"])
         self.assertEqual(pixels(work / "out" / "wide-0-5.png").shape, (256, 320, 3))
@@ -260,7 +248,7 @@ class Aoti(unittest.TestCase):
             r = sdxl("run", str(cfg), "--model", str(self.model), "--out", str(out), "--threads", "1",
                      "--order", "file", "--vae-backend", backend)
             self.assertEqual(r.returncode, 0, r.stderr)
-            engine = json.loads((out / "report.json").read_text())["devices"][0].get("engine", {})
+            engine = read_report(out)["devices"][0].get("engine", {})
             if backend == "aoti":
                 self.assertIn("decodes on the model's vae_decoder.pt2 with its own weights", r.stderr)
                 self.assertEqual((engine.get("vae_aoti_decodes"), engine.get("vae_folder_aoti_decodes")), (1, 1), engine)
@@ -292,21 +280,23 @@ class Aoti(unittest.TestCase):
         self.assertIn("--unet-backend", r.stderr)
 
 
-def main() -> int:
-    global ARGS
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--binary", required=True)
-    ap.add_argument("--python", required=True, help="the Python with torch and diffusers (for the export)")
-    ap.add_argument("--source", required=True)
-    ap.add_argument("--loras", required=True)
+def options(ap) -> None:
     ap.add_argument("--plain-model", required=True, help="a model directory without unet.pt2")
-    ap.add_argument("--work", required=True)
-    ap.add_argument("--model-dir", help="use this --aoti export instead of making one (debugging)")
-    ARGS, rest = ap.parse_known_args()
-    ARGS.loras = str(Path(ARGS.loras).resolve())
-    Path(ARGS.work).mkdir(parents=True, exist_ok=True)
-    return 0 if unittest.main(argv=[sys.argv[0], *rest], exit=False).result.wasSuccessful() else 1
+    ap.add_argument("--model-dir", help="the export of --export (the fixture tiny_aoti) instead of making one")
+
+
+def export_only() -> int:
+    """--export DIR: the fixture's part, export_tiny_aoti into DIR."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--export", required=True, metavar="DIR", help="export the tiny model with --aoti here and exit")
+    ap.add_argument("--python", required=True)
+    ap.add_argument("--source", required=True)
+    ARGS.__dict__.update(vars(ap.parse_args()))
+    export_tiny_aoti(Path(ARGS.export))
+    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    if "--export" in sys.argv:
+        sys.exit(export_only())
+    sys.exit(main(__doc__, "--binary", "--python", "--source", "--loras", "--work", extra=options))

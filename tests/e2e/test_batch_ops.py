@@ -8,12 +8,9 @@ shards into one folder, `validate`.
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
-import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,10 +18,8 @@ import time
 import unittest
 from pathlib import Path
 
+from e2e_common import ARGS, ENV, fresh, main, read_report, run
 from PIL import Image
-
-ARGS: argparse.Namespace
-ENV = dict(os.environ, OMP_NUM_THREADS="1")
 
 
 def write_batch(path: Path, tasks: int = 5, count: int = 2, steps: int = 3) -> list[tuple[str, int]]:
@@ -40,6 +35,11 @@ def write_batch(path: Path, tasks: int = 5, count: int = 2, steps: int = 3) -> l
 
 def run_cmd(*args: str) -> list[str]:
     return [ARGS.binary, "run", *args, "--model", ARGS.model, "--threads", "1"]
+
+
+def run_batch(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    """`run` with these arguments, waited for."""
+    return run(run_cmd(*args), timeout=timeout)
 
 
 def check_folder(test: unittest.TestCase, out: Path) -> dict:
@@ -67,9 +67,7 @@ def check_folder(test: unittest.TestCase, out: Path) -> dict:
 
 class CrashSafety(unittest.TestCase):
     def test_kill_at_random_moments_then_resume(self):
-        work = Path(ARGS.work) / "kill"
-        shutil.rmtree(work, ignore_errors=True)
-        work.mkdir(parents=True)
+        work = fresh("kill")
         out = work / "out"
         items = write_batch(work / "batch.json", tasks=8, count=2, steps=3)
         rng = random.Random(1234)
@@ -83,8 +81,7 @@ class CrashSafety(unittest.TestCase):
                 kills += 1
             p.wait()
             check_folder(self, out)
-        r = subprocess.run(run_cmd(str(work / "batch.json"), "--out", str(out)), capture_output=True, text=True,
-                           env=ENV, timeout=900)
+        r = run_batch(str(work / "batch.json"), "--out", str(out))
         self.assertEqual(r.returncode, 0, r.stderr)
         entries = check_folder(self, out)
         self.assertEqual(set(entries), set(items))
@@ -96,9 +93,7 @@ class CrashSafety(unittest.TestCase):
 
 class Unattended(unittest.TestCase):
     def test_lock_sigterm_and_report(self):
-        work = Path(ARGS.work) / "lock"
-        shutil.rmtree(work, ignore_errors=True)
-        work.mkdir(parents=True)
+        work = fresh("lock")
         out = work / "out"
         write_batch(work / "batch.json", tasks=6, count=2, steps=6)
         first = subprocess.Popen(run_cmd(str(work / "batch.json"), "--out", str(out)), stdout=subprocess.DEVNULL,
@@ -106,64 +101,54 @@ class Unattended(unittest.TestCase):
         deadline = time.time() + 120
         while time.time() < deadline and not (out / "manifest.jsonl").exists():
             time.sleep(0.1)
-        second = subprocess.run(run_cmd(str(work / "batch.json"), "--out", str(out)), capture_output=True, text=True,
-                                env=ENV, timeout=120)
+        second = run_batch(str(work / "batch.json"), "--out", str(out), timeout=120)
         self.assertEqual(second.returncode, 4, second.stderr)
         self.assertIn("holds the lock", second.stderr)
         self.assertIn(str(first.pid), second.stderr)
         first.send_signal(signal.SIGTERM)
         _, err = first.communicate(timeout=300)
         self.assertEqual(first.returncode, 3, err)
-        report = json.loads((out / "report.json").read_text())
+        report = read_report(out)
         self.assertEqual(report["stop_reason"], "stopped by a signal")
         self.assertGreater(report["images_not_started"], 0)
         check_folder(self, out)
-        r = subprocess.run(run_cmd(str(work / "batch.json"), "--out", str(out)), capture_output=True, text=True,
-                           env=ENV, timeout=900)
+        r = run_batch(str(work / "batch.json"), "--out", str(out))
         self.assertEqual(r.returncode, 0, r.stderr)
-        report = json.loads((out / "report.json").read_text())
+        report = read_report(out)
         self.assertEqual(report["images_done"] + report["images_skipped"], 12)
 
     def test_shards_share_one_folder(self):
-        work = Path(ARGS.work) / "shards"
-        shutil.rmtree(work, ignore_errors=True)
-        work.mkdir(parents=True)
+        work = fresh("shards")
         out = work / "out"
         items = write_batch(work / "batch.json", tasks=5, count=1, steps=2)
         for k in range(3):
-            r = subprocess.run(run_cmd(str(work / "batch.json"), "--out", str(out), "--shard", f"{k}/3"),
-                               capture_output=True, text=True, env=ENV, timeout=600)
+            r = run_batch(str(work / "batch.json"), "--out", str(out), "--shard", f"{k}/3", timeout=600)
             self.assertEqual(r.returncode, 0, r.stderr)
         entries = check_folder(self, out)
         self.assertEqual(set(entries), set(items))
         self.assertEqual(sorted(p.name for p in out.glob("manifest*.jsonl")),
                          [f"manifest-shard-{k}-of-3.jsonl" for k in range(3)], "one manifest per shard")
-        r = subprocess.run(run_cmd(str(work / "batch.json"), "--out", str(out)), capture_output=True, text=True,
-                           env=ENV, timeout=600)
+        r = run_batch(str(work / "batch.json"), "--out", str(out), timeout=600)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertEqual(json.loads((out / "report.json").read_text())["images_done"], 0,
+        self.assertEqual(read_report(out)["images_done"], 0,
                          "a plain run reads the shards' manifests: nothing left to make")
-        r = subprocess.run(run_cmd(str(work / "batch.json"), "--out", str(out), "--shard", "3/3"),
-                           capture_output=True, text=True, env=ENV)
+        r = run_batch(str(work / "batch.json"), "--out", str(out), "--shard", "3/3")
         self.assertEqual(r.returncode, 2)
         self.assertIn("--shard", r.stderr)
 
     def test_skip_invalid_runs_the_valid_tasks(self):
-        work = Path(ARGS.work) / "skip-invalid"
-        shutil.rmtree(work, ignore_errors=True)
-        work.mkdir(parents=True)
+        work = fresh("skip-invalid")
         batch = work / "batch.json"
         batch.write_text(json.dumps({"version": 1, "defaults": {"steps": 2}, "tasks": [
             {"id": "good", "prompt": "x", "seed": 1},
             {"id": "bad-steps", "prompt": "y", "seed": 2, "steps": 999},
             {"id": "bad-size", "prompt": "z", "seed": 3, "width": 8200}]}))
-        r = subprocess.run(run_cmd(str(batch), "--out", str(work / "refused")), capture_output=True, text=True, env=ENV)
+        r = run_batch(str(batch), "--out", str(work / "refused"))
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertFalse((work / "refused" / "manifest.jsonl").exists(), "nothing runs without --skip-invalid")
-        r = subprocess.run(run_cmd(str(batch), "--out", str(work / "out"), "--skip-invalid"), capture_output=True,
-                           text=True, env=ENV, timeout=600)
+        r = run_batch(str(batch), "--out", str(work / "out"), "--skip-invalid", timeout=600)
         self.assertEqual(r.returncode, 3, r.stderr)
-        report = json.loads((work / "out" / "report.json").read_text())
+        report = read_report(work / "out")
         self.assertEqual(report["images_done"], 1)
         self.assertEqual(sorted(f["task"] for f in report["failures"]), ["bad-size", "bad-steps"])
         self.assertIn("/tasks/1/steps", json.dumps(report["failures"]))
@@ -173,12 +158,12 @@ class Unattended(unittest.TestCase):
         work.mkdir(parents=True, exist_ok=True)
         good = work / "good.json"
         write_batch(good)
-        r = subprocess.run([ARGS.binary, "validate", str(good), "--model", ARGS.model], capture_output=True, text=True)
+        r = run([ARGS.binary, "validate", str(good), "--model", ARGS.model])
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         bad = work / "bad.json"
         bad.write_text('{\n  "version": 1,\n  "tasks": [\n    {"id": "a", "prompt": "x",\n     "steps": 900},\n'
                        '    {"id": "a", "prompt": "y", "width": 100}\n  ]\n}\n')
-        r = subprocess.run([ARGS.binary, "validate", str(bad), "--model", ARGS.model], capture_output=True, text=True)
+        r = run([ARGS.binary, "validate", str(bad), "--model", ARGS.model])
         self.assertEqual(r.returncode, 2)
         self.assertIn(f"{bad}:5: /tasks/0/steps", r.stdout)
         self.assertIn(f"{bad}:6: /tasks/1/id", r.stdout)
@@ -186,11 +171,5 @@ class Unattended(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--binary", required=True)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--work", required=True)
-    ap.add_argument("--kills", type=int, default=12)
-    ARGS, rest = ap.parse_known_args()
-    Path(ARGS.work).mkdir(parents=True, exist_ok=True)
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
+    sys.exit(main(__doc__, "--binary", "--model", "--work",
+                  extra=lambda ap: ap.add_argument("--kills", type=int, default=12)))

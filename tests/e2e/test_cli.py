@@ -5,25 +5,16 @@
 """
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import re
 import shutil
-import subprocess
 import sys
 import unittest
 from pathlib import Path
 
+import numpy as np
+from e2e_common import ARGS, TestCase, main, meta_of, parameters, pixels, png_settings, read_manifest, read_report, sdxl
 from PIL import Image
-
-ARGS: argparse.Namespace
-
-
-def sdxl(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    # One intra-op thread: the tiny model is faster so, and ctest runs tests side by side.
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    return subprocess.run([ARGS.binary, *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
 class ExampleBatch(unittest.TestCase):
@@ -36,7 +27,7 @@ class ExampleBatch(unittest.TestCase):
         r = sdxl("run", str(batch_path), "--model", ARGS.model, "--out", str(out))
         self.assertEqual(r.returncode, 0, r.stderr)
         batch = json.loads(batch_path.read_text())
-        model = json.loads((Path(ARGS.model) / "model.json").read_text())
+        model = meta_of(ARGS.model)
         expected = 0
         for task in batch["tasks"]:
             for i in range(task.get("count", 1)):
@@ -60,7 +51,7 @@ class ExampleBatch(unittest.TestCase):
                 self.assertEqual(settings["Size"], f"{model['defaults']['width']}x{model['defaults']['height']}")
                 self.assertEqual(settings["Model"], model["name"])
                 self.assertTrue(settings["Version"].startswith("sdxl-batch "))
-        report = json.loads((out / "report.json").read_text())
+        report = read_report(out)
         self.assertEqual(report["images_done"], expected)
         self.assertEqual(report["images_failed"], 0)
         leftovers = [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
@@ -86,25 +77,23 @@ class Generate(unittest.TestCase):
     def test_vae_dtype_bf16_is_close_to_fp32(self):
         work = Path(ARGS.work)
         work.mkdir(parents=True, exist_ok=True)
-        pixels = {}
+        px = {}
         for dt in ("fp32", "bf16"):
             out = work / f"vae-{dt}.png"
             r = sdxl("generate", "--model", ARGS.model, "--prompt", "a harbour", "--seed", "5", "--steps", "2",
                      "--vae-dtype", dt, "--out", str(out))
             self.assertEqual(r.returncode, 0, r.stderr)
-            with Image.open(out) as im:
-                pixels[dt] = im.tobytes()
-        a, b = pixels["fp32"], pixels["bf16"]
-        self.assertNotEqual(a, b, "--vae-dtype bf16 decoded in fp32")
-        mse = sum((x - y) ** 2 for x, y in zip(a, b)) / len(a)
+            px[dt] = pixels(out)
+        a, b = px["fp32"], px["bf16"]
+        self.assertFalse(np.array_equal(a, b), "--vae-dtype bf16 decoded in fp32")
+        mse = float(((a - b) ** 2).mean())
         self.assertLess(mse, 4.0, "bf16 decode far from fp32")  # about 50 dB measured
 
     def test_random_seed_is_recorded(self):
         out = Path(ARGS.work) / "random.png"
         r = sdxl("generate", "--model", ARGS.model, "--prompt", "x", "--steps", "2", "--out", str(out))
         self.assertEqual(r.returncode, 0, r.stderr)
-        with Image.open(out) as im:
-            self.assertRegex(im.info["parameters"], r"Seed: \d+,")
+        self.assertRegex(parameters(out), r"Seed: \d+,")
 
 
 class Fp8Precision(unittest.TestCase):
@@ -112,14 +101,13 @@ class Fp8Precision(unittest.TestCase):
     default UNet but not equal, named in the PNG, the report and the manifest; a resume in the other
     precision makes the images again; a model without it, or with --dtype, is refused by name."""
 
-    def gen(self, name: str, *extra: str) -> bytes:
+    def gen(self, name: str, *extra: str) -> np.ndarray:
         out = Path(ARGS.work) / name
         r = sdxl("generate", "--model", ARGS.model, "--prompt", "a red kite over a beach", "--seed", "9",
                  "--steps", "3", "--out", str(out), *extra)
         self.assertEqual(r.returncode, 0, r.stderr)
-        with Image.open(out) as im:
-            self.params = im.info["parameters"]
-            return im.tobytes()
+        self.params = parameters(out)
+        return pixels(out)
 
     def test_generate_is_deterministic_close_and_labelled(self):
         Path(ARGS.work).mkdir(parents=True, exist_ok=True)
@@ -127,9 +115,9 @@ class Fp8Precision(unittest.TestCase):
         self.assertNotIn("UNet precision", self.params)
         a = self.gen("fp8-a.png", "--precision", "fp8")
         self.assertIn(", UNet precision: fp8 e4m3, Version: ", self.params)
-        self.assertEqual(a, self.gen("fp8-b.png", "--precision", "fp8"))
-        self.assertNotEqual(a, default, "--precision fp8 ran the default UNet")
-        mse = sum((x - y) ** 2 for x, y in zip(a, default)) / len(a)
+        self.assertTrue(np.array_equal(a, self.gen("fp8-b.png", "--precision", "fp8")))
+        self.assertFalse(np.array_equal(a, default), "--precision fp8 ran the default UNet")
+        mse = float(((a - default) ** 2).mean())
         self.assertLess(mse, 100.0, "fp8 far from the default UNet")  # > 28 dB
 
     def test_run_records_precision_and_resumes_only_in_it(self):
@@ -141,7 +129,7 @@ class Fp8Precision(unittest.TestCase):
         def run(*extra):
             r = sdxl("run", str(batch), "--model", ARGS.model, "--out", str(out), "--no-progress", *extra)
             self.assertEqual(r.returncode, 0, r.stderr)
-            return json.loads((out / "report.json").read_text())
+            return read_report(out)
 
         rep = run("--precision", "fp8")
         self.assertEqual((rep["unet_precision"], rep["images_done"]), ("fp8", 2))
@@ -171,26 +159,20 @@ class Fp8Precision(unittest.TestCase):
         self.assertIn("--precision", r.stderr)
 
 
-class BadInput(unittest.TestCase):
+class BadInput(TestCase):
     """Bad flags/values exit 2 naming them; a bad model exits 1 naming the file."""
 
-    def assert_fails(self, r, code, *needles):
-        self.assertEqual(r.returncode, code, f"stdout={r.stdout}\nstderr={r.stderr}")
-        text = r.stdout + r.stderr
-        for n in needles:
-            self.assertIn(n, text)
-
     def test_usage_errors(self):
-        self.assert_fails(sdxl("generate", "--model", ARGS.model, "--prompt", "x", "--bogus"), 2, "--bogus")
-        self.assert_fails(sdxl("generate", "--model", ARGS.model, "--prompt", "x", "--steps", "many"), 2, "--steps")
-        self.assert_fails(sdxl("generate", "--model", ARGS.model, "--prompt", "x", "--steps", "0"), 2, "--steps")
-        self.assert_fails(sdxl("generate", "--model", ARGS.model), 2, "--prompt")
-        self.assert_fails(sdxl("generate", "--prompt", "x"), 2, "--model")
-        self.assert_fails(sdxl("generate", "--model", ARGS.model, "--prompt", "x", "--device", "tpu"), 2, "tpu")
-        self.assert_fails(sdxl("generate", "--model", ARGS.model, "--prompt", "x", "--width", "100"), 2, "width 100")
-        self.assert_fails(sdxl("generate", "--model", ARGS.model, "--prompt", "x", "--vae-dtype", "fp8"), 2, "--vae-dtype", "fp8")
-        self.assert_fails(sdxl(), 2)
-        self.assert_fails(sdxl("frobnicate"), 2, "frobnicate")
+        self.assertExit(sdxl("generate", "--model", ARGS.model, "--prompt", "x", "--bogus"), 2, "--bogus")
+        self.assertExit(sdxl("generate", "--model", ARGS.model, "--prompt", "x", "--steps", "many"), 2, "--steps")
+        self.assertExit(sdxl("generate", "--model", ARGS.model, "--prompt", "x", "--steps", "0"), 2, "--steps")
+        self.assertExit(sdxl("generate", "--model", ARGS.model), 2, "--prompt")
+        self.assertExit(sdxl("generate", "--prompt", "x"), 2, "--model")
+        self.assertExit(sdxl("generate", "--model", ARGS.model, "--prompt", "x", "--device", "tpu"), 2, "tpu")
+        self.assertExit(sdxl("generate", "--model", ARGS.model, "--prompt", "x", "--width", "100"), 2, "width 100")
+        self.assertExit(sdxl("generate", "--model", ARGS.model, "--prompt", "x", "--vae-dtype", "fp8"), 2, "--vae-dtype", "fp8")
+        self.assertExit(sdxl(), 2)
+        self.assertExit(sdxl("frobnicate"), 2, "frobnicate")
 
     def test_bad_batch_file_lists_every_problem(self):
         bad = Path(ARGS.work) / "bad-batch.json"
@@ -199,7 +181,7 @@ class BadInput(unittest.TestCase):
             {"id": "a", "prompt": "x", "steps": 9999},
             {"id": "a", "prompt": "y", "colour": "red"}]}))
         r = sdxl("run", str(bad), "--model", ARGS.model, "--out", str(Path(ARGS.work) / "bad-out"))
-        self.assert_fails(r, 2, "/tasks/0/steps", "/tasks/1/id", "/tasks/1/colour")
+        self.assertExit(r, 2, "/tasks/0/steps", "/tasks/1/id", "/tasks/1/colour")
 
     def test_bad_embeddings_are_refused_with_the_file(self):
         from safetensors.torch import save_file
@@ -214,7 +196,7 @@ class BadInput(unittest.TestCase):
             shutil.rmtree(d, ignore_errors=True)
             d.mkdir(parents=True)
             if tensors is None:  # a name that is a token already ("cat" is in CLIP's vocabulary)
-                model = json.loads((Path(ARGS.model) / "model.json").read_text())
+                model = meta_of(ARGS.model)
                 vocab = json.loads((Path(ARGS.model) / model["text_encoders"][0]["tokenizer"] / "vocab.json").read_text())
                 self.assertIn("cat", vocab)
                 tensors = {"clip_l": torch.zeros(1, model["text_encoders"][0]["hidden_dim"]),
@@ -235,12 +217,11 @@ class BadInput(unittest.TestCase):
 
     def test_batch_embeddings_dir_matches_the_flag(self):
         from safetensors.torch import save_file
-        import numpy as np
         import torch
         d = Path(ARGS.work) / "batch-embeddings"
         shutil.rmtree(d, ignore_errors=True)
         (d / "emb").mkdir(parents=True)
-        model = json.loads((Path(ARGS.model) / "model.json").read_text())
+        model = meta_of(ARGS.model)
         g = torch.Generator().manual_seed(1)
         save_file({"clip_l": 4 * torch.randn(2, model["text_encoders"][0]["hidden_dim"], generator=g),
                    "clip_g": 4 * torch.randn(2, model["text_encoders"][1]["hidden_dim"], generator=g)},
@@ -255,8 +236,7 @@ class BadInput(unittest.TestCase):
         r = sdxl("generate", "--model", ARGS.model, "--prompt", "a lighthouse, inkstyle", "--seed", "9", "--steps", "3",
                  "--out", str(d / "plain.png"))
         self.assertEqual(r.returncode, 0, r.stderr)
-        from PIL import Image
-        px = {n: np.asarray(Image.open(p)) for n, p in
+        px = {n: pixels(p) for n, p in
               (("batch", d / "out" / "a-0-9.png"), ("flag", d / "flag.png"), ("plain", d / "plain.png"))}
         self.assertTrue((px["batch"] == px["flag"]).all(), "the batch key and the flag load the same embedding")
         self.assertFalse((px["batch"] == px["plain"]).all(), "without it, 'inkstyle' is plain text")
@@ -281,16 +261,16 @@ class BadInput(unittest.TestCase):
         self.assertIn("/embeddings_dir", r.stdout)
 
     def test_model_errors_name_the_file(self):
-        self.assert_fails(sdxl("generate", "--model", "/nonexistent/m", "--prompt", "x"), 1, "/nonexistent/m")
+        self.assertExit(sdxl("generate", "--model", "/nonexistent/m", "--prompt", "x"), 1, "/nonexistent/m")
         broken = Path(ARGS.work) / "broken-model"
         shutil.rmtree(broken, ignore_errors=True)
         shutil.copytree(ARGS.model, broken)
         (broken / "model.json").write_text('{"format_version": 1, "name": ')
-        self.assert_fails(sdxl("generate", "--model", str(broken), "--prompt", "x"), 1, str(broken / "model.json"))
+        self.assertExit(sdxl("generate", "--model", str(broken), "--prompt", "x"), 1, str(broken / "model.json"))
         shutil.copy(Path(ARGS.model) / "model.json", broken / "model.json")
         with open(broken / "unet.ts", "r+b") as f:
             f.truncate(1000)
-        self.assert_fails(sdxl("generate", "--model", str(broken), "--prompt", "x"), 1, str(broken / "unet.ts"))
+        self.assertExit(sdxl("generate", "--model", str(broken), "--prompt", "x"), 1, str(broken / "unet.ts"))
 
     def test_help(self):
         r = sdxl("--help")
@@ -330,8 +310,7 @@ class Configs(unittest.TestCase):
         shutil.rmtree(out, ignore_errors=True)
         r = sdxl("run", str(Path(ARGS.source) / "configs" / "nightly-story.json"), "--model", ARGS.model, "--out", str(out))
         self.assertEqual(r.returncode, 0, r.stderr)
-        report = json.loads((out / "report.json").read_text())
-        self.assertEqual(report["images_done"], 5)
+        self.assertEqual(read_report(out)["images_done"], 5)
         self.assertTrue((out / "report.html").is_file())
         dated = [p for p in out.iterdir() if p.is_dir()]
         self.assertEqual(len(dated), 1, "the {date}/ template makes one dated folder")
@@ -356,7 +335,7 @@ class Runtime(unittest.TestCase):
                  "--timeout", "10m", "--progress-interval", "0")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("progress", r.stderr, "plain progress lines when stderr is not a terminal")
-        report = json.loads((out / "report.json").read_text())
+        report = read_report(out)
         self.assertEqual(report["images_done"], 5)
         order = [im["task"] for im in sorted(report["images"], key=lambda im: im["start_s"])]
         self.assertEqual(order[0], "ep08-cover")
@@ -382,15 +361,10 @@ class Runtime(unittest.TestCase):
             out = work / f"o{n}"
             r = sdxl("run", str(work / "b.json"), "--model", ARGS.model, "--out", str(out), "--max-batch", str(n))
             self.assertEqual(r.returncode, 0, r.stderr)
-            report = json.loads((out / "report.json").read_text())
-            self.assertEqual([b["size"] for b in report["batches"]], [1] * 3 if n == 1 else [3])
-            shas[n] = {(l["task"], l["index"]): l["file"] for l in
-                       (json.loads(x) for x in (out / "manifest.jsonl").read_text().splitlines())}
-        from PIL import Image
-        import numpy as np
+            self.assertEqual([b["size"] for b in read_report(out)["batches"]], [1] * 3 if n == 1 else [3])
+            shas[n] = {(l["task"], l["index"]): l["file"] for l in read_manifest(out)}
         for key, f in shas[1].items():
-            a = np.asarray(Image.open(work / "o1" / f)).astype(np.int16)
-            b = np.asarray(Image.open(work / "o3" / shas[3][key])).astype(np.int16)
+            a, b = pixels(work / "o1" / f), pixels(work / "o3" / shas[3][key])
             self.assertLessEqual(int(np.abs(a - b).max()), 1, key)
             self.assertLess(float((a != b).mean()), 0.001, key)
 
@@ -400,7 +374,7 @@ class Runtime(unittest.TestCase):
         work.mkdir(parents=True)
         batch = {"version": 1, "defaults": {"steps": 2}, "tasks": [{"id": "a", "prompt": "a fox", "seed": 1, "count": 10}]}
         (work / "b.json").write_text(json.dumps(batch))
-        batch_max = json.loads((Path(ARGS.model) / "model.json").read_text())["limits"]["batch_max"]
+        batch_max = meta_of(ARGS.model)["limits"]["batch_max"]
         self.assertLess(batch_max, 10)
         r = sdxl("run", str(work / "b.json"), "--model", ARGS.model, "--out", str(work / "o"), "--dry-run",
                  "--max-batch", "12")
@@ -420,30 +394,24 @@ class Runtime(unittest.TestCase):
 class SamplersImg2ImgHires(unittest.TestCase):
     """A1111 sampler names, img2img and the hires fix through the real binary."""
 
-    @staticmethod
-    def settings_of(png: Path) -> tuple[tuple[int, int], dict]:
-        with Image.open(png) as im:
-            lines = im.info["parameters"].split("\n")
-            return im.size, dict(kv.split(": ", 1) for kv in lines[-1].split(", "))
-
     def test_samplers_hires_config_runs(self):
         out = Path(ARGS.work) / "samplers-hires"
         shutil.rmtree(out, ignore_errors=True)
         batch = Path(ARGS.source) / "configs" / "samplers-hires.json"
         r = sdxl("run", str(batch), "--model", ARGS.model, "--out", str(out))
         self.assertEqual(r.returncode, 0, r.stderr)
-        model = json.loads((Path(ARGS.model) / "model.json").read_text())
+        model = meta_of(ARGS.model)
         w, h = model["defaults"]["width"], model["defaults"]["height"]
-        size, s = self.settings_of(out / "storm-wide-0-2101.png")
+        size, s = png_settings(out / "storm-wide-0-2101.png")
         self.assertEqual(size, (int(w * 1.5) // 8 * 8, int(h * 1.5) // 8 * 8))
         self.assertEqual((s["Sampler"], s["Schedule type"]), ("DPM++ 2M", "Karras"))
         self.assertEqual((s["Hires upscale"], s["Hires steps"], s["Hires upscaler"], s["Denoising strength"]),
                          ("1.5", "10", "Latent", "0.5"))
         self.assertEqual(s["Size"], f"{w}x{h}")
-        size, s = self.settings_of(out / "keeper-portrait-0-2102.png")
+        size, s = png_settings(out / "keeper-portrait-0-2102.png")
         self.assertEqual(size, (w, h))
         self.assertEqual((s["Sampler"], s["Schedule type"], s["Guidance rescale"]), ("Euler a", "Automatic", "0.7"))
-        size, s = self.settings_of(out / "boat-closeup-0-2103.png")
+        size, s = png_settings(out / "boat-closeup-0-2103.png")
         self.assertEqual(size, (w * 2, h * 2))
         self.assertEqual((s["Sampler"], s["Schedule type"], s["Hires upscaler"]), ("UniPC", "SGM Uniform", "Nearest"))
 
@@ -458,7 +426,7 @@ class SamplersImg2ImgHires(unittest.TestCase):
         r = sdxl("generate", "--model", ARGS.model, "--prompt", "a teapot, ink", "--seed", "5", "--steps", "6",
                  "--init-image", str(init), "--strength", "0.5", "--sampler", "Euler a", "--out", str(out))
         self.assertEqual(r.returncode, 0, r.stderr)
-        size, s = self.settings_of(out)
+        size, s = png_settings(out)
         self.assertEqual(size, (256, 320))
         self.assertEqual((s["Denoising strength"], s["Init image"], s["Sampler"]), ("0.5", init.name, "Euler a"))
         for args, needle in [(["--init-image", str(init), "--width", "320"], "resize the image"),
@@ -488,24 +456,21 @@ class ClipSkip(unittest.TestCase):
         r = sdxl(*run, "--clip-skip", "4")  # for the tasks that set none
         self.assertEqual(r.returncode, 0, r.stderr)
         for task, n in (("a", 3), ("b", 4)):
-            with Image.open(out / f"{task}-0-1.png") as im:
-                self.assertIn(f", Clip skip: {n},", im.info["parameters"])
-        lines = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
+            self.assertIn(f", Clip skip: {n},", parameters(out / f"{task}-0-1.png"))
+        lines = read_manifest(out)
         self.assertEqual({line["task"]: line["params"]["clip_skip"] for line in lines}, {"a": 3, "b": 4})
-        report = json.loads((out / "report.json").read_text())
-        self.assertEqual(sorted(i["clip_skip"] for i in report["images"]), [3, 4])
+        self.assertEqual(sorted(i["clip_skip"] for i in read_report(out)["images"]), [3, 4])
         r = sdxl(*run, "--clip-skip", "4")
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertEqual(json.loads((out / "report.json").read_text())["images_skipped"], 2)
+        self.assertEqual(read_report(out)["images_skipped"], 2)
         r = sdxl(*run)  # task b's clip skip changed: only b is made again
         self.assertEqual(r.returncode, 0, r.stderr)
-        report = json.loads((out / "report.json").read_text())
+        report = read_report(out)
         self.assertEqual((report["images_done"], report["images_skipped"]), (1, 1))
-        with Image.open(out / "b-0-1.png") as im:
-            self.assertNotIn("Clip skip", im.info["parameters"])
+        self.assertNotIn("Clip skip", parameters(out / "b-0-1.png"))
 
     def test_clip_skip_beyond_the_model_is_refused(self):
-        model = json.loads((Path(ARGS.model) / "model.json").read_text())
+        model = meta_of(ARGS.model)
         limit = min(te["hidden_states"] for te in model["text_encoders"])
         d = Path(ARGS.work) / "clip-skip-bad"
         d.mkdir(parents=True, exist_ok=True)
@@ -561,11 +526,4 @@ class Tokens(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--binary", required=True)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--work", required=True)
-    ap.add_argument("--source", required=True)
-    ARGS, rest = ap.parse_known_args()
-    Path(ARGS.work).mkdir(parents=True, exist_ok=True)
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
+    sys.exit(main(__doc__, "--binary", "--model", "--work", "--source"))

@@ -11,35 +11,21 @@ grouping errors.
 """
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
-import unittest
 from pathlib import Path
 
 import numpy as np
+from e2e_common import ARGS, ENV, TestCase, export, main, parameters, pixels, python, read_report, run
+from e2e_common import run_ok as sh
 from PIL import Image, ImageDraw
 
-ARGS: argparse.Namespace
-ENV = dict(os.environ, OMP_NUM_THREADS="1")
 PROMPT = "comic panel, a lighthouse keeper"
 
 
-def sh(cmd: list[str], what: str, env=None) -> subprocess.CompletedProcess:
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env or ENV)
-    if r.returncode != 0:
-        raise SystemExit(f"{what} failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
-    return r
-
-
-def pixels(p: Path) -> np.ndarray:
-    return np.asarray(Image.open(p).convert("RGB"))
-
-
-class ControlNetRuns(unittest.TestCase):
+class ControlNetRuns(TestCase):
     work: Path
     cn: Path
 
@@ -48,13 +34,11 @@ class ControlNetRuns(unittest.TestCase):
         cls.work = Path(ARGS.work)
         shutil.rmtree(cls.work, ignore_errors=True)
         (cls.work / "poses").mkdir(parents=True)
-        env = dict(ENV, PYTHONPATH=str(Path(ARGS.source) / "tests"))
-        sh([ARGS.python, "-m", "reference.controlnet_fixture", "--diffusers", ARGS.diffusers,
-            "--out", str(cls.work / "cn-src"), "--diffusers-only"], "controlnet_fixture", env)
+        python("-m", "reference.controlnet_fixture", "--diffusers", ARGS.diffusers, "--out", cls.work / "cn-src",
+               "--diffusers-only", what="controlnet_fixture")
         cls.cn = cls.work / "cn" / "pose"
-        sh([ARGS.python, str(Path(ARGS.source) / "scripts" / "export_sdxl.py"), "--controlnet",
-            str(cls.work / "cn-src" / "diffusers"), "--dtype", "fp32", "--device", "cpu", "--check", "none",
-            "--out", str(cls.cn)], "export --controlnet", env)
+        export("--controlnet", cls.work / "cn-src" / "diffusers", "--dtype", "fp32", "--device", "cpu", "--check", "none",
+               "--out", cls.cn, what="export --controlnet")
         for i in range(3):  # stick figures, the last one of another aspect ratio
             size = (256, 256) if i < 2 else (192, 320)
             im = Image.new("RGB", size)
@@ -68,8 +52,8 @@ class ControlNetRuns(unittest.TestCase):
         return path
 
     def run_batch(self, batch: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run([ARGS.binary, "--log-level", "info", "run", str(batch), "--model", ARGS.model, "--out", str(out),
-                               "--threads", "1", "--no-progress", *extra], capture_output=True, text=True, env=ENV)
+        return run([ARGS.binary, "--log-level", "info", "run", str(batch), "--model", ARGS.model, "--out", str(out),
+                    "--threads", "1", "--no-progress", *extra])
 
     def test_batch_equals_generate_and_resumes(self):
         cn = {"model": "cn/pose", "strength": 0.8}
@@ -82,7 +66,7 @@ class ControlNetRuns(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr[-3000:])
         self.assertIn("another aspect ratio", r.stderr, "the stretched control image is reported")
         self.assertEqual(r.stderr.count("ControlNet '"), 1, "one load for three tasks:\n" + r.stderr[-2000:])
-        report = json.loads((out / "report.json").read_text())
+        report = read_report(out)
         self.assertEqual(report["images_done"], 4)
         by_task = {i["task"]: i for i in report["images"]}
         self.assertEqual(by_task["a"]["controlnets"][0]["strength"], 0.8)
@@ -91,29 +75,28 @@ class ControlNetRuns(unittest.TestCase):
         engine = report["devices"][0]["engine"]
         self.assertEqual(engine["controlnet_cache_loads"], 1)
         files = {i["task"]: out / i["file"] for i in report["images"]}
-        params = Image.open(files["a"]).info["parameters"]
+        params = parameters(files["a"])
         self.assertIn('ControlNet 0: "Module: none, Model: ', params)
         self.assertIn("Weight: 0.8, Resize Mode: Just Resize, Guidance Start: 0, Guidance End: 1", params)
         # A task's image is generate's with the same settings, whatever batch it ran in.
         one = self.work / "generate-a.png"
         sh([ARGS.binary, "generate", "--model", ARGS.model, "--prompt", PROMPT, "--negative", "blurry", "--seed", "5",
             "--steps", "4", "--threads", "1", "--controlnet", str(self.cn), "--control-image",
-            str(self.work / "poses" / "p0.png"), "--control-strength", "0.8", "--out", str(one)], "generate")
-        diff = np.abs(pixels(one).astype(int) - pixels(files["a"]).astype(int)).max()
+            str(self.work / "poses" / "p0.png"), "--control-strength", "0.8", "--out", str(one)], "generate", env=ENV)
+        diff = np.abs(pixels(one) - pixels(files["a"])).max()
         self.assertLessEqual(diff, 1, "batched: at most the batching's 1-level rounding (docs/scheduling-and-memory.md)")
         alone = self.work / "out-alone"
         r = self.run_batch(self.batch("mixed", tasks), alone, "--max-batch", "1")
         self.assertEqual(r.returncode, 0, r.stderr[-3000:])
-        a_alone = alone / next(i["file"] for i in json.loads((alone / "report.json").read_text())["images"]
-                               if i["task"] == "a")
+        a_alone = alone / next(i["file"] for i in read_report(alone)["images"] if i["task"] == "a")
         self.assertTrue((pixels(one) == pixels(a_alone)).all(), "at --max-batch 1: bit-identical to generate")
         self.assertFalse((pixels(files["plain"]) == pixels(files["a"])).all(), "the ControlNet changes the image")
         again = self.run_batch(self.batch("mixed", tasks), out)
         self.assertEqual(again.returncode, 0, again.stderr[-2000:])
-        self.assertEqual(json.loads((out / "report.json").read_text())["images_skipped"], 4)
+        self.assertEqual(read_report(out)["images_skipped"], 4)
         tasks[0]["controlnets"][0]["strength"] = 0.7  # another setting: made again
         again = self.run_batch(self.batch("mixed", tasks), out)
-        report = json.loads((out / "report.json").read_text())
+        report = read_report(out)
         self.assertEqual((report["images_done"], report["images_skipped"]), (1, 3))
 
     def test_a_controlnet_that_fails_to_load_fails_only_its_tasks(self):
@@ -127,7 +110,7 @@ class ControlNetRuns(unittest.TestCase):
                   "controlnets": [{"model": "cn/pose", "image": "poses/p1.png"}]}]
         out = self.work / "out-broken"
         r = self.run_batch(self.batch("broken", tasks), out)
-        report = json.loads((out / "report.json").read_text())
+        report = read_report(out)
         self.assertEqual(report["images_done"], 1, r.stderr[-3000:])
         self.assertEqual(report["images_failed"], 1)
         failure = json.dumps(report["failures"])
@@ -141,8 +124,7 @@ class ControlNetRuns(unittest.TestCase):
                  {"id": "c", "prompt": PROMPT, "controlnets": [{"model": "cn/pose", "image": "poses/p0.png",
                                                                  "start": 0.6, "end": 0.4}]},
                  {"id": "d", "prompt": PROMPT, "controlnets": [{"model": "poses", "image": "poses/p0.png"}]}]
-        r = subprocess.run([ARGS.binary, "validate", str(self.batch("invalid", tasks)), "--model", ARGS.model],
-                           capture_output=True, text=True, env=ENV)
+        r = run([ARGS.binary, "validate", str(self.batch("invalid", tasks)), "--model", ARGS.model])
         self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
         for pointer in ("/tasks/0/controlnets/0/model", "/tasks/1/controlnets/0/image",
                         "/tasks/2/controlnets/0/start", "/tasks/3/controlnets/0/model"):
@@ -156,30 +138,23 @@ class ControlNetRuns(unittest.TestCase):
             outs[name] = self.work / f"hires-{name}.png"
             sh([ARGS.binary, "generate", "--model", ARGS.model, "--prompt", PROMPT, "--seed", "3", "--steps", "3",
                 "--threads", "1", "--hires-scale", "1.5", "--hires-steps", "2", *extra, "--out", str(outs[name])],
-               f"generate hires {name}")
+               f"generate hires {name}", env=ENV)
         self.assertEqual(pixels(outs["with"]).shape, (384, 384, 3))
         self.assertFalse((pixels(outs["with"]) == pixels(outs["without"])).all())
-        self.assertIn("ControlNet 0:", Image.open(outs["with"]).info["parameters"])
+        self.assertIn("ControlNet 0:", parameters(outs["with"]))
 
     def test_cli_flags_are_grouped_in_order(self):
         base = [ARGS.binary, "generate", "--model", ARGS.model, "--prompt", PROMPT, "--steps", "2", "--threads", "1",
                 "--out", str(self.work / "flags.png")]
-        for flags, message in (
-                (["--control-image", str(self.work / "poses" / "p0.png"), "--controlnet", str(self.cn)],
-                 "comes before any --controlnet"),
-                (["--controlnet", str(self.cn)], "has no --control-image"),
-                (["--controlnet", str(self.cn), "--control-image", str(self.work / "poses" / "p0.png"),
-                  "--control-strength", "0.5", "--control-strength", "0.6"], "--control-strength twice"),
-                (["--controlnet", str(self.work / "poses"), "--control-image", str(self.work / "poses" / "p0.png")],
-                 "not an sdxl-batch ControlNet folder")):
-            r = subprocess.run(base + flags, capture_output=True, text=True, env=ENV)
-            self.assertNotEqual(r.returncode, 0, flags)
-            self.assertIn(message, r.stderr, flags)
+        self.assertEachRefused(base, (
+            (["--control-image", str(self.work / "poses" / "p0.png"), "--controlnet", str(self.cn)],
+             "comes before any --controlnet"),
+            (["--controlnet", str(self.cn)], "has no --control-image"),
+            (["--controlnet", str(self.cn), "--control-image", str(self.work / "poses" / "p0.png"),
+              "--control-strength", "0.5", "--control-strength", "0.6"], "--control-strength twice"),
+            (["--controlnet", str(self.work / "poses"), "--control-image", str(self.work / "poses" / "p0.png")],
+             "not an sdxl-batch ControlNet folder")))
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    for name in ("--binary", "--model", "--diffusers", "--python", "--source", "--work"):
-        ap.add_argument(name, required=True)
-    ARGS, rest = ap.parse_known_args()
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
+    sys.exit(main(__doc__, "--binary", "--model", "--diffusers", "--python", "--source", "--work"))

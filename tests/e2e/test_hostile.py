@@ -9,7 +9,6 @@ loses at most the image in flight and never makes an image twice".
 """
 from __future__ import annotations
 
-import argparse
 import fcntl
 import json
 import os
@@ -21,19 +20,7 @@ import time
 import unittest
 from pathlib import Path
 
-ARGS: argparse.Namespace
-
-
-def sdxl(*args: str, timeout: int = 300, env_extra: dict | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ, OMP_NUM_THREADS="1", **(env_extra or {}))
-    return subprocess.run([ARGS.binary, *args], capture_output=True, text=True, timeout=timeout, env=env)
-
-
-def fresh(name: str) -> Path:
-    d = Path(ARGS.work) / name
-    shutil.rmtree(d, ignore_errors=True)
-    d.mkdir(parents=True)
-    return d
+from e2e_common import ARGS, ENV, fresh, main, read_report, sdxl
 
 
 def batch(d: Path, tasks: list[dict], **top) -> Path:
@@ -120,9 +107,8 @@ class NothingLostOrTwice(unittest.TestCase):
         d = fresh("shard-live")
         out = d / "out"
         b = batch(d, [{"id": f"t{k}", "prompt": "x", "seed": -1, "count": 6, "steps": 8} for k in range(2)])
-        env = dict(os.environ, OMP_NUM_THREADS="1")
         shard = subprocess.Popen([ARGS.binary, "run", str(b), "--model", ARGS.model, "--out", str(out), "--shard", "0/2"],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
         try:
             lock = out / ".sdxl-batch-shard-0-of-2.lock"
             deadline = time.time() + 60
@@ -184,7 +170,7 @@ class NothingLostOrTwice(unittest.TestCase):
         lines = (out / "manifest.jsonl").read_text().splitlines()
         self.assertEqual(json.loads(lines[-1])["task"], "a")
         r = run(batch(d, ONE), out)
-        self.assertEqual(json.loads((out / "report.json").read_text())["images_done"], 0, "the record was read back")
+        self.assertEqual(read_report(out)["images_done"], 0, "the record was read back")
 
 
 class NoCrashNoHang(unittest.TestCase):
@@ -259,10 +245,4 @@ class SilentCorruption(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--binary", required=True)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--work", required=True)
-    ARGS, rest = ap.parse_known_args()
-    Path(ARGS.work).mkdir(parents=True, exist_ok=True)
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
+    sys.exit(main(__doc__, "--binary", "--model", "--work"))

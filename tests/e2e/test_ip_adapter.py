@@ -11,39 +11,19 @@ refused; the CLI's flag errors.
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
-import unittest
 from pathlib import Path
 
 import numpy as np
+from e2e_common import ARGS, ENV, TestCase, export, main, parameters, pixels, python, read_report, run
+from e2e_common import run_ok as sh
 from PIL import Image
 
-ARGS: argparse.Namespace
-ENV = dict(os.environ, OMP_NUM_THREADS="1")
 PROMPT = "comic panel, a lighthouse keeper"
-
-
-def sh(cmd: list[str], what: str, env=None) -> subprocess.CompletedProcess:
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env or ENV)
-    if r.returncode != 0:
-        raise SystemExit(f"{what} failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
-    return r
-
-
-def pixels(p: Path) -> np.ndarray:
-    with Image.open(p) as im:
-        return np.asarray(im.convert("RGB"))
-
-
-def parameters(p: Path) -> str:
-    with Image.open(p) as im:
-        return im.info["parameters"]
 
 
 def reference_image(path: Path, seed: int, size=(96, 64)) -> None:
@@ -53,7 +33,7 @@ def reference_image(path: Path, seed: int, size=(96, 64)) -> None:
     Image.fromarray(px, "RGB").save(path)
 
 
-class IpAdapterRuns(unittest.TestCase):
+class IpAdapterRuns(TestCase):
     work: Path
     ip: Path
 
@@ -62,14 +42,13 @@ class IpAdapterRuns(unittest.TestCase):
         cls.work = Path(ARGS.work)
         shutil.rmtree(cls.work, ignore_errors=True)
         (cls.work / "refs").mkdir(parents=True)
-        env = dict(ENV, PYTHONPATH=str(Path(ARGS.source) / "tests"))
         src = cls.work / "ip-src"
-        sh([ARGS.python, "-m", "reference.ip_adapter_fixture", "--diffusers", ARGS.diffusers, "--out", str(src)],
-           "ip_adapter_fixture", env)
+        python("-m", "reference.ip_adapter_fixture", "--diffusers", ARGS.diffusers, "--out", src,
+               what="ip_adapter_fixture")
         cls.ip = cls.work / "ip" / "plus"
-        sh([ARGS.python, str(Path(ARGS.source) / "scripts" / "export_sdxl.py"), "--ip-adapter",
-            str(next((src / "plus").glob("*.safetensors"))), "--image-encoder", str(src / "plus" / "image_encoder"),
-            "--dtype", "fp32", "--device", "cpu", "--out", str(cls.ip)], "export --ip-adapter", env)
+        export("--ip-adapter", next((src / "plus").glob("*.safetensors")), "--image-encoder",
+               src / "plus" / "image_encoder", "--dtype", "fp32", "--device", "cpu", "--out", cls.ip,
+               what="export --ip-adapter")
         for i in range(3):
             reference_image(cls.work / "refs" / f"r{i}.png", 40 + i, (96, 64) if i != 2 else (64, 80))
 
@@ -80,13 +59,12 @@ class IpAdapterRuns(unittest.TestCase):
         return path
 
     def run_batch(self, batch: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run([ARGS.binary, "--log-level", "info", "run", str(batch), "--model", ARGS.model,
-                               "--out", str(out), "--threads", "1", "--no-progress", *extra],
-                              capture_output=True, text=True, env=ENV)
+        return run([ARGS.binary, "--log-level", "info", "run", str(batch), "--model", ARGS.model,
+                    "--out", str(out), "--threads", "1", "--no-progress", *extra])
 
     def generate(self, out: Path, *extra: str) -> None:
         sh([ARGS.binary, "generate", "--model", ARGS.model, "--prompt", PROMPT, "--negative", "blurry", "--steps", "2",
-            "--threads", "1", *extra, "--out", str(out)], "generate")
+            "--threads", "1", *extra, "--out", str(out)], "generate", env=ENV)
 
     def test_fifty_panels_sharing_three_references_encode_three(self):
         tasks = [{"id": f"p{k:02d}", "prompt": f"{PROMPT}, panel {k}", "seed": k,
@@ -95,7 +73,7 @@ class IpAdapterRuns(unittest.TestCase):
         out = self.work / "out-fifty"
         r = self.run_batch(self.batch("fifty", tasks, width=64 * 4, height=64 * 4), out, "--max-batch", "8")
         self.assertEqual(r.returncode, 0, r.stderr[-3000:])
-        report = json.loads((out / "report.json").read_text())
+        report = read_report(out)
         self.assertEqual(report["images_done"], 50)
         engine = report["devices"][0]["engine"]
         self.assertEqual(engine["ip_image_cache_loads"], 3, "each reference encoded once")
@@ -119,7 +97,7 @@ class IpAdapterRuns(unittest.TestCase):
         out = self.work / "out-mixed"
         r = self.run_batch(self.batch("mixed", tasks), out, "--max-batch", "1")
         self.assertEqual(r.returncode, 0, r.stderr[-3000:])
-        report = json.loads((out / "report.json").read_text())
+        report = read_report(out)
         files = {i["task"]: out / i["file"] for i in report["images"]}
         one = self.work / "generate-a.png"
         self.generate(one, "--seed", "5", "--ip-adapter", str(self.ip), "--ip-image", str(self.work / "refs" / "r0.png"),
@@ -129,10 +107,10 @@ class IpAdapterRuns(unittest.TestCase):
         self.assertNotIn("ip_adapter", {i["task"]: i for i in report["images"]}["plain"])
         again = self.run_batch(self.batch("mixed", tasks), out)
         self.assertEqual(again.returncode, 0, again.stderr[-2000:])
-        self.assertEqual(json.loads((out / "report.json").read_text())["images_skipped"], 3)
+        self.assertEqual(read_report(out)["images_skipped"], 3)
         tasks[0]["ip_adapter"]["scale"] = 0.5  # another setting: made again
         self.run_batch(self.batch("mixed", tasks), out)
-        report = json.loads((out / "report.json").read_text())
+        report = read_report(out)
         self.assertEqual((report["images_done"], report["images_skipped"]), (1, 2))
 
     def test_bad_inputs_at_run_time_fail_only_their_tasks(self):
@@ -150,7 +128,7 @@ class IpAdapterRuns(unittest.TestCase):
                  {"id": "good", "prompt": PROMPT, "seed": 3, "ip_adapter": {"model": "ip/plus", "images": ["refs/r1.png"]}}]
         out = self.work / "out-broken"
         r = self.run_batch(self.batch("broken", tasks), out)
-        report = json.loads((out / "report.json").read_text())
+        report = read_report(out)
         self.assertEqual((report["images_done"], report["images_failed"]), (1, 2), r.stderr[-3000:])
         failures = {f["task"]: f["error"] for f in report["failures"]}
         self.assertIn("ip_adapter.ts", failures["bad-adapter"])
@@ -162,8 +140,7 @@ class IpAdapterRuns(unittest.TestCase):
                  {"id": "b", "prompt": PROMPT, "ip_adapter": {"model": "ip/plus", "images": ["refs/none.png"]}},
                  {"id": "c", "prompt": PROMPT, "ip_adapter": {"model": "ip/plus", "images": ["refs/r0.png"], "scale": 11}},
                  {"id": "d", "prompt": PROMPT, "ip_adapter": {"model": "refs", "images": ["refs/r0.png"]}}]
-        r = subprocess.run([ARGS.binary, "validate", str(self.batch("invalid", tasks)), "--model", ARGS.model],
-                           capture_output=True, text=True, env=ENV)
+        r = run([ARGS.binary, "validate", str(self.batch("invalid", tasks)), "--model", ARGS.model])
         self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
         for pointer in ("/tasks/0/ip_adapter/model", "/tasks/1/ip_adapter/images/0", "/tasks/2/ip_adapter/scale",
                         "/tasks/3/ip_adapter/model"):
@@ -188,9 +165,9 @@ class IpAdapterRuns(unittest.TestCase):
         meta = json.loads((old / "model.json").read_text())
         meta["unet"].pop("ip_adapter")
         (old / "model.json").write_text(json.dumps(meta))
-        r = subprocess.run([ARGS.binary, "generate", "--model", str(old), "--prompt", PROMPT, "--steps", "2",
-                            "--ip-adapter", str(self.ip), "--ip-image", str(self.work / "refs" / "r0.png"),
-                            "--out", str(self.work / "old.png")], capture_output=True, text=True, env=ENV)
+        r = run([ARGS.binary, "generate", "--model", str(old), "--prompt", PROMPT, "--steps", "2",
+                 "--ip-adapter", str(self.ip), "--ip-image", str(self.work / "refs" / "r0.png"),
+                 "--out", str(self.work / "old.png")])
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("exported before IP-Adapter support", r.stderr)
         self.generate(self.work / "old-plain.png", "--seed", "1")  # and it still runs without one
@@ -198,20 +175,13 @@ class IpAdapterRuns(unittest.TestCase):
     def test_cli_flag_errors(self):
         base = [ARGS.binary, "generate", "--model", ARGS.model, "--prompt", PROMPT, "--steps", "2", "--threads", "1",
                 "--out", str(self.work / "flags.png")]
-        for flags, message in (
-                (["--ip-image", str(self.work / "refs" / "r0.png")], "--ip-image needs --ip-adapter"),
-                (["--ip-adapter", str(self.ip)], "needs at least one --ip-image"),
-                (["--ip-adapter", str(self.ip), "--ip-image", str(self.work / "refs" / "none.png")], "none.png"),
-                (["--ip-adapter", str(self.work / "refs"), "--ip-image", str(self.work / "refs" / "r0.png")],
-                 "IP-Adapter folder")):
-            r = subprocess.run(base + flags, capture_output=True, text=True, env=ENV)
-            self.assertNotEqual(r.returncode, 0, flags)
-            self.assertIn(message, r.stderr, flags)
+        self.assertEachRefused(base, (
+            (["--ip-image", str(self.work / "refs" / "r0.png")], "--ip-image needs --ip-adapter"),
+            (["--ip-adapter", str(self.ip)], "needs at least one --ip-image"),
+            (["--ip-adapter", str(self.ip), "--ip-image", str(self.work / "refs" / "none.png")], "none.png"),
+            (["--ip-adapter", str(self.work / "refs"), "--ip-image", str(self.work / "refs" / "r0.png")],
+             "IP-Adapter folder")))
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    for name in ("--binary", "--model", "--diffusers", "--python", "--source", "--work"):
-        ap.add_argument(name, required=True)
-    ARGS, rest = ap.parse_known_args()
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
+    sys.exit(main(__doc__, "--binary", "--model", "--diffusers", "--python", "--source", "--work"))

@@ -8,39 +8,20 @@ run gives the base image bit for bit.
 """
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import shutil
-import subprocess
 import sys
 import unittest
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
+from e2e_common import ARGS, main, parameters, pixels, read_report, run, sdxl
 
-ARGS: argparse.Namespace
 COMMON = ["--seed", "7", "--steps", "3", "--cfg", "5", "--width", "256", "--height", "256", "--threads", "1"]
-
-
-def sdxl(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    return subprocess.run([ARGS.binary, *args], capture_output=True, text=True, timeout=600, env=env)
 
 
 def lora(name: str) -> str:
     return str(Path(ARGS.loras) / f"{name}.safetensors")
-
-
-def pixels(png: Path) -> np.ndarray:
-    with Image.open(png) as im:
-        return np.asarray(im.convert("RGB"))
-
-
-def parameters(png: Path) -> str:
-    with Image.open(png) as im:
-        return im.info["parameters"]
 
 
 class Generate(unittest.TestCase):
@@ -49,7 +30,7 @@ class Generate(unittest.TestCase):
         shutil.rmtree(self.work, ignore_errors=True)
         self.work.mkdir(parents=True)
 
-    def gen(self, out: str, prompt: str, *extra: str) -> subprocess.CompletedProcess:
+    def gen(self, out: str, prompt: str, *extra: str):
         return sdxl("generate", "--model", ARGS.model, "--prompt", prompt, *COMMON, "--out", str(self.work / out), *extra)
 
     def test_lora_flag_changes_image_and_is_recorded(self):
@@ -117,10 +98,8 @@ class Generate(unittest.TestCase):
 class Bench(unittest.TestCase):
     def test_lora_bench_reports_load_and_switch_times(self):
         out = Path(ARGS.work) / "bench.json"
-        env = dict(os.environ, OMP_NUM_THREADS="1")
-        r = subprocess.run([ARGS.lora_bench, "--model", ARGS.model, "--lora", lora("kohya_unet"), "--lora", lora("peft") + ":0.5",
-                            "--switches", "6", "--threads", "1", "--json", str(out)],
-                           capture_output=True, text=True, timeout=600, env=env)
+        r = run([ARGS.lora_bench, "--model", ARGS.model, "--lora", lora("kohya_unet"), "--lora", lora("peft") + ":0.5",
+                 "--switches", "6", "--threads", "1", "--json", str(out)])
         self.assertEqual(r.returncode, 0, r.stderr)
         j = json.loads(out.read_text())
         self.assertEqual((j["misses"], j["hits"], j["switches"]), (2, 6, 6))
@@ -144,7 +123,7 @@ class Batch(unittest.TestCase):
         out = self.work / "out"
         r = sdxl("run", str(cfg), "--model", ARGS.model, "--out", str(out), "--threads", "1")
         self.assertEqual(r.returncode, 0, r.stderr)
-        report = json.loads((out / "report.json").read_text())
+        report = read_report(out)
         self.assertEqual(report["images_done"], 3)
         self.assertEqual(report["lora"]["misses"], 2)
         self.assertGreaterEqual(report["lora"]["hits"], 1)
@@ -186,19 +165,6 @@ class Batch(unittest.TestCase):
         self.assertIn("/tasks/1/loras/0/path", text)
 
 
-def main() -> int:
-    global ARGS
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--binary", required=True)
-    ap.add_argument("--lora-bench", required=True, help="the sdxl-lora-bench tool")
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--loras", required=True)
-    ap.add_argument("--work", required=True)
-    ap.add_argument("--source", required=True)
-    ARGS, rest = ap.parse_known_args()
-    ARGS.loras = str(Path(ARGS.loras).resolve())
-    return 0 if unittest.main(argv=[sys.argv[0], *rest], exit=False).result.wasSuccessful() else 1
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(__doc__, "--binary", "--model", "--loras", "--work", "--source",
+                  extra=lambda ap: ap.add_argument("--lora-bench", required=True, help="the sdxl-lora-bench tool")))

@@ -7,26 +7,17 @@ combinatorial order of `"expand": "all"` against the dynamicprompts package.
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
-import os
 import re
 import shutil
-import subprocess
 import sys
 import unittest
 from pathlib import Path
 
-from PIL import Image
+from e2e_common import ARGS, main, parameters, read_manifest, read_report, sdxl
 
-ARGS: argparse.Namespace
 LINE = re.compile(r"^(?P<id>\S+) #(?P<index>\d+)(?: seed (?P<seed>\d+))?: (?P<prompt>.*)$")
-
-
-def sdxl(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    return subprocess.run([ARGS.binary, *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def expansions(batch: Path, *extra: str) -> dict[tuple[str, int], dict]:
@@ -106,12 +97,11 @@ class StoryExample(unittest.TestCase):
         self.run_into(out)
         self.assertEqual(len(self.fixed), 11, "3 + 2 random-mode images and 6 combinations")
         for (task, i), want in self.fixed.items():
-            with Image.open(out / f"{task}-{i}-{want['seed']}.png") as im:
-                lines = im.info["parameters"].split("\n")
+            lines = parameters(out / f"{task}-{i}-{want['seed']}.png").split("\n")
             self.assertEqual(lines[0], want["prompt"])
             self.assertEqual(lines[1], f"Negative prompt: {want['negative']}")
         self.assertNotIn("{", "".join(v["prompt"] for v in self.fixed.values()))
-        entries = [json.loads(l) for l in (out / "manifest.jsonl").read_text().splitlines()]
+        entries = read_manifest(out)
         self.assertEqual(len(entries), 12)
         harbour = [e for e in entries if e["task"] == "ch1-p01-harbour"]
         for e in harbour:
@@ -127,7 +117,7 @@ class StoryExample(unittest.TestCase):
         before = self.fixed_files(out)
         r = sdxl("run", str(self.batch), "--model", ARGS.model, "--out", str(out))
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertEqual(json.loads((out / "report.json").read_text())["images_done"], 0, "a rerun resumes")
+        self.assertEqual(read_report(out)["images_done"], 0, "a rerun resumes")
         self.run_into(out, "--force")
         self.assertEqual(self.fixed_files(out), before, "--force makes the same PNGs, byte for byte")
 
@@ -179,11 +169,4 @@ class StoryErrors(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--binary", required=True)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--work", required=True)
-    ap.add_argument("--source", required=True)
-    ARGS, rest = ap.parse_known_args()
-    Path(ARGS.work).mkdir(parents=True, exist_ok=True)
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
+    sys.exit(main(__doc__, "--binary", "--model", "--work", "--source"))

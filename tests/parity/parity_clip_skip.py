@@ -7,7 +7,7 @@ default (the penultimate hidden states); N >= 3 takes hidden_states[-N] of both
 text encoders, which is diffusers' StableDiffusionXLPipeline(clip_skip=N-2).
 The tiny model's encoders have 3 layers (4 hidden states), so N = 3 and 4 are
 checked against the pipeline's own encode_prompt (reference.reference_sdxl
---prompt-rules diffusers --clip-skip N). diffusers applies clip_skip to the
+generate(prompt_rules="diffusers", clip_skip=N)). diffusers applies clip_skip to the
 prompt only (its negative prompt keeps the penultimate layer); sdxl-batch
 applies it to the negative prompt too, so the case with a negative prompt is
 checked against the reference's A1111-rule conditioning with the same layer.
@@ -25,8 +25,7 @@ import subprocess
 import sys
 
 import numpy as np
-
-from parity_common import finish, parse_args
+from parity_common import cli_args, finish, parse_args, reference_image
 
 from reference.compare_images import load_rgb, psnr
 
@@ -37,11 +36,12 @@ CASES = [
     ("clip-skip-4", 4, "", "diffusers"),
     ("clip-skip-3-negative", 3, "blurry, low contrast", "a1111"),
 ]
+SETTINGS = {"seed": 42, "steps": 6, "cfg": 5.0, "width": 256, "height": 256}
 
 
 def main() -> int:
     a, work = parse_args(__doc__)
-    common = ["--seed", "42", "--steps", "6", "--cfg", "5.0", "--width", "256", "--height", "256"]
+    common = cli_args(SETTINGS)
 
     def ours(name: str, negative: str, clip_skip: int | None, expect_rc: int = 0) -> subprocess.CompletedProcess:
         png = work / f"{name}-sdxl.png"
@@ -56,12 +56,8 @@ def main() -> int:
 
     def ref(name: str, negative: str, clip_skip: int, rules: str):
         png = work / f"{name}-ref.png"
-        args = [sys.executable, "-m", "reference.reference_sdxl", "--diffusers", a.diffusers, "--prompt", PROMPT,
-                "--negative", negative, *common, "--out-png", str(png), "--threads", "1",
-                "--prompt-rules", rules, "--clip-skip", str(clip_skip)]
-        r = subprocess.run(args, capture_output=True, text=True)
-        if r.returncode != 0:
-            raise SystemExit(f"{name}: reference failed ({r.returncode}):\n{r.stderr}")
+        reference_image(a.diffusers, png, prompt=PROMPT, negative=negative, prompt_rules=rules, clip_skip=clip_skip,
+                        **SETTINGS)
         return load_rgb(str(png))
 
     def params(name: str) -> str:

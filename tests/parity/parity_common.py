@@ -1,5 +1,7 @@
 """What the parity scripts (tests/parity/parity_*.py) share: their command line,
-the reference pipeline, and the closing table, JSON and verdict.
+the reference pipeline, sdxl-batch's image of a case, and the closing table, JSON and verdict.
+What they share with the e2e scripts (running a command, PNG parameters, model.json) is
+tests/testkit.py.
 
 The references come from the package tests/reference: ctest runs every parity
 script with PYTHONPATH=<repo>/tests (`from reference import ...`, and
@@ -10,6 +12,8 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+from testkit import meta_of, run_ok
 
 
 def parse_args(doc: str, extra=None, binary_required: bool = True) -> tuple[argparse.Namespace, Path]:
@@ -72,9 +76,61 @@ def finish(rows: list[dict], columns: list[tuple[str, str, str]], json_path: Pat
     return 0
 
 
-def meta_of(folder: Path) -> dict:
-    """A model or side-module folder's model.json."""
-    return json.loads((folder / "model.json").read_text())
+def cli_args(settings: dict) -> list[str]:
+    """{"seed": 42, "width": 256} -> ["--seed", "42", "--width", "256"]: the same settings for
+    sdxl-batch's command line and reference_image's keywords."""
+    return [x for k, v in settings.items() for x in (f"--{k.replace('_', '-')}", str(v))]
+
+
+def run_ours(a, work: Path, tag: str, args: list[str]) -> tuple[Path, Path]:
+    """`sdxl-batch generate` on --model with `args` (the case's settings), one thread -> the PNG
+    work/TAG-sdxl.png and its final latents work/TAG-sdxl.npy."""
+    png, lat = work / f"{tag}-sdxl.png", work / f"{tag}-sdxl.npy"
+    run_ok([a.binary, "generate", "--model", a.model, *args, "--out", str(png), "--save-latents", str(lat),
+            "--threads", "1"], f"sdxl-batch {tag}")
+    return png, lat
+
+
+def image_row(case: str, png: Path, lat: Path, ref_png: Path, ref_lat, min_psnr: float) -> dict:
+    """A case's row: PSNR of sdxl-batch's PNG (and .npy latents) vs the reference's (ref_lat: an
+    array), ok at >= min_psnr."""
+    import numpy as np
+
+    from reference.compare_images import load_rgb, psnr
+
+    ours_lat = np.load(lat)
+    d = float(np.abs(ours_lat - ref_lat).max()) if ours_lat.shape == ref_lat.shape else float("inf")
+    p = psnr(load_rgb(str(png)), load_rgb(str(ref_png)))
+    return {"case": case, "what": f"PSNR dB vs diffusers (latent max|diff| {d:.3g})", "value": p, "ok": p >= min_psnr}
+
+
+def reference_image(diffusers: str, png: Path, loras: list[tuple[str, float]] = (), embeddings: list[str] = (),
+                    **settings) -> tuple:
+    """reference.reference_sdxl's image in this process, saved as `png`: what `python -m
+    reference.reference_sdxl` makes, without starting Python, torch and diffusers again for each
+    image. The pipeline is loaded once per folder and set of embeddings, and afresh for each set
+    of `loras` (fused into its weights). settings are reference_sdxl.generate's (prompt, negative,
+    seed, steps, cfg, width, height, ...). One torch thread. -> (the final latents, the LoRA
+    layer counts)."""
+    import torch
+
+    from reference.reference_sdxl import generate, load_pipeline
+
+    torch.set_num_threads(1)
+    key = (str(diffusers), tuple(embeddings))
+    if loras:
+        pipe, counts = load_pipeline(str(diffusers), loras=list(loras), embeddings=list(embeddings))
+    else:
+        if key not in _PIPES:
+            _PIPES[key] = load_pipeline(str(diffusers), embeddings=list(embeddings))
+        pipe, counts = _PIPES[key]
+    img, lat = generate(pipe, **settings)
+    png.parent.mkdir(parents=True, exist_ok=True)
+    img.save(png)
+    return lat, counts
+
+
+_PIPES: dict = {}
 
 
 def unet_inputs(model: Path, gen, width: int = 256, height: int = 256) -> tuple:

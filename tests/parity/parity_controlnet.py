@@ -31,7 +31,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from parity_common import finish, parse_args, reference_pipeline
+from parity_common import finish, image_row, parse_args, reference_pipeline, run_ours
+from testkit import run_ok as run
 from PIL import Image, ImageDraw
 
 from reference.a1111_schedulers import make_scheduler
@@ -44,13 +45,6 @@ I2I_STRENGTH = 0.6
 ACTS_MAX_PSNR = 30.0
 LAYOUTS = (("folder", "diffusers", False), ("keys", "diffusers-keys.safetensors", True),
            ("original", "original.safetensors", True), ("original-prefixed", "original-prefixed.safetensors", True))
-
-
-def run(args: list[str], what: str) -> subprocess.CompletedProcess:
-    r = subprocess.run(args, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise SystemExit(f"{what} failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
-    return r
 
 
 def control_images(work: Path) -> dict[str, Path]:
@@ -256,12 +250,11 @@ def cases(exports: dict, images: dict[str, Path], init_png: Path, lora: Path) ->
     ]
 
 
-def run_ours(a, work: Path, tag: str, extra: list[str]) -> tuple[Path, Path]:
-    png, lat = work / f"{tag}-sdxl.png", work / f"{tag}-sdxl.npy"
-    run([a.binary, "generate", "--model", a.model, "--prompt", PROMPT, "--negative", NEGATIVE, "--seed", str(SEED),
-         "--cfg", str(CFG), "--steps", str(STEPS), "--sampler", "Euler", "--width", str(W), "--height", str(H),
-         *extra, "--out", str(png), "--save-latents", str(lat), "--threads", "1"], f"sdxl-batch {tag}")
-    return png, lat
+def ours_image(a, work: Path, tag: str, extra: list[str]) -> tuple[Path, Path]:
+    """sdxl-batch's image of the case `tag`: the common settings and `extra`."""
+    return run_ours(a, work, tag, ["--prompt", PROMPT, "--negative", NEGATIVE, "--seed", str(SEED), "--cfg", str(CFG),
+                                   "--steps", str(STEPS), "--sampler", "Euler", "--width", str(W), "--height", str(H),
+                                   *extra])
 
 
 def image_rows(a, work: Path, exports: dict, images: dict[str, Path], lora: Path) -> list[dict]:
@@ -282,15 +275,10 @@ def image_rows(a, work: Path, exports: dict, images: dict[str, Path], lora: Path
     rows = [{"case": "reference: ControlNet acts", "what": "PSNR dB of diffusers with vs without the ControlNet",
              "value": p, "ok": p < ACTS_MAX_PSNR}]
     print(f"reference images written; with vs without ControlNet {p:.2f} dB", flush=True)
-    plain_png, _ = run_ours(a, work, "plain", [])
+    plain_png, _ = ours_image(a, work, "plain", [])
     for c in cases(exports, images, init_png, lora):
-        png, lat = run_ours(a, work, c["tag"], c["ours"])
-        ref_png, ref_lat = refs[c["tag"]]
-        ours_lat = np.load(lat)
-        d = float(np.abs(ours_lat - ref_lat).max()) if ours_lat.shape == ref_lat.shape else float("inf")
-        p = psnr(load_rgb(str(png)), load_rgb(str(ref_png)))
-        rows.append({"case": c["tag"], "what": f"PSNR dB vs diffusers (latent max|diff| {d:.3g})", "value": p,
-                     "ok": p >= a.min_psnr})
+        png, lat = ours_image(a, work, c["tag"], c["ours"])
+        rows.append(image_row(c["tag"], png, lat, *refs[c["tag"]], a.min_psnr))
     p = psnr(load_rgb(str(work / "one-sdxl.png")), load_rgb(str(plain_png)))
     rows.append({"case": "ours: ControlNet acts", "what": "PSNR dB of sdxl-batch with vs without the ControlNet",
                  "value": p, "ok": p < ACTS_MAX_PSNR})

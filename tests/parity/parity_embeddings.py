@@ -5,7 +5,8 @@ encoders, diffusers' prompt conversion) on the tiny model, CPU.
 
 Random embedding files with the tiny encoders' widths are made here: one of one
 vector, one of three, and one used in the negative prompt. Each case runs
-`sdxl-batch generate` and reference.reference_sdxl --embedding ..., and prints
+`sdxl-batch generate` and reference.reference_sdxl with the embeddings loaded (in this
+process), and prints
 PSNR against the reference and against the image without the embedding's name
 in the prompt (which must be at least 10 dB lower, or the comparison proves
 nothing: the tiny model's images depend little on the text), and that the PNG's
@@ -16,11 +17,11 @@ parameters name the embeddings used with A1111's short hashes ("TI hashes").
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
-from parity_common import finish, parse_args
+from parity_common import cli_args, finish, parse_args, reference_image
+from testkit import run_ok
 
 from reference.compare_images import load_rgb, psnr
 
@@ -80,26 +81,19 @@ def main() -> int:
     emb = work / "embeddings"
     make_embeddings(Path(a.diffusers), emb)
     files = sorted(str(p) for p in emb.glob("*.safetensors"))
-    common = ["--seed", "42", "--steps", "6", "--cfg", "5.0", "--width", "256", "--height", "256"]
+    settings = {"seed": 42, "steps": 6, "cfg": 5.0, "width": 256, "height": 256}
+    common = cli_args(settings)
 
     def ours(name, prompt, negative, with_embeddings=True):
         png = work / f"{name}-sdxl.png"
         args = [a.binary, "generate", "--model", a.model, "--prompt", prompt, "--negative", negative, *common,
                 "--out", str(png), "--threads", "1"] + (["--embedding-dir", str(emb)] if with_embeddings else [])
-        r = subprocess.run(args, capture_output=True, text=True)
-        if r.returncode != 0:
-            raise SystemExit(f"{name}: sdxl-batch failed ({r.returncode}):\n{r.stderr}")
+        run_ok(args, f"{name}: sdxl-batch")
         return load_rgb(str(png))
 
     def ref(name, prompt, negative):
         png = work / f"{name}-ref.png"
-        args = [sys.executable, "-m", "reference.reference_sdxl", "--diffusers", a.diffusers, "--prompt", prompt,
-                "--negative", negative, *common, "--out-png", str(png), "--threads", "1"]
-        for f in files:
-            args += ["--embedding", f]
-        r = subprocess.run(args, capture_output=True, text=True)
-        if r.returncode != 0:
-            raise SystemExit(f"{name}: reference failed ({r.returncode}):\n{r.stderr}")
+        reference_image(a.diffusers, png, embeddings=files, prompt=prompt, negative=negative, **settings)
         return load_rgb(str(png))
 
     rows, failed = [], False

@@ -37,14 +37,14 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import torch
-from parity_common import finish, meta_of, parse_args_python_only, residuals, unet_inputs
-from PIL import Image
+from parity_common import finish, meta_of, parse_args_python_only, residuals, run_ours, unet_inputs
+from testkit import parameters
+from testkit import run_ok as run
 
 from reference.a1111_schedulers import make_scheduler
 from reference.compare_images import load_rgb, psnr
@@ -60,13 +60,6 @@ UNET_TOL = 1e-4          # unet_fp8.ts vs the emulation, relative to max |ref| (
 FP8_ACTS_MIN_REL = 1e-3  # unet_fp8.ts vs unet.ts: FP8 must change the output
 SAME_MAX_PSNR = 99.0     # two images "differ": below this (identical images give inf)
 ACTS_MAX_PSNR = 40.0     # the LoRA changes the image
-
-
-def run(args: list[str], what: str) -> subprocess.CompletedProcess:
-    r = subprocess.run(args, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise SystemExit(f"{what} failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
-    return r
 
 
 
@@ -231,12 +224,11 @@ def ref_image_rows(a, work: Path, tensors: dict, lora: Path) -> tuple[list[dict]
 
 
 # --- sdxl-batch vs the reference ------------------------------------------------------------------------
-def run_ours(a, work: Path, tag: str, extra: list[str]) -> tuple[Path, Path]:
-    png, lat = work / f"{tag}-sdxl.png", work / f"{tag}-sdxl.npy"
-    run([a.binary, "generate", "--model", a.model, "--prompt", PROMPT, "--negative", NEGATIVE, "--seed", str(SEED),
-         "--cfg", str(CFG), "--steps", str(STEPS), "--sampler", "Euler", "--width", str(W), "--height", str(H),
-         *extra, "--out", str(png), "--save-latents", str(lat), "--threads", "1"], f"sdxl-batch {tag}")
-    return png, lat
+def ours_image(a, work: Path, tag: str, extra: list[str]) -> tuple[Path, Path]:
+    """sdxl-batch's image of the case `tag`: the common settings and `extra`."""
+    return run_ours(a, work, tag, ["--prompt", PROMPT, "--negative", NEGATIVE, "--seed", str(SEED), "--cfg", str(CFG),
+                                   "--steps", str(STEPS), "--sampler", "Euler", "--width", str(W), "--height", str(H),
+                                   *extra])
 
 
 def run_batch(a, work: Path) -> Path:
@@ -252,16 +244,11 @@ def run_batch(a, work: Path) -> Path:
     return out / report["images"][0]["file"]
 
 
-def parameters_text(png: Path) -> str:
-    with Image.open(png) as im:
-        return str(im.info.get("parameters", ""))
-
-
 def image_rows(a, work: Path, ref: dict, lora: Path) -> list[dict]:
     rows = []
-    ours = {"fp8": run_ours(a, work, "fp8", ["--precision", "fp8"]),
-            "fp8-lora": run_ours(a, work, "fp8-lora", ["--precision", "fp8", "--lora", f"{lora}:{LORA_WEIGHT}"]),
-            "default": run_ours(a, work, "default", [])}
+    ours = {"fp8": ours_image(a, work, "fp8", ["--precision", "fp8"]),
+            "fp8-lora": ours_image(a, work, "fp8-lora", ["--precision", "fp8", "--lora", f"{lora}:{LORA_WEIGHT}"]),
+            "default": ours_image(a, work, "default", [])}
     for tag in ("fp8", "fp8-lora", "default"):
         png, lat = ours[tag]
         ref_png, ref_lat = ref[tag]
@@ -288,7 +275,7 @@ def image_rows(a, work: Path, ref: dict, lora: Path) -> list[dict]:
     p = psnr(load_rgb(str(ours["fp8"][0])), load_rgb(str(ours["default"][0])))
     rows.append(row("ours: fp8 vs the default precision", "PSNR dB (reported; finite, the images differ)", p,
                     math.isfinite(p) and p < SAME_MAX_PSNR))
-    t8, t0 = parameters_text(ours["fp8"][0]), parameters_text(ours["default"][0])
+    t8, t0 = parameters(ours["fp8"][0]), parameters(ours["default"][0])
     ok = "fp8" in t8.lower() and "fp8" not in t0.lower()
     tail = t8.splitlines()[-1] if t8 else "(no parameters text)"
     rows.append(row("PNG parameters name fp8", f"fp8: ...{tail[-60:]}", float(ok), ok))

@@ -44,7 +44,8 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from parity_common import finish, meta_of, parse_args_python_only, residuals, unet_inputs
+from parity_common import finish, image_row, meta_of, parse_args_python_only, residuals, run_ours, unet_inputs
+from testkit import run_ok as run
 from PIL import Image, ImageDraw
 
 from reference.a1111_schedulers import make_scheduler
@@ -57,13 +58,6 @@ I2I_STRENGTH, CN_STRENGTH = 0.6, 0.8
 ACTS_MAX_PSNR = 30.0
 UNET_TOL = 1e-4
 VARIANTS = ("plain", "plus")
-
-
-def run(args: list[str], what: str) -> subprocess.CompletedProcess:
-    r = subprocess.run(args, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise SystemExit(f"{what} failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
-    return r
 
 
 def reference_images(work: Path) -> dict[str, Path]:
@@ -416,12 +410,11 @@ def ours_args(c: dict, exports: dict[str, Path], lora: Path, cn: Path, control_p
     return args
 
 
-def run_ours(a, work: Path, tag: str, extra: list[str]) -> tuple[Path, Path]:
-    png, lat = work / f"{tag}-sdxl.png", work / f"{tag}-sdxl.npy"
-    run([a.binary, "generate", "--model", a.model, "--prompt", PROMPT, "--negative", NEGATIVE, "--seed", str(SEED),
-         "--cfg", str(CFG), "--steps", str(STEPS), "--sampler", "Euler", "--width", str(W), "--height", str(H),
-         *extra, "--out", str(png), "--save-latents", str(lat), "--threads", "1"], f"sdxl-batch {tag}")
-    return png, lat
+def ours_image(a, work: Path, tag: str, extra: list[str]) -> tuple[Path, Path]:
+    """sdxl-batch's image of the case `tag`: the common settings and `extra`."""
+    return run_ours(a, work, tag, ["--prompt", PROMPT, "--negative", NEGATIVE, "--seed", str(SEED), "--cfg", str(CFG),
+                                   "--steps", str(STEPS), "--sampler", "Euler", "--width", str(W), "--height", str(H),
+                                   *extra])
 
 
 def run_batch(a, work: Path, exports: dict[str, Path], images: dict[str, Path]) -> dict[str, Path]:
@@ -469,15 +462,10 @@ def image_rows(a, work: Path, refs: dict, images: dict[str, Path], exports: dict
     p = psnr(load_rgb(str(ref["plain-1.0"][0])), load_rgb(str(ref["none"])))
     rows = [{"case": "reference: the adapter acts", "what": "PSNR dB of diffusers with (plain x1.0) vs without",
              "value": p, "ok": p < ACTS_MAX_PSNR}]
-    plain_png, _ = run_ours(a, work, "none", [])
+    plain_png, _ = ours_image(a, work, "none", [])
     for c in cases(images):
-        png, lat = run_ours(a, work, c["tag"], ours_args(c, exports, lora, cn, control_png, ref["none"]))
-        ref_png, ref_lat = ref[c["tag"]]
-        ours_lat = np.load(lat)
-        d = float(np.abs(ours_lat - ref_lat).max()) if ours_lat.shape == ref_lat.shape else float("inf")
-        p = psnr(load_rgb(str(png)), load_rgb(str(ref_png)))
-        rows.append({"case": c["tag"], "what": f"PSNR dB vs diffusers (latent max|diff| {d:.3g})", "value": p,
-                     "ok": p >= a.min_psnr})
+        png, lat = ours_image(a, work, c["tag"], ours_args(c, exports, lora, cn, control_png, ref["none"]))
+        rows.append(image_row(c["tag"], png, lat, *ref[c["tag"]], a.min_psnr))
     for tag, png in run_batch(a, work, exports, images).items():
         p = psnr(load_rgb(str(png)), load_rgb(str(ref[tag][0])))
         rows.append({"case": f"batch file: {tag}", "what": "PSNR dB vs diffusers", "value": p, "ok": p >= a.min_psnr})

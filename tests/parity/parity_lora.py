@@ -4,8 +4,8 @@ fused into diffusers' StableDiffusionXLPipeline (reference.lora_reference:
 diffusers' key conversion, peft's merge math) on the tiny model, CPU.
 
 Random LoRA files in each format come from reference.make_test_loras. Each
-case runs `sdxl-batch generate --lora ...` and reference.reference_sdxl
---lora ..., and prints PSNR against the reference and against the image
+case runs `sdxl-batch generate --lora ...` and reference.reference_sdxl with the
+LoRAs fused (in this process), and prints PSNR against the reference and against the image
 without LoRA (which must be clearly lower: the LoRA has to change the image,
 or the comparison proves nothing). Fails when a PSNR < --min-psnr (40 dB) or a
 LoRA leaves the image unchanged.
@@ -14,17 +14,17 @@ LoRA leaves the image unchanged.
 """
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
-from parity_common import finish, parse_args
+from parity_common import cli_args, finish, parse_args, reference_image
+from testkit import run_ok
 
 from reference.compare_images import load_rgb, psnr
 
 PROMPT = "comic panel, a lighthouse keeper in a storm, bold ink lines"
-NEG = "blurry"
+SETTINGS = {"negative": "blurry", "seed": 42, "steps": 6, "cfg": 5.0, "width": 256, "height": 256}
 # name, [(file stem, weight)], prompt suffix with tags (resolved with --lora-dir)
 CASES = [
     ("kohya-unet-sgm", [("kohya_unet", 1.0)], ""),
@@ -46,7 +46,7 @@ def main() -> int:
     if not a.loras:
         subprocess.run([sys.executable, "-m", "reference.make_test_loras", "--out", str(loras)], check=True,
                        capture_output=True)
-    common = ["--negative", NEG, "--seed", "42", "--steps", "6", "--cfg", "5.0", "--width", "256", "--height", "256"]
+    common = cli_args(SETTINGS)
 
     def ours(name, prompt, specs):
         png = work / f"{name}-sdxl.png"
@@ -54,21 +54,14 @@ def main() -> int:
                 "--lora-dir", str(loras), "--strict-lora"]
         for stem, w in specs:
             args += ["--lora", f"{loras / (stem + '.safetensors')}:{w}"]
-        r = subprocess.run(args, capture_output=True, text=True)
-        if r.returncode != 0:
-            raise SystemExit(f"{name}: sdxl-batch failed ({r.returncode}):\n{r.stderr}")
+        run_ok(args, f"{name}: sdxl-batch")
         return png
 
     def ref(name, prompt, specs):
         png = work / f"{name}-ref.png"
-        args = [sys.executable, "-m", "reference.reference_sdxl", "--diffusers", a.diffusers, "--prompt", prompt,
-                *common, "--out-png", str(png), "--threads", "1"]
-        for stem, w in specs:
-            args += ["--lora", f"{loras / (stem + '.safetensors')}:{w}"]
-        r = subprocess.run(args, capture_output=True, text=True)
-        if r.returncode != 0:
-            raise SystemExit(f"{name}: reference failed ({r.returncode}):\n{r.stderr}")
-        return png, json.loads(r.stdout.strip().splitlines()[-1]).get("lora_layers", {})
+        _, layers = reference_image(a.diffusers, png, [(str(loras / (stem + ".safetensors")), w) for stem, w in specs],
+                                    prompt=prompt, **SETTINGS)
+        return png, layers
 
     base = load_rgb(str(ours("base", PROMPT, [])))
     rows, failed = [], False

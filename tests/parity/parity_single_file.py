@@ -33,22 +33,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-from parity_common import finish, parse_args
+from parity_common import cli_args, finish, parse_args, reference_image
+from testkit import parameters
+from testkit import run_ok as run
 
 from reference.compare_images import load_rgb, psnr
 
 EXPORT = Path(__file__).resolve().parents[2] / "scripts" / "export_sdxl.py"
 BAD = {"sd1": "SD 1.x", "refiner": "refiner", "truncated": "truncated", "missing-tensor": "1 missing",
        "inpainting": "inpainting UNet with 9 input channels", "lora": "a LoRA", "flux": "Flux"}
-COMMON = ["--seed", "11", "--steps", "6", "--cfg", "5.0", "--width", "256", "--height", "256"]
+SETTINGS = {"seed": 11, "steps": 6, "cfg": 5.0, "width": 256, "height": 256}
+COMMON = cli_args(SETTINGS)
 PROMPT = "comic panel, a lighthouse in a storm"
-
-
-def run(args: list[str], what: str) -> subprocess.CompletedProcess:
-    r = subprocess.run(args, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise SystemExit(f"{what} failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
-    return r
 
 
 def export(work: Path, name: str, *args: str) -> Path:
@@ -161,14 +157,10 @@ def main() -> int:
         ours, ref = work / f"{model.name}-sdxl.png", work / f"{model.name}-ref.png"
         run([a.binary, "generate", "--model", str(model), "--prompt", PROMPT, *COMMON, "--out", str(ours),
              "--threads", "1"], f"sdxl-batch on {model.name}")
-        run([sys.executable, "-m", "reference.reference_sdxl", "--diffusers", str(ref_dir), "--prompt", PROMPT,
-             *COMMON, "--out-png", str(ref), "--threads", "1"], f"reference on {ref_dir.name}")
+        reference_image(ref_dir, ref, prompt=PROMPT, **SETTINGS)
         images[case] = load_rgb(str(ours))
         p = psnr(images[case], load_rgb(str(ref)))
-        from PIL import Image
-
-        with Image.open(ours) as im:
-            params = im.info["parameters"]
+        params = parameters(ours)
         want = [f"Model hash: {short_hash(ckpt)}"] + ([f"VAE hash: {short_hash(vae_file)}"] if "vae" in case else [])
         hashes = all(w in params for w in want)
         rows.append({"case": case, "what": "PSNR dB vs diffusers; " + ", ".join(want), "value": p,

@@ -3,18 +3,17 @@
 on the same tiny-model weights, prompt, seed, steps, CFG and size, on the CPU.
 
 For each case it runs `sdxl-batch generate --save-latents` and
-reference.reference_sdxl, then reports the max abs difference of the final
+reference.reference_sdxl (in this process: the pipeline is loaded once), then reports the max abs difference of the final
 latents and the PSNR of the images. Fails when any PSNR < --min-psnr (40 dB).
 
     PYTHONPATH=tests parity_tiny.py --binary B --model TINY --diffusers TINY_DIFFUSERS --work DIR
 """
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import numpy as np
-from parity_common import finish, parse_args
+from parity_common import finish, parse_args, reference_image, run_ours
 
 from reference.compare_images import load_rgb, psnr
 
@@ -38,22 +37,14 @@ def main() -> int:
 
     rows, failed = [], False
     for name, prompt, negative, seed, steps, cfg, w, h in CASES:
-        ours_png, ours_lat = work / f"{name}-sdxl.png", work / f"{name}-sdxl.npy"
-        ref_png, ref_lat = work / f"{name}-ref.png", work / f"{name}-ref.npy"
-        common = ["--prompt", prompt, "--negative", negative, "--seed", str(seed), "--steps", str(steps),
-                  "--cfg", str(cfg), "--width", str(w), "--height", str(h)]
-        r = subprocess.run([a.binary, "generate", "--model", a.model, *common, "--out", str(ours_png),
-                            "--save-latents", str(ours_lat), "--threads", "1"], capture_output=True, text=True)
-        if r.returncode != 0:
-            print(f"{name}: sdxl-batch failed ({r.returncode}):\n{r.stderr}")
-            return 1
-        r = subprocess.run([sys.executable, "-m", "reference.reference_sdxl", "--diffusers",
-                            a.diffusers, *common, "--out-png", str(ref_png), "--out-latents", str(ref_lat), "--threads", "1"],
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            print(f"{name}: reference failed ({r.returncode}):\n{r.stderr}")
-            return 1
-        la, lb = np.load(ours_lat), np.load(ref_lat)
+        ref_png = work / f"{name}-ref.png"
+        ours_png, ours_lat = run_ours(a, work, name, ["--prompt", prompt, "--negative", negative, "--seed", str(seed),
+                                                      "--steps", str(steps), "--cfg", str(cfg), "--width", str(w),
+                                                      "--height", str(h)])
+        lb, _ = reference_image(a.diffusers, ref_png, prompt=prompt, negative=negative, seed=seed, steps=steps, cfg=cfg,
+                                width=w, height=h)
+        np.save(work / f"{name}-ref.npy", lb)
+        la = np.load(ours_lat)
         if la.shape != lb.shape:
             print(f"{name}: latent shapes differ {la.shape} vs {lb.shape}")
             return 1

@@ -80,6 +80,83 @@ def a1111_embeds(pipe, prompt: str, negative: str, cfg_on: bool, clip_skip: int 
     return kwargs
 
 
+def parse_lora_spec(spec: str) -> tuple[str, float]:
+    """FILE[:WEIGHT] -> (FILE, WEIGHT); 1.0 without a weight."""
+    path, _, w = spec.rpartition(":")
+    return (path, float(w)) if path and w.replace(".", "", 1).lstrip("-").isdigit() else (spec, 1.0)
+
+
+def load_pipeline(diffusers: str, dtype: str = "fp32", device: str = "cpu", loras: list[tuple[str, float]] = (),
+                  embeddings: list[str] = ()):
+    """StableDiffusionXLPipeline from a diffusers folder, without watermark or progress bar, with
+    `loras` (FILE, WEIGHT) fused (reference.lora_reference) and textual-inversion `embeddings`
+    loaded under their file stems. -> (pipe, the LoRA layer counts)."""
+    from diffusers import StableDiffusionXLPipeline
+
+    pipe = StableDiffusionXLPipeline.from_pretrained(diffusers, dtype=DTYPES[dtype], local_files_only=True,
+                                                     add_watermarker=False)
+    pipe.to(device)
+    pipe.set_progress_bar_config(disable=True)
+    pipe.sdxl_base_scheduler_config = dict(pipe.scheduler.config)
+    pipe.sdxl_embeddings = bool(embeddings)
+    lora_counts = {}
+    if loras:
+        from reference.lora_reference import fuse_lora_files
+
+        lora_counts = fuse_lora_files(pipe, list(loras))
+    for path in embeddings:
+        from safetensors.torch import load_file
+
+        state, name = load_file(path), Path(path).stem
+        pipe.load_textual_inversion(state["clip_l"], token=name, text_encoder=pipe.text_encoder, tokenizer=pipe.tokenizer)
+        pipe.load_textual_inversion(state["clip_g"], token=name, text_encoder=pipe.text_encoder_2,
+                                    tokenizer=pipe.tokenizer_2)
+    return pipe, lora_counts
+
+
+def generate(pipe, prompt: str, negative: str = "", seed: int = 0, steps: int = 28, cfg: float = 7.0,
+             width: int = 1024, height: int = 1024, sampler: str = "Euler", schedule: str = "Automatic",
+             guidance_rescale: float = 0.0, clip_skip: int = 0, prompt_rules: str = "a1111"):
+    """One image of load_pipeline's `pipe` (a fresh scheduler of sampler / schedule, the noise of a
+    CPU generator list of one). -> (PIL image, the final latents before the VAE as float32 numpy)."""
+    from reference.a1111_schedulers import make_scheduler
+
+    pipe.scheduler = make_scheduler(pipe.sdxl_base_scheduler_config, sampler, schedule)
+    if getattr(pipe, "sdxl_embeddings", False):  # a name of n vectors becomes "name name_1 ... name_{n-1}", as diffusers' encode_prompt does
+        prompt = pipe.maybe_convert_prompt(prompt, pipe.tokenizer)
+        negative = pipe.maybe_convert_prompt(negative, pipe.tokenizer) if negative else negative
+    captured: dict[str, torch.Tensor] = {}
+
+    def on_step_end(p, i, t, kwargs):
+        if i == p.num_timesteps - 1:
+            captured["latents"] = kwargs["latents"].detach().clone()
+        return kwargs
+
+    prompt_kwargs = {"prompt": prompt, "negative_prompt": negative if negative else None}
+    if prompt_rules == "a1111":
+        with torch.inference_mode():
+            prompt_kwargs = a1111_embeds(pipe, prompt, negative, cfg > 1.0, clip_skip)
+    elif clip_skip >= 3:
+        prompt_kwargs["clip_skip"] = clip_skip - 2  # diffusers counts from the penultimate layer
+    with torch.inference_mode():
+        out = pipe(
+            **prompt_kwargs,
+            num_inference_steps=steps,
+            guidance_scale=cfg,
+            width=width,
+            height=height,
+            guidance_rescale=guidance_rescale,
+            # A list of per-image CPU generators, as sdxl-batch draws (one image here).
+            generator=[torch.Generator("cpu").manual_seed(seed)],
+            output_type="pil",
+            callback_on_step_end=on_step_end,
+            callback_on_step_end_tensor_inputs=["latents"],
+        )
+    if "latents" not in captured:
+        raise RuntimeError("the last step's latents were not captured")
+    return out.images[0], captured["latents"].float().cpu().numpy().astype(np.float32)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--diffusers", required=True, help="a diffusers SDXL directory (export_sdxl.py --save-diffusers)")
@@ -112,77 +189,21 @@ def main() -> int:
                          "fed to the pipeline as embeddings; diffusers: the pipeline's own encode_prompt (truncates at 77)")
     a = ap.parse_args()
 
-    from diffusers import StableDiffusionXLPipeline
-
     if a.threads:
         torch.set_num_threads(a.threads)
     t0 = time.time()
-    pipe = StableDiffusionXLPipeline.from_pretrained(
-        a.diffusers, dtype=DTYPES[a.dtype], local_files_only=True, add_watermarker=False
-    )
-    pipe.to(a.device)
-    from reference.a1111_schedulers import make_scheduler
-
-    pipe.scheduler = make_scheduler(pipe.scheduler.config, a.sampler, a.schedule)
-    pipe.set_progress_bar_config(disable=True)
-    lora_counts = {}
-    if a.lora:
-        from reference.lora_reference import fuse_lora_files
-
-        specs = []
-        for spec in a.lora:
-            path, _, w = spec.rpartition(":")
-            specs.append((path, float(w)) if path and w.replace(".", "", 1).lstrip("-").isdigit() else (spec, 1.0))
-        lora_counts = fuse_lora_files(pipe, specs)
-    for path in a.embedding:
-        from safetensors.torch import load_file
-
-        state, name = load_file(path), Path(path).stem
-        pipe.load_textual_inversion(state["clip_l"], token=name, text_encoder=pipe.text_encoder, tokenizer=pipe.tokenizer)
-        pipe.load_textual_inversion(state["clip_g"], token=name, text_encoder=pipe.text_encoder_2,
-                                    tokenizer=pipe.tokenizer_2)
-    if a.embedding:  # a name of n vectors becomes "name name_1 ... name_{n-1}", as diffusers' encode_prompt does
-        a.prompt = pipe.maybe_convert_prompt(a.prompt, pipe.tokenizer)
-        a.negative = pipe.maybe_convert_prompt(a.negative, pipe.tokenizer) if a.negative else a.negative
+    pipe, lora_counts = load_pipeline(a.diffusers, a.dtype, a.device, [parse_lora_spec(s) for s in a.lora], a.embedding)
     t_load = time.time() - t0
-
-    captured: dict[str, torch.Tensor] = {}
-
-    def on_step_end(p, i, t, kwargs):
-        if i == p.num_timesteps - 1:
-            captured["latents"] = kwargs["latents"].detach().clone()
-        return kwargs
-
-    prompt_kwargs = {"prompt": a.prompt, "negative_prompt": a.negative if a.negative else None}
-    if a.prompt_rules == "a1111":
-        with torch.inference_mode():
-            prompt_kwargs = a1111_embeds(pipe, a.prompt, a.negative, a.cfg > 1.0, a.clip_skip)
-    elif a.clip_skip >= 3:
-        prompt_kwargs["clip_skip"] = a.clip_skip - 2  # diffusers counts from the penultimate layer
-
     t0 = time.time()
-    with torch.inference_mode():
-        out = pipe(
-            **prompt_kwargs,
-            num_inference_steps=a.steps,
-            guidance_scale=a.cfg,
-            width=a.width,
-            height=a.height,
-            guidance_rescale=a.guidance_rescale,
-            # A list of per-image CPU generators, as sdxl-batch draws (one image here).
-            generator=[torch.Generator("cpu").manual_seed(a.seed)],
-            output_type="pil",
-            callback_on_step_end=on_step_end,
-            callback_on_step_end_tensor_inputs=["latents"],
-        )
-    t_run = time.time() - t0
-    if "latents" not in captured:
-        print("error: the last step's latents were not captured", file=sys.stderr)
+    try:
+        img, lat = generate(pipe, a.prompt, a.negative, a.seed, a.steps, a.cfg, a.width, a.height, a.sampler,
+                            a.schedule, a.guidance_rescale, a.clip_skip, a.prompt_rules)
+    except RuntimeError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 1
-    img = out.images[0]
+    t_run = time.time() - t0
     Path(a.out_png).parent.mkdir(parents=True, exist_ok=True)
     img.save(a.out_png)
-    lat = captured["latents"].float().cpu().numpy().astype(np.float32)
     if a.out_latents:
         Path(a.out_latents).parent.mkdir(parents=True, exist_ok=True)
         np.save(a.out_latents, lat)
