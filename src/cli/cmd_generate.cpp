@@ -8,6 +8,7 @@
 
 #include "cli/cli_common.h"
 #include "cli/commands.h"
+#include "check/batch_check.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/npy.h"

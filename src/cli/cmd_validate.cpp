@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "batch/batch_file.h"
 #include "batch/story.h"
+#include "check/batch_check.h"
 #include "core/error.h"
 
 namespace sdxl::cli {
@@ -72,10 +73,11 @@ int run_validate(const ValidateArgs& a) {
   if (with_model) mc = load_model_config(a.model_dir);
   const std::vector<std::filesystem::path> dirs(a.wildcard_dirs.begin(), a.wildcard_dirs.end());
   const std::vector<std::filesystem::path> emb(a.embedding_dirs.begin(), a.embedding_dirs.end());
-  const auto problems = validate_batch_file(a.batch_file, with_model ? &mc : nullptr, dirs, emb);
+  const BatchCheckInputs inputs{with_model ? defaults_of(mc) : GenerationParams{}, dirs, emb};
+  const CheckedBatch checked = check_batch_file(a.batch_file, with_model ? &mc : nullptr, inputs);
+  const std::vector<BatchProblem>& problems = checked.problems;
   if (problems.empty()) {
-    if (a.expand)
-      print_expansions(parse_batch_file(a.batch_file, with_model ? defaults_of(mc) : GenerationParams{}, dirs));
+    if (a.expand) print_expansions(checked.file);
     std::cout << a.batch_file << ": valid\n";
     return 0;
   }

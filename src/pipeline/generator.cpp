@@ -14,6 +14,7 @@
 #include <set>
 #include <shared_mutex>
 
+#include "check/batch_check.h"
 #include "control/control_image.h"
 #include "control/controlnet_cache.h"
 #include "control/ip_adapter_cache.h"
@@ -179,6 +180,18 @@ Generator::Generator(const std::filesystem::path& model_dir, const RuntimeOption
   impl_->load_s = seconds_since(t0);
   spdlog::info("loaded model '{}' ({}, {}{}) on {} in {:.2f} s", cfg.name, cfg.source, dtype_name(impl_->model->dtype),
                cfg.unet_precision.empty() ? "" : ", UNet " + cfg.unet_precision, device.str(), impl_->load_s);
+}
+
+ImageSources model_sources(const ModelConfig& mc) {
+  ImageSources s;
+  s.model_name = mc.name;
+  s.unet_precision = mc.unet_precision;
+  if (mc.source_file.recorded()) s.model_hash = mc.source_file.short_hash();
+  if (mc.vae_file.recorded()) {
+    s.vae_hash = mc.vae_file.short_hash();
+    s.vae_name = mc.vae_file.name;
+  }
+  return s;
 }
 
 void add_image_sources(ImageSources& sources, const GenerationParams& p, const GeneratedImage& img) {

@@ -55,7 +55,7 @@
 #include "batch/batch_file.h"
 #include "core/error.h"
 #include "core/memory.h"
-#include "lora/lora.h"
+#include "lora/lora_stats.h"
 #include "pipeline/generator.h"
 #include "scheduler/device_lane.h"
 #include "scheduler/task_queue.h"

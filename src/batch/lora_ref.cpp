@@ -1,9 +1,10 @@
+#include "batch/lora_ref.h"
+
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
 
 #include "core/error.h"
-#include "lora/lora.h"
 
 namespace sdxl {
 namespace {

@@ -1,11 +1,10 @@
 // LoRA references as users write them (`--lora FILE[:WEIGHT]`, batch-file
-// entries, A1111 prompt tags `<lora:NAME:WEIGHT>`), how names resolve to
-// files, and the counters of the LoRA cache for logs and the run report.
+// entries, A1111 prompt tags `<lora:NAME:WEIGHT>`) and how names resolve to
+// files.
 // torch-free; all functions are pure except resolve_lora (reads the disk).
 // Errors are UsageError naming the flag, tag or the directories searched.
 #pragma once
 
-#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -48,13 +47,5 @@ PromptLoras extract_lora_tags(const std::string& prompt);
 // directory. Throws UsageError naming every place searched.
 LoraRef resolve_lora(const std::string& name, double weight, const LoraRegistry& registry,
                      const std::vector<std::filesystem::path>& dirs);
-
-struct LoraStats {
-  std::uint64_t hits = 0, misses = 0, evictions = 0;
-  std::uint64_t bytes_held = 0, budget_bytes = 0;
-  std::uint64_t switches = 0;         // times the applied set changed
-  double load_s = 0, merge_s = 0;     // totals: reading files onto the device, patching weights
-  double hash_s = 0;                  // part of load_s: A1111 short hashes (once per file)
-};
 
 }  // namespace sdxl
