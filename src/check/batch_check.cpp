@@ -1,6 +1,10 @@
 #include "check/batch_check.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
+#include <cstdio>
+#include <map>
 #include <set>
 
 #include "batch/lora_ref.h"
@@ -149,7 +153,11 @@ void check_task_against_model(const ModelConfig& model, TaskFolderFits& fits, si
 
 CheckedBatch check_batch_file(const std::filesystem::path& path, const ModelConfig* model,
                               const BatchCheckInputs& inputs) {
-  const std::string text = read_batch_text(path);
+  return check_batch_text(read_batch_text(path), path, model, inputs);
+}
+
+CheckedBatch check_batch_text(const std::string& text, const std::filesystem::path& path, const ModelConfig* model,
+                              const BatchCheckInputs& inputs) {
   CheckedBatch out;
   FileInputChecks files;
   out.file = parse_batch_text(text, path, inputs.fallback, &out.problems, inputs.wildcard_dirs, &files);
@@ -160,6 +168,39 @@ CheckedBatch check_batch_file(const std::filesystem::path& path, const ModelConf
   }
   attach_lines(text, out.problems);
   return out;
+}
+
+BatchFile keep_valid_tasks(CheckedBatch checked, std::vector<std::pair<std::string, std::string>>& invalid) {
+  std::map<size_t, std::string> bad;  // task position -> errors
+  std::vector<BatchProblem> fatal;
+  for (const auto& p : checked.problems) {
+    size_t pos = 0;
+    if (std::sscanf(p.pointer.c_str(), "/tasks/%zu", &pos) == 1)
+      bad[pos] += (bad[pos].empty() ? "" : "; ") + p.pointer + ": " + p.message;
+    else
+      fatal.push_back(p);
+  }
+  BatchFile& bf = checked.file;
+  if (!fatal.empty()) {
+    std::string msg = bf.path.string() + " cannot run even with --skip-invalid:";
+    for (const auto& p : fatal)
+      msg += "\n  " + (p.pointer.empty() ? std::string("/") : p.pointer) + " (line " + std::to_string(p.line) +
+             "): " + p.message;
+    throw UsageError(msg);
+  }
+  std::vector<BatchTask> kept;
+  for (size_t i = 0; i < bf.tasks.size(); ++i) {
+    const auto it = bad.find(i);
+    if (it == bad.end()) {
+      kept.push_back(bf.tasks[i]);
+      continue;
+    }
+    const std::string id = bf.tasks[i].id.empty() ? "/tasks/" + std::to_string(i) : bf.tasks[i].id;
+    spdlog::warn("skipping invalid task {}: {}", id, it->second);
+    invalid.emplace_back(id, it->second);
+  }
+  bf.tasks = std::move(kept);
+  return std::move(bf);
 }
 
 std::vector<BatchProblem> validate_batch_file(const std::filesystem::path& path, const ModelConfig* model,

@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "batch/batch_file.h"
@@ -56,6 +57,15 @@ struct CheckedBatch {
 // the model's limits. Every problem is collected (the file is not refused here).
 CheckedBatch check_batch_file(const std::filesystem::path& path, const ModelConfig* model,
                               const BatchCheckInputs& inputs);
+// The same for a batch file's text; `origin` names it in problems, and
+// relative paths in it are relative to origin's folder.
+CheckedBatch check_batch_text(const std::string& text, const std::filesystem::path& origin, const ModelConfig* model,
+                              const BatchCheckInputs& inputs);
+
+// run --skip-invalid: the file without the tasks that have problems (each
+// returned in `invalid` as its id, or pointer, and its errors). A problem
+// outside /tasks/N (the file's structure) refuses the whole file: UsageError.
+BatchFile keep_valid_tasks(CheckedBatch checked, std::vector<std::pair<std::string, std::string>>& invalid);
 
 // Every problem of a batch file, with lines, as check_batch_file finds them
 // with the model's defaults as the fallback. Empty when the file is valid.
