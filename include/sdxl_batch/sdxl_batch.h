@@ -351,7 +351,8 @@ class Session {
   // Opens the model folder: reads model.json (and, with `verify`, checks its
   // files' sha256). Weights are loaded by the first run that has an image to
   // make, on each device's own thread. Throws ModelError (unreadable folder,
-  // sha256 mismatch) or UsageError (a bad option value).
+  // sha256 mismatch) or UsageError (a bad option value). A moved-from
+  // Session may only be destroyed or assigned to.
   explicit Session(ModelOptions options);
   ~Session();
   Session(Session&&) noexcept;
