@@ -13,15 +13,11 @@
 #include "core/error.h"
 #include "core/input_file.h"
 #include "core/json_shape.h"
-#include "image/png_reader.h"
 #include "batch/batch_strings.h"
 #include "batch/output_names.h"
 #include "batch/priority.h"
 #include "batch/story.h"
 #include "batch/wildcards.h"
-#include "lora/embedding_files.h"
-#include "text/clip_tokenizer.h"
-#include "text/prompt_chunks.h"
 #include "core/units.h"
 
 namespace sdxl {
@@ -37,26 +33,26 @@ constexpr int kMaxClipSkip = 256;  // a bound without a model; validation checks
 struct Checker {
   std::vector<BatchProblem>& problems;
   std::filesystem::path base_dir;  // relative LoRA paths start here
+  InputChecks* checks = nullptr;  // null: folders, PNGs and sampler names are taken as written
   const LoraRegistry* registry = nullptr;
 
   std::map<std::string, std::string> folder_errors{};  // kind + folder -> "" or why it does not load
 
   void add(const std::string& pointer, const std::string& msg) { problems.push_back({pointer, msg}); }
 
-  // Whether folder `dir` reads as `kind` (`load(dir)` throws ModelError when not);
-  // each folder is read once per batch file, however many tasks name it.
-  template <class Load>
-  bool check_folder(const char* kind, const std::string& dir, const std::string& pointer, Load&& load) {
+  // Whether folder `dir` reads as `kind` (InputChecks::folder_problem); each
+  // folder is read once per batch file, however many tasks name it.
+  bool check_folder(const char* kind, const std::string& dir, const std::string& pointer) {
+    if (!checks) return true;
     auto [it, fresh] = folder_errors.try_emplace(std::string(kind) + ":" + dir);
-    if (fresh) {
-      try {
-        (void)load(dir);
-      } catch (const ModelError& e) {
-        it->second = e.what();
-      }
-    }
+    if (fresh) it->second = checks->folder_problem(kind, dir);
     if (!it->second.empty()) add(pointer, it->second);
     return it->second.empty();
+  }
+  // A PNG's size, or why it cannot be used ("" and 0x0 without checks).
+  std::string png_size(const std::string& path, int& w, int& h) {
+    w = h = 0;
+    return checks ? checks->png_size(path, w, h) : std::string();
   }
 
   void check_keys(const json& obj, const std::string& pointer, const std::set<std::string>& allowed) {
@@ -116,7 +112,7 @@ struct Checker {
     std::filesystem::path path(rel);
     if (path.is_relative()) path = base_dir / path;
     path = std::filesystem::absolute(path).lexically_normal();
-    if (check_folder("vae", path.string(), pointer + "/vae", load_vae_config)) p.vae = path.string();
+    if (check_folder("vae", path.string(), pointer + "/vae")) p.vae = path.string();
   }
 
   // The confinement rule (core/input_file.h) for a file the batch file names
@@ -147,7 +143,7 @@ struct Checker {
     std::string rel;
     if (get_string(c, cp, "model", rel)) {
       u.model = resolve(rel);
-      check_folder("controlnet", u.model, cp + "/model", load_controlnet_config);
+      check_folder("controlnet", u.model, cp + "/model");
     } else if (!c.contains("model")) {
       add(cp + "/model", "is missing (a ControlNet folder made by scripts/export_sdxl.py --controlnet)");
     }
@@ -200,7 +196,7 @@ struct Checker {
     std::string rel;
     if (get_string(ip, ptr, "model", rel)) {
       p.ip_adapter.model = resolve(rel);
-      check_folder("ip_adapter", p.ip_adapter.model, ptr + "/model", load_ip_adapter_config);
+      check_folder("ip_adapter", p.ip_adapter.model, ptr + "/model");
     } else if (!ip.contains("model")) {
       add(ptr + "/model", "is missing (an IP-Adapter folder made by scripts/export_sdxl.py --ip-adapter)");
     }
@@ -280,12 +276,13 @@ struct Checker {
     if (path.is_relative()) path = origin.parent_path() / path;
     if (!stays_inside(ptr + "/init_image", rel, path)) return;
     int w = 0, h = 0;
-    const std::string why = png_size(path, w, h);
+    const std::string why = png_size(path.string(), w, h);
     if (!why.empty()) {
       add(ptr + "/init_image", "'" + path.string() + "' " + why);
       return;
     }
     p.init_image = path.string();
+    if (!checks) return;  // the image's size is unknown
     if (!t.contains("width")) p.width = w;
     if (!t.contains("height")) p.height = h;
     if (p.width != w || p.height != h)
@@ -296,8 +293,9 @@ struct Checker {
 
   // Sampler and schedule are checked together (a task may set one, the defaults the other).
   void check_sampler(const json& obj, const std::string& pointer, GenerationParams& p) {
+    if (!checks) return;
     try {
-      canonicalize_sampler(p);
+      checks->canonicalize_sampler(p);
     } catch (const UsageError& e) {
       const bool schedule_only = obj.contains("schedule") && !obj.contains("sampler");
       add(pointer + (schedule_only ? "/schedule" : "/sampler"), e.what());
@@ -671,9 +669,9 @@ std::string read_batch_text(const std::filesystem::path& path) {
 
 BatchFile parse_batch_text(const std::string& text, const std::filesystem::path& origin,
                            const GenerationParams& fallback, std::vector<BatchProblem>* problems_out,
-                           const std::vector<std::filesystem::path>& wildcard_dirs) {
+                           const std::vector<std::filesystem::path>& wildcard_dirs, InputChecks* checks) {
   std::vector<BatchProblem> problems;
-  Checker ck{problems, origin.parent_path()};
+  Checker ck{problems, origin.parent_path(), checks};
   BatchFile bf;
   bf.path = origin;
   const JsonShape shape = check_json_shape(text);
@@ -836,120 +834,22 @@ std::string describe(const std::filesystem::path& path, const std::vector<BatchP
 
 std::map<std::string, int> json_pointer_lines(const std::string& text) { return LineScanner(text).run(); }
 
-GenerationParams defaults_of(const ModelConfig& mc) {
-  GenerationParams p;
-  p.steps = mc.defaults.steps;
-  p.cfg = mc.defaults.cfg;
-  p.width = mc.defaults.width;
-  p.height = mc.defaults.height;
-  return p;
-}
-
-namespace {
-
-// A prompt that needs more 75-token chunks than the model was checked for
-// fails at run time; every image whose prompt is known now is checked here.
-// (Random-seed tasks with wildcards draw their prompts at run time.)
-void check_prompt_chunks(const ModelConfig& mc, const BatchFile& bf, const std::vector<std::filesystem::path>& emb_dirs,
-                         std::vector<BatchProblem>& problems) {
-  std::vector<ClipTokenizer> toks;
-  for (const auto& te : mc.text_encoders) toks.push_back(ClipTokenizer::from_dir(mc.path_of(te.tokenizer), te.pad_token));
-  try {  // embeddings count as their vectors, as in the run
-    std::vector<std::filesystem::path> dirs = emb_dirs;
-    dirs.insert(dirs.end(), bf.embedding_dirs.begin(), bf.embedding_dirs.end());
-    const std::vector<EmbeddingFile> files = scan_embedding_files(dirs);
-    for (auto& t : toks) add_embedding_tokens(t, files, static_cast<std::int32_t>(t.vocab_size()));
-  } catch (const UsageError& e) {
-    problems.push_back({"/embeddings_dir", e.what(), 0});
-    return;
-  }
-  auto chunks = [&](const std::string& text) {
-    size_t n = 0;
-    for (const auto& t : toks) n = std::max(n, tokenize_prompt(t, extract_lora_tags(text).text, nullptr).size());
-    return n;
-  };
-  const WildcardLibrary lib(bf.wildcard_dirs);
-  for (size_t i = 0; i < bf.tasks.size(); ++i) {
-    const BatchTask& task = bf.tasks[i];
-    if (task.seed_random && prompt_has_wildcards(task.params) && !task.expand_all) continue;
-    std::set<std::string> seen;
-    for (int k = 0; k < task.count; ++k) {
-      const ImagePrompt ip = task_image_prompt(task, k, task.params.seed + k, lib);
-      if (!seen.insert(ip.prompt + '\x1e' + ip.negative).second) continue;
-      try {
-        size_t n = chunks(ip.prompt);
-        if (task.params.cfg > 1.0 && !ip.negative.empty()) n = std::max(n, chunks(ip.negative));
-        if (n <= static_cast<size_t>(mc.limits.context_chunks_max)) continue;
-        problems.push_back({"/tasks/" + std::to_string(i) + "/prompt",
-                            "image " + std::to_string(k) + "'s prompt needs " + std::to_string(n) +
-                                " chunks of 75 tokens; model '" + mc.name + "' was checked for at most " +
-                                std::to_string(mc.limits.context_chunks_max) +
-                                " (shorten it; `sdxl-batch tokens` shows the chunks)", 0});
-      } catch (const UsageError& e) {
-        problems.push_back({"/tasks/" + std::to_string(i) + "/prompt", e.what(), 0});
-      }
-      break;  // one problem per task is enough
-    }
-  }
-}
-
-}  // namespace
-
-std::vector<BatchProblem> validate_batch_file(const std::filesystem::path& path, const ModelConfig* model,
-                                              const std::vector<std::filesystem::path>& wildcard_dirs,
-                                              const std::vector<std::filesystem::path>& embedding_dirs) {
-  const std::string text = read_batch_text(path);
-  std::vector<BatchProblem> problems;
-  const BatchFile bf =
-      parse_batch_text(text, path, model ? defaults_of(*model) : GenerationParams{}, &problems, wildcard_dirs);
-  if (model) {
-    TaskFolderFits fits(*model);
-    for (size_t i = 0; i < bf.tasks.size(); ++i) {
-      try {
-        check_task_size(*model, bf.tasks[i].params);
-      } catch (const UsageError& e) {
-        problems.push_back({"/tasks/" + std::to_string(i), e.what(), 0});
-      }
-      try {
-        if (bf.tasks[i].params.clip_skip != 0) check_clip_skip(*model, bf.tasks[i].params.clip_skip);
-      } catch (const UsageError& e) {
-        problems.push_back({"/tasks/" + std::to_string(i) + "/clip_skip", e.what(), 0});
-      }
-      const GenerationParams& p = bf.tasks[i].params;
-      const std::string at = "/tasks/" + std::to_string(i);
-      try {
-        if (!p.vae.empty()) fits.vae(p.vae);
-      } catch (const ModelError& e) {
-        problems.push_back({at, e.what(), 0});
-      }
-      for (size_t k = 0; k < p.controlnets.size(); ++k) {
-        try {
-          fits.controlnet(p.controlnets[k].model);
-        } catch (const ModelError& e) {
-          problems.push_back({at + "/controlnets/" + std::to_string(k), e.what(), 0});
-        }
-      }
-      try {
-        if (p.ip_adapter.on()) fits.ip_adapter(p.ip_adapter.model);
-      } catch (const ModelError& e) {
-        problems.push_back({at + "/ip_adapter/model", e.what(), 0});
-      }
-    }
-    check_prompt_chunks(*model, bf, embedding_dirs, problems);
-  }
+void attach_lines(const std::string& text, std::vector<BatchProblem>& problems) {
   const auto lines = json_pointer_lines(text);
   for (auto& p : problems) p.line = line_of(lines, p.pointer);
-  return problems;
+}
+
+std::string describe_problems(const std::filesystem::path& path, const std::vector<BatchProblem>& problems) {
+  return describe(path, problems);
 }
 
 BatchFile parse_batch_file(const std::filesystem::path& path, const GenerationParams& fallback,
-                           const std::vector<std::filesystem::path>& wildcard_dirs) {
+                           const std::vector<std::filesystem::path>& wildcard_dirs, InputChecks* checks) {
   const std::string text = read_batch_text(path);
   std::vector<BatchProblem> problems;
-  BatchFile bf = parse_batch_text(text, path, fallback, &problems, wildcard_dirs);
+  BatchFile bf = parse_batch_text(text, path, fallback, &problems, wildcard_dirs, checks);
   if (!problems.empty()) {
-    const auto lines = json_pointer_lines(text);
-    for (auto& p : problems) p.line = line_of(lines, p.pointer);
+    attach_lines(text, problems);
     throw UsageError(describe(path, problems));
   }
   return bf;

@@ -1,7 +1,9 @@
 // Batch files: a JSON list of scenes (tasks) with defaults, read and validated
 // before any model is loaded. Every problem is reported with the JSON pointer of
 // the value and a hint; parse_batch_file() throws UsageError listing them all.
-// torch-free.
+// The schema is checked here; what needs the model or decodes files (folders
+// of a kind, PNG sizes, sampler names) is asked of an InputChecks, which the
+// check layer implements (check/batch_check.h). Depends on core only; torch-free.
 #pragma once
 
 #include <cstdint>
@@ -12,8 +14,7 @@
 #include <vector>
 
 #include "batch/generation_params.h"
-#include "lora/lora.h"
-#include "model/model_config.h"
+#include "batch/lora_ref.h"
 
 namespace sdxl {
 
@@ -61,21 +62,27 @@ struct BatchProblem {
   int line = 0;         // 1-based line of the value in the file, 0 if unknown
 };
 
-// The model's generation defaults as the fallback of a batch file.
-GenerationParams defaults_of(const ModelConfig& mc);
+// What the parser asks of the layers above it. Each call returns "" when the
+// value is fine, else why not; the parser adds the JSON pointer.
+class InputChecks {
+ public:
+  virtual ~InputChecks() = default;
+  // Whether folder `dir` reads as a `kind` folder ("vae", "controlnet", "ip_adapter").
+  virtual std::string folder_problem(const std::string& kind, const std::string& dir) = 0;
+  // The size of a PNG without decoding it, or why it cannot be used.
+  virtual std::string png_size(const std::string& path, int& width, int& height) = 0;
+  // Sampler and schedule rewritten to their canonical names; throws UsageError
+  // listing the valid names.
+  virtual void canonicalize_sampler(GenerationParams& p) = 0;
+};
 
 // Line (1-based) of every value of a JSON text by its JSON pointer ("" = root).
 // Best effort on malformed text: what was scanned before the error is kept.
 std::map<std::string, int> json_pointer_lines(const std::string& text);
-
-// Every problem of a batch file (schema, then the model's size limits when
-// `model` is given), with lines. Empty when the file is valid.
-// `wildcard_dirs`: --wildcards-dir folders, searched before the file's "wildcards_dir";
-// `embedding_dirs`: --embedding-dir folders (with the file's "embeddings_dir",
-// their vectors count in the prompt-length check).
-std::vector<BatchProblem> validate_batch_file(const std::filesystem::path& path, const ModelConfig* model,
-                                              const std::vector<std::filesystem::path>& wildcard_dirs = {},
-                                              const std::vector<std::filesystem::path>& embedding_dirs = {});
+// Sets each problem's line (of its pointer, or of the nearest ancestor present).
+void attach_lines(const std::string& text, std::vector<BatchProblem>& problems);
+// "batch file 'PATH' has N problem(s):" and one line per problem.
+std::string describe_problems(const std::filesystem::path& path, const std::vector<BatchProblem>& problems);
 
 // The text of a batch file: a regular file of at most 64 MiB (UsageError otherwise).
 inline constexpr std::uint64_t kMaxBatchFileBytes = 64ull << 20;
@@ -83,11 +90,16 @@ std::string read_batch_text(const std::filesystem::path& path);
 
 // Parses and validates; `fallback` supplies defaults not set in the file
 // (the model's defaults). Throws UsageError with every problem listed.
+// `wildcard_dirs`: --wildcards-dir folders, searched before the file's "wildcards_dir".
+// Without `checks`, folders, PNGs and sampler names are taken as written and
+// an init image's size does not set the task's.
 BatchFile parse_batch_file(const std::filesystem::path& path, const GenerationParams& fallback,
-                           const std::vector<std::filesystem::path>& wildcard_dirs = {});
+                           const std::vector<std::filesystem::path>& wildcard_dirs = {},
+                           InputChecks* checks = nullptr);
 BatchFile parse_batch_text(const std::string& text, const std::filesystem::path& origin,
                            const GenerationParams& fallback, std::vector<BatchProblem>* problems,
-                           const std::vector<std::filesystem::path>& wildcard_dirs = {});
+                           const std::vector<std::filesystem::path>& wildcard_dirs = {},
+                           InputChecks* checks = nullptr);
 
 // Checks a file-name template: fields {id} {index} {seed} {date} {steps}
 // {cfg} {width} {height}, ends in .png, relative, no "..". "" when fine, else why.

@@ -11,10 +11,8 @@
 
 #include "core/error.h"
 #include "core/input_text.h"
-#include "sampling/sampler_plan.h"
 
 namespace sdxl {
-namespace {
 
 // Shortest decimal that reads back the same double: 7 -> "7", 7.5 -> "7.5".
 std::string format_number(double v) {
@@ -25,6 +23,8 @@ std::string format_number(double v) {
   }
   return buf;
 }
+
+namespace {
 
 // A1111 quotes a value that contains ',', ':' or '"' (infotext quote()). A value
 // is one line: its control characters (a line break in a ControlNet's name,
@@ -73,18 +73,6 @@ std::string ip_adapter_unit(const GenerationParams& p, const ImageSources& src) 
 }
 
 }  // namespace
-
-ImageSources model_sources(const ModelConfig& mc) {
-  ImageSources s;
-  s.model_name = mc.name;
-  s.unet_precision = mc.unet_precision;
-  if (mc.source_file.recorded()) s.model_hash = mc.source_file.short_hash();
-  if (mc.vae_file.recorded()) {
-    s.vae_hash = mc.vae_file.short_hash();
-    s.vae_name = mc.vae_file.name;
-  }
-  return s;
-}
 
 // The items in A1111's order (processing.py create_infotext): ..., Size, Model
 // hash, Model, VAE hash, VAE, Denoising strength, Clip skip, then the extra
@@ -147,26 +135,6 @@ std::string canonical_hires_upscaler(const std::string& name) {
     list += (list.empty() ? "\"" : ", \"") + n + "\"";
   }
   throw UsageError("unknown hires upscaler '" + name + "'; valid: " + list);
-}
-
-std::string check_task_size(const ModelConfig& model, const GenerationParams& p) {
-  check_generation_size(model, p.width, p.height, 1);
-  std::string note = unchecked_size_note(model, p.width, p.height);
-  if (!p.hires_on()) return note;
-  try {
-    check_generation_size(model, p.hires_width(), p.hires_height(), 1);
-  } catch (const UsageError& e) {
-    throw UsageError("hires fix to " + std::to_string(p.hires_width()) + "x" + std::to_string(p.hires_height()) +
-                     " (scale " + format_number(p.hires.scale) + "): " + e.what());
-  }
-  if (note.empty()) note = unchecked_size_note(model, p.hires_width(), p.hires_height());
-  return note;
-}
-
-void canonicalize_sampler(GenerationParams& p) {
-  const SamplerChoice c = parse_sampler_choice(p.sampler, p.schedule);
-  p.sampler = c.sampler_name;
-  p.schedule = c.schedule_name;
 }
 
 std::int64_t random_seed() {

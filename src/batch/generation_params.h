@@ -8,8 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "lora/lora.h"
-#include "model/model_config.h"
+#include "batch/lora_ref.h"
 
 namespace sdxl {
 
@@ -87,15 +86,8 @@ const std::vector<std::string>& hires_upscaler_names();
 // Canonical name for a case-insensitive match; throws UsageError listing them.
 std::string canonical_hires_upscaler(const std::string& name);
 
-// check_generation_size for the image and, with the hires fix, for its second
-// pass (the message then names the hires size). Throws UsageError. Returns the
-// unchecked_size_note of the first size outside the checked range ("" if none).
-std::string check_task_size(const ModelConfig& model, const GenerationParams& p);
-
-// Validates sampler + schedule (throws UsageError listing the valid names) and
-// rewrites them to their canonical A1111 spelling: "dpm++ 2m karras" ->
-// sampler "DPM++ 2M", schedule "Karras".
-void canonicalize_sampler(GenerationParams& p);
+// Shortest decimal that reads back the same double: 7 -> "7", 7.5 -> "7.5".
+std::string format_number(double v);
 
 inline constexpr const char* kProgramName = "sdxl-batch";
 inline constexpr const char* kProgramVersion = "0.1.0";
@@ -119,9 +111,6 @@ struct ImageSources {
   // The UNet's precision when not the model's dtype ("fp8": "UNet precision: fp8 e4m3").
   std::string unet_precision;
 };
-
-// The model's part of ImageSources (name, and the hashes model.json records).
-ImageSources model_sources(const ModelConfig& mc);
 
 // A1111's format:
 //   <prompt>

@@ -14,7 +14,7 @@
 #include "batch/batch_file.h"
 #include "batch/generation_params.h"
 #include "batch/wildcards.h"
-#include "lora/lora.h"
+#include "batch/lora_ref.h"
 
 namespace sdxl {
 

@@ -8,13 +8,14 @@
 
 #include "cli/cli_common.h"
 #include "cli/commands.h"
+#include "check/batch_check.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/input_text.h"
 #include "core/npy.h"
 #include "image/png_reader.h"
 #include "image/png_writer.h"
-#include "lora/lora_set.h"
+#include "batch/lora_ref.h"
 
 namespace sdxl::cli {
 

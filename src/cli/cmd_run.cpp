@@ -17,6 +17,7 @@
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "batch/batch_file.h"
+#include "check/batch_check.h"
 #include "scheduler/generator_lane.h"
 #include "scheduler/run_batch.h"
 #include "core/error.h"
@@ -146,13 +147,11 @@ std::filesystem::path relative_to_batch(const std::filesystem::path& batch, cons
 
 // --skip-invalid: problems under /tasks/N drop task N (reported as failed);
 // any other problem (the file's structure) still refuses the whole file.
-BatchFile load_valid_tasks(const std::filesystem::path& path, const ModelConfig& mc, const GenerationParams& fallback,
-                           const std::vector<std::filesystem::path>& wildcard_dirs,
+BatchFile keep_valid_tasks(const std::filesystem::path& path, CheckedBatch checked,
                            std::vector<std::pair<std::string, std::string>>& invalid) {
-  const std::vector<BatchProblem> problems = validate_batch_file(path, &mc, wildcard_dirs);
   std::map<size_t, std::string> bad;  // task position -> errors
   std::vector<BatchProblem> fatal;
-  for (const auto& p : problems) {
+  for (const auto& p : checked.problems) {
     size_t pos = 0;
     if (std::sscanf(p.pointer.c_str(), "/tasks/%zu", &pos) == 1) {
       bad[pos] += (bad[pos].empty() ? "" : "; ") + p.pointer + ": " + p.message;
@@ -166,8 +165,7 @@ BatchFile load_valid_tasks(const std::filesystem::path& path, const ModelConfig&
                                        std::to_string(p.line) + "): " + p.message;
     throw UsageError(msg);
   }
-  std::vector<BatchProblem> ignored;
-  BatchFile bf = parse_batch_text(read_batch_text(path), path, fallback, &ignored, wildcard_dirs);
+  BatchFile& bf = checked.file;
   std::vector<BatchTask> kept;
   for (size_t i = 0; i < bf.tasks.size(); ++i) {
     auto it = bad.find(i);
@@ -180,7 +178,7 @@ BatchFile load_valid_tasks(const std::filesystem::path& path, const ModelConfig&
     invalid.emplace_back(id, it->second);
   }
   bf.tasks = std::move(kept);
-  return bf;
+  return std::move(bf);
 }
 
 void save_estimates(const WorkEstimator& e, const std::filesystem::path& path) {
@@ -244,31 +242,22 @@ std::filesystem::path find_model_dir(const RunArgs& a, const std::filesystem::pa
   throw UsageError("no model: pass --model DIR or set \"model\" in " + batch_path.string());
 }
 
-// The batch file checked against the model (or its valid tasks, with --skip-invalid).
+// The batch file checked against the model as `validate` checks it (or its
+// valid tasks, with --skip-invalid); any problem refuses the run (exit 2).
 BatchFile load_batch(const RunArgs& a, const std::filesystem::path& batch_path, const ModelConfig& mc,
                      std::vector<std::pair<std::string, std::string>>& invalid) {
-  const std::vector<std::filesystem::path> wildcard_dirs(a.wildcard_dirs.begin(), a.wildcard_dirs.end());
-  GenerationParams fallback = defaults_of(mc);
-  fallback.clip_skip = a.clip_skip;  // checked against the model by run_run
-  if (!a.model.vae_dir.empty()) fallback.vae = std::filesystem::absolute(a.model.vae_dir).lexically_normal().string();
-  if (a.skip_invalid) return load_valid_tasks(batch_path, mc, fallback, wildcard_dirs, invalid);
-  BatchFile bf = parse_batch_file(batch_path, fallback, wildcard_dirs);
-  TaskFolderFits fits(mc);
-  for (size_t i = 0; i < bf.tasks.size(); ++i) {
-    try {
-      const std::string note = check_task_size(mc, bf.tasks[i].params);
-      if (!note.empty()) spdlog::warn("{}: /tasks/{}: {}", batch_path.string(), i, note);
-      if (bf.tasks[i].params.clip_skip != 0) check_clip_skip(mc, bf.tasks[i].params.clip_skip);
-      if (!bf.tasks[i].params.vae.empty()) fits.vae(bf.tasks[i].params.vae);
-      for (const ControlNetUse& c : bf.tasks[i].params.controlnets) fits.controlnet(c.model);
-      if (const IpAdapterUse& ip = bf.tasks[i].params.ip_adapter; ip.on()) fits.ip_adapter(ip.model);
-    } catch (const ModelError& e) {
-      throw ModelError(batch_path.string() + ": /tasks/" + std::to_string(i) + ": " + e.what());
-    } catch (const UsageError& e) {
-      throw UsageError(batch_path.string() + ": /tasks/" + std::to_string(i) + ": " + e.what());
-    }
-  }
-  return bf;
+  BatchCheckInputs inputs;
+  inputs.fallback = defaults_of(mc);
+  inputs.fallback.clip_skip = a.clip_skip;  // checked against the model by run_run
+  if (!a.model.vae_dir.empty())
+    inputs.fallback.vae = std::filesystem::absolute(a.model.vae_dir).lexically_normal().string();
+  inputs.wildcard_dirs.assign(a.wildcard_dirs.begin(), a.wildcard_dirs.end());
+  inputs.embedding_dirs.assign(a.model.embedding_dirs.begin(), a.model.embedding_dirs.end());
+  CheckedBatch checked = check_batch_file(batch_path, &mc, inputs);
+  for (const std::string& note : checked.notes) spdlog::warn("{}: {}", batch_path.string(), note);
+  if (a.skip_invalid) return keep_valid_tasks(batch_path, std::move(checked), invalid);
+  if (!checked.problems.empty()) throw UsageError(describe_problems(batch_path, checked.problems));
+  return std::move(checked.file);
 }
 
 // A duration flag's seconds (0: no limit); UsageError naming the flag for

@@ -1,13 +1,12 @@
 // `sdxl-batch validate`: every problem of a batch file, with its JSON pointer,
 // line and a hint; exit 2 when there is one. With --model, also the model's
 // size limits; with --expand, the prompt of every image after characters,
-// styles and wildcards. Loads no module.
+// styles and wildcards. Loads no module. A client of the public API alone.
+#include <sdxl_batch/sdxl_batch.h>
+
 #include <iostream>
 
 #include "cli/commands.h"
-#include "batch/batch_file.h"
-#include "batch/story.h"
-#include "core/error.h"
 
 namespace sdxl::cli {
 
@@ -37,27 +36,23 @@ CLI::App* add_validate(CLI::App& app, std::shared_ptr<ValidateArgs>& args) {
 namespace {
 
 // One line per image: "ID #INDEX seed SEED: PROMPT", then its negative and the
-// wildcard choices. Random seeds are drawn at run time, and so are the
-// expansions that follow them: those tasks say so instead.
-void print_expansions(const BatchFile& bf) {
-  const WildcardLibrary lib(bf.wildcard_dirs);
-  for (const BatchTask& task : bf.tasks) {
-    const bool varies = prompt_has_wildcards(task.params);
-    if (task.seed_random && varies && !task.expand_all) {
-      std::cout << task.id << ": " << task.count << " image(s), random seed: each image's wildcards are drawn from "
-                << "the seed the run draws (recorded in manifest.jsonl); template: " << task.params.prompt << "\n";
+// wildcard choices. Tasks whose prompts are drawn at run time say so instead.
+void print_expansions(const std::vector<sdxl_batch::TaskExpansion>& tasks) {
+  for (const sdxl_batch::TaskExpansion& task : tasks) {
+    if (task.drawn_at_run_time) {
+      std::cout << task.task_id << ": " << task.count << " image(s), random seed: each image's wildcards are drawn "
+                << "from the seed the run draws (recorded in manifest.jsonl); template: " << task.prompt_template
+                << "\n";
       continue;
     }
-    for (int i = 0; i < task.count; ++i) {
-      const std::int64_t seed = task.params.seed + i;
-      const ImagePrompt ip = task_image_prompt(task, i, seed, lib);
-      std::cout << task.id << " #" << i;
-      if (!task.seed_random) std::cout << " seed " << seed;
+    for (const sdxl_batch::ImagePrompt& ip : task.images) {
+      std::cout << task.task_id << " #" << ip.index;
+      if (ip.seed) std::cout << " seed " << *ip.seed;
       std::cout << ": " << ip.prompt << "\n";
       if (!ip.negative.empty()) std::cout << "    negative: " << ip.negative << "\n";
-      if (!ip.choices.empty()) {
+      if (!ip.picked.empty()) {
         std::cout << "    picked:";
-        for (const auto& c : ip.choices) std::cout << " [" << c << "]";
+        for (const auto& c : ip.picked) std::cout << " [" << c << "]";
         std::cout << "\n";
       }
     }
@@ -67,24 +62,24 @@ void print_expansions(const BatchFile& bf) {
 }  // namespace
 
 int run_validate(const ValidateArgs& a) {
-  ModelConfig mc;
-  const bool with_model = !a.model_dir.empty();
-  if (with_model) mc = load_model_config(a.model_dir);
-  const std::vector<std::filesystem::path> dirs(a.wildcard_dirs.begin(), a.wildcard_dirs.end());
-  const std::vector<std::filesystem::path> emb(a.embedding_dirs.begin(), a.embedding_dirs.end());
-  const auto problems = validate_batch_file(a.batch_file, with_model ? &mc : nullptr, dirs, emb);
-  if (problems.empty()) {
-    if (a.expand)
-      print_expansions(parse_batch_file(a.batch_file, with_model ? defaults_of(mc) : GenerationParams{}, dirs));
+  sdxl_batch::CheckOptions options;
+  options.wildcard_dirs = a.wildcard_dirs;
+  options.embedding_dirs = a.embedding_dirs;
+  options.expand = a.expand;
+  const sdxl_batch::CheckReport report =
+      a.model_dir.empty() ? sdxl_batch::check_batch_file(a.batch_file, options)
+                          : sdxl_batch::Session({.model_dir = a.model_dir}).check_batch_file(a.batch_file, options);
+  if (report.ok()) {
+    print_expansions(report.expansions);
     std::cout << a.batch_file << ": valid\n";
     return 0;
   }
-  std::cout << a.batch_file << ": " << problems.size() << " problem(s)\n";
-  for (const auto& p : problems) {
+  std::cout << a.batch_file << ": " << report.problems.size() << " problem(s)\n";
+  for (const auto& p : report.problems) {
     std::cout << "  " << a.batch_file << ":" << p.line << ": " << (p.pointer.empty() ? "/" : p.pointer) << ": "
               << p.message << "\n";
   }
-  return static_cast<int>(ExitCode::kUsage);
+  return static_cast<int>(sdxl_batch::ExitCode::kUsage);
 }
 
 }  // namespace sdxl::cli

@@ -1,4 +1,5 @@
 // sdxl-batch: parse the command line, call the core, map errors to exit codes.
+#include <sdxl_batch/sdxl_batch.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -57,6 +58,9 @@ int main(int argc, char** argv) {
     if (*run_cmd) return sdxl::cli::run_run(*run);
     if (*tok_cmd) return sdxl::cli::run_tokens(*tokens);
     if (*val_cmd) return sdxl::cli::run_validate(*validate);
+  } catch (const sdxl_batch::Error& e) {  // from the public API (validate, tokens)
+    spdlog::error("{}", e.what());
+    return e.exit_code();
   } catch (const sdxl::Error& e) {
     spdlog::error("{}", e.what());
     return static_cast<int>(e.code());

@@ -16,7 +16,8 @@
 #include <vector>
 
 #include "lora/lora_keys.h"
-#include "lora/lora.h"
+#include "batch/lora_ref.h"
+#include "lora/lora_stats.h"
 
 namespace sdxl {
 

@@ -14,6 +14,7 @@
 #include <set>
 #include <shared_mutex>
 
+#include "check/batch_check.h"
 #include "control/control_image.h"
 #include "control/controlnet_cache.h"
 #include "control/ip_adapter_cache.h"
@@ -24,7 +25,7 @@
 #include "lora/embeddings.h"
 #include "lora/lora_cache.h"
 #include "lora/lora_patcher.h"
-#include "lora/lora_set.h"
+#include "batch/lora_ref.h"
 #include "model/sdxl_model.h"
 #include "device/device.h"
 #include "pipeline/stage_stream.h"
@@ -180,6 +181,18 @@ Generator::Generator(const std::filesystem::path& model_dir, const RuntimeOption
   impl_->load_s = seconds_since(t0);
   spdlog::info("loaded model '{}' ({}, {}{}) on {} in {:.2f} s", cfg.name, cfg.source, dtype_name(impl_->model->dtype),
                cfg.unet_precision.empty() ? "" : ", UNet " + cfg.unet_precision, device.str(), impl_->load_s);
+}
+
+ImageSources model_sources(const ModelConfig& mc) {
+  ImageSources s;
+  s.model_name = mc.name;
+  s.unet_precision = mc.unet_precision;
+  if (mc.source_file.recorded()) s.model_hash = mc.source_file.short_hash();
+  if (mc.vae_file.recorded()) {
+    s.vae_hash = mc.vae_file.short_hash();
+    s.vae_name = mc.vae_file.name;
+  }
+  return s;
 }
 
 void add_image_sources(ImageSources& sources, const GenerationParams& p, const GeneratedImage& img) {

@@ -15,7 +15,8 @@
 #include <vector>
 
 #include "batch/generation_params.h"
-#include "lora/lora.h"
+#include "batch/lora_ref.h"
+#include "lora/lora_stats.h"
 #include "model/model_config.h"
 #include "core/memory.h"
 #include "device/cuda_allocator.h"
@@ -112,6 +113,8 @@ struct GeneratedImage {
   std::vector<std::pair<std::string, std::string>> ip_images;
 };
 
+// The model's part of an image's PNG sources (name, and the hashes model.json records).
+ImageSources model_sources(const ModelConfig& mc);
 // The image's part of its PNG's sources (model_sources gives the model's part):
 // the LoRA and embedding hashes, the task's own VAE when it named one, its ControlNets and IP-Adapter.
 void add_image_sources(ImageSources& sources, const GenerationParams& p, const GeneratedImage& img);

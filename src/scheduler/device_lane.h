@@ -20,7 +20,7 @@
 
 #include "batch/generation_params.h"
 #include "core/memory.h"
-#include "lora/lora.h"
+#include "lora/lora_stats.h"
 #include "pipeline/generator.h"
 
 namespace sdxl {

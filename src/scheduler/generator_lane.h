@@ -10,7 +10,8 @@
 #include <memory>
 #include <string>
 
-#include "lora/lora.h"
+#include "batch/lora_ref.h"
+#include "lora/lora_stats.h"
 #include "pipeline/generator.h"
 #include "scheduler/device_lane.h"
 

@@ -55,7 +55,7 @@
 #include "batch/batch_file.h"
 #include "core/error.h"
 #include "core/memory.h"
-#include "lora/lora.h"
+#include "lora/lora_stats.h"
 #include "pipeline/generator.h"
 #include "scheduler/device_lane.h"
 #include "scheduler/task_queue.h"
@@ -80,6 +80,24 @@ struct ProgressInfo {
   std::uint64_t memory_bytes = 0;  // in use now
   std::string last_file;
   std::string extra;               // e.g. the LoRA cache hit rate
+};
+
+// An image in place (its manifest line written): task id, index, seed, and
+// its file, relative to the output folder and as a full path.
+struct ImageEvent {
+  std::string task;
+  int index = 0;
+  std::int64_t seed = 0;
+  std::string file;
+  std::filesystem::path path;
+};
+// An image that failed for good (after its retries), or a task left out by
+// --skip-invalid (index 0, seed 0).
+struct FailureEvent {
+  std::string task;
+  int index = 0;
+  std::int64_t seed = 0;
+  std::string error;
 };
 
 struct RunOptions {
@@ -111,7 +129,11 @@ struct RunOptions {
   bool overlap = true;           // pipeline: stages of consecutive batches at once (false: one batch at a time)
   int lane_failures = 3;         // failed batches in a row after which a device is given up (if another works)
   WorkEstimator* estimator = nullptr;  // measured memory/time, refined during the run
+  // Events, called one at a time (from the lane and writer threads, with the
+  // run's mutex held): they must return quickly and not throw.
   std::function<void(const ProgressInfo&)> on_progress;  // after each image
+  std::function<void(const ImageEvent&)> on_image;       // after an image's manifest line
+  std::function<void(const FailureEvent&)> on_failure;   // an image failed for good, an invalid task
   std::function<std::string()> status_extra;             // appended to progress (LoRA hit rate)
 };
 

@@ -21,6 +21,7 @@ RunState::RunState(const BatchFile& b, const RunOptions& o, std::filesystem::pat
     ++res.total;
     ++res.failed;
     rec.failures.push_back({{"task", id}, {"index", 0}, {"seed", 0}, {"error", "invalid task: " + error}});
+    if (o.on_failure) o.on_failure({id, 0, 0, "invalid task: " + error});
   }
   WorkList wl = build_work(batch, {o.force, o.shard_index, o.shard_count, o.model_sources.unet_precision}, manifest, out_dir, date, start_unix);
   for (const auto& [task, base] : wl.drawn_seeds) manifest.record_base_seed(task, base);  // before any image
@@ -60,6 +61,7 @@ void RunState::record_failure(const WorkItem& w, const std::string& error) {
   rec.failures.push_back({{"task", w.task->id}, {"index", w.index}, {"seed", w.params.seed}, {"error", error},
                           {"attempts", w.attempts + 1}});
   ++res.failed;
+  if (opts.on_failure) opts.on_failure({w.task->id, w.index, w.params.seed, error});
 }
 
 void RunState::progress(const std::string& file, std::uint64_t memory_bytes) {

@@ -11,7 +11,7 @@
 
 #include "batch/story.h"
 #include "core/sha256.h"
-#include "lora/lora.h"
+#include "batch/lora_ref.h"
 
 namespace sdxl {
 

@@ -72,6 +72,7 @@ void record_write_failure(RunState& run, const WriteJob& j, const std::string& e
   run.rec.failures.push_back({{"task", j.item.task->id}, {"index", j.item.index}, {"seed", j.item.params.seed},
                               {"error", error}});
   ++run.res.failed;
+  if (run.opts.on_failure) run.opts.on_failure({j.item.task->id, j.item.index, j.item.params.seed, error});
 }
 
 }  // namespace
@@ -114,6 +115,7 @@ void write_image(RunState& run, WriteJob& j) {
     std::lock_guard lk(run.mu);
     ++run.res.done;
     run.rec.images.push_back(image_record(run, j, e, write_s));
+    if (run.opts.on_image) run.opts.on_image({e.task, e.index, e.seed, e.file, file});
     run.progress(e.file, j.memory_bytes);
   } catch (const IoError& e) {
     std::lock_guard lk(run.mu);

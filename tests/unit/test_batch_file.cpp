@@ -2,19 +2,31 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include "batch/batch_file.h"
+#include "check/batch_check.h"
+#include "pipeline/generator.h"
 #include "image/png_writer.h"
 #include "core/error.h"
 #include "core/units.h"
 
 namespace {
 
+// The parser with the check layer's answers (folders, PNG sizes, sampler names),
+// as validate and run use it.
+sdxl::BatchFile parse_checked(const std::string& text, const std::filesystem::path& origin,
+                              const sdxl::GenerationParams& fallback, std::vector<sdxl::BatchProblem>* problems,
+                              const std::vector<std::filesystem::path>& wildcard_dirs = {}) {
+  sdxl::FileInputChecks checks;
+  return sdxl::parse_batch_text(text, origin, fallback, problems, wildcard_dirs, &checks);
+}
+
 std::vector<sdxl::BatchProblem> problems_of(const std::string& text) {
   std::vector<sdxl::BatchProblem> p;
-  sdxl::parse_batch_text(text, "b.json", sdxl::GenerationParams{}, &p);
+  parse_checked(text, "b.json", sdxl::GenerationParams{}, &p);
   return p;
 }
 
@@ -28,7 +40,7 @@ bool has(const std::vector<sdxl::BatchProblem>& ps, const std::string& pointer) 
 
 TEST(BatchFile, DefaultsApplyAndTasksOverride) {
   std::vector<sdxl::BatchProblem> p;
-  auto bf = sdxl::parse_batch_text(R"({"version": 1, "defaults": {"negative": "blurry", "steps": 12, "width": 512},
+  auto bf = parse_checked(R"({"version": 1, "defaults": {"negative": "blurry", "steps": 12, "width": 512},
       "tasks": [{"id": "a", "prompt": "cat", "seed": 7, "count": 2},
                 {"id": "b", "prompt": "dog", "steps": 20, "negative": "", "seed": -1}]})",
                                    "b.json", sdxl::GenerationParams{}, &p);
@@ -151,7 +163,7 @@ TEST(BatchFile, PointerLines) {
 
 TEST(BatchFile, SamplersScheduleAndHires) {
   std::vector<sdxl::BatchProblem> p;
-  auto bf = sdxl::parse_batch_text(R"J({"version": 1, "defaults": {"sampler": "dpm++ 2m karras", "guidance_rescale": 0.7,
+  auto bf = parse_checked(R"J({"version": 1, "defaults": {"sampler": "dpm++ 2m karras", "guidance_rescale": 0.7,
       "hires": {"scale": 2, "upscaler": "latent (bicubic)", "steps": 10, "denoise": 0.5}},
       "tasks": [{"id": "a", "prompt": "cat"},
                 {"id": "b", "prompt": "dog", "sampler": "Euler a", "schedule": "SGM Uniform"},
@@ -214,16 +226,16 @@ TEST(BatchFile, ClipSkipFromTheFallbackDefaultsAndTasks) {
   sdxl::GenerationParams fallback;
   fallback.clip_skip = 4;  // run --clip-skip 4: below the file's defaults and tasks
   std::vector<sdxl::BatchProblem> p;
-  auto bf = sdxl::parse_batch_text(R"({"version": 1, "defaults": {"clip_skip": 3},
+  auto bf = parse_checked(R"({"version": 1, "defaults": {"clip_skip": 3},
       "tasks": [{"id": "a", "prompt": "cat"}, {"id": "b", "prompt": "dog", "clip_skip": 2}]})",
                                    "b.json", fallback, &p);
   ASSERT_TRUE(p.empty()) << p.front().pointer << ": " << p.front().message;
   EXPECT_EQ(bf.tasks[0].params.clip_skip, 3);
   EXPECT_EQ(bf.tasks[1].params.clip_skip, 2);
-  bf = sdxl::parse_batch_text(R"({"version": 1, "tasks": [{"id": "a", "prompt": "cat"}]})", "b.json", fallback, &p);
+  bf = parse_checked(R"({"version": 1, "tasks": [{"id": "a", "prompt": "cat"}]})", "b.json", fallback, &p);
   ASSERT_TRUE(p.empty());
   EXPECT_EQ(bf.tasks[0].params.clip_skip, 4);
-  bf = sdxl::parse_batch_text(R"({"version": 1, "tasks": [{"id": "a", "prompt": "cat"}]})", "b.json",
+  bf = parse_checked(R"({"version": 1, "tasks": [{"id": "a", "prompt": "cat"}]})", "b.json",
                               sdxl::GenerationParams{}, &p);
   EXPECT_EQ(bf.tasks[0].params.clip_skip, 0) << "not set";
 
@@ -318,7 +330,7 @@ TEST(BatchFile, ControlNetsAreCheckedAndRelativeToTheBatchFile) {
   const std::vector<std::uint8_t> px(16 * 8 * 3, 200);
   sdxl::write_png((dir / "poses" / "p01.png").string(), 16, 8, 3, px.data(), {});
   std::vector<sdxl::BatchProblem> p;
-  const auto bf = sdxl::parse_batch_text(R"({"version": 1,
+  const auto bf = parse_checked(R"({"version": 1,
       "defaults": {"controlnets": [{"model": "cn/pose", "image": "poses/p01.png", "strength": 0.8}]},
       "tasks": [{"id": "a", "prompt": "x"},
                 {"id": "b", "prompt": "y", "controlnets": [{"model": "cn/pose", "image": "poses/p01.png",
@@ -334,7 +346,7 @@ TEST(BatchFile, ControlNetsAreCheckedAndRelativeToTheBatchFile) {
   EXPECT_EQ(bf.tasks[1].params.controlnets[0].start, 0.2);
   EXPECT_TRUE(bf.tasks[2].params.controlnets.empty());
   p.clear();
-  sdxl::parse_batch_text(R"({"version": 1, "tasks": [
+  parse_checked(R"({"version": 1, "tasks": [
       {"id": "a", "prompt": "x", "controlnets": [{"model": "cn/none", "image": "poses/p01.png"}]},
       {"id": "b", "prompt": "x", "controlnets": [{"model": "cn/pose", "image": "poses/missing.png"}]},
       {"id": "c", "prompt": "x", "controlnets": [{"model": "cn/pose"}]},
@@ -384,7 +396,7 @@ TEST(BatchFile, IpAdapterIsCheckedAndRelativeToTheBatchFile) {
   sdxl::write_png((dir / "refs" / "hero.png").string(), 16, 8, 3, px.data(), {});
   sdxl::write_png((dir / "refs" / "sheet.png").string(), 16, 8, 3, px.data(), {});
   std::vector<sdxl::BatchProblem> p;
-  const auto bf = sdxl::parse_batch_text(R"({"version": 1,
+  const auto bf = parse_checked(R"({"version": 1,
       "defaults": {"ip_adapter": {"model": "ip/plus", "images": ["refs/hero.png"], "scale": 0.6}},
       "tasks": [{"id": "a", "prompt": "x"},
                 {"id": "b", "prompt": "y", "ip_adapter": {"model": "ip/plus", "images": ["refs/hero.png", "refs/sheet.png"]}},
@@ -399,7 +411,7 @@ TEST(BatchFile, IpAdapterIsCheckedAndRelativeToTheBatchFile) {
   EXPECT_EQ(bf.tasks[1].params.ip_adapter.scale, 1.0) << "a task's adapter replaces the defaults'";
   EXPECT_FALSE(bf.tasks[2].params.ip_adapter.on()) << "null turns the defaults' off";
   p.clear();
-  sdxl::parse_batch_text(R"({"version": 1, "tasks": [
+  parse_checked(R"({"version": 1, "tasks": [
       {"id": "a", "prompt": "x", "ip_adapter": {"model": "ip/none", "images": ["refs/hero.png"]}},
       {"id": "b", "prompt": "x", "ip_adapter": {"model": "ip/plus", "images": ["refs/missing.png"]}},
       {"id": "c", "prompt": "x", "ip_adapter": {"model": "ip/plus", "images": []}},
@@ -432,4 +444,31 @@ TEST(GenerationParams, IpAdapterInTheParameters) {
                       "[0123456789], sheet.png [abcdefabcd]\", Version:"),
             std::string::npos)
       << text;
+}
+
+// batch/ alone: without the check layer the parser reads no folder or PNG and
+// keeps sampler names as written, so it can be fuzzed and tested on its own.
+TEST(BatchFile, PureParseTakesNamesAsWritten) {
+  std::vector<sdxl::BatchProblem> p;
+  const auto bf = sdxl::parse_batch_text(
+      R"({"version": 1, "tasks": [{"id": "a", "prompt": "cat", "sampler": "dpm++ 2m karras",
+          "vae": "no-such-vae", "init_image": "no-such.png", "width": 512, "height": 768,
+          "controlnets": [{"model": "no-such-cn", "image": "no-such-pose.png"}]}]})",
+      "/tmp/b.json", sdxl::GenerationParams{}, &p);
+  ASSERT_TRUE(p.empty()) << p.front().pointer << ": " << p.front().message;
+  EXPECT_EQ(bf.tasks[0].params.sampler, "dpm++ 2m karras");
+  EXPECT_EQ(bf.tasks[0].params.width, 512);
+  EXPECT_EQ(bf.tasks[0].params.init_image, "/tmp/no-such.png");
+  // The same file through the check layer: every file it names is a problem.
+  std::vector<sdxl::BatchProblem> checked;
+  (void)parse_checked(R"({"version": 1, "tasks": [{"id": "a", "prompt": "cat", "sampler": "dpm++ 2m karras",
+          "vae": "no-such-vae", "init_image": "no-such.png",
+          "controlnets": [{"model": "no-such-cn", "image": "no-such-pose.png"}]}]})",
+                      "/tmp/b.json", sdxl::GenerationParams{}, &checked);
+  std::set<std::string> pointers;
+  for (const auto& c : checked) pointers.insert(c.pointer);
+  EXPECT_TRUE(pointers.count("/tasks/0/vae"));
+  EXPECT_TRUE(pointers.count("/tasks/0/init_image"));
+  EXPECT_TRUE(pointers.count("/tasks/0/controlnets/0/model"));
+  EXPECT_TRUE(pointers.count("/tasks/0/controlnets/0/image"));
 }

@@ -214,6 +214,28 @@ TEST_F(Fixture, AFailedTaskDoesNotStopTheBatch) {
   EXPECT_EQ(r.exit_code(), sdxl::ExitCode::kOk);
 }
 
+TEST_F(Fixture, EventsNameEveryImageWrittenAndEveryFailure) {
+  auto bf = batch(kBatch);
+  fail_prompts = {"beta"};
+  std::vector<sdxl::ImageEvent> images;
+  std::vector<sdxl::FailureEvent> failures;
+  sdxl::RunOptions o;
+  o.on_image = [&](const sdxl::ImageEvent& e) { images.push_back(e); };
+  o.on_failure = [&](const sdxl::FailureEvent& e) { failures.push_back(e); };
+  const auto r = run(bf, o);
+  ASSERT_EQ(images.size(), static_cast<size_t>(r.done));
+  for (const auto& e : images) {
+    EXPECT_TRUE(fs::is_regular_file(e.path)) << e.path;
+    EXPECT_EQ(e.path.filename().string(), fs::path(e.file).filename().string());
+  }
+  ASSERT_EQ(failures.size(), 1u);
+  EXPECT_NE(failures[0].error.find("injected failure"), std::string::npos);
+  images.clear();
+  fail_prompts.clear();
+  run(bf, o);
+  EXPECT_EQ(images.size(), 1u) << "a rerun reports only the image it makes";
+}
+
 TEST_F(Fixture, StopFinishesTheImageInFlightAndARerunCompletes) {
   auto bf = batch(kBatch);
   stop_after = 2;

@@ -24,7 +24,7 @@
 #include "core/json_shape.h"
 #include "core/run_lock.h"
 #include "core/sha256.h"
-#include "lora/lora.h"
+#include "batch/lora_ref.h"
 #include "lora/safetensors.h"
 #include "model/model_config.h"
 

@@ -17,7 +17,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/units.h"
-#include "lora/lora_set.h"
+#include "batch/lora_ref.h"
 #include "scheduler/output_folder.h"
 #include "scheduler/task_queue.h"
 

@@ -13,7 +13,7 @@
 #include "batch/batch_file.h"
 #include "core/error.h"
 #include "batch/generation_params.h"
-#include "lora/lora.h"
+#include "batch/lora_ref.h"
 #include "core/units.h"
 
 namespace sdxl {

@@ -1,11 +1,10 @@
 // LoRA references as users write them (`--lora FILE[:WEIGHT]`, batch-file
-// entries, A1111 prompt tags `<lora:NAME:WEIGHT>`), how names resolve to
-// files, and the counters of the LoRA cache for logs and the run report.
+// entries, A1111 prompt tags `<lora:NAME:WEIGHT>`) and how names resolve to
+// files.
 // torch-free; all functions are pure except resolve_lora (reads the disk).
 // Errors are UsageError naming the flag, tag or the directories searched.
 #pragma once
 
-#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -49,12 +48,11 @@ PromptLoras extract_lora_tags(const std::string& prompt);
 LoraRef resolve_lora(const std::string& name, double weight, const LoraRegistry& registry,
                      const std::vector<std::filesystem::path>& dirs);
 
-struct LoraStats {
-  std::uint64_t hits = 0, misses = 0, evictions = 0;
-  std::uint64_t bytes_held = 0, budget_bytes = 0;
-  std::uint64_t switches = 0;         // times the applied set changed
-  double load_s = 0, merge_s = 0;     // totals: reading files onto the device, patching weights
-  double hash_s = 0;                  // part of load_s: A1111 short hashes (once per file)
-};
+// `loras` followed by `tags`, each tag resolved with resolve_lora: the LoRA set
+// an image applies (--lora, a task and its characters, then the prompt's tags).
+// A file named more than once counts once at the same weight; at another weight
+// it is a UsageError naming both (naming a LoRA twice never applies it twice).
+std::vector<LoraRef> merge_lora_tags(const std::vector<LoraRef>& loras, const std::vector<LoraTag>& tags,
+                                     const LoraRegistry& registry, const std::vector<std::filesystem::path>& dirs);
 
 }  // namespace sdxl

@@ -1,3 +1,5 @@
+#include "batch/lora_ref.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -5,8 +7,6 @@
 
 #include "core/error.h"
 #include "core/input_file.h"
-#include "lora/lora.h"
-#include "lora/lora_set.h"
 
 namespace sdxl {
 namespace {

@@ -1,0 +1,406 @@
+// sdxl_batch: the library's public API. SDXL images from batch files or from
+// tasks built in code, on a model folder written by scripts/export_sdxl.py.
+//
+//   sdxl_batch::Session s({.model_dir = "models/tiny"});   // reads model.json, loads no weights
+//   s.submit({.id = "harbour", .prompt = "a misty harbour", .seed = 7, .width = 256, .height = 256});
+//   sdxl_batch::RunResult r = s.run({.out_dir = "out"}, &sink);  // PNGs + manifest + report; a rerun resumes
+//
+// Only standard-library types appear here; the header includes no other
+// header of the project and no torch header. Link sdxl_api (CMake target).
+//
+// Errors: every function that can fail throws sdxl_batch::Error or one of its
+// subclasses below, each carrying the exit code the CLI returns for it (0 all
+// done, 1 fatal: model or environment, 2 bad arguments or batch file, 3
+// finished with failed or unstarted images, 4 another run holds the output
+// folder). No other exception type leaves the library, except std::bad_alloc.
+//
+// Threading: a Session is used by one thread at a time (its methods are not
+// synchronised). run() blocks; while it runs, the EventSink is called from the
+// run's own threads, one call at a time, and RunOptions::stop may be set from
+// any thread or a signal handler. Free functions are safe to call from any
+// thread.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace sdxl_batch {
+
+// ---------------------------------------------------------------------------
+// Errors
+
+// The process exit code an error or a run's outcome maps to.
+enum class ExitCode : int { kOk = 0, kFatal = 1, kUsage = 2, kTasksFailed = 3, kLocked = 4 };
+
+// The base of every error the library throws. what() names the file, flag,
+// folder or JSON pointer at fault.
+class Error : public std::runtime_error {
+ public:
+  Error(ExitCode code, const std::string& what) : std::runtime_error(what), code_(code) {}
+  ExitCode code() const noexcept { return code_; }
+  int exit_code() const noexcept { return static_cast<int>(code_); }
+
+ private:
+  ExitCode code_;
+};
+
+// A bad option value, task or batch file (exit 2).
+class UsageError : public Error {
+ public:
+  explicit UsageError(const std::string& what) : Error(ExitCode::kUsage, what) {}
+};
+
+// One problem of a batch file or of submitted tasks. For tasks submitted in
+// code, `file` is empty, `line` 0 and `pointer` "/tasks/N/..." where N is the
+// task's position among the tasks submitted.
+struct Problem {
+  std::string file{};
+  int line = 0;           // 1-based, 0 when unknown
+  std::string pointer{};  // JSON pointer of the value, "" = the whole file
+  std::string message{};
+};
+
+// Input that cannot run (exit 2): every problem found, not only the first.
+class InvalidInputError : public UsageError {
+ public:
+  InvalidInputError(const std::string& what, std::vector<Problem> problems)
+      : UsageError(what), problems_(std::move(problems)) {}
+  const std::vector<Problem>& problems() const noexcept { return problems_; }
+
+ private:
+  std::vector<Problem> problems_{};
+};
+
+// A model folder or module that cannot be read, verified or loaded (exit 1).
+class ModelError : public Error {
+ public:
+  explicit ModelError(const std::string& what) : Error(ExitCode::kFatal, what) {}
+};
+
+// Outputs that cannot be written: disk full, permissions (exit 1).
+class IoError : public Error {
+ public:
+  explicit IoError(const std::string& what) : Error(ExitCode::kFatal, what) {}
+};
+
+// Another run holds the output folder's lock or the lock file (exit 4).
+class LockedError : public Error {
+ public:
+  explicit LockedError(const std::string& what) : Error(ExitCode::kLocked, what) {}
+};
+
+// ---------------------------------------------------------------------------
+// Values as users type them (the CLI's flags, batch files). Each throws
+// UsageError naming the text.
+
+// "90", "90s", "30m", "6h", "1h30m" -> seconds.
+double parse_duration_seconds(const std::string& text);
+// "24GiB", "12G", "800MiB", "65536" -> bytes (G and GiB are both 2^30).
+std::uint64_t parse_size_bytes(const std::string& text);
+// "K/N" with 0 <= K < N -> {K, N}.
+std::pair<int, int> parse_shard(const std::string& text);
+
+// The library's name and version ("sdxl-batch", "0.1.0").
+std::string program_name();
+std::string version();
+
+// ---------------------------------------------------------------------------
+// The model
+
+// How a model folder is opened and, when a run needs it, loaded. Every field
+// of the CLI's model flags (--model, --device, ..., --verify-model) is here.
+struct ModelOptions {
+  std::string model_dir{};            // the folder holding model.json
+  std::string device = "cpu";         // cpu | cuda | cuda:N
+  std::string dtype{};                // "" = the model's; fp32 | fp16 | bf16
+  std::string precision = "default";  // UNet: default | fp8 (export_sdxl.py --fp8)
+  int threads = 0;                    // CPU threads for torch, 0 = torch's default
+  bool jit_optimize = false;          // TorchScript fusion (fp16 results then depend on the call count)
+  bool cudnn_benchmark = false;
+  bool deterministic_cudnn = true;
+  std::string cuda_allocator = "expandable";  // expandable | default
+  bool cuda_graphs = true;
+  std::string unet_backend = "auto";  // auto | torchscript | aoti
+  std::string vae_backend = "auto";   // auto | torchscript | aoti
+  std::string vae_tiling = "auto";    // auto | always | never
+  std::string vae_dtype = "auto";     // auto | fp32 | fp16 | bf16
+  std::size_t vae_cache = 2, controlnet_cache = 2, ip_adapter_cache = 2, ip_image_cache = 64;
+  std::vector<std::string> lora_dirs{};       // where <lora:NAME:W> tags find NAME.safetensors
+  std::uint64_t lora_cache_bytes = 0;         // 0 = 30% of the memory free after the weights
+  bool lora_strict = false;                   // unmapped LoRA keys are an error, not a warning
+  std::vector<std::string> embedding_dirs{};  // textual-inversion embeddings, used by file name
+  std::string vae_dir{};                      // a VAE folder for images that name none ("" = the model's)
+  bool verify = false;                        // check every file's sha256 (model.json) when opening
+};
+
+// What model.json says of the model.
+struct ModelInfo {
+  std::string dir{}, name{}, dtype{};
+  std::string unet_precision{};  // "" = the model dtype, "fp8"
+  int default_steps = 0, default_width = 0, default_height = 0;
+  double default_cfg = 0;
+  int batch_max = 1;           // images per UNet call at most
+  int context_chunks_max = 1;  // 75-token chunks a prompt may use
+};
+
+// The tokens both text encoders get for a prompt (A1111's rules).
+struct Token {
+  std::int64_t id = 0;
+  std::string text{};
+  double weight = 1.0;  // emphasis
+};
+struct TokenChunk {
+  std::size_t tokens_used = 0;      // prompt tokens in the chunk (0..75)
+  std::vector<Token> tokens{};      // the used tokens, without bos and padding
+  std::vector<std::int64_t> ids{};  // all 77 ids: bos, tokens, eos, padding
+};
+struct EncoderTokens {
+  std::string encoder{}, tokenizer{};  // model.json's file names
+  std::size_t token_count = 0;         // A1111's count
+  std::vector<TokenChunk> chunks{};
+};
+struct PromptWarning {
+  std::size_t position = 0;  // character offset in the prompt
+  std::string message{};
+};
+struct TokenReport {
+  std::vector<EncoderTokens> encoders{};
+  std::vector<PromptWarning> warnings{};
+  int context_chunks_max = 1;
+};
+
+// ---------------------------------------------------------------------------
+// Checking a batch file (what `validate` and `run` both do before any image)
+
+struct CheckOptions {
+  std::vector<std::string> wildcard_dirs{};   // searched before the file's "wildcards_dir"
+  std::vector<std::string> embedding_dirs{};  // counted in the prompt-length check (with a model)
+  int clip_skip = 0;                          // for tasks that set none (0: none)
+  std::string vae_dir{};                      // for tasks that name none ("" = the model's)
+  bool expand = false;                        // fill CheckReport::expansions
+};
+
+// One image's prompt after characters, styles and wildcards.
+struct ImagePrompt {
+  int index = 0;
+  std::optional<std::int64_t> seed{};  // empty: a random seed, drawn at run time
+  std::string prompt{}, negative{};
+  std::vector<std::string> picked{};  // what the wildcards chose
+};
+struct TaskExpansion {
+  std::string task_id{};
+  int count = 0;
+  // A random-seed task with wildcards: its images' prompts are drawn at run
+  // time from the seed; `prompt_template` holds the prompt before expansion.
+  bool drawn_at_run_time = false;
+  std::string prompt_template{};
+  std::vector<ImagePrompt> images{};  // empty when drawn_at_run_time
+};
+
+struct CheckReport {
+  std::vector<Problem> problems{};          // empty when the file can run
+  std::vector<std::string> notes{};         // warnings: "/tasks/N: size outside the range the export checked"
+  std::vector<TaskExpansion> expansions{};  // with CheckOptions::expand and no problems
+  bool ok() const { return problems.empty(); }
+};
+
+// Checks a batch file without a model: the schema, the files it names,
+// sampler names. Problems are returned, not thrown; throws UsageError when the
+// file cannot be read.
+CheckReport check_batch_file(const std::string& path, const CheckOptions& options = {});
+
+// The model folder a batch file names ("model", relative to the file), "" if none.
+// Throws UsageError when the file cannot be read.
+std::string batch_file_model_dir(const std::string& path);
+
+// ---------------------------------------------------------------------------
+// Tasks built in code
+
+struct Lora {
+  std::string path{};  // a .safetensors file
+  double weight = 1.0;
+};
+
+// One task: `count` images with seeds seed, seed + 1, ... Unset values come
+// from the model's defaults. The same rules as a batch file's task apply
+// (docs/batch-files.md): ids are unique and name the files.
+struct Task {
+  std::string id{};
+  std::string prompt{};    // A1111 syntax, may hold <lora:NAME:W> tags
+  std::string negative{};  // "" = SDXL's zero negative conditioning
+  std::int64_t seed = -1;  // -1: a random seed, recorded in the manifest (a rerun reuses it)
+  int count = 1;
+  std::optional<int> steps{};
+  std::optional<double> cfg{};
+  std::optional<int> width{}, height{};
+  std::string sampler = "Euler";       // A1111 name, e.g. "DPM++ 2M"
+  std::string schedule = "Automatic";  // Automatic | Karras | Exponential | SGM Uniform
+  std::vector<Lora> loras{};
+  std::string priority = "mid";  // high | mid | low
+};
+
+// ---------------------------------------------------------------------------
+// Running
+
+// Every field of the CLI's `run` flags other than the model's.
+struct RunOptions {
+  std::string out_dir{};                 // "" = the batch file's output.dir, else ./out
+  bool force = false;                    // make every image again, even those done
+  bool skip_invalid = false;             // run a batch file's valid tasks; the invalid ones count as failed
+  double max_runtime_s = 0;              // stop taking new images after this long (0: no limit)
+  int shard_index = 0, shard_count = 1;  // take share K of N of the tasks
+  std::string lock_file{};               // also hold this lock (the output folder's own is always held)
+  std::vector<std::string> wildcard_dirs{};
+  int clip_skip = 0;                   // for tasks that set none (0: none)
+  std::uint64_t vram_limit_bytes = 0;  // device memory budget (0: the card)
+  int max_batch = 1;                   // images per UNet call at most (capped by the model's batch_max)
+  double safety = 1.2;                 // a batch runs only if its estimated peak times this fits
+  int retries = 1;                     // extra attempts of an image that failed
+  double retry_backoff_s = 2.0;        // first wait; doubles per attempt
+  double timeout_s = 0;                // per image when the task sets none (0: none)
+  double aging_s = 900;                // a waiting image moves up one priority class per this long (0: never)
+  int release_every = 0;               // free the allocator's cached blocks every N images
+  int writer_threads = 2;
+  bool file_order = false;  // the file's order instead of the queue's
+  std::string devices{};    // "all" or GPU indices "0,1": one model copy per GPU ("" = the model's device)
+  bool overlap = true;      // text / sample / decode of consecutive batches at once
+  // Set to true (any thread, or a signal handler) to stop taking new images;
+  // the images in flight are finished and the report is written.
+  const std::atomic<bool>* stop = nullptr;
+};
+
+// Events of a run. Paths are absolute; `file` is relative to the output folder.
+struct ImageWritten {
+  std::string task_id{};
+  int index = 0;
+  std::int64_t seed = 0;
+  std::string path{}, file{};
+};
+struct Progress {
+  int total = 0, done = 0, skipped = 0, failed = 0;
+  double elapsed_s = 0, images_per_minute = 0;
+  double eta_s = -1;               // < 0: unknown
+  std::uint64_t memory_bytes = 0;  // device memory in use
+  std::string last_file{};
+  std::string extra{};  // devices, LoRA cache hit rate
+};
+struct TaskFailed {
+  std::string task_id{};
+  int index = 0;
+  std::int64_t seed = 0;
+  std::string error{};
+};
+
+// Receives a run's events. Calls come from the run's threads, one at a time,
+// and none after run() returns; a handler must return quickly, must not call
+// the Session, and must not throw (an exception is logged and dropped).
+class EventSink {
+ public:
+  virtual ~EventSink() = default;
+  // A PNG is in place and its manifest line written.
+  virtual void on_image(const ImageWritten&) {}
+  // After each image made or failed.
+  virtual void on_progress(const Progress&) {}
+  // An image failed for good (after its retries), or an invalid task was skipped.
+  virtual void on_task_failed(const TaskFailed&) {}
+};
+
+struct RunResult {
+  int total = 0, done = 0, skipped = 0, failed = 0, not_started = 0;
+  int batches = 0, oom_recoveries = 0, retries = 0, deadlines_missed = 0, devices_failed = 0;
+  std::string stop_reason{};  // "" when every image was attempted
+  std::string out_dir{}, report_path{};
+  // kOk, or kTasksFailed when an image failed or was not started.
+  ExitCode exit_code() const { return (failed > 0 || not_started > 0) ? ExitCode::kTasksFailed : ExitCode::kOk; }
+};
+
+// What a run would do (`run --dry-run`), with the memory and time that earlier
+// runs into the same output folder measured.
+struct PlannedBatch {
+  std::string priority{};
+  int width = 0, height = 0, steps = 0;
+  std::vector<std::string> images{};  // "task#index"
+  std::int64_t est_peak_bytes = -1;   // -1: never measured (the size runs alone first)
+  double est_seconds = -1;            // -1: unknown
+  bool time_measured = false;         // false: est_seconds is extrapolated
+};
+struct Plan {
+  std::string model_name{}, out_dir{};
+  int total = 0, to_make = 0, skipped = 0;
+  std::vector<PlannedBatch> batches{};  // in queue order
+  double est_seconds = -1;              // -1: unknown for at least one batch
+  bool estimates_measured = false;      // earlier runs into the folder measured this device
+  std::string estimates_device{}, why_no_estimates{};
+  std::uint64_t vram_limit_bytes = 0, weights_bytes = 0, free_bytes = 0;
+  double safety = 1.2;
+  int max_batch = 1;  // after the model's batch_max
+};
+
+// ---------------------------------------------------------------------------
+// The session: one model, the tasks submitted to it, and runs.
+
+class Session {
+ public:
+  // Opens the model folder: reads model.json (and, with `verify`, checks its
+  // files' sha256). Weights are loaded by the first run that has an image to
+  // make, on each device's own thread. Throws ModelError (unreadable folder,
+  // sha256 mismatch) or UsageError (a bad option value). A moved-from
+  // Session may only be destroyed or assigned to.
+  explicit Session(ModelOptions options);
+  ~Session();
+  Session(Session&&) noexcept;
+  Session& operator=(Session&&) noexcept;
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  const ModelOptions& options() const;
+  ModelInfo model() const;
+
+  // How both tokenizers read `text`, with the session's embeddings (and
+  // `embedding_dirs`) as their vectors. Throws UsageError for unreadable
+  // embeddings.
+  TokenReport tokens(const std::string& text, const std::vector<std::string>& embedding_dirs = {}) const;
+
+  // check_batch_file with this model: also sizes, clip skip, folders that fit
+  // the model and prompt lengths, with the model's defaults for what the file
+  // does not set. The session's embedding dirs count too.
+  CheckReport check_batch_file(const std::string& path, const CheckOptions& options = {}) const;
+
+  // Queues a batch file's tasks for the next run (at most one batch file, and
+  // not together with tasks submitted in code). The file is checked at run().
+  // Throws UsageError when something is queued already.
+  void submit_batch_file(const std::string& path);
+  // Queues one task (its settings are checked now, the set at run()). Throws
+  // InvalidInputError listing its problems, UsageError when a batch file is
+  // queued or the id was submitted already.
+  void submit(const Task& task);
+  // Forgets what was submitted.
+  void clear();
+
+  // Runs everything submitted into options.out_dir (created; its lock held
+  // for the run). Images the folder's manifest shows as done are skipped, so
+  // a second run of the same tasks makes nothing. The submitted tasks stay
+  // queued. Throws InvalidInputError (a task or the file cannot run),
+  // LockedError, ModelError (weights that do not load), IoError (an output
+  // that cannot be written; the report is written first). Failed images do
+  // not throw: they are in the result, its exit_code() and the events.
+  RunResult run(const RunOptions& options, EventSink* sink = nullptr);
+  // What run(options) would make, in queue order with estimates; loads no
+  // weights and writes nothing (the output folder is only read). Throws as run()
+  // does before its first image.
+  Plan plan(const RunOptions& options) const;
+
+  struct Impl;  // the library's own state, defined inside it
+
+ private:
+  std::unique_ptr<Impl> impl_{};
+};
+
+}  // namespace sdxl_batch

@@ -1,0 +1,213 @@
+#include "check/batch_check.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "batch/lora_ref.h"
+#include "batch/story.h"
+#include "batch/wildcards.h"
+#include "core/error.h"
+#include "image/png_reader.h"
+#include "lora/embedding_files.h"
+#include "sampling/sampler_plan.h"
+#include "text/clip_tokenizer.h"
+#include "text/prompt_chunks.h"
+
+namespace sdxl {
+
+GenerationParams defaults_of(const ModelConfig& mc) {
+  GenerationParams p;
+  p.steps = mc.defaults.steps;
+  p.cfg = mc.defaults.cfg;
+  p.width = mc.defaults.width;
+  p.height = mc.defaults.height;
+  return p;
+}
+
+std::string check_task_size(const ModelConfig& model, const GenerationParams& p) {
+  check_generation_size(model, p.width, p.height, 1);
+  std::string note = unchecked_size_note(model, p.width, p.height);
+  if (!p.hires_on()) return note;
+  try {
+    check_generation_size(model, p.hires_width(), p.hires_height(), 1);
+  } catch (const UsageError& e) {
+    throw UsageError("hires fix to " + std::to_string(p.hires_width()) + "x" + std::to_string(p.hires_height()) +
+                     " (scale " + format_number(p.hires.scale) + "): " + e.what());
+  }
+  if (note.empty()) note = unchecked_size_note(model, p.hires_width(), p.hires_height());
+  return note;
+}
+
+void canonicalize_sampler(GenerationParams& p) {
+  const SamplerChoice c = parse_sampler_choice(p.sampler, p.schedule);
+  p.sampler = c.sampler_name;
+  p.schedule = c.schedule_name;
+}
+
+std::string FileInputChecks::folder_problem(const std::string& kind, const std::string& dir) {
+  try {
+    if (kind == "vae") (void)load_vae_config(dir);
+    else if (kind == "controlnet") (void)load_controlnet_config(dir);
+    else if (kind == "ip_adapter") (void)load_ip_adapter_config(dir);
+    else return "unknown folder kind '" + kind + "'";
+  } catch (const ModelError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string FileInputChecks::png_size(const std::string& path, int& width, int& height) {
+  return sdxl::png_size(path, width, height);
+}
+
+void FileInputChecks::canonicalize_sampler(GenerationParams& p) { sdxl::canonicalize_sampler(p); }
+
+namespace {
+
+// A prompt that needs more 75-token chunks than the model was checked for
+// fails at run time; every image whose prompt is known now is checked here.
+// (Random-seed tasks with wildcards draw their prompts at run time.)
+void check_prompt_chunks(const ModelConfig& mc, const BatchFile& bf, const std::vector<std::filesystem::path>& emb_dirs,
+                         std::vector<BatchProblem>& problems) {
+  std::vector<ClipTokenizer> toks;
+  for (const auto& te : mc.text_encoders) toks.push_back(ClipTokenizer::from_dir(mc.path_of(te.tokenizer), te.pad_token));
+  try {  // embeddings count as their vectors, as in the run
+    std::vector<std::filesystem::path> dirs = emb_dirs;
+    dirs.insert(dirs.end(), bf.embedding_dirs.begin(), bf.embedding_dirs.end());
+    const std::vector<EmbeddingFile> files = scan_embedding_files(dirs);
+    for (auto& t : toks) add_embedding_tokens(t, files, static_cast<std::int32_t>(t.vocab_size()));
+  } catch (const UsageError& e) {
+    problems.push_back({"/embeddings_dir", e.what(), 0});
+    return;
+  }
+  auto chunks = [&](const std::string& text) {
+    size_t n = 0;
+    for (const auto& t : toks) n = std::max(n, tokenize_prompt(t, extract_lora_tags(text).text, nullptr).size());
+    return n;
+  };
+  const WildcardLibrary lib(bf.wildcard_dirs);
+  for (size_t i = 0; i < bf.tasks.size(); ++i) {
+    const BatchTask& task = bf.tasks[i];
+    if (task.seed_random && prompt_has_wildcards(task.params) && !task.expand_all) continue;
+    std::set<std::string> seen;
+    for (int k = 0; k < task.count; ++k) {
+      const ImagePrompt ip = task_image_prompt(task, k, task.params.seed + k, lib);
+      if (!seen.insert(ip.prompt + '\x1e' + ip.negative).second) continue;
+      try {
+        size_t n = chunks(ip.prompt);
+        if (task.params.cfg > 1.0 && !ip.negative.empty()) n = std::max(n, chunks(ip.negative));
+        if (n <= static_cast<size_t>(mc.limits.context_chunks_max)) continue;
+        problems.push_back({"/tasks/" + std::to_string(i) + "/prompt",
+                            "image " + std::to_string(k) + "'s prompt needs " + std::to_string(n) +
+                                " chunks of 75 tokens; model '" + mc.name + "' was checked for at most " +
+                                std::to_string(mc.limits.context_chunks_max) +
+                                " (shorten it; `sdxl-batch tokens` shows the chunks)", 0});
+      } catch (const UsageError& e) {
+        problems.push_back({"/tasks/" + std::to_string(i) + "/prompt", e.what(), 0});
+      }
+      break;  // one problem per task is enough
+    }
+  }
+}
+
+// The model's limits for task `i`: sizes (and the hires pass), clip skip, and
+// whether its VAE, ControlNet and IP-Adapter folders fit the model.
+void check_task_against_model(const ModelConfig& model, TaskFolderFits& fits, size_t i, const GenerationParams& p,
+                              CheckedBatch& out) {
+  const std::string at = "/tasks/" + std::to_string(i);
+  try {
+    const std::string note = check_task_size(model, p);
+    if (!note.empty()) out.notes.push_back(at + ": " + note);
+  } catch (const UsageError& e) {
+    out.problems.push_back({at, e.what(), 0});
+  }
+  try {
+    if (p.clip_skip != 0) check_clip_skip(model, p.clip_skip);
+  } catch (const UsageError& e) {
+    out.problems.push_back({at + "/clip_skip", e.what(), 0});
+  }
+  try {
+    if (!p.vae.empty()) fits.vae(p.vae);
+  } catch (const ModelError& e) {
+    out.problems.push_back({at, e.what(), 0});
+  }
+  for (size_t k = 0; k < p.controlnets.size(); ++k) {
+    try {
+      fits.controlnet(p.controlnets[k].model);
+    } catch (const ModelError& e) {
+      out.problems.push_back({at + "/controlnets/" + std::to_string(k), e.what(), 0});
+    }
+  }
+  try {
+    if (p.ip_adapter.on()) fits.ip_adapter(p.ip_adapter.model);
+  } catch (const ModelError& e) {
+    out.problems.push_back({at + "/ip_adapter/model", e.what(), 0});
+  }
+}
+
+}  // namespace
+
+CheckedBatch check_batch_file(const std::filesystem::path& path, const ModelConfig* model,
+                              const BatchCheckInputs& inputs) {
+  return check_batch_text(read_batch_text(path), path, model, inputs);
+}
+
+CheckedBatch check_batch_text(const std::string& text, const std::filesystem::path& path, const ModelConfig* model,
+                              const BatchCheckInputs& inputs) {
+  CheckedBatch out;
+  FileInputChecks files;
+  out.file = parse_batch_text(text, path, inputs.fallback, &out.problems, inputs.wildcard_dirs, &files);
+  if (model) {
+    TaskFolderFits fits(*model);
+    for (size_t i = 0; i < out.file.tasks.size(); ++i) check_task_against_model(*model, fits, i, out.file.tasks[i].params, out);
+    check_prompt_chunks(*model, out.file, inputs.embedding_dirs, out.problems);
+  }
+  attach_lines(text, out.problems);
+  return out;
+}
+
+BatchFile keep_valid_tasks(CheckedBatch checked, std::vector<std::pair<std::string, std::string>>& invalid) {
+  std::map<size_t, std::string> bad;  // task position -> errors
+  std::vector<BatchProblem> fatal;
+  for (const auto& p : checked.problems) {
+    size_t pos = 0;
+    if (std::sscanf(p.pointer.c_str(), "/tasks/%zu", &pos) == 1)
+      bad[pos] += (bad[pos].empty() ? "" : "; ") + p.pointer + ": " + p.message;
+    else
+      fatal.push_back(p);
+  }
+  BatchFile& bf = checked.file;
+  if (!fatal.empty()) {
+    std::string msg = bf.path.string() + " cannot run even with --skip-invalid:";
+    for (const auto& p : fatal)
+      msg += "\n  " + (p.pointer.empty() ? std::string("/") : p.pointer) + " (line " + std::to_string(p.line) +
+             "): " + p.message;
+    throw UsageError(msg);
+  }
+  std::vector<BatchTask> kept;
+  for (size_t i = 0; i < bf.tasks.size(); ++i) {
+    const auto it = bad.find(i);
+    if (it == bad.end()) {
+      kept.push_back(bf.tasks[i]);
+      continue;
+    }
+    const std::string id = bf.tasks[i].id.empty() ? "/tasks/" + std::to_string(i) : bf.tasks[i].id;
+    spdlog::warn("skipping invalid task {}: {}", id, it->second);
+    invalid.emplace_back(id, it->second);
+  }
+  bf.tasks = std::move(kept);
+  return std::move(bf);
+}
+
+std::vector<BatchProblem> validate_batch_file(const std::filesystem::path& path, const ModelConfig* model,
+                                              const std::vector<std::filesystem::path>& wildcard_dirs,
+                                              const std::vector<std::filesystem::path>& embedding_dirs) {
+  const BatchCheckInputs inputs{model ? defaults_of(*model) : GenerationParams{}, wildcard_dirs, embedding_dirs};
+  return check_batch_file(path, model, inputs).problems;
+}
+
+}  // namespace sdxl
