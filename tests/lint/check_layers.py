@@ -135,7 +135,10 @@ def read_units(root: Path) -> dict[str, Unit]:
             m = re.fullmatch(r"\$\{SDXL_LAYER_VIEWS\}/(\w+)", a)
             if m:
                 views.setdefault(args[0], set()).add(m.group(1))
-    for line, args in cmake_calls(text, "add_executable"):
+    targets = list(cmake_calls(text, "add_executable"))
+    targets += [(line, [args[0]] + args[2:]) for line, args in cmake_calls(text, "add_library")
+                if len(args) > 1 and args[1] == "OBJECT"]  # a part of an executable compiled apart
+    for line, args in targets:
         name, sources = args[0], [a for a in args[1:] if "$" not in a and "/" in a]
         if not sources or any(s.startswith("tests/") for s in sources):
             continue
