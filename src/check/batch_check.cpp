@@ -90,14 +90,18 @@ void check_prompt_chunks(const ModelConfig& mc, const BatchFile& bf, const std::
     return n;
   };
   const WildcardLibrary lib(bf.wildcard_dirs);
+  std::set<std::string> reported;  // a task whose prompt already has a problem is not expanded again
+  for (const auto& p : problems) reported.insert(p.pointer);
   for (size_t i = 0; i < bf.tasks.size(); ++i) {
     const BatchTask& task = bf.tasks[i];
     if (task.seed_random && prompt_has_wildcards(task.params) && !task.expand_all) continue;
+    const std::string at = "/tasks/" + std::to_string(i);
+    if (reported.count(at + "/prompt") || reported.count(at + "/negative")) continue;
     std::set<std::string> seen;
     for (int k = 0; k < task.count; ++k) {
-      const ImagePrompt ip = task_image_prompt(task, k, task.params.seed + k, lib);
-      if (!seen.insert(ip.prompt + '\x1e' + ip.negative).second) continue;
       try {
+        const ImagePrompt ip = task_image_prompt(task, k, task.params.seed + k, lib);
+        if (!seen.insert(ip.prompt + '\x1e' + ip.negative).second) continue;
         size_t n = chunks(ip.prompt);
         if (task.params.cfg > 1.0 && !ip.negative.empty()) n = std::max(n, chunks(ip.negative));
         if (n <= static_cast<size_t>(mc.limits.context_chunks_max)) continue;
