@@ -21,8 +21,9 @@ ENV = dict(os.environ, OMP_NUM_THREADS="1")
 
 
 def run(cmd: list, timeout: float | None = 600, env_extra: dict | None = None) -> subprocess.CompletedProcess:
-    """cmd (its parts made str) with stdout and stderr captured as text, ENV plus env_extra."""
-    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout,
+    """cmd (its parts made str) with stdout and stderr captured as text (bytes that are not
+    UTF-8 replaced, so hostile output cannot break the test), ENV plus env_extra."""
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, errors="replace", timeout=timeout,
                           env=dict(ENV, **(env_extra or {})))
 
 

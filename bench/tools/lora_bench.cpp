@@ -9,14 +9,16 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "api/options.h"
 #include "cli/cli_common.h"
+#include "cli/model_flags.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
 
 namespace sdxl::cli {
 
 struct LoraBenchArgs {
-  ModelOptions model;
+  ModelFlags model;
   std::vector<std::string> loras;
   int switches = 20;
   std::string json_out;
@@ -35,10 +37,9 @@ void add_lora_bench_options(CLI::App& app, LoraBenchArgs& a) {
 
 int run_lora_bench(const LoraBenchArgs& args) {
   using Clock = std::chrono::steady_clock;
-  ModelOptions mo = args.model;
-  mo.finish();
+  const sdxl_batch::ModelOptions mo = args.model.resolved();
   const LoraRef a = parse_lora_arg(args.loras.at(0)), b = parse_lora_arg(args.loras.at(1));
-  Generator gen(mo.model_dir, mo.runtime);
+  Generator gen(mo.model_dir, api::runtime_options(mo));
   auto timed = [&](const std::vector<LoraRef>& set) {
     const auto t0 = Clock::now();
     (void)gen.set_loras(set);  // synchronises the device before returning

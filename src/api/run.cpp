@@ -8,6 +8,8 @@
 #include <sstream>
 
 #include "api/boundary.h"
+#include "api/options.h"
+#include "check/model_files.h"
 #include "api/session_impl.h"
 #include "core/run_lock.h"
 #include "scheduler/generator_lane.h"
@@ -18,34 +20,6 @@ namespace sdxl::api {
 namespace {
 
 namespace fs = std::filesystem;
-
-// The pipeline's options from the public model options.
-RuntimeOptions runtime_options(const sdxl_batch::ModelOptions& m, const std::vector<fs::path>& batch_embedding_dirs) {
-  RuntimeOptions r;
-  r.device = m.device;
-  r.dtype = m.dtype;
-  r.precision = m.precision;
-  r.threads = m.threads;
-  r.jit_optimize = m.jit_optimize;
-  r.cudnn_benchmark = m.cudnn_benchmark;
-  r.deterministic_cudnn = m.deterministic_cudnn;
-  r.cuda_allocator = m.cuda_allocator;
-  r.cuda_graphs = m.cuda_graphs;
-  r.unet_backend = m.unet_backend;
-  r.vae_backend = m.vae_backend;
-  r.vae_tiling = m.vae_tiling;
-  r.vae_dtype = m.vae_dtype;
-  r.vae_cache = m.vae_cache;
-  r.controlnet_cache = m.controlnet_cache;
-  r.ip_adapter_cache = m.ip_adapter_cache;
-  r.ip_image_cache = m.ip_image_cache;
-  r.lora_dirs.assign(m.lora_dirs.begin(), m.lora_dirs.end());
-  r.lora_cache_bytes = m.lora_cache_bytes;
-  r.lora_strict = m.lora_strict;
-  r.embedding_dirs.assign(m.embedding_dirs.begin(), m.embedding_dirs.end());
-  r.embedding_dirs.insert(r.embedding_dirs.end(), batch_embedding_dirs.begin(), batch_embedding_dirs.end());
-  return r;
-}
 
 // RunOptions::devices: "all" (every CUDA device) or indices "0,1" -> "cuda:0",
 // "cuda:1"; "": the model's one device. Throws UsageError.
@@ -277,6 +251,11 @@ std::unique_ptr<PreparedRun> prepare_run(const sdxl_batch::Session::Impl& s, con
   }
   std::vector<std::pair<std::string, std::string>> invalid;
   p->batch = load_submitted(s, a, invalid);
+  if (s.options.verify) {
+    std::vector<const GenerationParams*> params;
+    for (const BatchTask& task : p->batch.tasks) params.push_back(&task.params);
+    verify_task_folders(params);
+  }
   p->out_dir = output_folder(a, p->batch);
   o.out_dir = p->out_dir;
   o.model_name = mc.name;

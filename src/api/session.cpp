@@ -2,11 +2,11 @@
 // The run is in run.cpp.
 #include <spdlog/spdlog.h>
 
-#include <chrono>
 #include <nlohmann/json.hpp>
 
 #include "api/boundary.h"
 #include "api/session_impl.h"
+#include "check/model_files.h"
 #include "lora/embedding_files.h"
 #include "text/clip_tokenizer.h"
 #include "text/prompt_chunks.h"
@@ -16,20 +16,6 @@ namespace sdxl_batch {
 using sdxl::api::guarded;
 
 namespace {
-
-// ModelOptions::verify: every file's sha256 against model.json. Throws ModelError.
-void verify_model(const sdxl::ModelConfig& mc) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const int n = sdxl::verify_model_files(mc);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (n == 0)
-    spdlog::warn(
-        "--verify-model: model.json of '{}' records no sha256 sums (exported before they were); "
-        "export it again to verify it",
-        mc.dir.string());
-  else
-    spdlog::info("--verify-model: {} file(s) match their sha256 ({:.1f} s)", n, s);
-}
 
 TokenChunk public_chunk(const sdxl::ClipTokenizer& tok, const sdxl::TokenizedPrompt& tp, size_t c) {
   const sdxl::PromptChunk& ch = tp.chunks[c];
@@ -48,7 +34,7 @@ Session::Session(ModelOptions options) : impl_(std::make_unique<Impl>()) {
     if (options.model_dir.empty()) throw sdxl::UsageError("no model folder given (ModelOptions::model_dir, --model)");
     impl_->config =
         sdxl::with_unet_precision(sdxl::load_model_config(options.model_dir), options.precision, options.dtype);
-    if (options.verify) verify_model(impl_->config);
+    if (options.verify) sdxl::verify_model_folder(impl_->config);
     impl_->options = std::move(options);
   });
 }

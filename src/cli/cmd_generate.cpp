@@ -6,7 +6,10 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "api/options.h"
+#include "check/model_files.h"
 #include "cli/cli_common.h"
+#include "cli/model_flags.h"
 #include "cli/commands.h"
 #include "check/batch_check.h"
 #include "core/atomic_file.h"
@@ -20,7 +23,7 @@
 namespace sdxl::cli {
 
 struct GenerateArgs {
-  ModelOptions model;
+  ModelFlags model;
   std::string prompt, negative, out, save_latents, timings_json;
   std::string sampler = "Euler", schedule = "Automatic";
   double guidance_rescale = 0.0;
@@ -181,8 +184,9 @@ IpAdapterUse ip_adapter_flags(const GenerateArgs& a, const ModelConfig& config) 
 
 int run_generate(const GenerateArgs& args) {
   using Clock = std::chrono::steady_clock;
-  GenerateArgs a = args;
-  a.model.finish();
+  const GenerateArgs& a = args;
+  const sdxl_batch::ModelOptions mo = a.model.resolved();
+  const RuntimeOptions runtime = api::runtime_options(mo);
   std::vector<LoraRef> loras;
   for (const auto& l : a.loras) loras.push_back(parse_lora_arg(l));
   // The text rule of core/input_text.h, as for batch files: prompts may span lines.
@@ -192,7 +196,7 @@ int run_generate(const GenerateArgs& args) {
     throw UsageError("--negative " + why);
   // Also before the model loads: a prompt tag naming an unknown LoRA, or one of
   // the --lora files at another weight, fails fast.
-  (void)merge_lora_tags(loras, extract_lora_tags(a.prompt).tags, {}, a.model.runtime.lora_dirs);
+  (void)merge_lora_tags(loras, extract_lora_tags(a.prompt).tags, {}, runtime.lora_dirs);
   GenerationParams p;
   p.sampler = a.sampler;
   p.schedule = a.schedule;
@@ -212,19 +216,21 @@ int run_generate(const GenerateArgs& args) {
     p.hires.steps = a.hires_steps;
     p.hires.denoise = a.hires_denoise;
   }
-  const ModelConfig config = load_model_config(a.model.model_dir);
+  const ModelConfig config = load_model_config(mo.model_dir);
   if (p.clip_skip != 0) check_clip_skip(config, p.clip_skip);  // UsageError before the model loads
-  if (!a.model.vae_dir.empty()) {  // ModelError (exit 3) naming the folder, before the model loads
-    p.vae = std::filesystem::absolute(a.model.vae_dir).lexically_normal().string();
+  if (!mo.vae_dir.empty()) {  // ModelError (exit 3) naming the folder, before the model loads
+    p.vae = std::filesystem::absolute(mo.vae_dir).lexically_normal().string();
     check_vae_fits(load_vae_config(p.vae), config);
   }
   p.controlnets = controlnet_flags(a);
   for (const ControlNetUse& c : p.controlnets)  // ModelError (exit 3) naming the folder, before the model loads
     check_controlnet_fits(load_controlnet_config(c.model), config);
   p.ip_adapter = ip_adapter_flags(a, config);
-  verify_model_if_asked(a.model, config);
-  verify_task_folders_if_asked(a.model, {&p});
-  Generator gen(a.model.model_dir, a.model.runtime);
+  if (mo.verify) {
+    verify_model_folder(config);
+    verify_task_folders({&p});
+  }
+  Generator gen(mo.model_dir, runtime);
   const ModelConfig& mc = gen.model();
   p.prompt = a.prompt;
   p.negative_prompt = a.negative;

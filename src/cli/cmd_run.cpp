@@ -1,34 +1,29 @@
 // `sdxl-batch run`: every image of a batch file into an output folder, resumable.
-// The batch is validated (schema and the model's limits) before any module is
-// loaded; the model loads only when there is an image left to make.
+// A client of the public API (include/sdxl_batch/sdxl_batch.h): the flags become
+// ModelOptions and RunOptions, the batch file a Session's submission, and the
+// run's events the progress line. The batch is checked (schema and the model's
+// limits) before any module is loaded; the model loads only when there is an
+// image left to make.
+#include <sdxl_batch/sdxl_batch.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
-#include <spdlog/spdlog.h>
-
-#include <algorithm>
 #include <atomic>
 #include <csignal>
+#include <string>
+#include <tuple>
+#include <vector>
 #include <cstdio>
-#include <cstring>
-#include <fstream>
-#include <map>
-#include <sstream>
 
 #include "cli/cli_common.h"
 #include "cli/commands.h"
-#include "batch/batch_file.h"
-#include "check/batch_check.h"
-#include "scheduler/generator_lane.h"
-#include "scheduler/run_batch.h"
-#include "core/error.h"
-#include "core/run_lock.h"
+#include "cli/model_flags.h"
 #include "cli/progress.h"
-#include "core/units.h"
 
 namespace sdxl::cli {
 
 struct RunArgs {
-  ModelOptions model;
+  ModelFlags model;
   std::string batch_file, out_dir, lock_file, max_runtime, shard, vram_limit, timeout, aging = "15m", order = "queue";
   std::string devices;
   std::vector<std::string> wildcard_dirs;
@@ -110,311 +105,113 @@ extern "C" void on_stop_signal(int sig) {
   [[maybe_unused]] ssize_t n = ::write(STDERR_FILENO, msg, sizeof msg - 1);
 }
 
-// --devices: "all" (every CUDA device), or indices "0,1" -> "cuda:0", "cuda:1";
-// empty: the one --device.
-std::vector<std::string> resolve_devices(const std::string& spec, const std::string& device) {
-  if (spec.empty()) return {device};
-  std::vector<std::string> out;
-  const int count = cuda_device_count();
-  if (spec == "all") {
-    if (count == 0) throw UsageError("--devices all: no CUDA device is visible");
-    for (int i = 0; i < count; ++i) out.push_back("cuda:" + std::to_string(i));
-    return out;
-  }
-  std::stringstream ss(spec);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (item.empty() || item.size() > 4 || item.find_first_not_of("0123456789") != std::string::npos)
-      throw UsageError("--devices '" + spec + "': expected all, or GPU indices like 0,1 (got '" + item + "')");
-    const int index = std::stoi(item);
-    if (index >= count)
-      throw UsageError("--devices '" + spec + "': GPU " + item + " does not exist (" + std::to_string(count) +
-                       " CUDA device(s) visible)");
-    const std::string name = "cuda:" + item;
-    if (std::find(out.begin(), out.end(), name) != out.end())
-      throw UsageError("--devices '" + spec + "': GPU " + item + " is listed twice");
-    out.push_back(name);
-  }
-  if (out.empty()) throw UsageError("--devices '" + spec + "': no GPU listed");
-  return out;
-}
-
-std::filesystem::path relative_to_batch(const std::filesystem::path& batch, const std::string& p) {
-  std::filesystem::path q(p);
-  return q.is_absolute() ? q : batch.parent_path() / q;
-}
-
-
-// --skip-invalid: problems under /tasks/N drop task N (reported as failed);
-// any other problem (the file's structure) still refuses the whole file.
-BatchFile keep_valid_tasks(const std::filesystem::path& path, CheckedBatch checked,
-                           std::vector<std::pair<std::string, std::string>>& invalid) {
-  std::map<size_t, std::string> bad;  // task position -> errors
-  std::vector<BatchProblem> fatal;
-  for (const auto& p : checked.problems) {
-    size_t pos = 0;
-    if (std::sscanf(p.pointer.c_str(), "/tasks/%zu", &pos) == 1) {
-      bad[pos] += (bad[pos].empty() ? "" : "; ") + p.pointer + ": " + p.message;
-    } else {
-      fatal.push_back(p);
-    }
-  }
-  if (!fatal.empty()) {
-    std::string msg = path.string() + " cannot run even with --skip-invalid:";
-    for (const auto& p : fatal) msg += "\n  " + (p.pointer.empty() ? std::string("/") : p.pointer) + " (line " +
-                                       std::to_string(p.line) + "): " + p.message;
-    throw UsageError(msg);
-  }
-  BatchFile& bf = checked.file;
-  std::vector<BatchTask> kept;
-  for (size_t i = 0; i < bf.tasks.size(); ++i) {
-    auto it = bad.find(i);
-    if (it == bad.end()) {
-      kept.push_back(bf.tasks[i]);
-      continue;
-    }
-    const std::string id = bf.tasks[i].id.empty() ? "/tasks/" + std::to_string(i) : bf.tasks[i].id;
-    spdlog::warn("skipping invalid task {}: {}", id, it->second);
-    invalid.emplace_back(id, it->second);
-  }
-  bf.tasks = std::move(kept);
-  return std::move(bf);
-}
-
-void save_estimates(const WorkEstimator& e, const std::filesystem::path& path) {
-  if (e.empty()) return;
+// A duration flag's seconds (0: no limit); UsageError naming the flag for
+// anything else than a finite duration of 0 or more.
+double duration_flag(const std::string& flag, const std::string& text) {
   try {
-    e.save(path);
-  } catch (const std::exception& ex) {
-    spdlog::warn("could not save the measured estimates: {}", ex.what());
+    return sdxl_batch::parse_duration_seconds(text);
+  } catch (const sdxl_batch::UsageError& e) {
+    throw sdxl_batch::UsageError(flag + ": " + e.what());
   }
+}
+
+// The run's options from the flags (resume, shard, queue, retries, devices).
+sdxl_batch::RunOptions run_options(const RunArgs& a) {
+  sdxl_batch::RunOptions o;
+  o.out_dir = a.out_dir;
+  o.force = a.force;
+  o.skip_invalid = a.skip_invalid;
+  o.max_runtime_s = a.max_runtime.empty() ? 0.0 : duration_flag("--max-runtime", a.max_runtime);
+  if (!a.shard.empty()) std::tie(o.shard_index, o.shard_count) = sdxl_batch::parse_shard(a.shard);
+  o.lock_file = a.lock_file;
+  o.wildcard_dirs = a.wildcard_dirs;
+  o.clip_skip = a.clip_skip;
+  o.vram_limit_bytes = a.vram_limit.empty() ? 0 : sdxl_batch::parse_size_bytes(a.vram_limit);
+  o.max_batch = a.max_batch;
+  o.safety = a.safety;
+  o.retries = a.retries;
+  o.retry_backoff_s = a.retry_backoff;
+  o.timeout_s = a.timeout.empty() ? 0.0 : duration_flag("--timeout", a.timeout);
+  o.aging_s = duration_flag("--aging", a.aging);
+  o.release_every = a.release_every;
+  o.writer_threads = a.writer_threads;
+  o.file_order = a.order == "file";
+  o.devices = a.devices;
+  o.overlap = !a.no_overlap;
+  return o;
+}
+
+// The images of a planned batch: the first four names, then "+N".
+std::string batch_images(const std::vector<std::string>& images) {
+  std::string names;
+  for (size_t i = 0; i < images.size(); ++i) {
+    if (i == 4) return names + ", +" + std::to_string(images.size() - 4);
+    names += (i ? ", " : "") + images[i];
+  }
+  return names;
 }
 
 // --dry-run: the queue's plan with the estimates measured by earlier runs into
 // the same folder; reads model.json only (no weights are loaded).
-int print_plan(const std::filesystem::path& batch_path, const BatchFile& batch, const ModelConfig& mc, const RunOptions& o,
-               std::uint64_t vram_limit, const std::string& why_no_estimates) {
-  const std::uint64_t free_bytes = vram_limit > 0 ? vram_limit - std::min(vram_limit, module_file_bytes(mc)) : UINT64_MAX;
-  const BatchPlan plan = plan_batch(batch, o, free_bytes);
-  std::printf("plan for %s (model %s, output %s)\n", batch_path.c_str(), mc.name.c_str(), o.out_dir.c_str());
+int print_plan(const std::string& batch_path, const sdxl_batch::Plan& plan) {
+  std::printf("plan for %s (model %s, output %s)\n", batch_path.c_str(), plan.model_name.c_str(), plan.out_dir.c_str());
   std::printf("  %d image(s): %d to make, %d already done\n", plan.total, plan.to_make, plan.skipped);
-  if (o.estimator->empty())
+  if (!plan.estimates_measured)
     std::printf("  estimates: none measured yet (%s); each new size runs alone first and is measured\n",
-                why_no_estimates.c_str());
+                plan.why_no_estimates.c_str());
   else
-    std::printf("  estimates: measured by earlier runs into this folder (%s)\n", o.estimator->device().c_str());
-  if (vram_limit == 0)
+    std::printf("  estimates: measured by earlier runs into this folder (%s)\n", plan.estimates_device.c_str());
+  if (plan.vram_limit_bytes == 0)
     std::printf("  memory budget: not given (--vram-limit); batches are capped by --max-batch %d only\n",
-                o.queue.max_batch);
+                plan.max_batch);
   else
-    std::printf("  memory budget %s: weights %s, %s left for work (x%.2f safety)\n", format_bytes(vram_limit).c_str(),
-                format_bytes(module_file_bytes(mc)).c_str(), format_bytes(free_bytes).c_str(), o.safety);
+    std::printf("  memory budget %s: weights %s, %s left for work (x%.2f safety)\n",
+                format_bytes(plan.vram_limit_bytes).c_str(), format_bytes(plan.weights_bytes).c_str(),
+                format_bytes(plan.free_bytes).c_str(), plan.safety);
   std::printf("  %-4s %-6s %-11s %5s %6s %12s %10s  %s\n", "#", "prio", "size", "steps", "images", "est. memory",
               "est. time", "images");
   int k = 0;
   for (const auto& b : plan.batches) {
     const std::string mem = b.est_peak_bytes >= 0 ? format_bytes(static_cast<std::uint64_t>(b.est_peak_bytes)) : "probe";
     const std::string time = b.est_seconds >= 0 ? format_eta(b.est_seconds) + (b.time_measured ? "" : "~") : "?";
-    std::string names;
-    for (size_t i = 0; i < b.images.size(); ++i) {
-      if (i == 4) {
-        names += ", +" + std::to_string(b.images.size() - 4);
-        break;
-      }
-      names += (i ? ", " : "") + b.images[i];
-    }
     std::printf("  %-4d %-6s %5dx%-5d %5d %6zu %12s %10s  %s\n", ++k, b.priority.c_str(), b.width, b.height, b.steps,
-                b.images.size(), mem.c_str(), time.c_str(), names.c_str());
+                b.images.size(), mem.c_str(), time.c_str(), batch_images(b.images).c_str());
   }
   std::printf("  %zu batch(es); estimated time %s\n", plan.batches.size(),
               plan.est_seconds >= 0 ? format_eta(plan.est_seconds).c_str() : "unknown until each size is measured");
   return 0;
 }
 
-// The model folder: --model, else the batch file's "model" (relative to it).
-// This first pass only finds the model; the problems are reported by the
-// second pass, which applies the model's defaults and limits.
-std::filesystem::path find_model_dir(const RunArgs& a, const std::filesystem::path& batch_path) {
-  if (!a.model.model_dir.empty()) return a.model.model_dir;
-  std::vector<BatchProblem> probe_problems;
-  const BatchFile probe = parse_batch_text(read_batch_text(batch_path), batch_path, GenerationParams{}, &probe_problems);
-  if (!probe.model.empty()) return relative_to_batch(batch_path, probe.model);
-  throw UsageError("no model: pass --model DIR or set \"model\" in " + batch_path.string());
-}
+// The run's progress events on the status line (a bar on a terminal, else log lines).
+class ProgressSink final : public sdxl_batch::EventSink {
+ public:
+  explicit ProgressSink(Progress& progress) : progress_(progress) {}
+  void on_progress(const sdxl_batch::Progress& p) override { progress_.update(p); }
 
-// The batch file checked against the model as `validate` checks it (or its
-// valid tasks, with --skip-invalid); any problem refuses the run (exit 2).
-BatchFile load_batch(const RunArgs& a, const std::filesystem::path& batch_path, const ModelConfig& mc,
-                     std::vector<std::pair<std::string, std::string>>& invalid) {
-  BatchCheckInputs inputs;
-  inputs.fallback = defaults_of(mc);
-  inputs.fallback.clip_skip = a.clip_skip;  // checked against the model by run_run
-  if (!a.model.vae_dir.empty())
-    inputs.fallback.vae = std::filesystem::absolute(a.model.vae_dir).lexically_normal().string();
-  inputs.wildcard_dirs.assign(a.wildcard_dirs.begin(), a.wildcard_dirs.end());
-  inputs.embedding_dirs.assign(a.model.embedding_dirs.begin(), a.model.embedding_dirs.end());
-  CheckedBatch checked = check_batch_file(batch_path, &mc, inputs);
-  for (const std::string& note : checked.notes) spdlog::warn("{}: {}", batch_path.string(), note);
-  if (a.skip_invalid) return keep_valid_tasks(batch_path, std::move(checked), invalid);
-  if (!checked.problems.empty()) throw UsageError(describe_problems(batch_path, checked.problems));
-  return std::move(checked.file);
-}
-
-// A duration flag's seconds (0: no limit); UsageError naming the flag for
-// anything else than a finite duration of 0 or more.
-double duration_flag(const std::string& flag, const std::string& text) {
-  try {
-    return parse_duration_s(text);
-  } catch (const UsageError& e) {
-    throw UsageError(flag + ": " + e.what());
-  }
-}
-
-// The scheduler's options from the flags (resume, shard, queue, retries).
-RunOptions run_options(const RunArgs& a) {
-  const auto shard = a.shard.empty() ? std::pair<int, int>{0, 1} : parse_shard(a.shard);
-  RunOptions o;
-  o.force = a.force;
-  o.max_runtime_s = a.max_runtime.empty() ? 0.0 : duration_flag("--max-runtime", a.max_runtime);
-  o.shard_index = shard.first;
-  o.shard_count = shard.second;
-  o.queue.max_batch = a.max_batch;
-  o.queue.aging_s = duration_flag("--aging", a.aging);
-  o.queue.file_order = a.order == "file";
-  o.safety = a.safety;
-  o.retries = a.retries;
-  o.retry_backoff_s = a.retry_backoff;
-  o.timeout_s = a.timeout.empty() ? 0.0 : duration_flag("--timeout", a.timeout);
-  o.release_every = a.release_every;
-  o.writer_threads = a.writer_threads;
-  o.overlap = !a.no_overlap;
-  return o;
-}
-
-// The locks of a run (core/run_lock.h): the folder's lock, exclusive for a plain
-// run and shared by shard runs; each shard's own lock; and --lock FILE. Shards
-// of one folder must agree on N, or their tasks would overlap.
-std::vector<std::unique_ptr<RunLock>> take_locks(const RunArgs& a, const std::filesystem::path& out_dir,
-                                                 const RunOptions& o) {
-  const bool sharded = o.shard_count > 1;
-  const std::vector<std::string> shards = held_shard_locks(out_dir);
-  if (!sharded && !shards.empty())
-    throw Error(ExitCode::kLocked, "shard run(s) " + shards.front() + (shards.size() > 1 ? " and others" : "") +
-                                       " are working in '" + out_dir.string() +
-                                       "'; a run without --shard would make their images again: wait for them");
-  for (const std::string& k : shards)
-    if (sharded && k.substr(k.find('/') + 1) != std::to_string(o.shard_count))
-      throw Error(ExitCode::kLocked, "shard run " + k + " is working in '" + out_dir.string() + "'; --shard " +
-                                         a.shard + " splits the tasks differently (use the same N)");
-  std::vector<std::unique_ptr<RunLock>> locks;
-  locks.push_back(std::make_unique<RunLock>(out_dir / ".sdxl-batch.lock",
-                                            sharded ? LockMode::kShared : LockMode::kExclusive));
-  if (sharded) locks.push_back(std::make_unique<RunLock>(out_dir / shard_lock_name(o.shard_index, o.shard_count)));
-  if (!a.lock_file.empty()) locks.push_back(std::make_unique<RunLock>(a.lock_file));
-  return locks;
-}
-
-// The LoRA cache's hit rate over the lanes for the progress line ("" before any LoRA).
-std::string lora_hit_rate(const std::vector<std::unique_ptr<GeneratorLane>>& lanes) {
-  std::uint64_t hits = 0, misses = 0;
-  for (const auto& lane : lanes) {
-    const LoraStats ls = lane->lora_stats();
-    hits += ls.hits;
-    misses += ls.misses;
-  }
-  if (hits + misses == 0) return "";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "LoRA hits %.0f%%", 100.0 * static_cast<double>(hits) / static_cast<double>(hits + misses));
-  return buf;
-}
-
-// Runs the batch on one lane per device, each with its own model copy loaded
-// on the lane's thread when there is an image left to make (several GPUs
-// load at once). Saves the measured estimates whatever happens.
-int run_on_devices(const RunArgs& a, const BatchFile& batch, const std::filesystem::path& model_dir, RunOptions& o,
-                   std::uint64_t vram_limit, WorkEstimator& estimator, const std::filesystem::path& estimates_path) {
-  ModelOptions model_opts = a.model;
-  model_opts.finish();
-  for (const auto& d : batch.embedding_dirs) model_opts.runtime.embedding_dirs.push_back(d);
-  o.stop = &g_stop;
-  o.allocator = [] { return cuda_allocator_settings(); };  // set by the first CUDA generator
-  std::vector<std::unique_ptr<GeneratorLane>> lanes;
-  std::vector<DeviceLane*> lane_ptrs;
-  for (const std::string& dev : resolve_devices(a.devices, model_opts.runtime.device)) {
-    RuntimeOptions ro = model_opts.runtime;
-    ro.device = dev;
-    lanes.push_back(std::make_unique<GeneratorLane>(model_dir, ro, batch.lora_registry, vram_limit));
-    lane_ptrs.push_back(lanes.back().get());
-  }
-  if (lanes.size() > 1) spdlog::info("{} devices: {}", lanes.size(), a.devices);
-  Progress progress(!a.no_progress && Progress::stderr_is_terminal(), a.progress_interval);
-  o.on_progress = [&](const ProgressInfo& info) { progress.update(info); };
-  o.status_extra = [&] { return lora_hit_rate(lanes); };
-  spdlog::info("batch {}: {} task(s) -> {}", batch.path.string(), batch.tasks.size(), o.out_dir.string());
-  RunResult r;
-  try {
-    r = run_batch(batch, o, lane_ptrs);
-  } catch (...) {
-    progress.finish();
-    save_estimates(estimator, estimates_path);
-    throw;
-  }
-  progress.finish();
-  save_estimates(estimator, estimates_path);
-  return static_cast<int>(r.exit_code());
-}
+ private:
+  Progress& progress_;
+};
 
 }  // namespace
 
 int run_run(const RunArgs& a) {
-  const std::filesystem::path batch_path(a.batch_file);
-  RunOptions o = run_options(a);
-  const std::filesystem::path model_dir = find_model_dir(a, batch_path);
-  const ModelConfig mc = with_unet_precision(load_model_config(model_dir), a.model.runtime.precision, a.model.runtime.dtype);
-  verify_model_if_asked(a.model, mc);
-  if (a.clip_skip != 0) {
-    try {
-      check_clip_skip(mc, a.clip_skip);
-    } catch (const UsageError& e) {
-      throw UsageError(std::string("--clip-skip: ") + e.what());
-    }
-  }
-  std::vector<std::pair<std::string, std::string>> invalid;
-  const BatchFile batch = load_batch(a, batch_path, mc, invalid);
-  std::vector<const GenerationParams*> task_params;
-  for (const BatchTask& t : batch.tasks) task_params.push_back(&t.params);
-  verify_task_folders_if_asked(a.model, task_params);
-  const std::filesystem::path out_dir = !a.out_dir.empty()          ? std::filesystem::path(a.out_dir)
-                                        : !batch.output_dir.empty() ? relative_to_batch(batch_path, batch.output_dir)
-                                                                    : std::filesystem::path("out");
-  o.out_dir = out_dir;
-  o.model_name = mc.name;
-  o.model_sources = model_sources(mc);
-  o.invalid_tasks = invalid;
-  if (o.queue.max_batch > mc.limits.batch_max) {
-    spdlog::warn("--max-batch {} is above the batch_max {} of model '{}' (model.json /limits/batch_max; "
-                 "export_sdxl.py --batch-max N makes a model for more): batches of at most {} images",
-                 o.queue.max_batch, mc.limits.batch_max, mc.name, mc.limits.batch_max);
-    o.queue.max_batch = mc.limits.batch_max;
-  }
-  const std::uint64_t vram_limit = a.vram_limit.empty() ? 0 : parse_size_bytes(a.vram_limit);
-  // Memory and time per size measured by earlier runs into this folder on this device.
-  const std::string device_key = a.model.runtime.device + "/" + (a.model.runtime.dtype.empty() ? mc.dtype : a.model.runtime.dtype) +
-                                 (mc.unet_precision.empty() ? "" : "/unet-" + mc.unet_precision);
-  const std::filesystem::path estimates_path = out_dir / "estimates.json";
-  std::string why_no_estimates;
-  WorkEstimator estimator = WorkEstimator::load(estimates_path, device_key, mc.name, &why_no_estimates);
-  o.estimator = &estimator;
-  if (a.dry_run) return print_plan(batch_path, batch, mc, o, vram_limit, why_no_estimates);
-
-  std::error_code ec;
-  std::filesystem::create_directories(out_dir, ec);
-  if (ec) throw IoError("cannot create output folder '" + out_dir.string() + "': " + ec.message());
-  const auto locks = take_locks(a, out_dir, o);
+  sdxl_batch::ModelOptions model = a.model.resolved();
+  if (model.model_dir.empty()) model.model_dir = sdxl_batch::batch_file_model_dir(a.batch_file);
+  if (model.model_dir.empty())
+    throw sdxl_batch::UsageError("no model: pass --model DIR or set \"model\" in " + a.batch_file);
+  sdxl_batch::RunOptions o = run_options(a);
+  sdxl_batch::Session session(std::move(model));
+  session.submit_batch_file(a.batch_file);
+  if (a.dry_run) return print_plan(a.batch_file, session.plan(o));
   // A stop request: ^C, kill, a closed terminal or session (SIGHUP), a job
   // scheduler's warning signal (SIGUSR1, e.g. Slurm's --signal=USR1@120).
   for (const int sig : {SIGINT, SIGTERM, SIGHUP, SIGUSR1}) std::signal(sig, on_stop_signal);
-  return run_on_devices(a, batch, model_dir, o, vram_limit, estimator, estimates_path);
+  o.stop = &g_stop;
+  Progress progress(!a.no_progress && Progress::stderr_is_terminal(), a.progress_interval);
+  ProgressSink sink(progress);
+  const sdxl_batch::RunResult r = session.run(o, &sink);
+  progress.finish();
+  return static_cast<int>(r.exit_code());
 }
 
 }  // namespace sdxl::cli

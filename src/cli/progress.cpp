@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -84,7 +85,7 @@ Progress::~Progress() { finish(); }
 
 bool Progress::stderr_is_terminal() { return ::isatty(STDERR_FILENO) == 1; }
 
-std::string Progress::status_line(const ProgressInfo& p, int bar_width) {
+std::string Progress::status_line(const sdxl_batch::Progress& p, int bar_width) {
   const int finished = p.done + p.failed + p.skipped;
   std::string bar;
   if (bar_width > 0) {
@@ -109,7 +110,7 @@ std::string Progress::status_line(const ProgressInfo& p, int bar_width) {
   return s;
 }
 
-void Progress::update(const ProgressInfo& info) {
+void Progress::update(const sdxl_batch::Progress& info) {
   if (impl_->terminal && impl_->bar) {
     impl_->bar->set_bar(status_line(info, 24));
     return;

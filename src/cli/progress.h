@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "scheduler/run_batch.h"
+#include <sdxl_batch/sdxl_batch.h>
 
 namespace sdxl::cli {
 
@@ -19,12 +19,12 @@ class Progress {
   Progress(const Progress&) = delete;
   Progress& operator=(const Progress&) = delete;
 
-  void update(const ProgressInfo& info);
+  void update(const sdxl_batch::Progress& info);
   void finish();  // clears the bar
 
   static bool stderr_is_terminal();
   // "[#####.....] 12/64 (3 skipped, 1 failed) | 3.1 img/min | ETA 4m05s | mem 10.65 GiB | <extra>"
-  static std::string status_line(const ProgressInfo& info, int bar_width);
+  static std::string status_line(const sdxl_batch::Progress& info, int bar_width);
 
  private:
   struct Impl;

@@ -47,6 +47,7 @@ def main(doc: str, *common: str, extra=None) -> int:
     if getattr(ARGS, "loras", None):
         ARGS.loras = str(Path(ARGS.loras).resolve())
     if getattr(ARGS, "work", None):
+        ARGS.work = str(Path(ARGS.work).resolve())  # links made in it get absolute targets
         Path(ARGS.work).mkdir(parents=True, exist_ok=True)
     program = unittest.main(module="__main__", argv=[sys.argv[0], "-v", *rest], exit=False)
     return 0 if program.result.wasSuccessful() else 1

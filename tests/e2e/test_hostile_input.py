@@ -13,9 +13,7 @@ must agree: both refuse with exit code 2 and the JSON pointer (and line) of the 
 """
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import shutil
 import struct
 import subprocess
@@ -25,21 +23,9 @@ import unittest
 import zlib
 from pathlib import Path
 
-ARGS: argparse.Namespace
+from e2e_common import ARGS, fresh, main, sdxl
+
 SECRET = "TOPSECRET-4f1c"
-
-
-def sdxl(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    return subprocess.run([ARGS.binary, *args], capture_output=True, text=True, errors="replace", timeout=timeout,
-                          env=env)
-
-
-def fresh(name: str) -> Path:
-    d = Path(ARGS.work) / name
-    shutil.rmtree(d, ignore_errors=True)
-    d.mkdir(parents=True)
-    return d
 
 
 def batch(d: Path, tasks: list[dict], **top) -> Path:
@@ -248,11 +234,4 @@ class TextRule(Case):
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--binary", required=True)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--work", required=True)
-    ARGS, rest = ap.parse_known_args()
-    ARGS.work = str(Path(ARGS.work).resolve())  # links are made with absolute targets
-    Path(ARGS.work).mkdir(parents=True, exist_ok=True)
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
+    sys.exit(main(__doc__, "--binary", "--model", "--work"))

@@ -11,12 +11,10 @@ IP-Adapter folders, and a problem in "defaults" is reported there.
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import struct
@@ -26,21 +24,10 @@ import time
 import unittest
 from pathlib import Path
 
-ARGS: argparse.Namespace
+from e2e_common import ARGS, fresh, main, sdxl
+
 
 DEAD_PID = 4194305  # above Linux's largest pid (2^22): no process has it on this host
-
-
-def sdxl(*args: str, timeout: int = 300, env_extra: dict | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ, OMP_NUM_THREADS="1", **(env_extra or {}))
-    return subprocess.run([ARGS.binary, *args], capture_output=True, text=True, timeout=timeout, env=env)
-
-
-def fresh(name: str) -> Path:
-    d = Path(ARGS.work) / name
-    shutil.rmtree(d, ignore_errors=True)
-    d.mkdir(parents=True)
-    return d
 
 
 def batch(d: Path, tasks: list[dict], name: str = "batch.json", **top) -> Path:
@@ -279,10 +266,4 @@ class Pointers(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--binary", required=True)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--work", required=True)
-    ARGS, rest = ap.parse_known_args()
-    Path(ARGS.work).mkdir(parents=True, exist_ok=True)
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
+    sys.exit(main(__doc__, "--binary", "--model", "--work"))

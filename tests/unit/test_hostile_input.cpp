@@ -21,41 +21,16 @@
 #include "core/input_text.h"
 #include "image/png_writer.h"
 
+#include "test_support.h"
+
 namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path root;
-  explicit TempDir(const std::string& name)
-      : root(fs::temp_directory_path() / ("sdxl-hostile-input-" + name + "-" + std::to_string(::getpid()))) {
-    fs::remove_all(root);
-    fs::create_directories(root);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(root, ec);
-  }
-};
-
-void spit(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
+using sdxl::testing::slurp;
+using sdxl::testing::TempDir;
+using sdxl::testing::error_of;
+using sdxl::testing::spit;
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 

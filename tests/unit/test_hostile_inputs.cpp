@@ -28,41 +28,16 @@
 #include "lora/safetensors.h"
 #include "model/model_config.h"
 
+#include "test_support.h"
+
 namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path root;
-  explicit TempDir(const std::string& name)
-      : root(fs::temp_directory_path() / ("sdxl-hostile-" + name + "-" + std::to_string(::getpid()))) {
-    fs::remove_all(root);
-    fs::create_directories(root);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(root, ec);
-  }
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void spit(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
+using sdxl::testing::slurp;
+using sdxl::testing::TempDir;
+using sdxl::testing::error_of;
+using sdxl::testing::spit;
 
 }  // namespace
 

@@ -21,22 +21,13 @@
 #include "scheduler/output_folder.h"
 #include "scheduler/task_queue.h"
 
+#include "test_support.h"
+
 namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path root;
-  explicit TempDir(const std::string& name)
-      : root(fs::temp_directory_path() / ("sdxl-hostile-run-" + name + "-" + std::to_string(::getpid()))) {
-    fs::remove_all(root);
-    fs::create_directories(root);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(root, ec);
-  }
-};
+using sdxl::testing::TempDir;
 
 void touch(const fs::path& p) { std::ofstream(p, std::ios::binary) << "half a file"; }
 
