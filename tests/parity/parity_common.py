@@ -91,17 +91,44 @@ def run_ours(a, work: Path, tag: str, args: list[str]) -> tuple[Path, Path]:
     return png, lat
 
 
-def image_row(case: str, png: Path, lat: Path, ref_png: Path, ref_lat, min_psnr: float) -> dict:
-    """A case's row: PSNR of sdxl-batch's PNG (and .npy latents) vs the reference's (ref_lat: an
-    array), ok at >= min_psnr."""
+def run_ours_batch(a, work: Path, cases: dict[str, dict], top: dict | None = None,
+                   extra: list[str] = ()) -> dict[str, Path]:
+    """Every case (tag -> its task's batch-file keys: prompt, seed, sampler, ...) as one task of
+    one batch file, made by ONE `sdxl-batch run` on --model with one thread (the model is loaded
+    once, and cases of one shape share UNet calls: the batching that the determinism promise
+    says changes no image). top: more top-level keys (loras, embeddings_dir, ...); extra: more
+    run flags. The output folder is made afresh (a kept manifest would resume old images).
+    -> {tag: its PNG}."""
+    import re
+    import shutil
+
+    bad = [t for t in cases if not re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9._-]*", t)]
+    assert not bad, f"case tags must be file-name safe: {bad}"
+    out = work / "ours-batch"
+    shutil.rmtree(out, ignore_errors=True)
+    batch = {"version": 1, "output": {"template": "{id}-{index}.png"}, **(top or {}),
+             "tasks": [dict(id=tag, **keys) for tag, keys in cases.items()]}
+    bf = work / "ours-batch.json"
+    bf.write_text(json.dumps(batch, indent=1))
+    run_ok([a.binary, "run", str(bf), "--model", a.model, "--out", str(out), "--threads", "1", "--no-progress",
+            *extra], f"sdxl-batch run {bf.name}")
+    return {tag: out / f"{tag}-0.png" for tag in cases}
+
+
+def image_row(case: str, png: Path, lat: Path | None, ref_png: Path, ref_lat, min_psnr: float) -> dict:
+    """A case's row: PSNR of sdxl-batch's PNG (and, where written, .npy latents) vs the
+    reference's (ref_lat: an array), ok at >= min_psnr."""
     import numpy as np
 
     from reference.compare_images import load_rgb, psnr
 
-    ours_lat = np.load(lat)
-    d = float(np.abs(ours_lat - ref_lat).max()) if ours_lat.shape == ref_lat.shape else float("inf")
+    what = "PSNR dB vs diffusers"
+    if lat is not None:
+        ours_lat = np.load(lat)
+        d = float(np.abs(ours_lat - ref_lat).max()) if ours_lat.shape == ref_lat.shape else float("inf")
+        what += f" (latent max|diff| {d:.3g})"
     p = psnr(load_rgb(str(png)), load_rgb(str(ref_png)))
-    return {"case": case, "what": f"PSNR dB vs diffusers (latent max|diff| {d:.3g})", "value": p, "ok": p >= min_psnr}
+    return {"case": case, "what": what, "value": p, "ok": p >= min_psnr}
 
 
 def reference_image(diffusers: str, png: Path, loras: list[tuple[str, float]] = (), embeddings: list[str] = (),
