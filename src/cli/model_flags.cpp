@@ -56,22 +56,18 @@ void add_model_options(CLI::App& cmd, ModelFlags& f, bool model_required) {
                  "VAE folder (scripts/export_sdxl.py --vae-only) that encodes and decodes the images instead of the "
                  "model's VAE; a batch task's \"vae\" wins")
       ->check(CLI::ExistingDirectory);
-  cmd.add_option("--vae-cache", o.vae_cache,
-                 "How many VAE folders that tasks name stay loaded beside the model's own (least recently used evicted)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 64));
-  cmd.add_option("--controlnet-cache", o.controlnet_cache,
-                 "How many ControlNet folders that tasks name stay loaded (least recently used evicted)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 64));
-  cmd.add_option("--ip-adapter-cache", o.ip_adapter_cache,
-                 "How many IP-Adapter folders that tasks name stay loaded (least recently used evicted)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 64));
-  cmd.add_option("--ip-image-cache", o.ip_image_cache,
-                 "How many reference images' IP-Adapter tokens stay cached (each is encoded once while cached)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 100000));
+  // The LRU caches of side modules: a count of entries with a default shown in --help.
+  const auto cache_option = [&cmd](const char* flag, std::size_t& value, const char* help, std::size_t max) {
+    cmd.add_option(flag, value, help)->capture_default_str()->check(CLI::Range(std::size_t{1}, max));
+  };
+  cache_option("--vae-cache", o.vae_cache,
+               "How many VAE folders that tasks name stay loaded beside the model's own (least recently used evicted)", 64u);
+  cache_option("--controlnet-cache", o.controlnet_cache,
+               "How many ControlNet folders that tasks name stay loaded (least recently used evicted)", 64u);
+  cache_option("--ip-adapter-cache", o.ip_adapter_cache,
+               "How many IP-Adapter folders that tasks name stay loaded (least recently used evicted)", 64u);
+  cache_option("--ip-image-cache", o.ip_image_cache,
+               "How many reference images' IP-Adapter tokens stay cached (each is encoded once while cached)", 100000u);
   cmd.add_option("--lora-dir", o.lora_dirs, "Directory where <lora:NAME:W> prompt tags find NAME.safetensors (repeatable)");
   cmd.add_option("--embedding-dir,--embeddings-dir", o.embedding_dirs,
                  "Folder of SDXL textual-inversion embeddings (NAME.safetensors with clip_l and clip_g); prompts use "
