@@ -182,6 +182,7 @@ struct TokenReport {
 struct CheckOptions {
   std::vector<std::string> wildcard_dirs{};   // searched before the file's "wildcards_dir"
   std::vector<std::string> embedding_dirs{};  // counted in the prompt-length check (with a model)
+  std::vector<std::string> lora_dirs{};       // where prompt tags <lora:NAME:W> find NAME (as the run's)
   int clip_skip = 0;                          // for tasks that set none (0: none)
   std::string vae_dir{};                      // for tasks that name none ("" = the model's)
   bool expand = false;                        // fill CheckReport::expansions
@@ -211,8 +212,8 @@ struct CheckReport {
   bool ok() const { return problems.empty(); }
 };
 
-// Checks a batch file without a model: the schema, the files it names,
-// sampler names. Problems are returned, not thrown; throws UsageError when the
+// Checks a batch file without a model: the schema, the files it names (PNGs
+// decoded whole), sampler names, the LoRAs of prompt tags. Problems are returned, not thrown; throws UsageError when the
 // file cannot be read.
 CheckReport check_batch_file(const std::string& path, const CheckOptions& options = {});
 
@@ -370,7 +371,7 @@ class Session {
 
   // check_batch_file with this model: also sizes, clip skip, folders that fit
   // the model and prompt lengths, with the model's defaults for what the file
-  // does not set. The session's embedding dirs count too.
+  // does not set. The session's embedding and LoRA dirs count too.
   CheckReport check_batch_file(const std::string& path, const CheckOptions& options = {}) const;
 
   // Queues a batch file's tasks for the next run (at most one batch file, and

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 #include <map>
 #include <mutex>
 
@@ -60,6 +61,42 @@ std::vector<EmbeddingFile> scan_embedding_files(const std::vector<std::filesyste
     out.push_back(e);
   }
   return out;
+}
+
+namespace {
+
+// Whether every element of a float tensor is finite: its exponent bits are not all ones.
+template <class Bits>
+bool all_finite(const SafetensorsTensor& t, Bits exponent) {
+  for (size_t at = 0; at + sizeof(Bits) <= t.bytes.size(); at += sizeof(Bits)) {
+    Bits v{};
+    std::memcpy(&v, t.bytes.data() + at, sizeof(Bits));  // the mapping may be unaligned
+    if ((v & exponent) == exponent) return false;
+  }
+  return true;
+}
+
+void check_rows(const SafetensorsTensor& t, const std::string& label, std::int64_t width) {
+  bool finite = true;
+  if (t.dtype == "F32") finite = all_finite<std::uint32_t>(t, 0x7F800000u);
+  else if (t.dtype == "F16") finite = all_finite<std::uint16_t>(t, 0x7C00u);
+  else if (t.dtype == "BF16") finite = all_finite<std::uint16_t>(t, 0x7F80u);
+  else if (t.dtype == "F64") finite = all_finite<std::uint64_t>(t, 0x7FF0000000000000ull);
+  else
+    throw UsageError("embedding '" + label + "': tensor '" + t.name + "' has dtype " + t.dtype +
+                     "; expected F32, F16, BF16 or F64");
+  if (width > 0 && t.shape[1] != width)
+    throw UsageError("embedding '" + label + "': '" + t.name + "' has shape [" + std::to_string(t.shape[0]) + ", " +
+                     std::to_string(t.shape[1]) + "], this model needs [n, " + std::to_string(width) + "]");
+  if (!finite)
+    throw UsageError("embedding '" + label + "': tensor '" + t.name + "' contains NaN or Inf (a broken training run?)");
+}
+
+}  // namespace
+
+void check_embedding_vectors(const SafetensorsFile& f, std::int64_t width_l, std::int64_t width_g) {
+  check_rows(*f.find("clip_l"), f.label(), width_l);  // scan_embedding_files checked both are there, 2-D
+  check_rows(*f.find("clip_g"), f.label(), width_g);
 }
 
 void add_embedding_tokens(ClipTokenizer& tokenizer, const std::vector<EmbeddingFile>& files, std::int32_t first_id) {
