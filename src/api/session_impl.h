@@ -25,6 +25,9 @@ struct Session::Impl {
 
 namespace sdxl::api {
 
+// Session::generate's work (generate.cpp).
+sdxl_batch::ImageResult generate_image(sdxl_batch::Session::Impl& s, const sdxl_batch::ImageRequest& r);
+
 // The origin that problems of tasks submitted in code name.
 inline const std::filesystem::path kTasksOrigin{"(tasks)"};
 
