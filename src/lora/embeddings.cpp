@@ -4,6 +4,7 @@
 #include <torch/script.h>
 
 #include "core/error.h"
+#include "core/sha256.h"
 #include "lora/embedding_files.h"
 #include "lora/lora_cache.h"
 #include "lora/safetensors.h"
@@ -45,7 +46,7 @@ std::vector<EmbeddingFile> load_embeddings(SdxlModel& model, const std::vector<s
     check_embedding_vectors(f, w1.size(1), w2.size(1));  // the checks `validate` makes too
     rows1.push_back(rows_of(f, "clip_l", w1));
     rows2.push_back(rows_of(f, "clip_g", w2));
-    e.short_hash = embedding_short_hash(e.path);
+    e.short_hash = sha256_hex(f.bytes()).substr(0, 12);  // the bytes just checked, not a second read
   }
   add_embedding_tokens(*model.tokenizer, files, static_cast<std::int32_t>(w1.size(0)));
   add_embedding_tokens(*model.tokenizer_2, files, static_cast<std::int32_t>(w2.size(0)));
