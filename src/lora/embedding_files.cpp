@@ -3,13 +3,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
-#include <map>
-#include <mutex>
 
 #include "core/error.h"
 #include "core/input_file.h"
 #include "core/input_text.h"
-#include "core/sha256.h"
 #include "lora/safetensors.h"
 
 namespace sdxl {
@@ -109,19 +106,6 @@ void add_embedding_tokens(ClipTokenizer& tokenizer, const std::vector<EmbeddingF
     }
     next += e.vectors;
   }
-}
-
-std::string embedding_short_hash(const std::filesystem::path& path) {
-  static std::mutex mu;
-  static std::map<std::string, std::string> hashes;  // path|size|mtime -> short hash
-  std::error_code ec;
-  const std::string key = path.lexically_normal().string() + "|" + std::to_string(std::filesystem::file_size(path, ec)) +
-                          "|" + std::to_string(std::filesystem::last_write_time(path, ec).time_since_epoch().count());
-  std::lock_guard lk(mu);  // embedding files are small: one lane hashes, the others wait for it
-  if (auto it = hashes.find(key); it != hashes.end()) return it->second;
-  const std::optional<std::string> sha = sha256_file_hex(path);
-  if (!sha) throw UsageError("embedding '" + path.string() + "' cannot be read to hash it");
-  return hashes.emplace(key, sha->substr(0, 12)).first->second;
 }
 
 void collect_used_embeddings(const ClipTokenizer& tokenizer, const std::vector<PromptChunk>& chunks,

@@ -43,12 +43,6 @@ void check_embedding_vectors(const SafetensorsFile& f, std::int64_t width_l, std
 // Throws UsageError naming the file for a name that is a token already.
 void add_embedding_tokens(ClipTokenizer& tokenizer, const std::vector<EmbeddingFile>& files, std::int32_t first_id);
 
-// A1111's short hash of an embedding file (the first 12 hex digits of its
-// sha256), computed once per file and process (keyed by path, size and
-// modification time) however many lanes load it. Throws UsageError when the
-// file cannot be read.
-std::string embedding_short_hash(const std::filesystem::path& path);
-
 // Appends to `names` the embeddings whose vectors `chunks` hold (by
 // ClipTokenizer::embedding_name), in order of first use, each name once.
 void collect_used_embeddings(const ClipTokenizer& tokenizer, const std::vector<PromptChunk>& chunks,
