@@ -182,6 +182,7 @@ struct TokenReport {
 struct CheckOptions {
   std::vector<std::string> wildcard_dirs{};   // searched before the file's "wildcards_dir"
   std::vector<std::string> embedding_dirs{};  // counted in the prompt-length check (with a model)
+  std::vector<std::string> lora_dirs{};       // where prompt tags <lora:NAME:W> find NAME (as the run's)
   int clip_skip = 0;                          // for tasks that set none (0: none)
   std::string vae_dir{};                      // for tasks that name none ("" = the model's)
   bool expand = false;                        // fill CheckReport::expansions
@@ -211,8 +212,8 @@ struct CheckReport {
   bool ok() const { return problems.empty(); }
 };
 
-// Checks a batch file without a model: the schema, the files it names,
-// sampler names. Problems are returned, not thrown; throws UsageError when the
+// Checks a batch file without a model: the schema, the files it names (PNGs
+// decoded whole), sampler names, the LoRAs of prompt tags. Problems are returned, not thrown; throws UsageError when the
 // file cannot be read.
 CheckReport check_batch_file(const std::string& path, const CheckOptions& options = {});
 
@@ -244,6 +245,53 @@ struct Task {
   std::string schedule = "Automatic";  // Automatic | Karras | Exponential | SGM Uniform
   std::vector<Lora> loras{};
   std::string priority = "mid";  // high | mid | low
+};
+
+// "FILE[:WEIGHT]" (the CLI's --lora; the weight is the text after the last ':'
+// when it parses as a number, else 1). Throws UsageError for an empty FILE.
+Lora parse_lora(const std::string& text);
+
+// ---------------------------------------------------------------------------
+// One image, written where the caller says (`sdxl-batch generate`)
+
+struct ControlNet {
+  std::string model{};  // a ControlNet folder (scripts/export_sdxl.py --controlnet)
+  std::string image{};  // its control image (PNG), resized to the image's size
+  double strength = 1.0, start = 0.0, end = 1.0;  // scale; the fraction of the steps it acts in
+};
+struct IpAdapter {
+  std::string model{};                // an IP-Adapter folder ("" = none)
+  std::vector<std::string> images{};  // reference PNGs, their tokens joined in order
+  double scale = 1.0;
+};
+struct Hires {
+  double scale = 0;                   // 0 = no second pass
+  std::string upscaler = "Latent";    // A1111's hires upscaler names
+  int steps = 0;                      // 0 = the task's steps
+  double denoise = 0.7;
+};
+
+// A task's settings (its id, count and priority are not used) and what one
+// image made outside a run takes. Flag names in error messages are the CLI's.
+struct ImageRequest {
+  Task task{};
+  double guidance_rescale = 0.0;
+  int clip_skip = 0;
+  std::string init_image{};  // img2img: its size unless the task sets width/height, which must then match
+  double strength = 0.75;
+  Hires hires{};
+  std::vector<ControlNet> controlnets{};
+  IpAdapter ip_adapter{};
+  std::string out_path{};      // "" = sdxl-<seed>.png
+  std::string latents_path{};  // also the final latents, float32 .npy ("" = none)
+  std::string timings_path{};  // stage timings and peak memory as JSON ("" = none)
+};
+struct ImageResult {
+  std::string path{};
+  std::int64_t seed = 0;
+  int width = 0, height = 0, steps = 0;
+  double text_s = 0, sample_s = 0, decode_s = 0, write_s = 0, total_s = 0;  // stages; total without the load
+  std::uint64_t peak_bytes = 0;  // the device's peak memory
 };
 
 // ---------------------------------------------------------------------------
@@ -370,7 +418,7 @@ class Session {
 
   // check_batch_file with this model: also sizes, clip skip, folders that fit
   // the model and prompt lengths, with the model's defaults for what the file
-  // does not set. The session's embedding dirs count too.
+  // does not set. The session's embedding and LoRA dirs count too.
   CheckReport check_batch_file(const std::string& path, const CheckOptions& options = {}) const;
 
   // Queues a batch file's tasks for the next run (at most one batch file, and
@@ -383,6 +431,13 @@ class Session {
   void submit(const Task& task);
   // Forgets what was submitted.
   void clear();
+
+  // Makes one image now, without an output folder, manifest or lock: the
+  // request is checked first (settings, files, folders that fit the model;
+  // UsageError / ModelError before any weight loads), the weights load on this
+  // thread, and the PNG (with A1111 `parameters`) goes to out_path.
+  // Throws as run() does; the submitted tasks are untouched.
+  ImageResult generate(const ImageRequest& request);
 
   // Runs everything submitted into options.out_dir (created; its lock held
   // for the run). Images the folder's manifest shows as done are skipped, so

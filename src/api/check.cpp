@@ -12,13 +12,14 @@ namespace sdxl::api {
 
 BatchCheckInputs check_inputs(const ModelConfig* model, const std::vector<std::string>& wildcard_dirs,
                               const std::vector<std::string>& embedding_dirs, int clip_skip,
-                              const std::string& vae_dir) {
+                              const std::string& vae_dir, const std::vector<std::string>& lora_dirs) {
   BatchCheckInputs in;
   if (model) in.fallback = defaults_of(*model);
   in.fallback.clip_skip = clip_skip;
   if (!vae_dir.empty()) in.fallback.vae = std::filesystem::absolute(vae_dir).lexically_normal().string();
   in.wildcard_dirs.assign(wildcard_dirs.begin(), wildcard_dirs.end());
   in.embedding_dirs.assign(embedding_dirs.begin(), embedding_dirs.end());
+  in.lora_dirs.assign(lora_dirs.begin(), lora_dirs.end());
   return in;
 }
 
@@ -69,7 +70,7 @@ using sdxl::api::guarded;
 CheckReport check_batch_file(const std::string& path, const CheckOptions& o) {
   return guarded([&] {
     const sdxl::BatchCheckInputs in =
-        sdxl::api::check_inputs(nullptr, o.wildcard_dirs, o.embedding_dirs, o.clip_skip, o.vae_dir);
+        sdxl::api::check_inputs(nullptr, o.wildcard_dirs, o.embedding_dirs, o.clip_skip, o.vae_dir, o.lora_dirs);
     return sdxl::api::public_report(sdxl::check_batch_file(path, nullptr, in), o.expand);
   });
 }

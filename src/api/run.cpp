@@ -103,7 +103,8 @@ std::vector<std::unique_ptr<RunLock>> take_locks(const std::string& lock_file, c
 BatchFile load_submitted(const sdxl_batch::Session::Impl& s, const sdxl_batch::RunOptions& a,
                          std::vector<std::pair<std::string, std::string>>& invalid) {
   const BatchCheckInputs in =
-      check_inputs(&s.config, a.wildcard_dirs, s.options.embedding_dirs, a.clip_skip, s.options.vae_dir);
+      check_inputs(&s.config, a.wildcard_dirs, s.options.embedding_dirs, a.clip_skip, s.options.vae_dir,
+                   s.options.lora_dirs);
   const bool from_file = !s.batch_file.empty();
   if (!from_file && s.tasks.empty()) throw UsageError("nothing to run: submit a batch file or tasks first");
   CheckedBatch checked = from_file ? check_batch_file(s.batch_file, &s.config, in)

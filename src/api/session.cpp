@@ -88,8 +88,11 @@ CheckReport Session::check_batch_file(const std::string& path, const CheckOption
   return guarded([&] {
     std::vector<std::string> emb = impl_->options.embedding_dirs;
     emb.insert(emb.end(), o.embedding_dirs.begin(), o.embedding_dirs.end());
+    std::vector<std::string> loras = impl_->options.lora_dirs;
+    loras.insert(loras.end(), o.lora_dirs.begin(), o.lora_dirs.end());
     const std::string vae = o.vae_dir.empty() ? impl_->options.vae_dir : o.vae_dir;
-    const sdxl::BatchCheckInputs in = sdxl::api::check_inputs(&impl_->config, o.wildcard_dirs, emb, o.clip_skip, vae);
+    const sdxl::BatchCheckInputs in =
+        sdxl::api::check_inputs(&impl_->config, o.wildcard_dirs, emb, o.clip_skip, vae, loras);
     return sdxl::api::public_report(sdxl::check_batch_file(path, &impl_->config, in), o.expand);
   });
 }
@@ -108,7 +111,8 @@ void Session::submit(const Task& task) {
     for (const Task& t : impl_->tasks)
       if (t.id == task.id) throw sdxl::UsageError("task '" + task.id + "' is submitted already (ids name the files)");
     const sdxl::BatchCheckInputs in =
-        sdxl::api::check_inputs(&impl_->config, {}, impl_->options.embedding_dirs, 0, impl_->options.vae_dir);
+        sdxl::api::check_inputs(&impl_->config, {}, impl_->options.embedding_dirs, 0, impl_->options.vae_dir,
+                                impl_->options.lora_dirs);
     sdxl::CheckedBatch checked =
         sdxl::check_batch_text(sdxl::api::tasks_document({task}), sdxl::api::kTasksOrigin, &impl_->config, in);
     if (!checked.problems.empty()) {

@@ -25,13 +25,16 @@ struct Session::Impl {
 
 namespace sdxl::api {
 
+// Session::generate's work (generate.cpp).
+sdxl_batch::ImageResult generate_image(sdxl_batch::Session::Impl& s, const sdxl_batch::ImageRequest& r);
+
 // The origin that problems of tasks submitted in code name.
 inline const std::filesystem::path kTasksOrigin{"(tasks)"};
 
 // The check layer's inputs from public options; `model` null: no model.
 BatchCheckInputs check_inputs(const ModelConfig* model, const std::vector<std::string>& wildcard_dirs,
                               const std::vector<std::string>& embedding_dirs, int clip_skip,
-                              const std::string& vae_dir);
+                              const std::string& vae_dir, const std::vector<std::string>& lora_dirs);
 // A checked batch as the public report (expansions only with `expand` and no problems).
 sdxl_batch::CheckReport public_report(const CheckedBatch& checked, bool expand);
 

@@ -69,7 +69,7 @@ class InputChecks {
   virtual ~InputChecks() = default;
   // Whether folder `dir` reads as a `kind` folder ("vae", "controlnet", "ip_adapter").
   virtual std::string folder_problem(const std::string& kind, const std::string& dir) = 0;
-  // The size of a PNG without decoding it, or why it cannot be used.
+  // The size of a PNG, or why it cannot be used (check/ decodes it whole, as the run will).
   virtual std::string png_size(const std::string& path, int& width, int& height) = 0;
   // Sampler and schedule rewritten to their canonical names; throws UsageError
   // listing the valid names.

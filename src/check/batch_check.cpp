@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "image/png_reader.h"
 #include "lora/embedding_files.h"
+#include "lora/safetensors.h"
 #include "sampling/sampler_plan.h"
 #include "text/clip_tokenizer.h"
 #include "text/prompt_chunks.h"
@@ -61,29 +62,47 @@ std::string FileInputChecks::folder_problem(const std::string& kind, const std::
 }
 
 std::string FileInputChecks::png_size(const std::string& path, int& width, int& height) {
-  return sdxl::png_size(path, width, height);
+  auto [it, fresh] = pngs_.try_emplace(path);
+  if (fresh) it->second.why = png_decode_problem(path, it->second.width, it->second.height);
+  width = it->second.width;
+  height = it->second.height;
+  return it->second.why;
 }
 
 void FileInputChecks::canonicalize_sampler(GenerationParams& p) { sdxl::canonicalize_sampler(p); }
 
 namespace {
 
-// A prompt that needs more 75-token chunks than the model was checked for
-// fails at run time; every image whose prompt is known now is checked here.
-// (Random-seed tasks with wildcards draw their prompts at run time.)
-void check_prompt_chunks(const ModelConfig& mc, const BatchFile& bf, const std::vector<std::filesystem::path>& emb_dirs,
-                         std::vector<BatchProblem>& problems) {
-  std::vector<ClipTokenizer> toks;
+// The model's tokenizers with the embeddings the run will load (counted as
+// their vectors), each file checked as load_embeddings checks it (dtype, the
+// encoders' widths, finite values). A problem is /embeddings_dir's; returns
+// false then.
+bool embedding_tokenizers(const ModelConfig& mc, const std::vector<std::filesystem::path>& dirs,
+                          std::vector<ClipTokenizer>& toks, std::vector<BatchProblem>& problems) {
   for (const auto& te : mc.text_encoders) toks.push_back(ClipTokenizer::from_dir(mc.path_of(te.tokenizer), te.pad_token));
-  try {  // embeddings count as their vectors, as in the run
-    std::vector<std::filesystem::path> dirs = emb_dirs;
-    dirs.insert(dirs.end(), bf.embedding_dirs.begin(), bf.embedding_dirs.end());
+  try {
     const std::vector<EmbeddingFile> files = scan_embedding_files(dirs);
+    const auto width = [&](size_t k) { return k < mc.text_encoders.size() ? mc.text_encoders[k].hidden_dim : 0; };
+    for (const EmbeddingFile& e : files) check_embedding_vectors(SafetensorsFile::open(e.path), width(0), width(1));
     for (auto& t : toks) add_embedding_tokens(t, files, static_cast<std::int32_t>(t.vocab_size()));
   } catch (const UsageError& e) {
     problems.push_back({"/embeddings_dir", e.what(), 0});
-    return;
+    return false;
   }
+  return true;
+}
+
+// Every image whose prompt is known now (random-seed tasks with wildcards draw
+// theirs at run time), checked as the run will use it: its <lora:NAME:W> tags
+// resolved with the task's LoRAs (merge_lora_tags, as the run does: an unknown
+// name or a LoRA at two weights fails the task there), and, with a model, its
+// 75-token chunks against the number the model was checked for.
+void check_image_prompts(const ModelConfig* mc, const BatchFile& bf, const BatchCheckInputs& inputs,
+                         std::vector<BatchProblem>& problems) {
+  std::vector<ClipTokenizer> toks;
+  std::vector<std::filesystem::path> emb_dirs = inputs.embedding_dirs;
+  emb_dirs.insert(emb_dirs.end(), bf.embedding_dirs.begin(), bf.embedding_dirs.end());
+  if (mc && !embedding_tokenizers(*mc, emb_dirs, toks, problems)) mc = nullptr;
   auto chunks = [&](const std::string& text) {
     size_t n = 0;
     for (const auto& t : toks) n = std::max(n, tokenize_prompt(t, extract_lora_tags(text).text, nullptr).size());
@@ -102,16 +121,17 @@ void check_prompt_chunks(const ModelConfig& mc, const BatchFile& bf, const std::
       try {
         const ImagePrompt ip = task_image_prompt(task, k, task.params.seed + k, lib);
         if (!seen.insert(ip.prompt + '\x1e' + ip.negative).second) continue;
+        (void)merge_lora_tags(task.params.loras, extract_lora_tags(ip.prompt).tags, bf.lora_registry, inputs.lora_dirs);
+        if (!mc) continue;
         size_t n = chunks(ip.prompt);
         if (task.params.cfg > 1.0 && !ip.negative.empty()) n = std::max(n, chunks(ip.negative));
-        if (n <= static_cast<size_t>(mc.limits.context_chunks_max)) continue;
-        problems.push_back({"/tasks/" + std::to_string(i) + "/prompt",
-                            "image " + std::to_string(k) + "'s prompt needs " + std::to_string(n) +
-                                " chunks of 75 tokens; model '" + mc.name + "' was checked for at most " +
-                                std::to_string(mc.limits.context_chunks_max) +
-                                " (shorten it; `sdxl-batch tokens` shows the chunks)", 0});
+        if (n <= static_cast<size_t>(mc->limits.context_chunks_max)) continue;
+        problems.push_back({at + "/prompt", "image " + std::to_string(k) + "'s prompt needs " + std::to_string(n) +
+                                                " chunks of 75 tokens; model '" + mc->name + "' was checked for at most " +
+                                                std::to_string(mc->limits.context_chunks_max) +
+                                                " (shorten it; `sdxl-batch tokens` shows the chunks)", 0});
       } catch (const UsageError& e) {
-        problems.push_back({"/tasks/" + std::to_string(i) + "/prompt", e.what(), 0});
+        problems.push_back({at + "/prompt", "image " + std::to_string(k) + ": " + e.what(), 0});
       }
       break;  // one problem per task is enough
     }
@@ -168,8 +188,8 @@ CheckedBatch check_batch_text(const std::string& text, const std::filesystem::pa
   if (model) {
     TaskFolderFits fits(*model);
     for (size_t i = 0; i < out.file.tasks.size(); ++i) check_task_against_model(*model, fits, i, out.file.tasks[i].params, out);
-    check_prompt_chunks(*model, out.file, inputs.embedding_dirs, out.problems);
   }
+  check_image_prompts(model, out.file, inputs, out.problems);
   attach_lines(text, out.problems);
   return out;
 }
@@ -210,7 +230,7 @@ BatchFile keep_valid_tasks(CheckedBatch checked, std::vector<std::pair<std::stri
 std::vector<BatchProblem> validate_batch_file(const std::filesystem::path& path, const ModelConfig* model,
                                               const std::vector<std::filesystem::path>& wildcard_dirs,
                                               const std::vector<std::filesystem::path>& embedding_dirs) {
-  const BatchCheckInputs inputs{model ? defaults_of(*model) : GenerationParams{}, wildcard_dirs, embedding_dirs};
+  const BatchCheckInputs inputs{model ? defaults_of(*model) : GenerationParams{}, wildcard_dirs, embedding_dirs, {}};
   return check_batch_file(path, model, inputs).problems;
 }
 

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <filesystem>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,18 +32,28 @@ std::string check_task_size(const ModelConfig& model, const GenerationParams& p)
 void canonicalize_sampler(GenerationParams& p);
 
 // batch's InputChecks answered from the files: a folder's model.json read as
-// its kind, a PNG's header, the sampler names of sampling/.
+// its kind, a PNG read and decoded whole by the run's reader (a truncated or
+// corrupt image is refused now, not when its task runs; each file decoded once
+// per check), the sampler names of sampling/.
 class FileInputChecks final : public InputChecks {
  public:
   std::string folder_problem(const std::string& kind, const std::string& dir) override;
   std::string png_size(const std::string& path, int& width, int& height) override;
   void canonicalize_sampler(GenerationParams& p) override;
+
+ private:
+  struct PngResult {
+    std::string why;
+    int width = 0, height = 0;
+  };
+  std::map<std::string, PngResult> pngs_;  // path -> what decoding it said
 };
 
 struct BatchCheckInputs {
   GenerationParams fallback;                         // values the file does not set
   std::vector<std::filesystem::path> wildcard_dirs;  // --wildcards-dir, before the file's "wildcards_dir"
   std::vector<std::filesystem::path> embedding_dirs; // --embedding-dir, before the file's "embeddings_dir"
+  std::vector<std::filesystem::path> lora_dirs;      // --lora-dir: where prompt tags <lora:NAME:W> find NAME
 };
 
 struct CheckedBatch {

@@ -1,24 +1,14 @@
-// `sdxl-batch generate`: one prompt -> one PNG.
+// `sdxl-batch generate`: one prompt -> one PNG. A client of the public API
+// alone: the flags become an ImageRequest for Session::generate.
+#include <sdxl_batch/sdxl_batch.h>
 #include <spdlog/spdlog.h>
 
-#include <chrono>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <set>
 
-#include "api/options.h"
-#include "check/model_files.h"
 #include "cli/cli_common.h"
-#include "cli/model_flags.h"
 #include "cli/commands.h"
-#include "check/batch_check.h"
-#include "core/atomic_file.h"
-#include "core/error.h"
-#include "core/input_text.h"
-#include "core/npy.h"
-#include "image/png_reader.h"
-#include "image/png_writer.h"
-#include "batch/lora_ref.h"
+#include "cli/model_flags.h"
 
 namespace sdxl::cli {
 
@@ -50,9 +40,9 @@ namespace {
 
 // --controlnet DIR --control-image FILE [--control-strength W] [--control-start S]
 // [--control-end E], repeatable: each --controlnet starts a ControlNet and the
-// --control-* flags after it set its fields. Throws UsageError.
-std::vector<ControlNetUse> controlnet_flags(const GenerateArgs& a) {
-  std::vector<ControlNetUse> out;
+// --control-* flags after it set its fields (Session::generate checks them).
+std::vector<sdxl_batch::ControlNet> controlnet_flags(const GenerateArgs& a) {
+  std::vector<sdxl_batch::ControlNet> out;
   std::map<std::string, size_t> taken;  // values used so far per flag
   std::vector<std::set<std::string>> seen;  // flags given per ControlNet
   for (const CLI::Option* o : a.cmd->parse_order()) {
@@ -62,27 +52,20 @@ std::vector<ControlNetUse> controlnet_flags(const GenerateArgs& a) {
     if (!kFlags.count(flag)) continue;
     const size_t i = taken[flag]++;
     if (flag == "--controlnet") {
-      out.push_back({std::filesystem::absolute(a.cn_models.at(i)).lexically_normal().string(), "", 1.0, 0.0, 1.0});
+      out.push_back({a.cn_models.at(i), "", 1.0, 0.0, 1.0});
       seen.emplace_back();
       continue;
     }
-    if (out.empty()) throw UsageError(flag + " comes before any --controlnet DIR (it sets the ControlNet before it)");
+    if (out.empty())
+      throw sdxl_batch::UsageError(flag + " comes before any --controlnet DIR (it sets the ControlNet before it)");
     if (!seen.back().insert(flag).second)
-      throw UsageError("ControlNet " + std::to_string(out.size() - 1) + " (" + out.back().model + ") has " + flag + " twice");
-    ControlNetUse& c = out.back();
+      throw sdxl_batch::UsageError("ControlNet " + std::to_string(out.size() - 1) + " (" + out.back().model + ") has " +
+                                   flag + " twice");
+    sdxl_batch::ControlNet& c = out.back();
     if (flag == "--control-image") c.image = a.cn_images.at(i);
     else if (flag == "--control-strength") c.strength = a.cn_strengths.at(i);
     else if (flag == "--control-start") c.start = a.cn_starts.at(i);
     else if (flag == "--control-end") c.end = a.cn_ends.at(i);
-  }
-  for (size_t k = 0; k < out.size(); ++k) {
-    if (out[k].image.empty())
-      throw UsageError("ControlNet " + std::to_string(k) + " (" + out[k].model + ") has no --control-image FILE after it");
-    if (out[k].start >= out[k].end)
-      throw UsageError("ControlNet " + std::to_string(k) + ": --control-start must be below --control-end");
-    int w = 0, h = 0;
-    if (const std::string why = png_size(out[k].image, w, h); !why.empty())
-      throw UsageError("--control-image '" + out[k].image + "' " + why);
   }
   return out;
 }
@@ -158,116 +141,34 @@ CLI::App* add_generate(CLI::App& app, std::shared_ptr<GenerateArgs>& args) {
   return cmd;
 }
 
-namespace {
-
-// --ip-adapter DIR --ip-image FILE... [--ip-scale S], checked before the model
-// loads: the folder fits the model (ModelError, exit 3), each image is a PNG (UsageError).
-IpAdapterUse ip_adapter_flags(const GenerateArgs& a, const ModelConfig& config) {
-  IpAdapterUse ip;
-  if (a.ip_adapter.empty()) {
-    if (!a.ip_images.empty()) throw UsageError("--ip-image needs --ip-adapter DIR (the adapter it steers through)");
-    return ip;
-  }
-  if (a.ip_images.empty()) throw UsageError("--ip-adapter needs at least one --ip-image FILE (a reference PNG)");
-  ip.model = std::filesystem::absolute(a.ip_adapter).lexically_normal().string();
-  check_ip_adapter_fits(load_ip_adapter_config(ip.model), config);
-  for (const std::string& f : a.ip_images) {
-    int w = 0, h = 0;
-    if (const std::string why = png_size(f, w, h); !why.empty()) throw UsageError("--ip-image '" + f + "' " + why);
-    ip.images.push_back(std::filesystem::absolute(f).lexically_normal().string());
-  }
-  ip.scale = a.ip_scale;
-  return ip;
-}
-
-}  // namespace
-
-int run_generate(const GenerateArgs& args) {
-  using Clock = std::chrono::steady_clock;
-  const GenerateArgs& a = args;
-  const sdxl_batch::ModelOptions mo = a.model.resolved();
-  const RuntimeOptions runtime = api::runtime_options(mo);
-  std::vector<LoraRef> loras;
-  for (const auto& l : a.loras) loras.push_back(parse_lora_arg(l));
-  // The text rule of core/input_text.h, as for batch files: prompts may span lines.
-  if (const std::string why = text_problem(a.prompt, TextKind::kMultiline); !why.empty())
-    throw UsageError("--prompt " + why);
-  if (const std::string why = text_problem(a.negative, TextKind::kMultiline); !why.empty())
-    throw UsageError("--negative " + why);
-  // Also before the model loads: a prompt tag naming an unknown LoRA, or one of
-  // the --lora files at another weight, fails fast.
-  (void)merge_lora_tags(loras, extract_lora_tags(a.prompt).tags, {}, runtime.lora_dirs);
-  GenerationParams p;
-  p.sampler = a.sampler;
-  p.schedule = a.schedule;
-  p.guidance_rescale = a.guidance_rescale;
-  p.clip_skip = a.clip_skip;
-  canonicalize_sampler(p);  // UsageError (exit 2) listing the valid names, before the model loads
-  int image_w = 0, image_h = 0;
-  if (!a.init_image.empty()) {
-    const std::string why = png_size(a.init_image, image_w, image_h);
-    if (!why.empty()) throw UsageError("--init-image '" + a.init_image + "' " + why);
-    p.init_image = a.init_image;
-    p.strength = a.strength;
-  }
-  if (a.hires_scale > 0) {
-    p.hires.scale = a.hires_scale;
-    p.hires.upscaler = canonical_hires_upscaler(a.hires_upscaler);
-    p.hires.steps = a.hires_steps;
-    p.hires.denoise = a.hires_denoise;
-  }
-  const ModelConfig config = load_model_config(mo.model_dir);
-  if (p.clip_skip != 0) check_clip_skip(config, p.clip_skip);  // UsageError before the model loads
-  if (!mo.vae_dir.empty()) {  // ModelError (exit 3) naming the folder, before the model loads
-    p.vae = std::filesystem::absolute(mo.vae_dir).lexically_normal().string();
-    check_vae_fits(load_vae_config(p.vae), config);
-  }
-  p.controlnets = controlnet_flags(a);
-  for (const ControlNetUse& c : p.controlnets)  // ModelError (exit 3) naming the folder, before the model loads
-    check_controlnet_fits(load_controlnet_config(c.model), config);
-  p.ip_adapter = ip_adapter_flags(a, config);
-  if (mo.verify) {
-    verify_model_folder(config);
-    verify_task_folders({&p});
-  }
-  Generator gen(mo.model_dir, runtime);
-  const ModelConfig& mc = gen.model();
-  p.prompt = a.prompt;
-  p.negative_prompt = a.negative;
-  p.seed = a.seed < 0 ? random_seed() : a.seed;
-  p.steps = a.steps > 0 ? a.steps : mc.defaults.steps;
-  p.cfg = a.cfg >= 0 ? a.cfg : mc.defaults.cfg;
-  p.width = a.width > 0 ? a.width : (image_w > 0 ? image_w : mc.defaults.width);
-  p.height = a.height > 0 ? a.height : (image_h > 0 ? image_h : mc.defaults.height);
-  p.loras = loras;
-  const std::string out = a.out.empty() ? "sdxl-" + std::to_string(p.seed) + ".png" : a.out;
-
-  const auto t0 = Clock::now();
-  GeneratedImage img = gen.generate(p);
-  const auto t1 = Clock::now();
-  ImageSources sources = model_sources(mc);
-  add_image_sources(sources, p, img);
-  write_png(out, img.width, img.height, 3, img.rgb.data(), {{"parameters", a1111_parameters(p, sources)}});
-  const double write_s = std::chrono::duration<double>(Clock::now() - t1).count();
-  const double total_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  if (!a.save_latents.empty()) write_npy_f32(a.save_latents, img.latent_shape, img.latents);
-
+int run_generate(const GenerateArgs& a) {
+  sdxl_batch::Session session(a.model.resolved());
+  sdxl_batch::ImageRequest r;
+  sdxl_batch::Task& t = r.task;
+  t.prompt = a.prompt;
+  t.negative = a.negative;
+  t.seed = a.seed;
+  if (a.steps > 0) t.steps = a.steps;
+  if (a.cfg >= 0) t.cfg = a.cfg;
+  if (a.width > 0) t.width = a.width;
+  if (a.height > 0) t.height = a.height;
+  t.sampler = a.sampler;
+  t.schedule = a.schedule;
+  for (const std::string& l : a.loras) t.loras.push_back(sdxl_batch::parse_lora(l));
+  r.guidance_rescale = a.guidance_rescale;
+  r.clip_skip = a.clip_skip;
+  r.init_image = a.init_image;
+  r.strength = a.strength;
+  if (a.hires_scale > 0) r.hires = {a.hires_scale, a.hires_upscaler, a.hires_steps, a.hires_denoise};
+  r.controlnets = controlnet_flags(a);
+  r.ip_adapter = {a.ip_adapter, a.ip_images, a.ip_scale};
+  r.out_path = a.out;
+  r.latents_path = a.save_latents;
+  r.timings_path = a.timings_json;
+  const sdxl_batch::ImageResult img = session.generate(r);
   spdlog::info("wrote {} ({}x{}, seed {}, {} steps) in {:.2f} s: text {:.3f} s, sample {:.3f} s, decode {:.3f} s, write {:.3f} s; peak memory {}",
-               out, p.width, p.height, p.seed, p.steps, total_s, img.seconds.text, img.seconds.sample,
-               img.seconds.decode, write_s, format_bytes(gen.peak_memory_bytes()));
-  if (!a.timings_json.empty()) {
-    nlohmann::json j = {{"device", gen.device_name()}, {"model", mc.name}, {"width", p.width}, {"height", p.height},
-                        {"steps", p.steps}, {"load_s", gen.load_seconds()}, {"text_s", img.seconds.text},
-                        {"sample_s", img.seconds.sample}, {"decode_s", img.seconds.decode}, {"write_s", write_s},
-                        {"total_s", total_s}, {"peak_bytes", gen.peak_memory_bytes()}};
-    if (!loras.empty() || !img.lora_hashes.empty()) {
-      const LoraStats st = gen.lora_stats();
-      j["lora"] = {{"switch_s", img.lora_s}, {"load_s", st.load_s}, {"merge_s", st.merge_s}, {"hits", st.hits},
-                   {"misses", st.misses}, {"evictions", st.evictions}, {"bytes_held", st.bytes_held},
-                   {"budget_bytes", st.budget_bytes}};
-    }
-    write_file_atomic(a.timings_json, j.dump(2) + "\n");
-  }
+               img.path, img.width, img.height, img.seed, img.steps, img.total_s, img.text_s, img.sample_s,
+               img.decode_s, img.write_s, format_bytes(img.peak_bytes));
   return 0;
 }
 

@@ -12,7 +12,7 @@ namespace sdxl::cli {
 
 struct ValidateArgs {
   std::string batch_file, model_dir;
-  std::vector<std::string> wildcard_dirs, embedding_dirs;
+  std::vector<std::string> wildcard_dirs, embedding_dirs, lora_dirs;
   bool expand = false;
 };
 
@@ -27,6 +27,10 @@ CLI::App* add_validate(CLI::App& app, std::shared_ptr<ValidateArgs>& args) {
   cmd->add_option("--embedding-dir,--embeddings-dir", args->embedding_dirs,
                   "Embeddings the run will load (as run --embedding-dir): with --model, their vectors count in the "
                   "prompt-length check (repeatable)")
+      ->check(CLI::ExistingDirectory);
+  cmd->add_option("--lora-dir", args->lora_dirs,
+                  "Where the run finds the LoRAs of prompt tags <lora:NAME:W> (as run --lora-dir): an unknown name "
+                  "is a problem (repeatable)")
       ->check(CLI::ExistingDirectory);
   cmd->add_flag("--expand", args->expand,
                 "Print every image's prompt and negative as the run will encode them (characters, style, wildcards)");
@@ -65,6 +69,7 @@ int run_validate(const ValidateArgs& a) {
   sdxl_batch::CheckOptions options;
   options.wildcard_dirs = a.wildcard_dirs;
   options.embedding_dirs = a.embedding_dirs;
+  options.lora_dirs = a.lora_dirs;
   options.expand = a.expand;
   const sdxl_batch::CheckReport report =
       a.model_dir.empty() ? sdxl_batch::check_batch_file(a.batch_file, options)

@@ -1,4 +1,4 @@
-// sdxl-batch: parse the command line, call the core, map errors to exit codes.
+// sdxl-batch: parse the command line, call the public API, map its errors to exit codes.
 #include <sdxl_batch/sdxl_batch.h>
 #include <spdlog/spdlog.h>
 
@@ -7,13 +7,11 @@
 
 #include "cli/cli_common.h"
 #include "cli/commands.h"
-#include "core/error.h"
-#include "batch/generation_params.h"
 
 int main(int argc, char** argv) {
-  using sdxl::ExitCode;
+  using sdxl_batch::ExitCode;
   CLI::App app{"sdxl-batch: turn a JSON batch of scenes into SDXL images on NVIDIA GPUs (or the CPU)", "sdxl-batch"};
-  app.set_version_flag("--version", std::string(sdxl::kProgramName) + " " + sdxl::kProgramVersion);
+  app.set_version_flag("--version", sdxl_batch::program_name() + " " + sdxl_batch::version());
   app.require_subcommand(1);
   std::string log_level, log_file;
   sdxl::cli::add_log_options(app, log_level, log_file);
@@ -58,12 +56,9 @@ int main(int argc, char** argv) {
     if (*run_cmd) return sdxl::cli::run_run(*run);
     if (*tok_cmd) return sdxl::cli::run_tokens(*tokens);
     if (*val_cmd) return sdxl::cli::run_validate(*validate);
-  } catch (const sdxl_batch::Error& e) {  // from the public API (validate, tokens)
+  } catch (const sdxl_batch::Error& e) {  // every library error, with its exit code
     spdlog::error("{}", e.what());
     return e.exit_code();
-  } catch (const sdxl::Error& e) {
-    spdlog::error("{}", e.what());
-    return static_cast<int>(e.code());
   } catch (const std::exception& e) {
     spdlog::error("unexpected error: {}", e.what());
     return static_cast<int>(ExitCode::kFatal);

@@ -40,6 +40,28 @@ std::string read_bytes(const std::filesystem::path& path, std::string& why) {
 
 const stbi_uc* bytes_of(const std::string& s) { return reinterpret_cast<const stbi_uc*>(s.data()); }
 
+// Why the PNG in `data` cannot be decoded, or "": its header read, its size
+// held to kMaxInputImagePixels, then every pixel decoded (into `img` when given).
+std::string decode_problem(const std::string& data, RgbImage* img, int& width, int& height) {
+  int comp = 0;
+  if (!stbi_info_from_memory(bytes_of(data), static_cast<int>(data.size()), &width, &height, &comp))
+    return std::string("is not a readable PNG (") + stbi_failure_reason() + ")";
+  const std::uint64_t pixels = static_cast<std::uint64_t>(width) * static_cast<std::uint64_t>(height);
+  if (pixels > kMaxInputImagePixels)
+    return "is " + std::to_string(width) + "x" + std::to_string(height) + ": more than the " +
+           std::to_string(kMaxInputImagePixels) + " pixels (16384x16384) an input image may have";
+  std::unique_ptr<stbi_uc, void (*)(void*)> px(
+      stbi_load_from_memory(bytes_of(data), static_cast<int>(data.size()), &width, &height, &comp, 3),
+      stbi_image_free);
+  if (!px) return std::string("is not a readable PNG (") + stbi_failure_reason() + ")";
+  if (img) {
+    img->width = width;
+    img->height = height;
+    img->rgb.assign(px.get(), px.get() + static_cast<size_t>(width) * static_cast<size_t>(height) * 3);
+  }
+  return "";
+}
+
 }  // namespace
 
 std::string png_size(const std::filesystem::path& path, int& width, int& height) {
@@ -61,13 +83,18 @@ RgbImage read_png_rgb(const std::filesystem::path& path, const std::string& what
 
 RgbImage decode_png_rgb(const std::string& data, const std::filesystem::path& path, const std::string& what) {
   RgbImage img;
-  int comp = 0;
-  std::unique_ptr<stbi_uc, void (*)(void*)> px(
-      stbi_load_from_memory(bytes_of(data), static_cast<int>(data.size()), &img.width, &img.height, &comp, 3),
-      stbi_image_free);
-  if (!px) throw UsageError(what + " '" + path.string() + "' is not a readable PNG (" + stbi_failure_reason() + ")");
-  img.rgb.assign(px.get(), px.get() + static_cast<size_t>(img.width) * static_cast<size_t>(img.height) * 3);
+  int w = 0, h = 0;
+  if (const std::string why = decode_problem(data, &img, w, h); !why.empty())
+    throw UsageError(what + " '" + path.string() + "' " + why);
   return img;
+}
+
+std::string png_decode_problem(const std::filesystem::path& path, int& width, int& height) {
+  width = height = 0;
+  std::string why;
+  const std::string data = read_bytes(path, why);
+  if (!why.empty()) return why;
+  return decode_problem(data, nullptr, width, height);
 }
 
 }  // namespace sdxl

@@ -2,13 +2,11 @@
 
 #include <algorithm>
 #include <cctype>
-#include <map>
-#include <mutex>
+#include <cstring>
 
 #include "core/error.h"
 #include "core/input_file.h"
 #include "core/input_text.h"
-#include "core/sha256.h"
 #include "lora/safetensors.h"
 
 namespace sdxl {
@@ -62,6 +60,42 @@ std::vector<EmbeddingFile> scan_embedding_files(const std::vector<std::filesyste
   return out;
 }
 
+namespace {
+
+// Whether every element of a float tensor is finite: its exponent bits are not all ones.
+template <class Bits>
+bool all_finite(const SafetensorsTensor& t, Bits exponent) {
+  for (size_t at = 0; at + sizeof(Bits) <= t.bytes.size(); at += sizeof(Bits)) {
+    Bits v{};
+    std::memcpy(&v, t.bytes.data() + at, sizeof(Bits));  // the mapping may be unaligned
+    if ((v & exponent) == exponent) return false;
+  }
+  return true;
+}
+
+void check_rows(const SafetensorsTensor& t, const std::string& label, std::int64_t width) {
+  bool finite = true;
+  if (t.dtype == "F32") finite = all_finite<std::uint32_t>(t, 0x7F800000u);
+  else if (t.dtype == "F16") finite = all_finite<std::uint16_t>(t, 0x7C00u);
+  else if (t.dtype == "BF16") finite = all_finite<std::uint16_t>(t, 0x7F80u);
+  else if (t.dtype == "F64") finite = all_finite<std::uint64_t>(t, 0x7FF0000000000000ull);
+  else
+    throw UsageError("embedding '" + label + "': tensor '" + t.name + "' has dtype " + t.dtype +
+                     "; expected F32, F16, BF16 or F64");
+  if (width > 0 && t.shape[1] != width)
+    throw UsageError("embedding '" + label + "': '" + t.name + "' has shape [" + std::to_string(t.shape[0]) + ", " +
+                     std::to_string(t.shape[1]) + "], this model needs [n, " + std::to_string(width) + "]");
+  if (!finite)
+    throw UsageError("embedding '" + label + "': tensor '" + t.name + "' contains NaN or Inf (a broken training run?)");
+}
+
+}  // namespace
+
+void check_embedding_vectors(const SafetensorsFile& f, std::int64_t width_l, std::int64_t width_g) {
+  check_rows(*f.find("clip_l"), f.label(), width_l);  // scan_embedding_files checked both are there, 2-D
+  check_rows(*f.find("clip_g"), f.label(), width_g);
+}
+
 void add_embedding_tokens(ClipTokenizer& tokenizer, const std::vector<EmbeddingFile>& files, std::int32_t first_id) {
   std::int32_t next = first_id;
   for (const EmbeddingFile& e : files) {
@@ -72,19 +106,6 @@ void add_embedding_tokens(ClipTokenizer& tokenizer, const std::vector<EmbeddingF
     }
     next += e.vectors;
   }
-}
-
-std::string embedding_short_hash(const std::filesystem::path& path) {
-  static std::mutex mu;
-  static std::map<std::string, std::string> hashes;  // path|size|mtime -> short hash
-  std::error_code ec;
-  const std::string key = path.lexically_normal().string() + "|" + std::to_string(std::filesystem::file_size(path, ec)) +
-                          "|" + std::to_string(std::filesystem::last_write_time(path, ec).time_since_epoch().count());
-  std::lock_guard lk(mu);  // embedding files are small: one lane hashes, the others wait for it
-  if (auto it = hashes.find(key); it != hashes.end()) return it->second;
-  const std::optional<std::string> sha = sha256_file_hex(path);
-  if (!sha) throw UsageError("embedding '" + path.string() + "' cannot be read to hash it");
-  return hashes.emplace(key, sha->substr(0, 12)).first->second;
 }
 
 void collect_used_embeddings(const ClipTokenizer& tokenizer, const std::vector<PromptChunk>& chunks,

@@ -14,6 +14,8 @@
 
 namespace sdxl {
 
+class SafetensorsFile;
+
 struct EmbeddingFile {
   std::string name;  // the file's stem: what prompts write
   std::filesystem::path path;
@@ -28,17 +30,18 @@ std::vector<std::filesystem::path> list_embedding_files(const std::vector<std::f
 // when it is not an SDXL embedding (no clip_l / clip_g, not 2-D, counts differ).
 std::vector<EmbeddingFile> scan_embedding_files(const std::vector<std::filesystem::path>& dirs);
 
+// What load_embeddings requires of a file's vectors before the model changes,
+// checked without torch so that `validate` refuses what the run would:
+// clip_l and clip_g of a float dtype (F32, F16, BF16, F64), `width_l` and
+// `width_g` columns (the encoders' widths; 0: not checked), every value
+// finite. Throws UsageError naming the file and the tensor.
+void check_embedding_vectors(const SafetensorsFile& f, std::int64_t width_l, std::int64_t width_g);
+
 // Adds the embeddings' tokens to a tokenizer, in the order given, with ids
 // from `first_id` on (the row count of the encoder's token embedding, which
 // the loaded model appends their vectors to; the vocabulary size otherwise).
 // Throws UsageError naming the file for a name that is a token already.
 void add_embedding_tokens(ClipTokenizer& tokenizer, const std::vector<EmbeddingFile>& files, std::int32_t first_id);
-
-// A1111's short hash of an embedding file (the first 12 hex digits of its
-// sha256), computed once per file and process (keyed by path, size and
-// modification time) however many lanes load it. Throws UsageError when the
-// file cannot be read.
-std::string embedding_short_hash(const std::filesystem::path& path);
 
 // Appends to `names` the embeddings whose vectors `chunks` hold (by
 // ClipTokenizer::embedding_name), in order of first use, each name once.

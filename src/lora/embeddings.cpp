@@ -4,6 +4,7 @@
 #include <torch/script.h>
 
 #include "core/error.h"
+#include "core/sha256.h"
 #include "lora/embedding_files.h"
 #include "lora/lora_cache.h"
 #include "lora/safetensors.h"
@@ -20,14 +21,9 @@ torch::jit::Module token_embedding(torch::jit::Module& encoder, const std::strin
   throw ModelError(which + ": no token_embedding module in the exported text encoder");
 }
 
-// Rows of one encoder, [n, width] with the encoder's width (scan_embedding_files
-// checked that both tensors are there and 2-D with the same n).
+// Rows of one encoder, [n, width] (check_embedding_vectors checked dtype, width and values).
 torch::Tensor rows_of(const SafetensorsFile& f, const char* key, const torch::Tensor& weight) {
-  const SafetensorsTensor& t = *f.find(key);
-  if (t.shape[1] != weight.size(1))
-    throw UsageError("embedding '" + f.label() + "': '" + key + "' has shape [" + std::to_string(t.shape[0]) + ", " +
-                     std::to_string(t.shape[1]) + "], this model needs [n, " + std::to_string(weight.size(1)) + "]");
-  return safetensors_to_tensor(t, f.label(), weight.device()).to(weight.dtype());
+  return safetensors_to_tensor(*f.find(key), f.label(), weight.device()).to(weight.dtype());
 }
 
 void append_rows(torch::jit::Module& embedding, const std::vector<torch::Tensor>& rows) {
@@ -47,9 +43,10 @@ std::vector<EmbeddingFile> load_embeddings(SdxlModel& model, const std::vector<s
   std::vector<torch::Tensor> rows1, rows2;  // every file read and checked before the model changes
   for (EmbeddingFile& e : files) {
     const SafetensorsFile f = SafetensorsFile::open(e.path);
+    check_embedding_vectors(f, w1.size(1), w2.size(1));  // the checks `validate` makes too
     rows1.push_back(rows_of(f, "clip_l", w1));
     rows2.push_back(rows_of(f, "clip_g", w2));
-    e.short_hash = embedding_short_hash(e.path);
+    e.short_hash = sha256_hex(f.bytes()).substr(0, 12);  // the bytes just checked, not a second read
   }
   add_embedding_tokens(*model.tokenizer, files, static_cast<std::int32_t>(w1.size(0)));
   add_embedding_tokens(*model.tokenizer_2, files, static_cast<std::int32_t>(w2.size(0)));

@@ -59,6 +59,8 @@ class SafetensorsFile {
   // The data section (everything after the header): what A1111 hashes for "Lora hashes".
   std::span<const std::uint8_t> data_section() const;
   std::uint64_t file_bytes() const { return storage_ ? storage_->size() : 0; }
+  // The whole file as opened (header and data): what an embedding's hash is of.
+  std::span<const std::uint8_t> bytes() const { return storage_ ? storage_->bytes() : std::span<const std::uint8_t>(); }
 
  private:
   struct Storage {

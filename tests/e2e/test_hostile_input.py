@@ -7,7 +7,9 @@ must agree: both refuse with exit code 2 and the JSON pointer (and line) of the 
 - reads stay inside the folder a file is named relative to (no link out of it);
 - no two images of a batch file get one output path;
 - wildcard expansion has a budget, and each wildcard file is parsed once;
-- input text is UTF-8 without control characters, and PNG metadata never carries one.
+- input text is UTF-8 without control characters, and PNG metadata never carries one;
+- validate refuses what run would fail on for input reasons (validate = run): PNGs are decoded whole,
+  embeddings checked as the run loads them, prompt tags' LoRAs resolved.
 
     test_hostile_input.py --binary BUILD/sdxl-batch --model TINY_MODEL_DIR --work DIR
 """
@@ -231,6 +233,95 @@ class TextRule(Case):
         self.assertEqual(r.returncode, 0, r.stderr)
         data = next((self.d / "out").glob("*.png")).read_bytes()
         self.assertIn(b"line one\nline two end", data, "a line break stays; a tab becomes a space in PNG text")
+
+
+class ValidateEqualsRun(Case):
+    """Rule: validate refuses (exit 2, naming the task, the key and the file) what run would fail on for
+    input reasons; run refuses the same; run --skip-invalid fails only that task and makes the others."""
+
+    def setUp(self):
+        self.d = fresh(self.id().rsplit(".", 1)[-1])
+        png(self.d / "good.png")
+        whole = (self.d / "good.png").read_bytes()
+        (self.d / "truncated.png").write_bytes(whole[:len(whole) - 40])  # IDAT cut short, no IEND
+        corrupt = bytearray(whole)
+        corrupt[41] = 0  # the first byte of the IDAT data: no longer a zlib stream
+        (self.d / "corrupt.png").write_bytes(bytes(corrupt))
+
+    def skip_invalid_fails_only(self, b: Path, bad_id: str, good_ids: list[str], *extra: str) -> None:
+        r = run(b, self.d / "out", "--skip-invalid", *extra)
+        self.assertEqual(r.returncode, 3, r.stderr)
+        files = sorted(p.name for p in (self.d / "out").glob("*.png"))
+        self.assertEqual([f.split("-")[0] for f in files], sorted(good_ids), "every valid task's image exists")
+        self.assertIn(f"skipping invalid task {bad_id}", r.stderr)
+
+    def test_truncated_init_image(self):
+        b = batch(self.d, [{"id": "ok", "prompt": "x", "seed": 1},
+                           {"id": "bad", "prompt": "x", "seed": 1, "init_image": "truncated.png"}])
+        self.refused_by_both(b, "/tasks/1/init_image", "truncated.png' is not a readable PNG", self.d)
+        self.skip_invalid_fails_only(b, "bad", ["ok"])
+
+    def test_corrupt_control_and_reference_images(self):
+        for key, value, pointer in (
+                ("controlnets", [{"model": "cn", "image": "corrupt.png"}], "/tasks/1/controlnets/0/image"),
+                ("ip_adapter", {"model": "ip", "images": ["good.png", "truncated.png"]}, "/tasks/1/ip_adapter/images/1")):
+            b = batch(self.d, [{"id": "ok", "prompt": "x", "seed": 1}, {"id": "bad", "prompt": "x", "seed": 1, key: value}])
+            v = validate(b)
+            self.assertEqual(v.returncode, 2, v.stdout)
+            self.assertRegex(v.stdout, pointer + r": '[^']*(corrupt|truncated)\.png' is not a readable PNG", key)
+
+    def test_png_over_the_pixel_limit(self):
+        head = bytearray((self.d / "good.png").read_bytes())
+        head[16:24] = struct.pack(">II", 20000, 16000)  # IHDR's width and height: 320 megapixels
+        head[29:33] = struct.pack(">I", zlib.crc32(bytes(head[12:29])) & 0xFFFFFFFF)
+        (self.d / "huge.png").write_bytes(bytes(head))
+        b = batch(self.d, [{"id": "ok", "prompt": "x", "seed": 1},
+                           {"id": "bad", "prompt": "x", "seed": 1, "width": 64, "height": 64, "init_image": "huge.png"}])
+        t0 = time.monotonic()
+        self.refused_by_both(b, "/tasks/1/init_image", "more than the 268435456 pixels", self.d)
+        self.assertLess(time.monotonic() - t0, 30, "refused from the header, not decoded")
+
+    def embeddings(self, tensors: dict) -> Path:
+        from safetensors.numpy import save_file
+        emb = self.d / "emb"
+        shutil.rmtree(emb, ignore_errors=True)
+        emb.mkdir()
+        save_file(tensors, str(emb / "inkstyle.safetensors"))
+        return emb
+
+    def test_embeddings_the_run_would_refuse(self):
+        import numpy as np
+        width = [t["hidden_dim"] for t in json.loads((Path(ARGS.model) / "model.json").read_text())["text_encoders"]]
+        nan = np.zeros((1, width[1]), np.float16)
+        nan[0, 3] = np.nan
+        cases = {
+            "wrong width": ({"clip_l": np.zeros((1, width[0] + 1), np.float32), "clip_g": np.zeros((1, width[1]), np.float32)},
+                            "'clip_l' has shape [1, %d], this model needs [n, %d]" % (width[0] + 1, width[0])),
+            "NaN": ({"clip_l": np.zeros((1, width[0]), np.float32), "clip_g": nan}, "'clip_g' contains NaN or Inf"),
+            "int dtype": ({"clip_l": np.zeros((1, width[0]), np.int32), "clip_g": np.zeros((1, width[1]), np.int32)},
+                          "'clip_l' has dtype I32"),
+        }
+        b = batch(self.d, [{"id": "ok", "prompt": "x, inkstyle", "seed": 1}])
+        for name, (tensors, why) in cases.items():
+            emb = self.embeddings(tensors)
+            v = validate(b, "--model", ARGS.model, "--embedding-dir", str(emb))
+            self.assertEqual(v.returncode, 2, f"{name}: {v.stdout}")
+            self.assertIn("inkstyle.safetensors", v.stdout, name)
+            self.assertIn(why, v.stdout, name)
+            r = run(b, self.d / "out", "--embedding-dir", str(emb))
+            self.assertEqual(r.returncode, 2, f"{name}: {r.stderr}")
+            self.assertIn(why, r.stderr, name)
+        emb = self.embeddings({"clip_l": np.zeros((1, width[0]), np.float16), "clip_g": np.zeros((1, width[1]), np.float16)})
+        v = validate(b, "--model", ARGS.model, "--embedding-dir", str(emb))
+        self.assertEqual(v.returncode, 0, "a good embedding passes: " + v.stdout)
+
+    def test_unknown_lora_in_a_prompt_tag(self):
+        (self.d / "loras").mkdir()
+        b = batch(self.d, [{"id": "ok", "prompt": "x", "seed": 1},
+                           {"id": "bad", "prompt": "x <lora:nosuch:0.8>", "seed": 1}])
+        out = self.refused_by_both(b, "/tasks/1/prompt", "LoRA 'nosuch'", self.d, "--lora-dir", str(self.d / "loras"))
+        self.assertIn(str(self.d / "loras"), out, "the folders searched are named")
+        self.skip_invalid_fails_only(b, "bad", ["ok"], "--lora-dir", str(self.d / "loras"))
 
 
 if __name__ == "__main__":

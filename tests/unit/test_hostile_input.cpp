@@ -1,12 +1,14 @@
 // Hostile inputs of issue 46, each test with the rule it checks: reads that
 // follow links out of their folder, two images with one output path,
 // exponential wildcards and their budget, text that is not UTF-8 or holds
-// control characters. tests/e2e/test_hostile_input.py runs the same cases
-// through the real binary.
+// control characters, and validate = run (PNGs decoded whole, embeddings
+// checked as the run loads them, prompt tags' LoRAs resolved).
+// tests/e2e/test_hostile_input.py runs the same cases through the real binary.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -16,10 +18,14 @@
 #include "batch/manifest.h"
 #include "batch/output_names.h"
 #include "batch/wildcards.h"
+#include "check/batch_check.h"
 #include "core/error.h"
 #include "core/input_file.h"
 #include "core/input_text.h"
+#include "image/png_reader.h"
 #include "image/png_writer.h"
+#include "lora/embedding_files.h"
+#include "lora/safetensors.h"
 
 #include "test_support.h"
 
@@ -233,4 +239,86 @@ TEST(HostileInput, ManifestLineSurvivesBadBytes) {
     EXPECT_EQ(error_of([&] { m.append(e); }), "");
   }
   EXPECT_TRUE(has(slurp(d.root / "manifest.jsonl"), "caf\xef\xbf\xbd"));
+}
+
+namespace {
+
+// The problems check/ finds in a batch file's text without a model (`origin` names it).
+std::vector<sdxl::BatchProblem> check_problems(const std::string& text, const fs::path& origin,
+                                               const std::vector<fs::path>& lora_dirs = {}) {
+  sdxl::BatchCheckInputs in;
+  in.lora_dirs = lora_dirs;
+  return sdxl::check_batch_text(text, origin, nullptr, in).problems;
+}
+
+// A safetensors image of clip_l [1, wl] and clip_g [1, wg], both of `dtype`
+// (2- or 4-byte elements), with `bits` as clip_g's first element.
+sdxl::SafetensorsFile embedding(const std::string& dtype, int wl, int wg, std::uint32_t bits = 0) {
+  const size_t es = dtype == "F32" || dtype == "I32" ? 4 : 2;
+  const size_t nl = es * static_cast<size_t>(wl), ng = es * static_cast<size_t>(wg);
+  std::string header = R"({"clip_l":{"dtype":")" + dtype + R"(","shape":[1,)" + std::to_string(wl) +
+                       R"(],"data_offsets":[0,)" + std::to_string(nl) + R"(]},"clip_g":{"dtype":")" + dtype +
+                       R"(","shape":[1,)" + std::to_string(wg) + R"(],"data_offsets":[)" + std::to_string(nl) + "," +
+                       std::to_string(nl + ng) + "]}}";
+  std::vector<std::uint8_t> bytes(8 + header.size() + nl + ng, 0);
+  const std::uint64_t n = header.size();
+  std::memcpy(bytes.data(), &n, 8);
+  std::memcpy(bytes.data() + 8, header.data(), header.size());
+  std::memcpy(bytes.data() + 8 + header.size() + nl, &bits, es);  // little-endian: the low bytes for 2-byte types
+  return sdxl::SafetensorsFile::from_bytes(std::move(bytes), "emb/inkstyle.safetensors");
+}
+
+}  // namespace
+
+// Rule (validate = run): an image a task names is decoded whole by the run's reader at check time.
+TEST(HostileInput, TruncatedAndOversizedPngsAreRefusedAtCheck) {
+  TempDir t("h46-png");
+  const std::vector<std::uint8_t> grey(64 * 64 * 3, 128);
+  sdxl::write_png(t.root / "good.png", 64, 64, 3, grey.data(), {});
+  const std::string whole = slurp(t.root / "good.png");
+  spit(t.root / "cut.png", whole.substr(0, whole.size() - 40));
+  int w = 0, h = 0;
+  EXPECT_EQ(sdxl::png_size((t.root / "cut.png").string(), w, h), "") << "the header alone reads fine";
+  const std::string text = R"({"version": 1, "tasks": [{"id": "ok", "prompt": "x", "init_image": "good.png"},
+      {"id": "bad", "prompt": "x", "init_image": "cut.png"}]})";
+  const auto p = check_problems(text, t.root / "b.json");
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].pointer, "/tasks/1/init_image");
+  EXPECT_TRUE(has(p[0].message, "cut.png' is not a readable PNG")) << p[0].message;
+  std::string big = whole;  // IHDR says 20000 x 16000: refused from the header, before any decoding
+  const unsigned char dims[8] = {0, 0, 0x4e, 0x20, 0, 0, 0x3e, 0x80};
+  big.replace(16, 8, reinterpret_cast<const char*>(dims), 8);
+  spit(t.root / "big.png", big);
+  EXPECT_TRUE(has(sdxl::png_decode_problem(t.root / "big.png", w, h), "more than the 268435456 pixels"));
+  EXPECT_TRUE(has(error_of([&] { (void)sdxl::read_png_rgb(t.root / "big.png"); }), "more than the 268435456 pixels"))
+      << "the run's reader holds the same limit";
+}
+
+// Rule (validate = run): an embedding's vectors are checked without torch as load_embeddings checks them.
+TEST(HostileInput, EmbeddingVectorsAreCheckedAsTheRunLoadsThem) {
+  EXPECT_EQ(error_of([] { sdxl::check_embedding_vectors(embedding("F16", 4, 6), 4, 6); }), "");
+  EXPECT_TRUE(has(error_of([] { sdxl::check_embedding_vectors(embedding("F16", 5, 6), 4, 6); }),
+                  "'clip_l' has shape [1, 5], this model needs [n, 4]"));
+  EXPECT_TRUE(has(error_of([] { sdxl::check_embedding_vectors(embedding("I32", 4, 6), 4, 6); }),
+                  "tensor 'clip_l' has dtype I32"));
+  EXPECT_TRUE(has(error_of([] { sdxl::check_embedding_vectors(embedding("F16", 4, 6, 0x7E00), 4, 6); }),
+                  "'clip_g' contains NaN or Inf"));
+  EXPECT_TRUE(has(error_of([] { sdxl::check_embedding_vectors(embedding("BF16", 4, 6, 0xFF80), 4, 6); }),
+                  "'clip_g' contains NaN or Inf"));
+  EXPECT_TRUE(has(error_of([] { sdxl::check_embedding_vectors(embedding("F32", 4, 6, 0x7F800000), 0, 0); }),
+                  "emb/inkstyle.safetensors"));
+}
+
+// Rule (validate = run): a prompt tag's LoRA is resolved at check time, as the run resolves it.
+TEST(HostileInput, PromptTagLorasAreResolvedAtCheck) {
+  TempDir t("h46-lora");
+  fs::create_directories(t.root / "loras");
+  spit(t.root / "loras" / "ink.safetensors", "");
+  const std::string text = R"({"version": 1, "tasks": [{"id": "ok", "prompt": "x <lora:ink:0.5>"},
+      {"id": "bad", "prompt": "x <lora:nosuch:0.5>"}]})";
+  const auto p = check_problems(text, t.root / "b.json", {t.root / "loras"});
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].pointer, "/tasks/1/prompt");
+  EXPECT_TRUE(has(p[0].message, "LoRA 'nosuch'")) << p[0].message;
+  EXPECT_EQ(check_problems(text, t.root / "b.json").size(), 2u) << "without the --lora-dir neither resolves";
 }

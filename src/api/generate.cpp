@@ -1,0 +1,173 @@
+// Session::generate: one image outside a run (`sdxl-batch generate`), checked
+// before the weights load, made by the pipeline's Generator on this thread.
+#include <sdxl_batch/sdxl_batch.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "api/boundary.h"
+#include "api/options.h"
+#include "api/session_impl.h"
+#include "batch/lora_ref.h"
+#include "check/batch_check.h"
+#include "check/model_files.h"
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "core/input_text.h"
+#include "core/npy.h"
+#include "core/units.h"
+#include "image/png_reader.h"
+#include "image/png_writer.h"
+
+namespace sdxl::api {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A PNG a flag names, or UsageError "FLAG 'FILE' why".
+void check_png(const std::string& flag, const std::string& file, int& w, int& h) {
+  if (const std::string why = png_size(file, w, h); !why.empty()) throw UsageError(flag + " '" + file + "' " + why);
+}
+
+std::vector<ControlNetUse> controlnets_of(const sdxl_batch::ImageRequest& r, const ModelConfig& config) {
+  std::vector<ControlNetUse> out;
+  for (const sdxl_batch::ControlNet& c : r.controlnets) {
+    out.push_back({std::filesystem::absolute(c.model).lexically_normal().string(), c.image, c.strength, c.start, c.end});
+    const size_t k = out.size() - 1;
+    if (c.image.empty())
+      throw UsageError("ControlNet " + std::to_string(k) + " (" + out[k].model + ") has no --control-image FILE after it");
+    if (c.start >= c.end)
+      throw UsageError("ControlNet " + std::to_string(k) + ": --control-start must be below --control-end");
+    int w = 0, h = 0;
+    check_png("--control-image", c.image, w, h);
+  }
+  for (const ControlNetUse& c : out)  // ModelError naming the folder, before the model loads
+    check_controlnet_fits(load_controlnet_config(c.model), config);
+  return out;
+}
+
+// The IP-Adapter folder fits the model (ModelError), each image is a PNG (UsageError).
+IpAdapterUse ip_adapter_of(const sdxl_batch::IpAdapter& a, const ModelConfig& config) {
+  IpAdapterUse ip;
+  if (a.model.empty()) {
+    if (!a.images.empty()) throw UsageError("--ip-image needs --ip-adapter DIR (the adapter it steers through)");
+    return ip;
+  }
+  if (a.images.empty()) throw UsageError("--ip-adapter needs at least one --ip-image FILE (a reference PNG)");
+  ip.model = std::filesystem::absolute(a.model).lexically_normal().string();
+  check_ip_adapter_fits(load_ip_adapter_config(ip.model), config);
+  for (const std::string& f : a.images) {
+    int w = 0, h = 0;
+    check_png("--ip-image", f, w, h);
+    ip.images.push_back(std::filesystem::absolute(f).lexically_normal().string());
+  }
+  ip.scale = a.scale;
+  return ip;
+}
+
+// Everything of the request checked that can be before the model loads; the
+// sizes the model's defaults fill in come later. `image_w/h`: the init image's.
+GenerationParams checked_params(const sdxl_batch::Session::Impl& s, const sdxl_batch::ImageRequest& r,
+                                const RuntimeOptions& runtime, int& image_w, int& image_h) {
+  const sdxl_batch::Task& t = r.task;
+  GenerationParams p;
+  for (const sdxl_batch::Lora& l : t.loras) p.loras.push_back({std::filesystem::path(l.path).stem().string(), l.path, l.weight});
+  // The text rule of core/input_text.h, as for batch files: prompts may span lines.
+  if (const std::string why = text_problem(t.prompt, TextKind::kMultiline); !why.empty())
+    throw UsageError("--prompt " + why);
+  if (const std::string why = text_problem(t.negative, TextKind::kMultiline); !why.empty())
+    throw UsageError("--negative " + why);
+  // A prompt tag naming an unknown LoRA, or one of the --lora files at another weight, fails fast.
+  (void)merge_lora_tags(p.loras, extract_lora_tags(t.prompt).tags, {}, runtime.lora_dirs);
+  p.sampler = t.sampler;
+  p.schedule = t.schedule;
+  p.guidance_rescale = r.guidance_rescale;
+  p.clip_skip = r.clip_skip;
+  canonicalize_sampler(p);  // UsageError listing the valid names
+  if (!r.init_image.empty()) {
+    check_png("--init-image", r.init_image, image_w, image_h);
+    p.init_image = r.init_image;
+    p.strength = r.strength;
+  }
+  if (r.hires.scale > 0) {
+    p.hires.scale = r.hires.scale;
+    p.hires.upscaler = canonical_hires_upscaler(r.hires.upscaler);
+    p.hires.steps = r.hires.steps;
+    p.hires.denoise = r.hires.denoise;
+  }
+  const ModelConfig& config = s.config;
+  if (p.clip_skip != 0) check_clip_skip(config, p.clip_skip);
+  if (!s.options.vae_dir.empty()) {  // ModelError naming the folder
+    p.vae = std::filesystem::absolute(s.options.vae_dir).lexically_normal().string();
+    check_vae_fits(load_vae_config(p.vae), config);
+  }
+  p.controlnets = controlnets_of(r, config);
+  p.ip_adapter = ip_adapter_of(r.ip_adapter, config);
+  if (s.options.verify) verify_task_folders({&p});
+  return p;
+}
+
+void write_timings(const std::string& path, Generator& gen, const GenerationParams& p, const GeneratedImage& img,
+                   double write_s, double total_s) {
+  const ModelConfig& mc = gen.model();
+  nlohmann::json j = {{"device", gen.device_name()}, {"model", mc.name}, {"width", p.width}, {"height", p.height},
+                      {"steps", p.steps}, {"load_s", gen.load_seconds()}, {"text_s", img.seconds.text},
+                      {"sample_s", img.seconds.sample}, {"decode_s", img.seconds.decode}, {"write_s", write_s},
+                      {"total_s", total_s}, {"peak_bytes", gen.peak_memory_bytes()}};
+  if (!p.loras.empty() || !img.lora_hashes.empty()) {
+    const LoraStats st = gen.lora_stats();
+    j["lora"] = {{"switch_s", img.lora_s}, {"load_s", st.load_s}, {"merge_s", st.merge_s}, {"hits", st.hits},
+                 {"misses", st.misses}, {"evictions", st.evictions}, {"bytes_held", st.bytes_held},
+                 {"budget_bytes", st.budget_bytes}};
+  }
+  write_file_atomic(path, j.dump(2) + "\n");
+}
+
+}  // namespace
+
+sdxl_batch::ImageResult generate_image(sdxl_batch::Session::Impl& s, const sdxl_batch::ImageRequest& r) {
+  const RuntimeOptions runtime = runtime_options(s.options);
+  int image_w = 0, image_h = 0;
+  GenerationParams p = checked_params(s, r, runtime, image_w, image_h);
+  Generator gen(s.options.model_dir, runtime);
+  const ModelConfig& mc = gen.model();
+  const sdxl_batch::Task& t = r.task;
+  p.prompt = t.prompt;
+  p.negative_prompt = t.negative;
+  p.seed = t.seed < 0 ? random_seed() : t.seed;
+  p.steps = t.steps.value_or(mc.defaults.steps);
+  p.cfg = t.cfg.value_or(mc.defaults.cfg);
+  p.width = t.width.value_or(image_w > 0 ? image_w : mc.defaults.width);
+  p.height = t.height.value_or(image_h > 0 ? image_h : mc.defaults.height);
+  const std::string out = r.out_path.empty() ? "sdxl-" + std::to_string(p.seed) + ".png" : r.out_path;
+
+  const auto t0 = Clock::now();
+  GeneratedImage img = gen.generate(p);
+  const auto t1 = Clock::now();
+  ImageSources sources = model_sources(mc);
+  add_image_sources(sources, p, img);
+  write_png(out, img.width, img.height, 3, img.rgb.data(), {{"parameters", a1111_parameters(p, sources)}});
+  const double write_s = std::chrono::duration<double>(Clock::now() - t1).count();
+  const double total_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (!r.latents_path.empty()) write_npy_f32(r.latents_path, img.latent_shape, img.latents);
+  if (!r.timings_path.empty()) write_timings(r.timings_path, gen, p, img, write_s, total_s);
+  return {out,     p.seed,          p.width,         p.height, p.steps,
+          img.seconds.text, img.seconds.sample, img.seconds.decode, write_s, total_s, gen.peak_memory_bytes()};
+}
+
+}  // namespace sdxl::api
+
+namespace sdxl_batch {
+
+ImageResult Session::generate(const ImageRequest& request) {
+  return sdxl::api::guarded([&] { return sdxl::api::generate_image(*impl_, request); });
+}
+
+Lora parse_lora(const std::string& text) {
+  return sdxl::api::guarded([&] {
+    const sdxl::LoraRef r = sdxl::parse_lora_arg(text);
+    return Lora{r.path.string(), r.weight};
+  });
+}
+
+}  // namespace sdxl_batch
