@@ -152,11 +152,14 @@ class LoraNamedTwice(unittest.TestCase):
             characters={"mara": {"prompt": "", "loras": [{"name": "ink", "weight": 0.5}]}},
             defaults={"characters": ["mara"]})
         r = run(b, d / "out", "--retries", "0")
-        self.assertEqual(r.returncode, 3, "the clash fails alone: " + r.stderr)
+        self.assertEqual(r.returncode, 2, "the clash is an input problem, refused before the run: " + r.stderr)
+        self.assertIn("/tasks/2/prompt", r.stderr)
+        self.assertIn("at weight", r.stderr)
+        self.assertFalse((d / "out").exists() and list((d / "out").glob("*.png")), "nothing made from a refused batch")
+        b.write_text(json.dumps({**json.loads(b.read_text()), "tasks": json.loads(b.read_text())["tasks"][:2]}))
+        r = run(b, d / "out", "--retries", "0")
+        self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("weights patched", r.stderr, "the test LoRA must touch the model")
-        report = json.loads((d / "out" / "report.json").read_text())
-        self.assertEqual([f["task"] for f in report["failures"]], ["clash"], report["failures"])
-        self.assertIn("at weight", json.dumps(report["failures"]))
         plain, tagged = (next((d / "out").glob(f"{t}-*.png")) for t in ("plain", "tagged"))
         self.assertEqual(pixels(plain), pixels(tagged), "a LoRA named by the character and the prompt at one weight "
                                                         "must apply once")

@@ -118,22 +118,32 @@ class IpAdapterRuns(TestCase):
         shutil.copytree(self.ip, broken, dirs_exist_ok=True)
         ts = broken / "ip_adapter.ts"
         ts.write_bytes(b"\0" * ts.stat().st_size)  # the size model.json records, not a module
-        cut = self.work / "refs" / "cut.png"
-        data = (self.work / "refs" / "r0.png").read_bytes()
-        cut.write_bytes(data[: len(data) // 2])  # a readable PNG header, no image
         tasks = [{"id": "bad-adapter", "prompt": PROMPT, "seed": 1,
                   "ip_adapter": {"model": "ip/broken", "images": ["refs/r0.png"]}},
-                 {"id": "bad-image", "prompt": PROMPT, "seed": 2,
-                  "ip_adapter": {"model": "ip/plus", "images": ["refs/cut.png"]}},
                  {"id": "good", "prompt": PROMPT, "seed": 3, "ip_adapter": {"model": "ip/plus", "images": ["refs/r1.png"]}}]
         out = self.work / "out-broken"
         r = self.run_batch(self.batch("broken", tasks), out)
         report = read_report(out)
-        self.assertEqual((report["images_done"], report["images_failed"]), (1, 2), r.stderr[-3000:])
+        self.assertEqual((report["images_done"], report["images_failed"]), (1, 1), r.stderr[-3000:])
         failures = {f["task"]: f["error"] for f in report["failures"]}
         self.assertIn("ip_adapter.ts", failures["bad-adapter"])
-        self.assertIn("cut.png", failures["bad-image"])
         self.assertEqual(r.returncode, 3, "finished, but images failed")
+
+    def test_a_truncated_reference_image_is_refused_before_the_run(self):
+        cut = self.work / "refs" / "cut.png"
+        data = (self.work / "refs" / "r0.png").read_bytes()
+        cut.write_bytes(data[: len(data) // 2])  # a readable PNG header, no image
+        tasks = [{"id": "good", "prompt": PROMPT, "seed": 3, "ip_adapter": {"model": "ip/plus", "images": ["refs/r1.png"]}},
+                 {"id": "bad-image", "prompt": PROMPT, "seed": 2,
+                  "ip_adapter": {"model": "ip/plus", "images": ["refs/cut.png"]}}]
+        b, out = self.batch("cut", tasks), self.work / "out-cut"
+        checked = run([ARGS.binary, "validate", str(b), "--model", ARGS.model])
+        r = self.run_batch(b, out)
+        for name, result in (("validate", checked), ("run", r)):
+            self.assertEqual(result.returncode, 2, name + ": " + result.stdout + result.stderr[-3000:])
+            self.assertIn("/tasks/1/ip_adapter/images/0", result.stdout + result.stderr, name)
+            self.assertIn("cut.png", result.stdout + result.stderr, name)
+        self.assertFalse(list(out.glob("*.png")) if out.exists() else [], "nothing is made from a refused batch")
 
     def test_validate_names_each_problem(self):
         tasks = [{"id": "a", "prompt": PROMPT, "ip_adapter": {"model": "ip/none", "images": ["refs/r0.png"]}},
