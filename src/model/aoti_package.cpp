@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "device/device_errors.h"
 #include "model/sdxl_model.h"
 
 namespace sdxl {

@@ -9,6 +9,7 @@
 
 #include "device/device.h"
 #include "core/error.h"
+#include "device/device_errors.h"
 
 namespace sdxl {
 namespace {

@@ -87,29 +87,6 @@ std::map<std::string, at::Tensor> named_tensors(const torch::jit::Module& module
 torch::jit::Module retyped_module(const torch::jit::Module& module, torch::Dtype from, torch::Dtype to,
                                   int* rewritten = nullptr);
 
-// Runs f(); a libtorch failure becomes OutOfMemoryError when its message says
-// so (TorchScript reports a CUDA out-of-memory as a generic error), else a
-// TaskError, prefixed "<what> failed: " when `what` is given. The project's
-// own errors pass through unchanged.
-template <typename F>
-auto translate_device_errors(const char* what, F&& f) -> decltype(f()) {
-  auto fail = [what](const std::string& message) {
-    const std::string msg = what && *what ? std::string(what) + " failed: " + message : message;
-    if (is_out_of_memory_message(message)) throw OutOfMemoryError(msg);
-    throw TaskError(msg);
-  };
-  try {
-    return f();
-  } catch (const Error&) {
-    throw;
-  } catch (const c10::Error& e) {
-    fail(e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    fail(e.what());
-  }
-  throw TaskError("unreachable");
-}
-
 // Runs module.forward(inputs); a failure becomes a TaskError that names the
 // module and keeps the original message (an out-of-memory shows in it).
 c10::IValue run_module(torch::jit::Module& module, const char* name, std::vector<c10::IValue> inputs);

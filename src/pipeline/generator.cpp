@@ -33,9 +33,10 @@
 #include "pipeline/vae_cache.h"
 #include "sampling/samplers.h"
 #include "core/error.h"
+#include "device/device_errors.h"
 #include "image/png_reader.h"
 #include "sampling/sampler_plan.h"
-#include "pipeline/conditioning.h"
+#include "pipeline/text_encode.h"
 
 namespace sdxl {
 namespace {

@@ -12,6 +12,7 @@
 
 #include "device/device.h"
 #include "core/error.h"
+#include "device/device_errors.h"
 #include "model/model_config.h"
 
 namespace sdxl {

@@ -1,7 +1,7 @@
 """Golden SDXL conditioning under A1111's prompt rules, from the diffusers
 pipeline's own text encoders: for each prompt, the context [1, 77k, H1+H2] and
 the pooled embedding [1, P] that reference_sdxl.py feeds the pipeline
-(a1111_embeds). The C++ conditioning must match them (tests/unit/test_conditioning.cpp).
+(a1111_embeds). The C++ conditioning must match them (tests/unit/test_text_encode.cpp).
 
     PYTHONPATH=tests python -m reference.gen_conditioning_goldens --diffusers TINY_DIFFUSERS --out DIR [--max-chunks 4]
 

@@ -1,9 +1,10 @@
-#include "pipeline/conditioning.h"
+#include "pipeline/text_encode.h"
 
 #include <optional>
 #include <utility>
 
 #include "core/error.h"
+#include "device/device_errors.h"
 
 namespace sdxl {
 namespace {

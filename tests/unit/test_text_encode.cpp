@@ -11,7 +11,7 @@
 
 #include "model/sdxl_model.h"
 #include "core/npy.h"
-#include "pipeline/conditioning.h"
+#include "pipeline/text_encode.h"
 
 namespace fs = std::filesystem;
 
