@@ -74,6 +74,9 @@ class InputChecks {
   // Sampler and schedule rewritten to their canonical names; throws UsageError
   // listing the valid names.
   virtual void canonicalize_sampler(GenerationParams& p) = 0;
+  // An inpainting mask PNG: "" when it marks something to repaint, else why
+  // not (unreadable, or no pixel at 0.5 or above: nothing to repaint).
+  virtual std::string mask_problem(const std::string& path) = 0;
 };
 
 // Line (1-based) of every value of a JSON text by its JSON pointer ("" = root).
