@@ -34,6 +34,7 @@
 #include "sampling/samplers.h"
 #include "core/error.h"
 #include "device/device_errors.h"
+#include "image/mask.h"
 #include "image/png_reader.h"
 #include "sampling/sampler_plan.h"
 #include "pipeline/text_encode.h"
@@ -314,6 +315,7 @@ void check_compatible(const std::vector<GenerationParams>& ps) {
     if (b.width != a.width || b.height != a.height || b.steps != a.steps || b.sampler != a.sampler ||
         b.schedule != a.schedule || b.cfg != a.cfg || b.guidance_rescale != a.guidance_rescale ||
         b.init_image.empty() != a.init_image.empty() || (!a.init_image.empty() && b.strength != a.strength) ||
+        b.inpaint() != a.inpaint() ||
         b.hires.scale != a.hires.scale || b.hires.upscaler != a.hires.upscaler || b.hires.steps != a.hires.steps ||
         b.hires.denoise != a.hires.denoise || !same_controlnets(a, b) ||
         b.ip_adapter.model != a.ip_adapter.model || b.ip_adapter.images.size() != a.ip_adapter.images.size())
@@ -344,11 +346,13 @@ struct EncodedBatch {
   std::vector<GenerationParams> params;
   std::vector<SubBatch> subs;
   std::vector<RgbImage> init_images;
+  // Inpainting: each image's mask on the latent grid (inpaint_latent_mask), row-major.
+  std::vector<std::vector<float>> latent_masks;
   // The batch's ControlNets (loaded on the text stage) and each one's control image per image.
   std::vector<std::shared_ptr<ControlNet>> controlnets;
   std::vector<std::vector<RgbImage>> control_images;  // [ControlNet][image]
   SamplerPlan plan, hires_plan;
-  bool cfg_on = false, img2img = false;
+  bool cfg_on = false, img2img = false, inpaint = false;
   std::vector<GeneratedImage> out;  // LoRA hashes and text seconds filled in
   StageEvent ready;                 // on the text stream, after the last encoder kernel
 };
@@ -427,6 +431,22 @@ void read_control_images(EncodedBatch& eb) {
     }
 }
 
+// Inpainting: each image's mask, blurred, resized, binarised and on the latent
+// grid as StableDiffusionXLInpaintPipeline prepares it. A mask that marks
+// nothing after that (a thin stroke that the blur fades below 0.5) is refused.
+void read_inpaint_masks(const ModelConfig& cfg, EncodedBatch& eb) {
+  eb.inpaint = eb.params.front().inpaint();
+  if (!eb.inpaint) return;
+  for (const GenerationParams& p : eb.params) {
+    const std::vector<float> m =
+        inpaint_latent_mask(read_png_rgb(p.mask, "mask"), p.mask_blur, p.width, p.height, cfg.vae_downsample);
+    if (std::none_of(m.begin(), m.end(), [](float v) { return v > 0; }))
+      throw UsageError("mask '" + p.mask + "' marks nothing to repaint after its blur of " +
+                       std::to_string(p.mask_blur) + " and the resize to the latent grid (widen it, or lower mask_blur)");
+    eb.latent_masks.push_back(m);
+  }
+}
+
 // Sizes, the sampler plans (img2img strength, hires pass) and the init images.
 void plan_batch_sampling(const ModelConfig& cfg, EncodedBatch& eb) {
   const std::vector<GenerationParams>& ps = eb.params;
@@ -453,6 +473,7 @@ void plan_batch_sampling(const ModelConfig& cfg, EncodedBatch& eb) {
                          ": resize the image first, or leave width/height unset to take its size");
     }
   }
+  read_inpaint_masks(cfg, eb);
   read_control_images(eb);
   eb.cfg_on = p0.cfg > 1.0;
 }
@@ -666,6 +687,7 @@ struct SubSampling {
   int64_t b = 0, rows = 0;                 // images; UNet rows (2b with CFG)
   std::vector<ActiveControl> controls;     // the pass's ControlNets (model_at)
   int call = 0, calls = 0;                 // the pass's model calls so far, and in all
+  torch::Tensor image_latents, noise, mask;  // inpainting: the init latents, first noise, [b, 1, h, w] mask
 };
 
 // The UNet call of model call `s.call` with the residuals of every ControlNet
@@ -752,7 +774,31 @@ torch::Tensor initial_latents(SubSampling& s, std::vector<at::Generator>& gens) 
     inits.push_back(vae_encode_rgb8(*s.vaes.get(s.eb.params[i].vae), s.eb.init_images[i].rgb.data(),
                                     s.eb.init_images[i].width, s.eb.init_images[i].height));
   const torch::Tensor init = torch::cat(inits);
-  return add_noise(s.eb.plan, init, randn_per_image(gens, init.sizes(), s.m.dtype, s.m.device));
+  const torch::Tensor noise = randn_per_image(gens, init.sizes(), s.m.dtype, s.m.device);
+  if (!s.eb.inpaint) return add_noise(s.eb.plan, init, noise);
+  // StableDiffusionXLInpaintPipeline.prepare_latents: pure noise at strength 1
+  // (is_strength_max), else the init latents noised; both kept for the blend.
+  s.image_latents = init;
+  s.noise = noise;
+  std::vector<torch::Tensor> masks;
+  const int64_t h = init.size(2), w = init.size(3);
+  for (size_t i : s.sub.idx)
+    masks.push_back(torch::from_blob(const_cast<float*>(s.eb.latent_masks[i].data()), {1, 1, h, w}, torch::kFloat32)
+                        .to(s.m.device, s.m.dtype));
+  s.mask = torch::cat(masks);
+  if (s.eb.params.front().strength == 1.0) return noise * s.eb.plan.init_noise_sigma;
+  return add_noise(s.eb.plan, init, noise);
+}
+
+// The pipeline's step-end blend for a 4-channel UNet: the known region (mask 0)
+// re-noised to the next model call's timestep with the first noise, the rest
+// as sampled: (1 - mask) * add_noise(image_latents, noise, t_next) + mask * latents.
+StepBlend inpaint_blend(SubSampling& s, const SamplerPlan& plan) {
+  if (!s.eb.inpaint) return {};
+  return [&s, &plan](const torch::Tensor& x, size_t call) {
+    const torch::Tensor known = add_noise_at(plan, s.image_latents, s.noise, call + 1);
+    return ((1 - s.mask) * known + s.mask * x).to(x.scalar_type());
+  };
 }
 
 // Hires fix: upscale the first result, then an img2img pass at the new size
@@ -799,7 +845,8 @@ std::shared_ptr<SampledBatch> Generator::sample_batch(const std::shared_ptr<Enco
       im.sample_stream.hand_over(sub.pooled);
       for (torch::Tensor& kv : sub.ip_kv) im.sample_stream.hand_over(kv);
       const int64_t b = static_cast<int64_t>(sub.idx.size());
-      SubSampling s{m, *im.unet, *im.vaes, *eb, sub, im.vae_tiling, im.trace_last_call_end, b, eb->cfg_on ? 2 * b : b, {}, 0, 0};
+      SubSampling s{m, *im.unet, *im.vaes, *eb, sub, im.vae_tiling, im.trace_last_call_end,
+                    b, eb->cfg_on ? 2 * b : b, {}, 0, 0, {}, {}, {}};
       // Each image's generator (its seed) draws its initial noise and then the
       // noise ancestral / SDE samplers draw, as diffusers' list of generators does.
       std::vector<at::Generator> gens = cpu_generators(sub.seeds);
@@ -810,7 +857,8 @@ std::shared_ptr<SampledBatch> Generator::sample_batch(const std::shared_ptr<Enco
                      std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
         im.trace_last_call_end = Clock::time_point{};
       }
-      latents = sample(eb->plan, latents, model_at(s, eb->plan, p0.width, p0.height), gens, hook);
+      latents = sample(eb->plan, latents, model_at(s, eb->plan, p0.width, p0.height), gens, hook,
+                       inpaint_blend(s, eb->plan));
       if (p0.hires_on()) {
         sb->out_w = p0.hires_width();
         sb->out_h = p0.hires_height();
