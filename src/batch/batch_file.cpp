@@ -30,7 +30,8 @@ using nlohmann::json;
 constexpr int kMaxSteps = 200;
 constexpr int kMaxCount = 1000;
 constexpr int kMaxClipSkip = 256;
-constexpr int kMaxMaskBlur = 64;   // A1111's slider limit  // a bound without a model; validation checks the model's own limit
+constexpr int kMaxMaskBlur = 64;   // A1111's slider limit
+constexpr int kMaxInpaintPadding = 256;  // A1111's slider limit  // a bound without a model; validation checks the model's own limit
 
 // Collects problems instead of stopping at the first, so a user fixes a file in one go.
 struct Checker {
@@ -247,6 +248,12 @@ struct Checker {
     if (get_int(obj, pointer, "clip_skip", 1, kMaxClipSkip, v)) p.clip_skip = static_cast<int>(v);
     get_number(obj, pointer, "strength", 0.0, 1.0, p.strength);
     if (get_int(obj, pointer, "mask_blur", 0, kMaxMaskBlur, v)) p.mask_blur = static_cast<int>(v);
+    if (get_int(obj, pointer, "inpaint_padding", 0, kMaxInpaintPadding, v)) p.inpaint_padding = static_cast<int>(v);
+    if (get_string(obj, pointer, "inpaint_area", p.inpaint_area) && p.inpaint_area != "whole" &&
+        p.inpaint_area != "masked") {
+      add(pointer + "/inpaint_area", "'" + p.inpaint_area + "' is not an inpaint area (\"whole\" or \"masked\")");
+      p.inpaint_area = "whole";
+    }
     read_mask(obj, pointer, p);
     if (obj.contains("hires")) {
       const std::string hp = pointer + "/hires";
@@ -574,7 +581,7 @@ TaskDefaults read_defaults(Checker& ck, const json& j, const GenerationParams& f
   const json& d = j["defaults"];
   ck.check_keys(d, "/defaults", {"negative", "steps", "cfg", "width", "height", "sampler", "schedule",
                                  "guidance_rescale", "clip_skip", "strength", "hires", "priority", "timeout", "loras", "vae",
-                                 "mask", "mask_blur",
+                                 "mask", "mask_blur", "inpaint_area", "inpaint_padding",
                                  "controlnets", "ip_adapter", "characters", "style", "expand", "max_images"});
   ck.read_settings(d, "/defaults", td.params);
   ck.check_sampler(d, "/defaults", td.params);
@@ -690,7 +697,7 @@ bool read_task(Checker& ck, const json& t, const std::string& ptr, const TaskDef
   }
   ck.check_keys(t, ptr, {"id", "prompt", "negative", "seed", "count", "steps", "cfg", "width", "height", "sampler",
                          "schedule", "guidance_rescale", "clip_skip", "init_image", "strength", "hires", "priority", "vae",
-                         "mask", "mask_blur",
+                         "mask", "mask_blur", "inpaint_area", "inpaint_padding",
                          "controlnets", "ip_adapter", "deadline", "timeout", "loras", "characters", "style", "expand", "max_images"});
   task.params = td.params;
   task.params.prompt.clear();

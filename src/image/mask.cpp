@@ -109,4 +109,124 @@ bool mask_marks_anything(const RgbImage& mask) {
   return std::any_of(grey.begin(), grey.end(), [](std::uint8_t v) { return v / 255.0f >= 0.5f; });
 }
 
+namespace {
+
+// One axis of get_crop_region's step 3: grow [lo, hi) by `diff`, half before,
+// then shift it back inside [0, size).
+void grow_axis(int& lo, int& hi, int diff, int size) {
+  lo -= diff / 2;
+  hi += diff - diff / 2;
+  if (hi >= size) {
+    const int over = hi - size;
+    hi -= over;
+    lo -= over;
+  }
+  if (lo < 0) {
+    hi -= lo;
+    lo = 0;
+  }
+  if (hi >= size) hi = size;
+}
+
+// PIL's paste of `src` into `dst` at (x0, y0), clipped.
+void paste_rgb8(std::vector<std::uint8_t>& dst, int dw, int dh, const std::vector<std::uint8_t>& src, int sw, int sh,
+                int x0, int y0) {
+  for (int y = std::max(0, -y0); y < sh && y + y0 < dh; ++y)
+    for (int x = std::max(0, -x0); x < sw && x + x0 < dw; ++x)
+      std::copy_n(&src[(static_cast<size_t>(y) * sw + x) * 3], 3,
+                  &dst[(static_cast<size_t>(y + y0) * dw + x + x0) * 3]);
+}
+
+std::uint32_t div255(std::uint32_t v) { return (v + 128 + ((v + 128) >> 8)) >> 8; }  // PIL's DIV255, rounded
+
+}  // namespace
+
+CropBox mask_crop_region(const std::vector<std::uint8_t>& grey, int w, int h, int width, int height, int pad) {
+  int left = w, right = -1, top = h, bottom = -1;  // the non-zero pixels' extent
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      if (grey[static_cast<size_t>(y) * w + x] != 0) {
+        left = std::min(left, x);
+        right = std::max(right, x);
+        top = std::min(top, y);
+        bottom = std::max(bottom, y);
+      }
+  if (right < 0) return {0, 0, w, h};  // nothing marked: the whole image (get_crop_region's loops run out)
+  CropBox b{std::max(left - pad, 0), std::max(top - pad, 0), std::min(right + 1 + pad, w),
+            std::min(bottom + 1 + pad, h)};
+  const double ratio_crop = static_cast<double>(b.width()) / b.height();
+  const double ratio = static_cast<double>(width) / height;
+  if (ratio_crop > ratio) {
+    const double desired_h = b.width() / ratio;
+    grow_axis(b.y1, b.y2, static_cast<int>(desired_h - b.height()), h);
+  } else {
+    const double desired_w = b.height() * ratio;
+    grow_axis(b.x1, b.x2, static_cast<int>(desired_w - b.width()), w);
+  }
+  return b;
+}
+
+std::vector<std::uint8_t> crop_rgb8(const std::uint8_t* rgb, int w, const CropBox& box) {
+  std::vector<std::uint8_t> out(static_cast<size_t>(box.width()) * box.height() * 3);
+  for (int y = 0; y < box.height(); ++y)
+    std::copy_n(rgb + (static_cast<size_t>(y + box.y1) * w + box.x1) * 3, static_cast<size_t>(box.width()) * 3,
+                &out[static_cast<size_t>(y) * box.width() * 3]);
+  return out;
+}
+
+std::vector<std::uint8_t> resize_and_fill_rgb8(const std::uint8_t* rgb, int w, int h, int out_w, int out_h) {
+  const double ratio = static_cast<double>(out_w) / out_h, src_ratio = static_cast<double>(w) / h;
+  const int src_w = ratio < src_ratio ? out_w : w * out_h / h;
+  const int src_h = ratio >= src_ratio ? out_h : h * out_w / w;
+  const std::vector<std::uint8_t> resized = (src_w == w && src_h == h)
+                                                ? std::vector<std::uint8_t>(rgb, rgb + static_cast<size_t>(w) * h * 3)
+                                                : resize_lanczos_rgb8(rgb, w, h, src_w, src_h);
+  std::vector<std::uint8_t> out(static_cast<size_t>(out_w) * out_h * 3, 0);
+  const int x0 = out_w / 2 - src_w / 2, y0 = out_h / 2 - src_h / 2;
+  paste_rgb8(out, out_w, out_h, resized, src_w, src_h, x0, y0);
+  for (int y = 0; y < out_h; ++y)
+    for (int x = 0; x < out_w; ++x) {
+      const int sx = std::clamp(x - x0, 0, src_w - 1), sy = std::clamp(y - y0, 0, src_h - 1);
+      if (sx == x - x0 && sy == y - y0) continue;
+      std::copy_n(&resized[(static_cast<size_t>(sy) * src_w + sx) * 3], 3, &out[(static_cast<size_t>(y) * out_w + x) * 3]);
+    }
+  return out;
+}
+
+std::vector<std::uint8_t> overlay_inpainted_rgb8(const RgbImage& init, const std::vector<std::uint8_t>& mask_grey,
+                                                 const std::uint8_t* inpainted, int width, int height,
+                                                 const CropBox& box) {
+  // resize_mode "crop" (_resize_and_crop): cover the box, keep the centre.
+  const int w = box.width(), h = box.height();
+  const double ratio = static_cast<double>(w) / h, src_ratio = static_cast<double>(width) / height;
+  const int src_w = ratio > src_ratio ? w : width * h / height;
+  const int src_h = ratio <= src_ratio ? h : height * w / width;
+  const std::vector<std::uint8_t> resized = resize_lanczos_rgb8(inpainted, width, height, src_w, src_h);
+  std::vector<std::uint8_t> fitted(static_cast<size_t>(w) * h * 3, 0);
+  paste_rgb8(fitted, w, h, resized, src_w, src_h, w / 2 - src_w / 2, h / 2 - src_h / 2);
+  std::vector<std::uint8_t> base(static_cast<size_t>(init.width) * init.height * 3, 0);
+  paste_rgb8(base, init.width, init.height, fitted, w, h, box.x1, box.y1);
+  // The init image premultiplied by alpha = 255 - mask (an RGBa paste onto
+  // transparent black), back to straight RGBA, composited over the base.
+  constexpr std::uint32_t kBits = 7;  // Pillow AlphaComposite.c PRECISION_BITS
+  for (size_t i = 0; i < mask_grey.size(); ++i) {
+    const std::uint32_t a = 255u - mask_grey[i];
+    for (int c = 0; c < 3; ++c) {
+      std::uint8_t& out = base[3 * i + c];
+      if (a == 255) {
+        out = init.rgb[3 * i + c];
+        continue;
+      }
+      if (a == 0) continue;
+      const std::uint32_t pm = div255(init.rgb[3 * i + c] * a);
+      const std::uint32_t src = std::min<std::uint32_t>(255, pm * 255 / a);
+      const std::uint32_t coef1 = a * 255 * 255 * (1u << kBits) / (255 * 255);
+      const std::uint32_t coef2 = 255 * (1u << kBits) - coef1;
+      const std::uint32_t tmp = src * coef1 + out * coef2 + (0x80u << kBits);
+      out = static_cast<std::uint8_t>((((tmp >> 8) + tmp) >> 8) >> kBits);
+    }
+  }
+  return base;
+}
+
 }  // namespace sdxl

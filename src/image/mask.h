@@ -30,4 +30,34 @@ std::vector<float> inpaint_latent_mask(const RgbImage& mask, int blur, int width
 // Whether any pixel's grey value is 0.5 or more (something to repaint).
 bool mask_marks_anything(const RgbImage& mask);
 
+// "Only masked" inpainting (diffusers' padding_mask_crop, A1111's geometry).
+struct CropBox {
+  int x1 = 0, y1 = 0, x2 = 0, y2 = 0;  // [x1, x2) x [y1, y2)
+  int width() const { return x2 - x1; }
+  int height() const { return y2 - y1; }
+};
+
+// VaeImageProcessor.get_crop_region: the box around every non-zero pixel of
+// `grey` (w x h), grown by `pad` (clamped to the image), then grown along one
+// axis to width:height's aspect ratio and shifted back inside the image.
+CropBox mask_crop_region(const std::vector<std::uint8_t>& grey, int w, int h, int width, int height, int pad);
+
+// `box` of an RGB image (w wide) cut out.
+std::vector<std::uint8_t> crop_rgb8(const std::uint8_t* rgb, int w, const CropBox& box);
+
+// VaeImageProcessor resize_mode "fill" (_resize_and_fill): Lanczos to fit inside
+// out_w x out_h keeping the ratio, centred; the strips left (at most a few
+// pixels when the ratios differ by rounding) repeat the nearest edge row or
+// column (diffusers resamples a zero-width box there: within a grey level).
+std::vector<std::uint8_t> resize_and_fill_rgb8(const std::uint8_t* rgb, int w, int h, int out_w, int out_h);
+
+// VaeImageProcessor.apply_overlay with crop_coords: the inpainted image
+// (width x height of the task) resized to cover the box and centre-cropped
+// ("crop" mode), placed at the box, then the init image laid over it through
+// 255 - grey(mask) as alpha (PIL's RGBa paste and alpha_composite). Where the
+// mask is 0 (everywhere outside the box) the result is the init image's bytes.
+std::vector<std::uint8_t> overlay_inpainted_rgb8(const RgbImage& init, const std::vector<std::uint8_t>& mask_grey,
+                                                 const std::uint8_t* inpainted, int width, int height,
+                                                 const CropBox& box);
+
 }  // namespace sdxl

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <shared_mutex>
 
@@ -348,6 +349,14 @@ struct EncodedBatch {
   std::vector<RgbImage> init_images;
   // Inpainting: each image's mask on the latent grid (inpaint_latent_mask), row-major.
   std::vector<std::vector<float>> latent_masks;
+  // "Only masked": per image its crop box, the whole init image and the blurred
+  // mask's grey values at the task's size, to paste the result back (empty for "whole").
+  struct Overlay {
+    CropBox box;
+    RgbImage init;
+    std::vector<std::uint8_t> mask_grey;
+  };
+  std::vector<std::optional<Overlay>> overlays;
   // The batch's ControlNets (loaded on the text stage) and each one's control image per image.
   std::vector<std::shared_ptr<ControlNet>> controlnets;
   std::vector<std::vector<RgbImage>> control_images;  // [ControlNet][image]
@@ -431,15 +440,42 @@ void read_control_images(EncodedBatch& eb) {
     }
 }
 
+// "Only masked" (StableDiffusionXLInpaintPipeline with padding_mask_crop): the
+// mask blurred and at the task's size, the crop box around it, and the init
+// image and the mask cut to the box and filled to the task's size (resize_mode
+// "fill"). The whole init image and the blurred mask are kept for the paste-back.
+RgbImage crop_for_inpainting(const GenerationParams& p, const RgbImage& mask, RgbImage& init,
+                             std::optional<EncodedBatch::Overlay>& overlay) {
+  const int w = p.width, h = p.height;
+  std::vector<std::uint8_t> blurred = gaussian_blur_rgb8(mask.rgb.data(), mask.width, mask.height, p.mask_blur);
+  if (mask.width != w || mask.height != h) blurred = resize_lanczos_rgb8(blurred.data(), mask.width, mask.height, w, h);
+  EncodedBatch::Overlay o;
+  o.mask_grey = grey_of_rgb8(blurred.data(), w, h);
+  o.box = mask_crop_region(o.mask_grey, w, h, w, h, p.inpaint_padding);
+  const std::vector<std::uint8_t> mask_crop = crop_rgb8(blurred.data(), w, o.box);
+  const std::vector<std::uint8_t> init_crop = crop_rgb8(init.rgb.data(), w, o.box);
+  o.init = init;
+  init.rgb = resize_and_fill_rgb8(init_crop.data(), o.box.width(), o.box.height(), w, h);
+  overlay = std::move(o);
+  return {w, h, resize_and_fill_rgb8(mask_crop.data(), overlay->box.width(), overlay->box.height(), w, h)};
+}
+
 // Inpainting: each image's mask, blurred, resized, binarised and on the latent
 // grid as StableDiffusionXLInpaintPipeline prepares it. A mask that marks
 // nothing after that (a thin stroke that the blur fades below 0.5) is refused.
 void read_inpaint_masks(const ModelConfig& cfg, EncodedBatch& eb) {
   eb.inpaint = eb.params.front().inpaint();
   if (!eb.inpaint) return;
-  for (const GenerationParams& p : eb.params) {
-    const std::vector<float> m =
-        inpaint_latent_mask(read_png_rgb(p.mask, "mask"), p.mask_blur, p.width, p.height, cfg.vae_downsample);
+  eb.overlays.resize(eb.params.size());
+  for (size_t i = 0; i < eb.params.size(); ++i) {
+    const GenerationParams& p = eb.params[i];
+    RgbImage mask = read_png_rgb(p.mask, "mask");
+    int blur = p.mask_blur;
+    if (p.inpaint_masked()) {
+      mask = crop_for_inpainting(p, mask, eb.init_images[i], eb.overlays[i]);
+      blur = 0;  // blurred before the crop
+    }
+    const std::vector<float> m = inpaint_latent_mask(mask, blur, p.width, p.height, cfg.vae_downsample);
     if (std::none_of(m.begin(), m.end(), [](float v) { return v > 0; }))
       throw UsageError("mask '" + p.mask + "' marks nothing to repaint after its blur of " +
                        std::to_string(p.mask_blur) + " and the resize to the latent grid (widen it, or lower mask_blur)");
@@ -905,6 +941,10 @@ std::vector<GeneratedImage> Generator::decode_batch(const std::shared_ptr<Sample
         const std::shared_ptr<SdxlModel> vae = im.vaes->get(p.vae);
         g.rgb = vae_decode_rgb8(*vae, sub.latents.slice(0, kk, kk + 1), im.vae_tiling, {},
                                 "seed " + std::to_string(p.seed));
+        if (eb.inpaint && eb.overlays[sub.idx[k]]) {  // "Only masked": pasted back into the init image
+          const EncodedBatch::Overlay& o = *eb.overlays[sub.idx[k]];
+          g.rgb = overlay_inpainted_rgb8(o.init, o.mask_grey, g.rgb.data(), g.width, g.height, o.box);
+        }
         if (!p.vae.empty()) {
           g.vae_name = vae->config.vae_file.recorded() ? vae->config.vae_file.name : vae->config.name;
           g.vae_hash = vae->config.vae_file.recorded() ? vae->config.vae_file.short_hash() : "";

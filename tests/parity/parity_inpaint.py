@@ -14,8 +14,11 @@ both draw the same noise in the same order.
 
 Cases: strengths 0.6 and 1.0, mask_blur 0 and 4, a grey mask (binarised at
 0.5), a mask at twice the task's size (resized), Euler and DPM++ 2M SDE Karras
-(noise drawn every step), two masks batched together. Fails when a PSNR is
-below --min-psnr (40 dB).
+(noise drawn every step), masks batched together, and "only masked"
+("inpaint_area": "masked" vs padding_mask_crop) with paddings 32, 8 and 16, one
+crop box pushed back inside the image at its edge. Fails when a PSNR is below
+--min-psnr (40 dB), or when an "only masked" image differs from the init image
+by a single byte outside the padded crop box (diffusers' get_crop_region).
 """
 from __future__ import annotations
 
@@ -52,16 +55,22 @@ def masks() -> dict[str, Image.Image]:
     grey = (np.clip(1.3 - d, 0, 1) * 255).astype(np.uint8)
     big = np.zeros((2 * H, 2 * W), np.uint8)
     big[40:300, 250:470] = 255
-    return {k: Image.fromarray(v).convert("RGB") for k, v in (("rect", rect), ("grey", grey), ("big", big))}
+    small = np.zeros((H, W), np.uint8)
+    small[200:230, 20:90] = 255  # near an edge: the crop box is shifted back inside
+    return {k: Image.fromarray(v).convert("RGB")
+            for k, v in (("rect", rect), ("grey", grey), ("big", big), ("small", small))}
 
 
-# tag -> (mask, mask_blur, strength, sampler, schedule, seed)
+# tag -> (mask, mask_blur, strength, sampler, schedule, seed, padding of "only masked" or None)
 CASES = {
-    "s06-rect-blur0": ("rect", 0, 0.6, "Euler", "Automatic", 11),
-    "s06-grey-blur4": ("grey", 4, 0.6, "Euler", "Automatic", 12),
-    "s06-big-blur4": ("big", 4, 0.6, "Euler", "Automatic", 13),
-    "s10-rect-blur4": ("rect", 4, 1.0, "Euler", "Automatic", 14),
-    "s06-grey-sde": ("grey", 0, 0.6, "DPM++ 2M SDE", "Karras", 15),
+    "s06-rect-blur0": ("rect", 0, 0.6, "Euler", "Automatic", 11, None),
+    "s06-grey-blur4": ("grey", 4, 0.6, "Euler", "Automatic", 12, None),
+    "s06-big-blur4": ("big", 4, 0.6, "Euler", "Automatic", 13, None),
+    "s10-rect-blur4": ("rect", 4, 1.0, "Euler", "Automatic", 14, None),
+    "s06-grey-sde": ("grey", 0, 0.6, "DPM++ 2M SDE", "Karras", 15, None),
+    "s06-rect-crop32": ("rect", 4, 0.6, "Euler", "Automatic", 16, 32),
+    "s06-grey-crop8": ("grey", 0, 0.6, "Euler", "Automatic", 17, 8),
+    "s10-small-crop16": ("small", 4, 1.0, "Euler", "Automatic", 18, 16),
 }
 
 
@@ -76,8 +85,8 @@ def main() -> int:
         m.save(work / f"mask-{k}.png")
     cases = {tag: {"prompt": PROMPT, "negative": NEGATIVE, "seed": seed, "steps": STEPS, "cfg": CFG, "sampler": sampler,
                    "schedule": schedule, "init_image": "init.png", "mask": f"mask-{mask}.png", "mask_blur": blur,
-                   "strength": strength}
-             for tag, (mask, blur, strength, sampler, schedule, seed) in CASES.items()}
+                   "strength": strength, **({} if pad is None else {"inpaint_area": "masked", "inpaint_padding": pad})}
+             for tag, (mask, blur, strength, sampler, schedule, seed, pad) in CASES.items()}
     t0 = time.time()
     pngs = run_ours_batch(a, work, cases)
     print(f"sdxl-batch run {time.time() - t0:.1f} s", flush=True)
@@ -92,19 +101,27 @@ def main() -> int:
     t0 = time.time()
     with torch.inference_mode():
         embeds = a1111_embeds(pipe, PROMPT, NEGATIVE, True)
-        for tag, (mask, blur, strength, sampler, schedule, seed) in CASES.items():
+        for tag, (mask, blur, strength, sampler, schedule, seed, pad) in CASES.items():
             inp.scheduler = make_scheduler(base_config, sampler, schedule)
             m = mask_images[mask]
             if blur > 0:
                 m = inp.mask_processor.blur(m, blur_factor=blur)
             ref = inp(**embeds, image=init, mask_image=m, height=H, width=W, strength=strength,
-                      num_inference_steps=STEPS, guidance_scale=CFG,
+                      num_inference_steps=STEPS, guidance_scale=CFG, padding_mask_crop=pad,
                       generator=[torch.Generator("cpu").manual_seed(seed)]).images[0]
             ref_png = work / f"{tag}-ref.png"
             ref.save(ref_png)
             rows.append(image_row(tag, pngs[tag], None, ref_png, None, a.min_psnr))
+            if pad is not None:  # outside the padded crop: the init image's bytes exactly
+                x1, y1, x2, y2 = inp.mask_processor.get_crop_region(m, W, H, pad=pad)
+                ours, want = np.array(Image.open(pngs[tag]).convert("RGB")), np.array(init)
+                outside = np.ones((H, W), bool)
+                outside[y1:y2, x1:x2] = False
+                changed = int((ours[outside] != want[outside]).any(axis=-1).sum())
+                rows[-1]["what"] += f"; {changed} of {int(outside.sum())} pixels outside the crop changed"
+                rows[-1]["ok"] = bool(rows[-1]["ok"] and changed == 0 and outside.any())
             failed |= not rows[-1]["ok"]
-            print(f"{tag:18} PSNR {rows[-1]['value']:6.2f} dB", flush=True)
+            print(f"{tag:18} PSNR {rows[-1]['value']:6.2f} dB  {rows[-1]['what']}", flush=True)
     print(f"reference time {time.time() - t0:.1f} s")
     return finish(rows, [("case", "case", "<18"), ("PSNR dB", "value", ">8.2f")], work / "parity_inpaint.json",
                   failed, "a case is below {min_psnr} dB", "", a.min_psnr)

@@ -492,7 +492,8 @@ TEST(BatchFile, InpaintingMasksAreChecked) {
   std::vector<sdxl::BatchProblem> p;
   const auto bf = parse_checked(R"({"version": 1, "defaults": {"mask_blur": 2},
       "tasks": [{"id": "a", "prompt": "x", "init_image": "init.png", "mask": "masks/big.png"},
-                {"id": "b", "prompt": "x", "init_image": "init.png", "mask": "masks/big.png", "mask_blur": 0}]})",
+                {"id": "b", "prompt": "x", "init_image": "init.png", "mask": "masks/big.png", "mask_blur": 0,
+                 "inpaint_area": "masked", "inpaint_padding": 16}]})",
                                 dir / "b.json", sdxl::GenerationParams{}, &p);
   ASSERT_TRUE(p.empty()) << p[0].pointer << " " << p[0].message;
   EXPECT_EQ(bf.tasks[0].params.mask, (dir / "masks" / "big.png").string());
@@ -501,6 +502,9 @@ TEST(BatchFile, InpaintingMasksAreChecked) {
   EXPECT_EQ(bf.tasks[1].params.mask_blur, 0);
   const std::string params = sdxl::a1111_parameters(bf.tasks[0].params, "m");
   EXPECT_NE(params.find(", Init image: init.png, Mask blur: 2,"), std::string::npos) << params;
+  const std::string masked = sdxl::a1111_parameters(bf.tasks[1].params, "m");
+  EXPECT_NE(masked.find(", Mask blur: 0, Inpaint area: Only masked, Masked area padding: 16,"), std::string::npos)
+      << masked;
 
   const auto bad = parse_checked(R"({"version": 1, "tasks": [
       {"id": "a", "prompt": "x", "mask": "masks/big.png"},
@@ -508,7 +512,8 @@ TEST(BatchFile, InpaintingMasksAreChecked) {
       {"id": "c", "prompt": "x", "init_image": "init.png", "mask": "masks/broken.png"},
       {"id": "d", "prompt": "x", "init_image": "init.png", "mask": "masks/square.png"},
       {"id": "e", "prompt": "x", "init_image": "init.png", "mask": "masks/big.png", "hires": {"scale": 2}},
-      {"id": "f", "prompt": "x", "init_image": "init.png", "mask": "masks/big.png", "mask_blur": 65}]})",
+      {"id": "f", "prompt": "x", "init_image": "init.png", "mask": "masks/big.png", "mask_blur": 65},
+      {"id": "g", "prompt": "x", "init_image": "init.png", "mask": "masks/big.png", "inpaint_area": "only"}]})",
                                  dir / "b.json", sdxl::GenerationParams{}, &p);
   std::map<std::string, std::string> by;
   for (const auto& pr : p) by[pr.pointer] = pr.message;
@@ -518,5 +523,6 @@ TEST(BatchFile, InpaintingMasksAreChecked) {
   EXPECT_NE(by["/tasks/3/mask"].find("aspect ratio"), std::string::npos) << by["/tasks/3/mask"];
   EXPECT_NE(by["/tasks/4/mask"].find("hires"), std::string::npos) << by["/tasks/4/mask"];
   EXPECT_TRUE(by.count("/tasks/5/mask_blur"));
+  EXPECT_TRUE(by.count("/tasks/6/inpaint_area"));
   fs::remove_all(dir);
 }
