@@ -319,28 +319,15 @@ struct Checker {
     p.mask_sha256 = sha256_file_hex(path).value_or("");
   }
 
-  // A task's mask (its own or the defaults') against its init image: a mask
-  // needs one, and is resized to the task's size, so it must have the init
-  // image's aspect ratio (within one pixel).
+  // A task's mask (its own or the defaults') against the rest of the task (mask_settings_problem).
   void check_mask(const json& t, const std::string& ptr, const GenerationParams& p) {
     if (!p.inpaint()) return;
-    const std::string at = ptr + (t.contains("mask") ? "/mask" : "");
-    const std::string from = t.contains("mask") ? "" : " (from /defaults/mask)";
-    if (p.init_image.empty()) {
-      add(at, "'" + p.mask + "'" + from + " is a mask but the task has no init_image (a mask marks what to repaint of one)");
-      return;
-    }
-    if (p.hires_on()) {
-      add(at, "a mask and the hires fix cannot be combined (the second pass would repaint the kept region)");
-      return;
-    }
     int mw = 0, mh = 0;
-    if (!png_size(p.mask, mw, mh).empty() || mw == 0 || mh == 0) return;
-    const double ratio_w = static_cast<double>(mw) * p.height / mh;  // the mask's width at the task's height
-    if (std::abs(ratio_w - p.width) > 1.0)
-      add(at, "'" + p.mask + "'" + from + " is " + std::to_string(mw) + "x" + std::to_string(mh) +
-                  ", another aspect ratio than the task's " + std::to_string(p.width) + "x" + std::to_string(p.height) +
-                  " (a mask is resized to the task's size, never cropped or stretched: make it the init image's shape)");
+    if (!png_size(p.mask, mw, mh).empty()) return;  // reported by read_mask
+    const std::string why = mask_settings_problem(p, mw, mh);
+    if (why.empty()) return;
+    const std::string from = t.contains("mask") ? "" : " (from /defaults/mask)";
+    add(ptr + (t.contains("mask") ? "/mask" : ""), "'" + p.mask + "'" + from + " " + why);
   }
 
   // Sampler and schedule are checked together (a task may set one, the defaults the other).
@@ -717,6 +704,17 @@ bool read_task(Checker& ck, const json& t, const std::string& ptr, const TaskDef
 }
 
 }  // namespace
+
+std::string mask_settings_problem(const GenerationParams& p, int mask_w, int mask_h) {
+  if (p.init_image.empty()) return "is a mask but the task has no init image (a mask marks what to repaint of one)";
+  if (p.hires_on()) return "is a mask, which the hires fix cannot be combined with (its second pass would repaint all)";
+  if (mask_w <= 0 || mask_h <= 0) return "";  // size unknown (no file checks)
+  const double at_task_height = static_cast<double>(mask_w) * p.height / mask_h;
+  if (std::abs(at_task_height - p.width) <= 1.0) return "";
+  return "is " + std::to_string(mask_w) + "x" + std::to_string(mask_h) + ", another aspect ratio than the task's " +
+         std::to_string(p.width) + "x" + std::to_string(p.height) +
+         " (a mask is resized to the task's size, never cropped or stretched: make it the init image's shape)";
+}
 
 std::string read_batch_text(const std::filesystem::path& path) {
   return read_input_file(path, "batch file", kMaxBatchFileBytes);

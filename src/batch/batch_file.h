@@ -87,6 +87,12 @@ void attach_lines(const std::string& text, std::vector<BatchProblem>& problems);
 // "batch file 'PATH' has N problem(s):" and one line per problem.
 std::string describe_problems(const std::filesystem::path& path, const std::vector<BatchProblem>& problems);
 
+// An inpainting mask of mask_w x mask_h (0 x 0 = not known) against the rest
+// of `p`: it needs an init image, no hires fix, and the task's aspect ratio
+// within a pixel (it is resized, never cropped). "" when fine, else why not
+// (a sentence to follow the mask's name). Batch files and `generate` share it.
+std::string mask_settings_problem(const GenerationParams& p, int mask_w, int mask_h);
+
 // The text of a batch file: a regular file of at most 64 MiB (UsageError otherwise).
 inline constexpr std::uint64_t kMaxBatchFileBytes = 64ull << 20;
 std::string read_batch_text(const std::filesystem::path& path);

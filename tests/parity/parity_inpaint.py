@@ -19,9 +19,13 @@ Cases: strengths 0.6 and 1.0, mask_blur 0 and 4, a grey mask (binarised at
 crop box pushed back inside the image at its edge. Fails when a PSNR is below
 --min-psnr (40 dB), or when an "only masked" image differs from the init image
 by a single byte outside the padded crop box (diffusers' get_crop_region).
+Also: `generate --mask --inpaint-area masked` makes an only-masked case's image
+byte for byte, its PNG parameters carry A1111's Mask blur, Inpaint area and
+Masked area padding, and the manifest records the mask's sha256.
 """
 from __future__ import annotations
 
+import hashlib
 import sys
 import time
 from pathlib import Path
@@ -30,6 +34,7 @@ import numpy as np
 import torch
 from parity_common import finish, image_row, parse_args, reference_pipeline, run_ours_batch
 from PIL import Image
+from testkit import parameters, read_manifest, run_ok
 
 from reference.a1111_schedulers import make_scheduler
 from reference.reference_sdxl import a1111_embeds
@@ -72,6 +77,29 @@ CASES = {
     "s06-grey-crop8": ("grey", 0, 0.6, "Euler", "Automatic", 17, 8),
     "s10-small-crop16": ("small", 4, 1.0, "Euler", "Automatic", 18, 16),
 }
+
+
+def cli_and_records(a, work: Path, cases: dict, pngs: dict) -> dict:
+    """`generate --mask ... --inpaint-area masked` makes the batch's image byte for byte (its
+    flags reach the same settings); the PNG's parameters and the manifest record the mask."""
+    tag = "s06-rect-crop32"
+    c = cases[tag]
+    png = work / "cli-sdxl.png"
+    run_ok([a.binary, "generate", "--model", a.model, "--prompt", c["prompt"], "--negative", c["negative"],
+            "--seed", str(c["seed"]), "--steps", str(c["steps"]), "--cfg", str(c["cfg"]), "--init-image",
+            str(work / c["init_image"]), "--strength", str(c["strength"]), "--mask", str(work / c["mask"]),
+            "--mask-blur", str(c["mask_blur"]), "--inpaint-area", "masked", "--inpaint-padding",
+            str(c["inpaint_padding"]), "--out", str(png), "--threads", "1"], "sdxl-batch generate --mask")
+    same = np.array_equal(np.array(Image.open(png).convert("RGB")), np.array(Image.open(pngs[tag]).convert("RGB")))
+    params = parameters(png)
+    want = f"Mask blur: {c['mask_blur']}, Inpaint area: Only masked, Masked area padding: {c['inpaint_padding']}"
+    entry = next(e for e in read_manifest(work / "ours-batch") if e["task"] == tag)
+    sha = hashlib.sha256((work / c["mask"]).read_bytes()).hexdigest()
+    ok = same and want in params and entry["params"]["mask"]["sha256"] == sha
+    print(f"generate --mask: same image {same}; parameters {want in params}; manifest mask sha256 "
+          f"{entry['params']['mask']['sha256'] == sha}", flush=True)
+    return {"case": "generate-cli", "what": "generate --mask = run; parameters; manifest", "value": 0.0 if not ok
+            else float("inf"), "ok": bool(ok)}
 
 
 def main() -> int:
@@ -123,6 +151,8 @@ def main() -> int:
             failed |= not rows[-1]["ok"]
             print(f"{tag:18} PSNR {rows[-1]['value']:6.2f} dB  {rows[-1]['what']}", flush=True)
     print(f"reference time {time.time() - t0:.1f} s")
+    rows.append(cli_and_records(a, work, cases, pngs))
+    failed |= not rows[-1]["ok"]
     return finish(rows, [("case", "case", "<18"), ("PSNR dB", "value", ">8.2f")], work / "parity_inpaint.json",
                   failed, "a case is below {min_psnr} dB", "", a.min_psnr)
 

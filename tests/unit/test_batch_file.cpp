@@ -517,7 +517,7 @@ TEST(BatchFile, InpaintingMasksAreChecked) {
                                  dir / "b.json", sdxl::GenerationParams{}, &p);
   std::map<std::string, std::string> by;
   for (const auto& pr : p) by[pr.pointer] = pr.message;
-  EXPECT_NE(by["/tasks/0/mask"].find("no init_image"), std::string::npos) << by["/tasks/0/mask"];
+  EXPECT_NE(by["/tasks/0/mask"].find("no init image"), std::string::npos) << by["/tasks/0/mask"];
   EXPECT_NE(by["/tasks/1/mask"].find("empty mask"), std::string::npos) << by["/tasks/1/mask"];
   EXPECT_NE(by["/tasks/2/mask"].find("broken.png"), std::string::npos) << by["/tasks/2/mask"];
   EXPECT_NE(by["/tasks/3/mask"].find("aspect ratio"), std::string::npos) << by["/tasks/3/mask"];
