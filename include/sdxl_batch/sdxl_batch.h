@@ -279,6 +279,12 @@ struct ImageRequest {
   int clip_skip = 0;
   std::string init_image{};  // img2img: its size unless the task sets width/height, which must then match
   double strength = 0.75;
+  // Inpainting (with init_image): the mask PNG (white = repaint; "" = none), its
+  // Gaussian blur radius, "whole" or "masked" (only the padded box around it).
+  std::string mask{};
+  int mask_blur = 4;
+  std::string inpaint_area = "whole";
+  int inpaint_padding = 32;
   Hires hires{};
   std::vector<ControlNet> controlnets{};
   IpAdapter ip_adapter{};

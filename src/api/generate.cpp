@@ -8,6 +8,7 @@
 #include "api/boundary.h"
 #include "api/options.h"
 #include "api/session_impl.h"
+#include "batch/batch_file.h"
 #include "batch/lora_ref.h"
 #include "check/batch_check.h"
 #include "check/model_files.h"
@@ -15,6 +16,7 @@
 #include "core/error.h"
 #include "core/input_text.h"
 #include "core/npy.h"
+#include "core/sha256.h"
 #include "core/units.h"
 #include "image/png_reader.h"
 #include "image/png_writer.h"
@@ -89,11 +91,32 @@ GenerationParams checked_params(const sdxl_batch::Session::Impl& s, const sdxl_b
     p.init_image = r.init_image;
     p.strength = r.strength;
   }
+  int mw = 0, mh = 0;
+  if (!r.mask.empty()) {
+    check_png("--mask", r.mask, mw, mh);
+    FileInputChecks files;
+    if (const std::string why = files.mask_problem(r.mask); !why.empty())
+      throw UsageError("--mask '" + r.mask + "' " + why);
+    if (r.inpaint_area != "whole" && r.inpaint_area != "masked")
+      throw UsageError("--inpaint-area '" + r.inpaint_area + "' is not an inpaint area (whole or masked)");
+    p.mask = std::filesystem::absolute(r.mask).lexically_normal().string();
+    p.mask_sha256 = sha256_file_hex(p.mask).value_or("");
+    p.mask_blur = r.mask_blur;
+    p.inpaint_area = r.inpaint_area;
+    p.inpaint_padding = r.inpaint_padding;
+  }
   if (r.hires.scale > 0) {
     p.hires.scale = r.hires.scale;
     p.hires.upscaler = canonical_hires_upscaler(r.hires.upscaler);
     p.hires.steps = r.hires.steps;
     p.hires.denoise = r.hires.denoise;
+  }
+  if (p.inpaint()) {  // the init image's size is the task's
+    GenerationParams sized = p;
+    sized.width = image_w;
+    sized.height = image_h;
+    if (const std::string why = mask_settings_problem(sized, mw, mh); !why.empty())
+      throw UsageError("--mask '" + r.mask + "' " + why);
   }
   const ModelConfig& config = s.config;
   if (p.clip_skip != 0) check_clip_skip(config, p.clip_skip);

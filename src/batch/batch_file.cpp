@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include "core/error.h"
 #include "core/input_file.h"
 #include "core/json_shape.h"
+#include "core/sha256.h"
 #include "batch/batch_strings.h"
 #include "batch/output_names.h"
 #include "batch/priority.h"
@@ -27,7 +29,9 @@ using nlohmann::json;
 
 constexpr int kMaxSteps = 200;
 constexpr int kMaxCount = 1000;
-constexpr int kMaxClipSkip = 256;  // a bound without a model; validation checks the model's own limit
+constexpr int kMaxClipSkip = 256;
+constexpr int kMaxMaskBlur = 64;   // A1111's slider limit
+constexpr int kMaxInpaintPadding = 256;  // A1111's slider limit  // a bound without a model; validation checks the model's own limit
 
 // Collects problems instead of stopping at the first, so a user fixes a file in one go.
 struct Checker {
@@ -243,6 +247,14 @@ struct Checker {
     get_number(obj, pointer, "guidance_rescale", 0.0, 1.0, p.guidance_rescale);
     if (get_int(obj, pointer, "clip_skip", 1, kMaxClipSkip, v)) p.clip_skip = static_cast<int>(v);
     get_number(obj, pointer, "strength", 0.0, 1.0, p.strength);
+    if (get_int(obj, pointer, "mask_blur", 0, kMaxMaskBlur, v)) p.mask_blur = static_cast<int>(v);
+    if (get_int(obj, pointer, "inpaint_padding", 0, kMaxInpaintPadding, v)) p.inpaint_padding = static_cast<int>(v);
+    if (get_string(obj, pointer, "inpaint_area", p.inpaint_area) && p.inpaint_area != "whole" &&
+        p.inpaint_area != "masked") {
+      add(pointer + "/inpaint_area", "'" + p.inpaint_area + "' is not an inpaint area (\"whole\" or \"masked\")");
+      p.inpaint_area = "whole";
+    }
+    read_mask(obj, pointer, p);
     if (obj.contains("hires")) {
       const std::string hp = pointer + "/hires";
       const json& h = obj["hires"];
@@ -289,6 +301,33 @@ struct Checker {
       add(ptr + "/init_image", "'" + path.string() + "' is " + std::to_string(w) + "x" + std::to_string(h) +
                                    " but the task sets " + std::to_string(p.width) + "x" + std::to_string(p.height) +
                                    " (hint: drop width/height to take the image's size, or resize the image)");
+  }
+
+  // Inpainting mask: relative to the batch file, confined like every input
+  // file, a PNG that marks something to repaint; its sha256 recorded.
+  void read_mask(const json& obj, const std::string& pointer, GenerationParams& p) {
+    std::string rel;
+    if (!get_string(obj, pointer, "mask", rel)) return;
+    const std::filesystem::path path = base_dir / rel;
+    if (!stays_inside(pointer + "/mask", rel, path)) return;
+    const std::string why = checks ? checks->mask_problem(path.string()) : std::string();
+    if (!why.empty()) {
+      add(pointer + "/mask", "'" + path.string() + "' " + why);
+      return;
+    }
+    p.mask = path.string();
+    p.mask_sha256 = sha256_file_hex(path).value_or("");
+  }
+
+  // A task's mask (its own or the defaults') against the rest of the task (mask_settings_problem).
+  void check_mask(const json& t, const std::string& ptr, const GenerationParams& p) {
+    if (!p.inpaint()) return;
+    int mw = 0, mh = 0;
+    if (!png_size(p.mask, mw, mh).empty()) return;  // reported by read_mask
+    const std::string why = mask_settings_problem(p, mw, mh);
+    if (why.empty()) return;
+    const std::string from = t.contains("mask") ? "" : " (from /defaults/mask)";
+    add(ptr + (t.contains("mask") ? "/mask" : ""), "'" + p.mask + "'" + from + " " + why);
   }
 
   // Sampler and schedule are checked together (a task may set one, the defaults the other).
@@ -529,6 +568,7 @@ TaskDefaults read_defaults(Checker& ck, const json& j, const GenerationParams& f
   const json& d = j["defaults"];
   ck.check_keys(d, "/defaults", {"negative", "steps", "cfg", "width", "height", "sampler", "schedule",
                                  "guidance_rescale", "clip_skip", "strength", "hires", "priority", "timeout", "loras", "vae",
+                                 "mask", "mask_blur", "inpaint_area", "inpaint_padding",
                                  "controlnets", "ip_adapter", "characters", "style", "expand", "max_images"});
   ck.read_settings(d, "/defaults", td.params);
   ck.check_sampler(d, "/defaults", td.params);
@@ -644,6 +684,7 @@ bool read_task(Checker& ck, const json& t, const std::string& ptr, const TaskDef
   }
   ck.check_keys(t, ptr, {"id", "prompt", "negative", "seed", "count", "steps", "cfg", "width", "height", "sampler",
                          "schedule", "guidance_rescale", "clip_skip", "init_image", "strength", "hires", "priority", "vae",
+                         "mask", "mask_blur", "inpaint_area", "inpaint_padding",
                          "controlnets", "ip_adapter", "deadline", "timeout", "loras", "characters", "style", "expand", "max_images"});
   task.params = td.params;
   task.params.prompt.clear();
@@ -656,12 +697,24 @@ bool read_task(Checker& ck, const json& t, const std::string& ptr, const TaskDef
   ck.read_settings(t, ptr, task.params);
   if (t.contains("sampler") || t.contains("schedule")) ck.check_sampler(t, ptr, task.params);
   ck.read_init_image(t, ptr, origin, task.params);
+  ck.check_mask(t, ptr, task.params);
   read_task_schedule(ck, t, ptr, td, task);
   apply_task_story(ck, t, ptr, td, book, lib, task);
   return true;
 }
 
 }  // namespace
+
+std::string mask_settings_problem(const GenerationParams& p, int mask_w, int mask_h) {
+  if (p.init_image.empty()) return "is a mask but the task has no init image (a mask marks what to repaint of one)";
+  if (p.hires_on()) return "is a mask, which the hires fix cannot be combined with (its second pass would repaint all)";
+  if (mask_w <= 0 || mask_h <= 0) return "";  // size unknown (no file checks)
+  const double at_task_height = static_cast<double>(mask_w) * p.height / mask_h;
+  if (std::abs(at_task_height - p.width) <= 1.0) return "";
+  return "is " + std::to_string(mask_w) + "x" + std::to_string(mask_h) + ", another aspect ratio than the task's " +
+         std::to_string(p.width) + "x" + std::to_string(p.height) +
+         " (a mask is resized to the task's size, never cropped or stretched: make it the init image's shape)";
+}
 
 std::string read_batch_text(const std::filesystem::path& path) {
   return read_input_file(path, "batch file", kMaxBatchFileBytes);

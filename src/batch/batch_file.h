@@ -74,6 +74,9 @@ class InputChecks {
   // Sampler and schedule rewritten to their canonical names; throws UsageError
   // listing the valid names.
   virtual void canonicalize_sampler(GenerationParams& p) = 0;
+  // An inpainting mask PNG: "" when it marks something to repaint, else why
+  // not (unreadable, or no pixel at 0.5 or above: nothing to repaint).
+  virtual std::string mask_problem(const std::string& path) = 0;
 };
 
 // Line (1-based) of every value of a JSON text by its JSON pointer ("" = root).
@@ -83,6 +86,12 @@ std::map<std::string, int> json_pointer_lines(const std::string& text);
 void attach_lines(const std::string& text, std::vector<BatchProblem>& problems);
 // "batch file 'PATH' has N problem(s):" and one line per problem.
 std::string describe_problems(const std::filesystem::path& path, const std::vector<BatchProblem>& problems);
+
+// An inpainting mask of mask_w x mask_h (0 x 0 = not known) against the rest
+// of `p`: it needs an init image, no hires fix, and the task's aspect ratio
+// within a pixel (it is resized, never cropped). "" when fine, else why not
+// (a sentence to follow the mask's name). Batch files and `generate` share it.
+std::string mask_settings_problem(const GenerationParams& p, int mask_w, int mask_h);
 
 // The text of a batch file: a regular file of at most 64 MiB (UsageError otherwise).
 inline constexpr std::uint64_t kMaxBatchFileBytes = 64ull << 20;

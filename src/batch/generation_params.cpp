@@ -94,6 +94,9 @@ std::string a1111_parameters(const GenerationParams& p, const ImageSources& src)
   else if (p.hires_on()) s << ", Denoising strength: " << format_number(p.hires.denoise);
   if (p.clip_skip != 0) s << ", Clip skip: " << p.clip_skip;
   if (img2img) s << ", Init image: " << quote_if_needed(std::filesystem::path(p.init_image).filename().string());
+  if (img2img && p.inpaint()) s << ", Mask blur: " << p.mask_blur;
+  if (img2img && p.inpaint_masked())
+    s << ", Inpaint area: Only masked, Masked area padding: " << p.inpaint_padding;
   if (p.hires_on()) {
     if (img2img) s << ", Hires denoising strength: " << format_number(p.hires.denoise);
     s << ", Hires upscale: " << format_number(p.hires.scale) << ", Hires steps: " << p.hires_steps()

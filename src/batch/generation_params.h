@@ -58,6 +58,22 @@ struct GenerationParams {
   // image instead of the model's VAE; "" = the model's.
   std::string vae;
   double strength = 0.75;
+  // Inpainting (StableDiffusionXLInpaintPipeline, 4-channel UNet): a mask PNG
+  // beside an init image (white = repaint, black = keep), Gaussian-blurred by
+  // mask_blur (PIL radius; 0 = none), resized to width x height (Lanczos) and
+  // binarised at 0.5; "" = no mask. mask_sha256 is the file's when it was read
+  // (the manifest compares it: an edited mask makes the image again).
+  std::string mask;
+  std::string mask_sha256;
+  int mask_blur = 4;
+  // "whole": the whole image is sampled; "masked" (diffusers' padding_mask_crop,
+  // A1111's "Only masked"): the box around the blurred mask grown by
+  // inpaint_padding pixels and to the task's aspect ratio is cut out, sampled at
+  // width x height and pasted back through the blurred mask.
+  std::string inpaint_area = "whole";
+  int inpaint_padding = 32;
+  bool inpaint() const { return !mask.empty(); }
+  bool inpaint_masked() const { return inpaint() && inpaint_area == "masked"; }
   // Hires fix as A1111 offers it: a second pass at int(width * scale) rounded
   // down to a multiple of 8 (same for height), starting from the first result
   // upscaled in latent space or in pixel space, with its own steps (0 = steps)
@@ -122,7 +138,8 @@ struct ImageSources {
 // "Guidance rescale: <phi>" follows the CFG scale when it is not 0; the hashes
 // only when known, "Clip skip" only when the task sets it;
 // img2img adds "Denoising strength: S" before Clip skip and "Init image: <file
-// name>" after it; the hires fix adds A1111's "Denoising strength: D" (for
+// name>" after it (an inpainting task then A1111's "Mask blur: N", and for
+// "Only masked" "Inpaint area: Only masked, Masked area padding: P"); the hires fix adds A1111's "Denoising strength: D" (for
 // text-to-image) and "Hires upscale: 2, Hires steps: N, Hires upscaler: U"
 // (Size stays the first pass's, as in A1111). The prompt keeps its <lora:...>
 // tags, as A1111 writes it. Each ControlNet adds, as A1111's ControlNet

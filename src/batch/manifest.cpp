@@ -36,6 +36,9 @@ nlohmann::json to_json(const ManifestEntry& e) {
     j["params"]["init_image"] = p.init_image;
     j["params"]["strength"] = p.strength;
   }
+  if (p.inpaint())
+    j["params"]["mask"] = {{"file", p.mask}, {"sha256", p.mask_sha256}, {"blur", p.mask_blur},
+                           {"area", p.inpaint_area}, {"padding", p.inpaint_padding}};
   for (const auto& c : p.controlnets)
     j["params"]["controlnets"].push_back(
         {{"model", c.model}, {"image", c.image}, {"strength", c.strength}, {"start", c.start}, {"end", c.end}});
@@ -78,6 +81,13 @@ ManifestEntry from_json(const nlohmann::json& j) {
     e.params.vae = p.value("vae", "");
     e.params.init_image = p.value("init_image", "");
     e.params.strength = p.value("strength", GenerationParams{}.strength);
+    if (p.contains("mask") && p["mask"].is_object()) {
+      e.params.mask = p["mask"].value("file", "");
+      e.params.mask_sha256 = p["mask"].value("sha256", "");
+      e.params.mask_blur = p["mask"].value("blur", GenerationParams{}.mask_blur);
+      e.params.inpaint_area = p["mask"].value("area", GenerationParams{}.inpaint_area);
+      e.params.inpaint_padding = p["mask"].value("padding", GenerationParams{}.inpaint_padding);
+    }
     if (p.contains("hires") && p["hires"].is_object()) {
       const auto& h = p["hires"];
       e.params.hires.scale = h.value("scale", 0.0);

@@ -11,6 +11,7 @@
 #include "batch/story.h"
 #include "batch/wildcards.h"
 #include "core/error.h"
+#include "image/mask.h"
 #include "image/png_reader.h"
 #include "lora/embedding_files.h"
 #include "lora/safetensors.h"
@@ -70,6 +71,20 @@ std::string FileInputChecks::png_size(const std::string& path, int& width, int& 
 }
 
 void FileInputChecks::canonicalize_sampler(GenerationParams& p) { sdxl::canonicalize_sampler(p); }
+
+// An empty mask is refused (validate and run): the task would only re-encode
+// its init image, which is not what a user who drew a mask asked for.
+std::string FileInputChecks::mask_problem(const std::string& path) {
+  int w = 0, h = 0;
+  if (std::string why = png_size(path, w, h); !why.empty()) return why;
+  try {
+    if (!mask_marks_anything(read_png_rgb(path, "mask")))
+      return "is an empty mask (no pixel at 0.5 grey or above: nothing to repaint; white marks what to repaint)";
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
 
 namespace {
 

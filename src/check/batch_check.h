@@ -40,6 +40,7 @@ class FileInputChecks final : public InputChecks {
   std::string folder_problem(const std::string& kind, const std::string& dir) override;
   std::string png_size(const std::string& path, int& width, int& height) override;
   void canonicalize_sampler(GenerationParams& p) override;
+  std::string mask_problem(const std::string& path) override;
 
  private:
   struct PngResult {

@@ -20,6 +20,10 @@ struct GenerateArgs {
   int clip_skip = 0;
   std::string init_image;
   double strength = 0.75;
+  std::string mask;
+  int mask_blur = 4;
+  std::string inpaint_area = "whole";
+  int inpaint_padding = 32;
   double hires_scale = 0.0, hires_denoise = 0.7;
   int hires_steps = 0;
   std::string hires_upscaler = "Latent";
@@ -97,6 +101,14 @@ CLI::App* add_generate(CLI::App& app, std::shared_ptr<GenerateArgs>& args) {
   cmd->add_option("--init-image", args->init_image,
                   "img2img: start from this PNG (its size unless --width/--height are given, which must then match)");
   cmd->add_option("--strength", args->strength, "img2img denoising strength")->check(finite_range(0.0, 1.0))->capture_default_str();
+  cmd->add_option("--mask", args->mask, "Inpainting (with --init-image): PNG, white = repaint, black = keep");
+  cmd->add_option("--mask-blur", args->mask_blur, "Inpainting: Gaussian blur radius of the mask (0 = none)")
+      ->check(CLI::Range(0, 64))->capture_default_str();
+  cmd->add_option("--inpaint-area", args->inpaint_area,
+                  "Inpainting: whole, or masked (only the padded box around the mask, pasted back)")
+      ->check(CLI::IsMember({"whole", "masked"}))->capture_default_str();
+  cmd->add_option("--inpaint-padding", args->inpaint_padding, "Inpainting, --inpaint-area masked: padding in pixels")
+      ->check(CLI::Range(0, 256))->capture_default_str();
   cmd->add_option("--hires-scale", args->hires_scale, "Hires fix: upscale factor of the second pass (0 = off)")
       ->check(finite_range(0.0, 8.0));
   cmd->add_option("--hires-upscaler", args->hires_upscaler,
@@ -159,6 +171,10 @@ int run_generate(const GenerateArgs& a) {
   r.clip_skip = a.clip_skip;
   r.init_image = a.init_image;
   r.strength = a.strength;
+  r.mask = a.mask;
+  r.mask_blur = a.mask_blur;
+  r.inpaint_area = a.inpaint_area;
+  r.inpaint_padding = a.inpaint_padding;
   if (a.hires_scale > 0) r.hires = {a.hires_scale, a.hires_upscaler, a.hires_steps, a.hires_denoise};
   r.controlnets = controlnet_flags(a);
   r.ip_adapter = {a.ip_adapter, a.ip_images, a.ip_scale};

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <shared_mutex>
 
@@ -34,6 +35,7 @@
 #include "sampling/samplers.h"
 #include "core/error.h"
 #include "device/device_errors.h"
+#include "image/mask.h"
 #include "image/png_reader.h"
 #include "sampling/sampler_plan.h"
 #include "pipeline/text_encode.h"
@@ -314,6 +316,7 @@ void check_compatible(const std::vector<GenerationParams>& ps) {
     if (b.width != a.width || b.height != a.height || b.steps != a.steps || b.sampler != a.sampler ||
         b.schedule != a.schedule || b.cfg != a.cfg || b.guidance_rescale != a.guidance_rescale ||
         b.init_image.empty() != a.init_image.empty() || (!a.init_image.empty() && b.strength != a.strength) ||
+        b.inpaint() != a.inpaint() ||
         b.hires.scale != a.hires.scale || b.hires.upscaler != a.hires.upscaler || b.hires.steps != a.hires.steps ||
         b.hires.denoise != a.hires.denoise || !same_controlnets(a, b) ||
         b.ip_adapter.model != a.ip_adapter.model || b.ip_adapter.images.size() != a.ip_adapter.images.size())
@@ -344,11 +347,21 @@ struct EncodedBatch {
   std::vector<GenerationParams> params;
   std::vector<SubBatch> subs;
   std::vector<RgbImage> init_images;
+  // Inpainting: each image's mask on the latent grid (inpaint_latent_mask), row-major.
+  std::vector<std::vector<float>> latent_masks;
+  // "Only masked": per image its crop box, the whole init image and the blurred
+  // mask's grey values at the task's size, to paste the result back (empty for "whole").
+  struct Overlay {
+    CropBox box;
+    RgbImage init;
+    std::vector<std::uint8_t> mask_grey;
+  };
+  std::vector<std::optional<Overlay>> overlays;
   // The batch's ControlNets (loaded on the text stage) and each one's control image per image.
   std::vector<std::shared_ptr<ControlNet>> controlnets;
   std::vector<std::vector<RgbImage>> control_images;  // [ControlNet][image]
   SamplerPlan plan, hires_plan;
-  bool cfg_on = false, img2img = false;
+  bool cfg_on = false, img2img = false, inpaint = false;
   std::vector<GeneratedImage> out;  // LoRA hashes and text seconds filled in
   StageEvent ready;                 // on the text stream, after the last encoder kernel
 };
@@ -427,6 +440,49 @@ void read_control_images(EncodedBatch& eb) {
     }
 }
 
+// "Only masked" (StableDiffusionXLInpaintPipeline with padding_mask_crop): the
+// mask blurred and at the task's size, the crop box around it, and the init
+// image and the mask cut to the box and filled to the task's size (resize_mode
+// "fill"). The whole init image and the blurred mask are kept for the paste-back.
+RgbImage crop_for_inpainting(const GenerationParams& p, const RgbImage& mask, RgbImage& init,
+                             std::optional<EncodedBatch::Overlay>& overlay) {
+  const int w = p.width, h = p.height;
+  std::vector<std::uint8_t> blurred = gaussian_blur_rgb8(mask.rgb.data(), mask.width, mask.height, p.mask_blur);
+  if (mask.width != w || mask.height != h) blurred = resize_lanczos_rgb8(blurred.data(), mask.width, mask.height, w, h);
+  EncodedBatch::Overlay o;
+  o.mask_grey = grey_of_rgb8(blurred.data(), w, h);
+  o.box = mask_crop_region(o.mask_grey, w, h, w, h, p.inpaint_padding);
+  const std::vector<std::uint8_t> mask_crop = crop_rgb8(blurred.data(), w, o.box);
+  const std::vector<std::uint8_t> init_crop = crop_rgb8(init.rgb.data(), w, o.box);
+  o.init = init;
+  init.rgb = resize_and_fill_rgb8(init_crop.data(), o.box.width(), o.box.height(), w, h);
+  overlay = std::move(o);
+  return {w, h, resize_and_fill_rgb8(mask_crop.data(), overlay->box.width(), overlay->box.height(), w, h)};
+}
+
+// Inpainting: each image's mask, blurred, resized, binarised and on the latent
+// grid as StableDiffusionXLInpaintPipeline prepares it. A mask that marks
+// nothing after that (a thin stroke that the blur fades below 0.5) is refused.
+void read_inpaint_masks(const ModelConfig& cfg, EncodedBatch& eb) {
+  eb.inpaint = eb.params.front().inpaint();
+  if (!eb.inpaint) return;
+  eb.overlays.resize(eb.params.size());
+  for (size_t i = 0; i < eb.params.size(); ++i) {
+    const GenerationParams& p = eb.params[i];
+    RgbImage mask = read_png_rgb(p.mask, "mask");
+    int blur = p.mask_blur;
+    if (p.inpaint_masked()) {
+      mask = crop_for_inpainting(p, mask, eb.init_images[i], eb.overlays[i]);
+      blur = 0;  // blurred before the crop
+    }
+    const std::vector<float> m = inpaint_latent_mask(mask, blur, p.width, p.height, cfg.vae_downsample);
+    if (std::none_of(m.begin(), m.end(), [](float v) { return v > 0; }))
+      throw UsageError("mask '" + p.mask + "' marks nothing to repaint after its blur of " +
+                       std::to_string(p.mask_blur) + " and the resize to the latent grid (widen it, or lower mask_blur)");
+    eb.latent_masks.push_back(m);
+  }
+}
+
 // Sizes, the sampler plans (img2img strength, hires pass) and the init images.
 void plan_batch_sampling(const ModelConfig& cfg, EncodedBatch& eb) {
   const std::vector<GenerationParams>& ps = eb.params;
@@ -453,6 +509,7 @@ void plan_batch_sampling(const ModelConfig& cfg, EncodedBatch& eb) {
                          ": resize the image first, or leave width/height unset to take its size");
     }
   }
+  read_inpaint_masks(cfg, eb);
   read_control_images(eb);
   eb.cfg_on = p0.cfg > 1.0;
 }
@@ -666,6 +723,7 @@ struct SubSampling {
   int64_t b = 0, rows = 0;                 // images; UNet rows (2b with CFG)
   std::vector<ActiveControl> controls;     // the pass's ControlNets (model_at)
   int call = 0, calls = 0;                 // the pass's model calls so far, and in all
+  torch::Tensor image_latents, noise, mask;  // inpainting: the init latents, first noise, [b, 1, h, w] mask
 };
 
 // The UNet call of model call `s.call` with the residuals of every ControlNet
@@ -752,7 +810,31 @@ torch::Tensor initial_latents(SubSampling& s, std::vector<at::Generator>& gens) 
     inits.push_back(vae_encode_rgb8(*s.vaes.get(s.eb.params[i].vae), s.eb.init_images[i].rgb.data(),
                                     s.eb.init_images[i].width, s.eb.init_images[i].height));
   const torch::Tensor init = torch::cat(inits);
-  return add_noise(s.eb.plan, init, randn_per_image(gens, init.sizes(), s.m.dtype, s.m.device));
+  const torch::Tensor noise = randn_per_image(gens, init.sizes(), s.m.dtype, s.m.device);
+  if (!s.eb.inpaint) return add_noise(s.eb.plan, init, noise);
+  // StableDiffusionXLInpaintPipeline.prepare_latents: pure noise at strength 1
+  // (is_strength_max), else the init latents noised; both kept for the blend.
+  s.image_latents = init;
+  s.noise = noise;
+  std::vector<torch::Tensor> masks;
+  const int64_t h = init.size(2), w = init.size(3);
+  for (size_t i : s.sub.idx)
+    masks.push_back(torch::from_blob(const_cast<float*>(s.eb.latent_masks[i].data()), {1, 1, h, w}, torch::kFloat32)
+                        .to(s.m.device, s.m.dtype));
+  s.mask = torch::cat(masks);
+  if (s.eb.params.front().strength == 1.0) return noise * s.eb.plan.init_noise_sigma;
+  return add_noise(s.eb.plan, init, noise);
+}
+
+// The pipeline's step-end blend for a 4-channel UNet: the known region (mask 0)
+// re-noised to the next model call's timestep with the first noise, the rest
+// as sampled: (1 - mask) * add_noise(image_latents, noise, t_next) + mask * latents.
+StepBlend inpaint_blend(SubSampling& s, const SamplerPlan& plan) {
+  if (!s.eb.inpaint) return {};
+  return [&s, &plan](const torch::Tensor& x, size_t call) {
+    const torch::Tensor known = add_noise_at(plan, s.image_latents, s.noise, call + 1);
+    return ((1 - s.mask) * known + s.mask * x).to(x.scalar_type());
+  };
 }
 
 // Hires fix: upscale the first result, then an img2img pass at the new size
@@ -799,7 +881,8 @@ std::shared_ptr<SampledBatch> Generator::sample_batch(const std::shared_ptr<Enco
       im.sample_stream.hand_over(sub.pooled);
       for (torch::Tensor& kv : sub.ip_kv) im.sample_stream.hand_over(kv);
       const int64_t b = static_cast<int64_t>(sub.idx.size());
-      SubSampling s{m, *im.unet, *im.vaes, *eb, sub, im.vae_tiling, im.trace_last_call_end, b, eb->cfg_on ? 2 * b : b, {}, 0, 0};
+      SubSampling s{m, *im.unet, *im.vaes, *eb, sub, im.vae_tiling, im.trace_last_call_end,
+                    b, eb->cfg_on ? 2 * b : b, {}, 0, 0, {}, {}, {}};
       // Each image's generator (its seed) draws its initial noise and then the
       // noise ancestral / SDE samplers draw, as diffusers' list of generators does.
       std::vector<at::Generator> gens = cpu_generators(sub.seeds);
@@ -810,7 +893,8 @@ std::shared_ptr<SampledBatch> Generator::sample_batch(const std::shared_ptr<Enco
                      std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
         im.trace_last_call_end = Clock::time_point{};
       }
-      latents = sample(eb->plan, latents, model_at(s, eb->plan, p0.width, p0.height), gens, hook);
+      latents = sample(eb->plan, latents, model_at(s, eb->plan, p0.width, p0.height), gens, hook,
+                       inpaint_blend(s, eb->plan));
       if (p0.hires_on()) {
         sb->out_w = p0.hires_width();
         sb->out_h = p0.hires_height();
@@ -857,6 +941,10 @@ std::vector<GeneratedImage> Generator::decode_batch(const std::shared_ptr<Sample
         const std::shared_ptr<SdxlModel> vae = im.vaes->get(p.vae);
         g.rgb = vae_decode_rgb8(*vae, sub.latents.slice(0, kk, kk + 1), im.vae_tiling, {},
                                 "seed " + std::to_string(p.seed));
+        if (eb.inpaint && eb.overlays[sub.idx[k]]) {  // "Only masked": pasted back into the init image
+          const EncodedBatch::Overlay& o = *eb.overlays[sub.idx[k]];
+          g.rgb = overlay_inpainted_rgb8(o.init, o.mask_grey, g.rgb.data(), g.width, g.height, o.box);
+        }
         if (!p.vae.empty()) {
           g.vae_name = vae->config.vae_file.recorded() ? vae->config.vae_file.name : vae->config.name;
           g.vae_hash = vae->config.vae_file.recorded() ? vae->config.vae_file.short_hash() : "";

@@ -29,15 +29,21 @@ double d(float v) { return static_cast<double>(v); }
 
 class Progress {
  public:
-  Progress(const SamplerPlan& plan, const StepHook& hook) : hook_(hook), total_(plan_model_calls(plan)) {}
-  void done() {
+  Progress(const SamplerPlan& plan, const StepHook& hook, const StepBlend& blend)
+      : hook_(hook), blend_(blend), total_(plan_model_calls(plan)), calls_(plan.timesteps.size()) {}
+  // After the step of model call `call`: the blend (but after the last call), then the hook.
+  torch::Tensor done(torch::Tensor x, size_t call) {
+    if (blend_ && call + 1 < calls_) x = blend_(x, call);
     ++done_;
     if (hook_) hook_(done_, total_);
+    return x;
   }
 
  private:
   const StepHook& hook_;
+  const StepBlend& blend_;
   int total_;
+  size_t calls_;
   int done_ = 0;
 };
 
@@ -58,7 +64,7 @@ torch::Tensor sample_euler(const SamplerPlan& p, torch::Tensor x, const ModelFn&
     const torch::Tensor derivative = (xf - x0) / d(sigma);
     const float dt = static_cast<float>(p.sigmas[i + 1]) - sigma;
     x = (xf + derivative * d(dt)).to(eps.scalar_type());
-    prog.done();
+    x = prog.done(std::move(x), i);
   }
   return x;
 }
@@ -81,7 +87,7 @@ torch::Tensor sample_euler_ancestral(const SamplerPlan& p, torch::Tensor x, cons
     const torch::Tensor noise = randn_per_image(gens, eps.sizes(), eps.scalar_type(), eps.device());
     prev = prev + noise * d(sigma_up);
     x = prev.to(eps.scalar_type());
-    prog.done();
+    x = prog.done(std::move(x), i);
   }
   return x;
 }
@@ -110,7 +116,7 @@ torch::Tensor sample_heun(const SamplerPlan& p, torch::Tensor x, const ModelFn& 
       prev_derivative.reset();
       first_sample.reset();
     }
-    prog.done();
+    x = prog.done(std::move(x), i);
   }
   return x;
 }
@@ -166,7 +172,7 @@ torch::Tensor sample_dpmpp_2m(const SamplerPlan& p, torch::Tensor x, const Model
     if (lower_order_nums < 2) ++lower_order_nums;
     m_prev = m0;
     x = prev.to(eps.scalar_type());
-    prog.done();
+    x = prog.done(std::move(x), i);
   }
   return x;
 }
@@ -200,7 +206,7 @@ torch::Tensor sample_dpmpp_sde(const SamplerPlan& p, torch::Tensor x, const Mode
       const float c = t.alpha * (std::exp(-h) - 1.0f);
       x = *stored * d(t.sigma / s1.sigma) - D0 * d(c) - D1 * d(0.5f * c);
     }
-    prog.done();
+    x = prog.done(std::move(x), i);
   }
   return x;
 }
@@ -277,7 +283,7 @@ torch::Tensor sample_unipc(const SamplerPlan& p, torch::Tensor x, const ModelFn&
       x = x_t_.to(x.scalar_type());
     }
     if (lower_order_nums < 2) ++lower_order_nums;
-    prog.done();
+    x = prog.done(std::move(x), i);
   }
   return x;
 }
@@ -295,7 +301,7 @@ torch::Tensor sample_ddim(const SamplerPlan& p, torch::Tensor x, const ModelFn& 
     const torch::Tensor x0 = (x - eps * d(std::sqrt(beta_t))) / d(std::sqrt(a_t));
     const torch::Tensor dir = eps * d(std::sqrt(1 - a_prev - 0.0f));
     x = x0 * d(std::sqrt(a_prev)) + dir;
-    prog.done();
+    x = prog.done(std::move(x), i);
   }
   return x;
 }
@@ -323,7 +329,7 @@ torch::Tensor sample_lcm(const SamplerPlan& p, torch::Tensor x, const ModelFn& m
     } else {
       x = denoised;
     }
-    prog.done();
+    x = prog.done(std::move(x), i);
   }
   return x;
 }
@@ -351,7 +357,11 @@ torch::Tensor randn_per_image(std::vector<at::Generator>& gens, at::IntArrayRef 
 }
 
 torch::Tensor add_noise(const SamplerPlan& p, const torch::Tensor& latents, const torch::Tensor& noise) {
-  const auto b = static_cast<size_t>(p.begin);
+  return add_noise_at(p, latents, noise, static_cast<size_t>(p.begin));
+}
+
+torch::Tensor add_noise_at(const SamplerPlan& p, const torch::Tensor& latents, const torch::Tensor& noise,
+                           size_t b) {
   switch (p.kind) {
     case SamplerKind::kEuler:
     case SamplerKind::kEulerAncestral:
@@ -377,11 +387,11 @@ torch::Tensor add_noise(const SamplerPlan& p, const torch::Tensor& latents, cons
 }
 
 torch::Tensor sample(const SamplerPlan& plan, torch::Tensor latents, const ModelFn& model,
-                     std::vector<at::Generator>& gens, const StepHook& hook) {
+                     std::vector<at::Generator>& gens, const StepHook& hook, const StepBlend& blend) {
   if (static_cast<int64_t>(gens.size()) != latents.size(0))
     throw TaskError("internal: " + std::to_string(gens.size()) + " noise generators for " +
                     std::to_string(latents.size(0)) + " latents");
-  Progress prog(plan, hook);
+  Progress prog(plan, hook, blend);
   switch (plan.kind) {
     case SamplerKind::kEuler: return sample_euler(plan, std::move(latents), model, prog);
     case SamplerKind::kEulerAncestral: return sample_euler_ancestral(plan, std::move(latents), model, gens, prog);

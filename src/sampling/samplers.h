@@ -24,14 +24,23 @@ using ModelFn = std::function<torch::Tensor(const torch::Tensor& model_input, do
 // Called after each model call with (calls done, calls total); may throw to stop.
 using StepHook = std::function<void(int step, int total)>;
 
+// Called after the step of model call `call` (but the last) with its result;
+// returns the latents the next call starts from (inpainting blends the known
+// region back, noised to timesteps[call + 1]).
+using StepBlend = std::function<torch::Tensor(const torch::Tensor& latents, size_t call)>;
+
 // Runs plan.timesteps[plan.begin..] on `latents` (already noised: initial noise
 // times plan.init_noise_sigma, or add_noise for img2img). gens.size() == B.
 torch::Tensor sample(const SamplerPlan& plan, torch::Tensor latents, const ModelFn& model,
-                     std::vector<at::Generator>& gens, const StepHook& hook);
+                     std::vector<at::Generator>& gens, const StepHook& hook, const StepBlend& blend = {});
 
 // scheduler.add_noise(latents, noise, timesteps[begin]) of the plan's scheduler
 // (img2img and the hires fix second pass).
 torch::Tensor add_noise(const SamplerPlan& plan, const torch::Tensor& latents, const torch::Tensor& noise);
+// The same at model call `call` (scheduler.add_noise after set_begin_index, at
+// the step index `call`, as StableDiffusionXLInpaintPipeline re-noises the known region).
+torch::Tensor add_noise_at(const SamplerPlan& plan, const torch::Tensor& latents, const torch::Tensor& noise,
+                           size_t call);
 
 // randn_tensor(shape, generator=[gens...], dtype): one draw of shape [1, ...]
 // per image on the CPU, concatenated, moved to `device`.

@@ -35,6 +35,9 @@ bool same_settings(const GenerationParams& a, const GenerationParams& b) {
          std::abs(a.cfg - b.cfg) < 1e-9 && a.width == b.width && a.height == b.height && a.sampler == b.sampler &&
          a.schedule == b.schedule && a.guidance_rescale == b.guidance_rescale && a.clip_skip == b.clip_skip &&
          a.init_image == b.init_image && (a.init_image.empty() || a.strength == b.strength) &&
+         a.mask == b.mask && a.mask_sha256 == b.mask_sha256 &&
+         (!a.inpaint() || (a.mask_blur == b.mask_blur && a.inpaint_area == b.inpaint_area &&
+                           (!a.inpaint_masked() || a.inpaint_padding == b.inpaint_padding))) &&
          a.hires.scale == b.hires.scale &&
          (!a.hires_on() || (a.hires.upscaler == b.hires.upscaler && a.hires.steps == b.hires.steps &&
                             a.hires.denoise == b.hires.denoise)) &&
@@ -130,6 +133,7 @@ std::string batch_group_key(const GenerationParams& p) {
                     p.sampler + "|" + p.schedule + "|cfg" + num(p.cfg);
   if (p.guidance_rescale != 0) key += "|rescale" + num(p.guidance_rescale);
   if (!p.init_image.empty()) key += "|img2img" + num(p.strength);
+  if (p.inpaint()) key += "|inpaint";  // each row brings its own mask and blur
   if (p.hires_on())
     key += "|hires" + num(p.hires.scale) + ":" + p.hires.upscaler + ":" + std::to_string(p.hires.steps) + ":" +
            num(p.hires.denoise);

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
@@ -471,4 +472,57 @@ TEST(BatchFile, PureParseTakesNamesAsWritten) {
   EXPECT_TRUE(pointers.count("/tasks/0/init_image"));
   EXPECT_TRUE(pointers.count("/tasks/0/controlnets/0/model"));
   EXPECT_TRUE(pointers.count("/tasks/0/controlnets/0/image"));
+}
+
+// Inpainting masks: resolved against the batch file, their sha256 recorded;
+// a mask without an init image, an empty or unreadable mask, one of another
+// aspect ratio and one with the hires fix are problems of the task's "mask".
+TEST(BatchFile, InpaintingMasksAreChecked) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("sdxl_mask_batch_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "masks");
+  const std::vector<std::uint8_t> init(16 * 8 * 3, 90), white(32 * 16 * 3, 255), black(16 * 8 * 3, 0),
+      square(8 * 8 * 3, 255);
+  sdxl::write_png((dir / "init.png").string(), 16, 8, 3, init.data(), {});
+  sdxl::write_png((dir / "masks" / "big.png").string(), 32, 16, 3, white.data(), {});
+  sdxl::write_png((dir / "masks" / "empty.png").string(), 16, 8, 3, black.data(), {});
+  sdxl::write_png((dir / "masks" / "square.png").string(), 8, 8, 3, square.data(), {});
+  std::ofstream(dir / "masks" / "broken.png") << "not a png";
+  std::vector<sdxl::BatchProblem> p;
+  const auto bf = parse_checked(R"({"version": 1, "defaults": {"mask_blur": 2},
+      "tasks": [{"id": "a", "prompt": "x", "init_image": "init.png", "mask": "masks/big.png"},
+                {"id": "b", "prompt": "x", "init_image": "init.png", "mask": "masks/big.png", "mask_blur": 0,
+                 "inpaint_area": "masked", "inpaint_padding": 16}]})",
+                                dir / "b.json", sdxl::GenerationParams{}, &p);
+  ASSERT_TRUE(p.empty()) << p[0].pointer << " " << p[0].message;
+  EXPECT_EQ(bf.tasks[0].params.mask, (dir / "masks" / "big.png").string());
+  EXPECT_EQ(bf.tasks[0].params.mask_sha256.size(), 64u);
+  EXPECT_EQ(bf.tasks[0].params.mask_blur, 2);
+  EXPECT_EQ(bf.tasks[1].params.mask_blur, 0);
+  const std::string params = sdxl::a1111_parameters(bf.tasks[0].params, "m");
+  EXPECT_NE(params.find(", Init image: init.png, Mask blur: 2,"), std::string::npos) << params;
+  const std::string masked = sdxl::a1111_parameters(bf.tasks[1].params, "m");
+  EXPECT_NE(masked.find(", Mask blur: 0, Inpaint area: Only masked, Masked area padding: 16,"), std::string::npos)
+      << masked;
+
+  const auto bad = parse_checked(R"({"version": 1, "tasks": [
+      {"id": "a", "prompt": "x", "mask": "masks/big.png"},
+      {"id": "b", "prompt": "x", "init_image": "init.png", "mask": "masks/empty.png"},
+      {"id": "c", "prompt": "x", "init_image": "init.png", "mask": "masks/broken.png"},
+      {"id": "d", "prompt": "x", "init_image": "init.png", "mask": "masks/square.png"},
+      {"id": "e", "prompt": "x", "init_image": "init.png", "mask": "masks/big.png", "hires": {"scale": 2}},
+      {"id": "f", "prompt": "x", "init_image": "init.png", "mask": "masks/big.png", "mask_blur": 65},
+      {"id": "g", "prompt": "x", "init_image": "init.png", "mask": "masks/big.png", "inpaint_area": "only"}]})",
+                                 dir / "b.json", sdxl::GenerationParams{}, &p);
+  std::map<std::string, std::string> by;
+  for (const auto& pr : p) by[pr.pointer] = pr.message;
+  EXPECT_NE(by["/tasks/0/mask"].find("no init image"), std::string::npos) << by["/tasks/0/mask"];
+  EXPECT_NE(by["/tasks/1/mask"].find("empty mask"), std::string::npos) << by["/tasks/1/mask"];
+  EXPECT_NE(by["/tasks/2/mask"].find("broken.png"), std::string::npos) << by["/tasks/2/mask"];
+  EXPECT_NE(by["/tasks/3/mask"].find("aspect ratio"), std::string::npos) << by["/tasks/3/mask"];
+  EXPECT_NE(by["/tasks/4/mask"].find("hires"), std::string::npos) << by["/tasks/4/mask"];
+  EXPECT_TRUE(by.count("/tasks/5/mask_blur"));
+  EXPECT_TRUE(by.count("/tasks/6/inpaint_area"));
+  fs::remove_all(dir);
 }

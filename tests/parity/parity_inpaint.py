@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""Parity (ctest label parity): inpainting vs diffusers' StableDiffusionXLInpaintPipeline, tiny model, CPU.
+
+One `sdxl-batch run` of one batch file: every case is a task with an init
+image, a "mask" and its "mask_blur"; the cases of one shape (size, steps,
+sampler, strength) share UNet calls, each row with its own mask. The reference
+is StableDiffusionXLInpaintPipeline with the same weights, seed (a list of one
+CPU generator), steps, strength and scheduler, given the mask as a PIL image
+blurred by its mask processor's blur (VaeImageProcessor.blur, what "mask_blur"
+names). As in the img2img parity test, sdxl-batch encodes the init image to the
+mean of the VAE's latent distribution; the reference's _encode_vae_image is
+given the same (instead of sampling the distribution with the generator), so
+both draw the same noise in the same order.
+
+Cases: strengths 0.6 and 1.0, mask_blur 0 and 4, a grey mask (binarised at
+0.5), a mask at twice the task's size (resized), Euler and DPM++ 2M SDE Karras
+(noise drawn every step), masks batched together, and "only masked"
+("inpaint_area": "masked" vs padding_mask_crop) with paddings 32, 8 and 16, one
+crop box pushed back inside the image at its edge. Fails when a PSNR is below
+--min-psnr (40 dB), or when an "only masked" image differs from the init image
+by a single byte outside the padded crop box (diffusers' get_crop_region).
+Also: `generate --mask --inpaint-area masked` makes an only-masked case's image
+byte for byte, its PNG parameters carry A1111's Mask blur, Inpaint area and
+Masked area padding, and the manifest records the mask's sha256.
+"""
+from __future__ import annotations
+
+import hashlib
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from parity_common import finish, image_row, parse_args, reference_pipeline, run_ours_batch
+from PIL import Image
+from testkit import parameters, read_manifest, run_ok
+
+from reference.a1111_schedulers import make_scheduler
+from reference.reference_sdxl import a1111_embeds
+
+PROMPT, NEGATIVE, CFG, W, H, STEPS = "comic panel, a red fox on a train", "blurry", 5.0, 256, 256, 8
+
+
+def init_image() -> Image.Image:
+    """A smooth colour field with a dark disc: something the VAE keeps recognisable."""
+    y, x = np.mgrid[0:H, 0:W].astype(np.float32)
+    rgb = np.stack([x / W * 255, y / H * 255, (1 - x / W) * 200 + 30], axis=-1)
+    disc = (x - 90) ** 2 + (y - 150) ** 2 < 50 ** 2
+    rgb[disc] = (40, 30, 60)
+    return Image.fromarray(rgb.clip(0, 255).astype(np.uint8))
+
+
+def masks() -> dict[str, Image.Image]:
+    """rect: a white box; grey: a soft ellipse (values across 0.5); big: a box at 2x the task's size."""
+    y, x = np.mgrid[0:H, 0:W].astype(np.float32)
+    rect = np.zeros((H, W), np.uint8)
+    rect[60:180, 100:220] = 255
+    d = ((x - 128) / 90) ** 2 + ((y - 110) / 60) ** 2
+    grey = (np.clip(1.3 - d, 0, 1) * 255).astype(np.uint8)
+    big = np.zeros((2 * H, 2 * W), np.uint8)
+    big[40:300, 250:470] = 255
+    small = np.zeros((H, W), np.uint8)
+    small[200:230, 20:90] = 255  # near an edge: the crop box is shifted back inside
+    return {k: Image.fromarray(v).convert("RGB")
+            for k, v in (("rect", rect), ("grey", grey), ("big", big), ("small", small))}
+
+
+# tag -> (mask, mask_blur, strength, sampler, schedule, seed, padding of "only masked" or None)
+CASES = {
+    "s06-rect-blur0": ("rect", 0, 0.6, "Euler", "Automatic", 11, None),
+    "s06-grey-blur4": ("grey", 4, 0.6, "Euler", "Automatic", 12, None),
+    "s06-big-blur4": ("big", 4, 0.6, "Euler", "Automatic", 13, None),
+    "s10-rect-blur4": ("rect", 4, 1.0, "Euler", "Automatic", 14, None),
+    "s06-grey-sde": ("grey", 0, 0.6, "DPM++ 2M SDE", "Karras", 15, None),
+    "s06-rect-crop32": ("rect", 4, 0.6, "Euler", "Automatic", 16, 32),
+    "s06-grey-crop8": ("grey", 0, 0.6, "Euler", "Automatic", 17, 8),
+    "s10-small-crop16": ("small", 4, 1.0, "Euler", "Automatic", 18, 16),
+}
+
+
+def cli_and_records(a, work: Path, cases: dict, pngs: dict) -> dict:
+    """`generate --mask ... --inpaint-area masked` makes the batch's image byte for byte (its
+    flags reach the same settings); the PNG's parameters and the manifest record the mask."""
+    tag = "s06-rect-crop32"
+    c = cases[tag]
+    png = work / "cli-sdxl.png"
+    run_ok([a.binary, "generate", "--model", a.model, "--prompt", c["prompt"], "--negative", c["negative"],
+            "--seed", str(c["seed"]), "--steps", str(c["steps"]), "--cfg", str(c["cfg"]), "--init-image",
+            str(work / c["init_image"]), "--strength", str(c["strength"]), "--mask", str(work / c["mask"]),
+            "--mask-blur", str(c["mask_blur"]), "--inpaint-area", "masked", "--inpaint-padding",
+            str(c["inpaint_padding"]), "--out", str(png), "--threads", "1"], "sdxl-batch generate --mask")
+    same = np.array_equal(np.array(Image.open(png).convert("RGB")), np.array(Image.open(pngs[tag]).convert("RGB")))
+    params = parameters(png)
+    want = f"Mask blur: {c['mask_blur']}, Inpaint area: Only masked, Masked area padding: {c['inpaint_padding']}"
+    entry = next(e for e in read_manifest(work / "ours-batch") if e["task"] == tag)
+    sha = hashlib.sha256((work / c["mask"]).read_bytes()).hexdigest()
+    ok = same and want in params and entry["params"]["mask"]["sha256"] == sha
+    print(f"generate --mask: same image {same}; parameters {want in params}; manifest mask sha256 "
+          f"{entry['params']['mask']['sha256'] == sha}", flush=True)
+    return {"case": "generate-cli", "what": "generate --mask = run; parameters; manifest", "value": 0.0 if not ok
+            else float("inf"), "ok": bool(ok)}
+
+
+def main() -> int:
+    a, work = parse_args(__doc__)
+    from diffusers import StableDiffusionXLInpaintPipeline
+
+    init = init_image()
+    init.save(work / "init.png")
+    mask_images = masks()
+    for k, m in mask_images.items():
+        m.save(work / f"mask-{k}.png")
+    cases = {tag: {"prompt": PROMPT, "negative": NEGATIVE, "seed": seed, "steps": STEPS, "cfg": CFG, "sampler": sampler,
+                   "schedule": schedule, "init_image": "init.png", "mask": f"mask-{mask}.png", "mask_blur": blur,
+                   "strength": strength, **({} if pad is None else {"inpaint_area": "masked", "inpaint_padding": pad})}
+             for tag, (mask, blur, strength, sampler, schedule, seed, pad) in CASES.items()}
+    t0 = time.time()
+    pngs = run_ours_batch(a, work, cases)
+    print(f"sdxl-batch run {time.time() - t0:.1f} s", flush=True)
+
+    pipe = reference_pipeline(a.diffusers)
+    inp = StableDiffusionXLInpaintPipeline(**pipe.components, add_watermarker=False)
+    inp.set_progress_bar_config(disable=True)
+    sf = pipe.vae.config.scaling_factor
+    inp._encode_vae_image = lambda image, generator: pipe.vae.encode(image).latent_dist.mean * sf
+    base_config = dict(pipe.scheduler.config)
+    rows, failed = [], False
+    t0 = time.time()
+    with torch.inference_mode():
+        embeds = a1111_embeds(pipe, PROMPT, NEGATIVE, True)
+        for tag, (mask, blur, strength, sampler, schedule, seed, pad) in CASES.items():
+            inp.scheduler = make_scheduler(base_config, sampler, schedule)
+            m = mask_images[mask]
+            if blur > 0:
+                m = inp.mask_processor.blur(m, blur_factor=blur)
+            ref = inp(**embeds, image=init, mask_image=m, height=H, width=W, strength=strength,
+                      num_inference_steps=STEPS, guidance_scale=CFG, padding_mask_crop=pad,
+                      generator=[torch.Generator("cpu").manual_seed(seed)]).images[0]
+            ref_png = work / f"{tag}-ref.png"
+            ref.save(ref_png)
+            rows.append(image_row(tag, pngs[tag], None, ref_png, None, a.min_psnr))
+            if pad is not None:  # outside the padded crop: the init image's bytes exactly
+                x1, y1, x2, y2 = inp.mask_processor.get_crop_region(m, W, H, pad=pad)
+                ours, want = np.array(Image.open(pngs[tag]).convert("RGB")), np.array(init)
+                outside = np.ones((H, W), bool)
+                outside[y1:y2, x1:x2] = False
+                changed = int((ours[outside] != want[outside]).any(axis=-1).sum())
+                rows[-1]["what"] += f"; {changed} of {int(outside.sum())} pixels outside the crop changed"
+                rows[-1]["ok"] = bool(rows[-1]["ok"] and changed == 0 and outside.any())
+            failed |= not rows[-1]["ok"]
+            print(f"{tag:18} PSNR {rows[-1]['value']:6.2f} dB  {rows[-1]['what']}", flush=True)
+    print(f"reference time {time.time() - t0:.1f} s")
+    rows.append(cli_and_records(a, work, cases, pngs))
+    failed |= not rows[-1]["ok"]
+    return finish(rows, [("case", "case", "<18"), ("PSNR dB", "value", ">8.2f")], work / "parity_inpaint.json",
+                  failed, "a case is below {min_psnr} dB", "", a.min_psnr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
