@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from .common import Checker, check_names, file_digests, log, publish, summarize_checks
+from .common import Checker, check_names, file_digests, log, publish, sha256_file, summarize_checks
 from .inputs import ExportError, read_header, regular_file
 
 EXTENSIONS = (".pth", ".pt", ".ckpt", ".safetensors")
@@ -151,7 +151,8 @@ def export_one(item: Loaded, tmp: Path, dtype_name: str, tile: int) -> dict:
     meta = {
         "format_version": 1, "kind": "upscaler", "name": item.path.stem, "source": f"upscaler:{item.path.resolve()}",
         "architecture": {"id": desc.architecture.id, "name": desc.architecture.name, "tags": list(desc.tags)},
-        "scale": int(desc.scale), "dtype": "fp16" if half else "fp32",
+        "source_file": {"name": item.path.name, "sha256": sha256_file(item.path)},
+        "scale": int(desc.scale), "dtype": "fp16" if half else "fp32", "export_device": "cpu",
         "supports_half": bool(desc.supports_half), "supports_bfloat16": bool(desc.supports_bfloat16),
         "torch_version": torch.__version__,
         "size_requirements": {"minimum": int(req.minimum), "multiple_of": int(req.multiple_of),

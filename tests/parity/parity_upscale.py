@@ -9,6 +9,12 @@ cast to fp32) is run through ComfyUI's tiled upscale (reference.upscaler_fixture
 against spandrel's own module on the original file through the same tiling: PSNR >= --min-psnr.
 A fixed-tile module (tile.fixed in model.json) runs every tile padded by reflection to its size and
 the output cropped (the runtime's rule); spandrel's module takes each tile as it is.
+With --runner (sdxl_upscaler_runner, the C++ runtime image/upscaler.h in ONE process for every folder),
+the runtime's output is compared with the same reference too (PSNR >= --min-psnr).
+With --binary, `sdxl-batch upscale` (one process; a second one must resume and write nothing) takes a
+PNG with A1111 parameters to a 300 x 200 frame (--upscale-fit crop) with Real-ESRGAN x4, against
+spandrel's model, ComfyUI's 8-bit conversion, PIL's LANCZOS and the centre crop; the PNG's parameters
+must keep the source's and add A1111's Postprocess fields.
 Also checks model.json (kind, scale, architecture, dtype: fp16 exactly where spandrel says
 supports_half) and that each refused file (reference.upscaler_fixtures.REFUSED) fails the export with
 exit 1, a message naming the file and why, and nothing left in --out.
@@ -54,6 +60,84 @@ def fixed_tile(ts, size: int, scale: int):
     return call
 
 
+def run_runtime(a, out: Path, image: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Every folder through the C++ runtime (one sdxl_upscaler_runner process) -> {stem: [1,3,H*s,W*s]}."""
+    inp = a.work / "input.npy"
+    np.save(inp, image.numpy().astype(np.float32))
+    pairs = [(out / Path(f).stem, a.work / f"runtime-{Path(f).stem}.npy") for f in FIXTURES]
+    t = time.time()
+    r = run([a.runner, TILE, OVERLAP, inp, *[x for p in pairs for x in p]], timeout=300)
+    if r.returncode != 0:
+        raise SystemExit(f"sdxl_upscaler_runner failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
+    print(f"runtime on {len(pairs)} folders: {time.time() - t:.1f} s")
+    return {folder.name: torch.from_numpy(np.load(npy)) for folder, npy in pairs}
+
+
+FRAME = (300, 200)  # the frame of the command's check, W x H (crop)
+
+
+def reference_frame(model, image: torch.Tensor, scale: int) -> np.ndarray:
+    """A1111's upscale_with_model to FRAME with crop: model passes (ComfyUI's tiling, 8-bit truncation) while
+    smaller than the resize size, PIL LANCZOS to it, the centre cut out."""
+    from PIL import Image
+
+    h, w = image.shape[2:]
+    k = max(FRAME[0] / w, FRAME[1] / h)
+    rw, rh = max(round(w * k), FRAME[0]), max(round(h * k), FRAME[1])
+    x = image
+    for _ in range(3):
+        if x.shape[3] >= rw and x.shape[2] >= rh:
+            break
+        x = torch.from_numpy(np.clip(255.0 * comfy_upscale(model, scale, x).numpy(), 0, 255).astype(np.uint8))
+        x = x.float() / 255.0
+    pil = Image.fromarray((x[0].permute(1, 2, 0).numpy() * 255.0).round().astype(np.uint8))
+    arr = np.asarray(pil.resize((rw, rh), Image.LANCZOS))
+    sx, sy = (rw - FRAME[0]) // 2, (rh - FRAME[1]) // 2
+    return arr[sy:sy + FRAME[1], sx:sx + FRAME[0]]
+
+
+def check_command(a, src: Path, out: Path, image: torch.Tensor) -> list[str]:
+    """`sdxl-batch upscale` on one PNG with Real-ESRGAN x4 to FRAME (crop), then the same again (resumed)."""
+    from PIL import Image, PngImagePlugin
+    from spandrel import ModelLoader
+
+    inp = a.work / "cmd-in"
+    inp.mkdir(parents=True, exist_ok=True)
+    u8 = (image[0].permute(1, 2, 0).numpy() * 255.0).round().astype(np.uint8)
+    info = PngImagePlugin.PngInfo()
+    info.add_text("parameters", "a fox\nSteps: 20, Sampler: Euler, Seed: 7, Size: 167x101")
+    Image.fromarray(u8).save(inp / "panel.png", pnginfo=info)
+    dst = a.work / "cmd-out"
+    shutil.rmtree(dst, ignore_errors=True)
+    cmd = [a.binary, "upscale", "--upscale-model", out / "realesrgan_x4", "--upscale-size", f"{FRAME[0]}x{FRAME[1]}",
+           "--upscale-fit", "crop", "--device", "cpu", "--out", dst, inp]
+    errors, t = [], time.time()
+    for attempt in ("first", "resumed"):
+        r = run(cmd, timeout=120)
+        if r.returncode != 0:
+            return [f"sdxl-batch upscale ({attempt}) failed ({r.returncode}): {(r.stderr or r.stdout)[-1500:]}"]
+        if attempt == "resumed" and "0 written, 1 already done" not in r.stdout:
+            errors.append(f"the second run did not resume: {r.stdout.strip()[-300:]}")
+    print(f"sdxl-batch upscale, two runs: {time.time() - t:.1f} s")
+    png = Image.open(dst / "panel.png")
+    params = png.text.get("parameters", "")
+    want = ("Steps: 20, Sampler: Euler, Seed: 7, Size: 167x101, Postprocess upscale to: 300x200, "
+            "Postprocess upscale fit: crop, Postprocess upscaler: realesrgan_x4")
+    if not params.endswith(want) or not params.startswith("a fox\n"):
+        errors.append(f"parameters: {params!r}, expected to end with {want!r}")
+    ours = torch.from_numpy(np.asarray(png.convert("RGB")).astype(np.float64) / 255.0)
+    model = ModelLoader("cpu").load_from_file(src / "realesrgan_x4.pth").model.eval().float()
+    ref = torch.from_numpy(reference_frame(model, image, 4).astype(np.float64) / 255.0)
+    p = psnr(ours, ref) if ours.shape == ref.shape else float("-inf")
+    print(f"sdxl-batch upscale realesrgan_x4 -> {FRAME[0]}x{FRAME[1]} crop: {p:.2f} dB")
+    if p < a.min_psnr:
+        errors.append(f"sdxl-batch upscale: PSNR {p:.2f} dB < {a.min_psnr} (shape {tuple(ours.shape)})")
+    report = json.loads((dst / "report.json").read_text())
+    if report.get("skipped") != 1 or report.get("failed") != 0:
+        errors.append(f"report.json of the resumed run: {report}")
+    return errors
+
+
 def check_refused(a, src: Path, work: Path) -> list[str]:
     """Each REFUSED file, exported beside a good one: exit 1, its name and reason in the message, no --out."""
     errors = []
@@ -76,6 +160,8 @@ def main() -> int:
     ap.add_argument("--source", required=True, type=Path)
     ap.add_argument("--work", required=True, type=Path)
     ap.add_argument("--min-psnr", type=float, default=40.0)
+    ap.add_argument("--runner", help="sdxl_upscaler_runner: also check the C++ runtime")
+    ap.add_argument("--binary", help="sdxl-batch: also check `sdxl-batch upscale`")
     a = ap.parse_args()
     from spandrel import ModelLoader
 
@@ -91,6 +177,7 @@ def main() -> int:
     print(f"export of {len(paths)} files: {time.time() - t0:.1f} s")
     image = torch.rand(1, 3, H, W, generator=torch.Generator().manual_seed(3))
     errors, rows = [], []
+    runtime = run_runtime(a, out, image) if a.runner else {}
     for f in FIXTURES:
         stem = Path(f).stem
         meta = json.loads((out / stem / "model.json").read_text())
@@ -105,11 +192,16 @@ def main() -> int:
         ref = comfy_upscale(ref_model, scale, image, TILE, OVERLAP)
         p = psnr(ours, ref) if ours.shape == ref.shape else float("-inf")
         ok = p >= a.min_psnr and tuple(ours.shape[2:]) == (H * scale, W * scale)
-        rows.append(dict(case=stem, shape=f"{ours.shape[3]}x{ours.shape[2]}", psnr=p, ok=ok))
-        print(f"{stem:16} {meta['architecture']['name']:20} x{scale} {rows[-1]['shape']:>9} {p:8.2f} dB"
-              + ("" if ok else "  FAIL"))
+        cpp = runtime.get(stem)
+        pc = (psnr(cpp, ref) if cpp.shape == ref.shape else float("-inf")) if cpp is not None else float("nan")
+        ok = ok and (cpp is None or pc >= a.min_psnr)
+        rows.append(dict(case=stem, shape=f"{ours.shape[3]}x{ours.shape[2]}", psnr_export=p, psnr_runtime=pc, ok=ok))
+        print(f"{stem:16} {meta['architecture']['name']:20} x{scale} {rows[-1]['shape']:>9} export {p:8.2f} dB"
+              f"  runtime {pc:8.2f} dB" + ("" if ok else "  FAIL"))
         if not ok:
-            errors.append(f"{stem}: PSNR {p:.2f} dB (< {a.min_psnr}) or wrong size {rows[-1]['shape']}")
+            errors.append(f"{stem}: PSNR export {p:.2f} / runtime {pc:.2f} dB (< {a.min_psnr}) or wrong size")
+    if a.binary:
+        errors += check_command(a, src, out, image)
     errors += check_refused(a, src, a.work)
     (a.work / "parity_upscale.json").write_text(json.dumps(rows, indent=1, default=str))
     print(f"total {time.time() - t0:.1f} s")

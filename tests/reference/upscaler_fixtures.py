@@ -26,9 +26,11 @@ import torch
 from safetensors.torch import save_file
 
 
-def _conv(sd: dict, key: str, cout: int, cin: int, g: torch.Generator, k: int = 3) -> None:
-    sd[f"{key}.weight"] = torch.randn(cout, cin, k, k, generator=g) * (0.6 / (cin * k * k) ** 0.5)
-    sd[f"{key}.bias"] = torch.randn(cout, generator=g) * 0.02
+def _conv(sd: dict, key: str, cout: int, cin: int, g: torch.Generator, k: int = 3, bias: float = 0.0) -> None:
+    """He-scaled random weights (the signal keeps its size through the LeakyReLUs); `bias` added to the
+    bias, 0.5 on the last conv so that the output spans [0, 1] rather than sitting clamped at 0."""
+    sd[f"{key}.weight"] = torch.randn(cout, cin, k, k, generator=g) * (1.4 / (cin * k * k) ** 0.5)
+    sd[f"{key}.bias"] = torch.randn(cout, generator=g) * 0.02 + bias
 
 
 def realesrgan(nf: int, gc: int, nb: int, in_nc: int, g: torch.Generator) -> dict:
@@ -41,7 +43,7 @@ def realesrgan(nf: int, gc: int, nb: int, in_nc: int, g: torch.Generator) -> dic
                 _conv(sd, f"body.{b}.rdb{r}.conv{j}", nf if j == 5 else gc, nf + (j - 1) * gc, g)
     for key in ("conv_body", "conv_up1", "conv_up2", "conv_hr"):
         _conv(sd, key, nf, nf, g)
-    _conv(sd, "conv_last", 3, nf, g)
+    _conv(sd, "conv_last", 3, nf, g, bias=0.5)
     return sd
 
 
@@ -56,7 +58,7 @@ def esrgan_old(nf: int, gc: int, nb: int, g: torch.Generator) -> dict:
     _conv(sd, f"model.1.sub.{nb}", nf, nf, g)
     for i in (3, 6, 8):
         _conv(sd, f"model.{i}", nf, nf, g)
-    _conv(sd, "model.10", 3, nf, g)
+    _conv(sd, "model.10", 3, nf, g, bias=0.5)
     return sd
 
 
