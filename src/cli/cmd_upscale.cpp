@@ -10,7 +10,7 @@ namespace sdxl::cli {
 
 struct UpscaleArgs {
   sdxl_batch::UpscaleOptions options;
-  std::string size;
+  std::string size, scale;  // as typed (an --upscale of 0 is an error, not "not given")
 };
 
 CLI::App* add_upscale(CLI::App& app, std::shared_ptr<UpscaleArgs>& args) {
@@ -20,7 +20,7 @@ CLI::App* add_upscale(CLI::App& app, std::shared_ptr<UpscaleArgs>& args) {
   cmd->add_option("--upscale-model", o.upscaler,
                   "An upscaler folder (export_sdxl.py --upscaler), or Lanczos for no model")
       ->required();
-  auto* by = cmd->add_option("--upscale", o.scale, "Upscale by this factor (the model's passes, then LANCZOS)");
+  auto* by = cmd->add_option("--upscale", args->scale, "Upscale by this factor (the model's passes, then LANCZOS)");
   auto* to = cmd->add_option("--upscale-size", args->size, "Upscale to this frame, WxH (e.g. 1080x1920)");
   by->excludes(to);
   cmd->add_option("--upscale-fit", o.fit, "With --upscale-size: crop (fill, centre cut), pad (fit, black bars) "
@@ -48,7 +48,16 @@ int run_upscale(const UpscaleArgs& a) {
     } catch (const std::exception&) {
       throw sdxl_batch::UsageError("--upscale-size '" + a.size + "': expected WxH, e.g. 1080x1920");
     }
-  } else if (o.scale == 0) {
+  } else if (!a.scale.empty()) {
+    std::size_t n = 0;
+    try {
+      o.scale = std::stod(a.scale, &n);
+    } catch (const std::exception&) {
+      n = 0;
+    }
+    if (n != a.scale.size() || !(o.scale > 0))
+      throw sdxl_batch::UsageError("--upscale '" + a.scale + "': must be a number above 0");
+  } else {
     throw sdxl_batch::UsageError("upscale: give --upscale S or --upscale-size WxH");
   }
   const sdxl_batch::UpscaleResult r = sdxl_batch::upscale_images(o);

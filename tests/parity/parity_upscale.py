@@ -14,7 +14,8 @@ the runtime's output is compared with the same reference too (PSNR >= --min-psnr
 With --binary, `sdxl-batch upscale` (one process; a second one must resume and write nothing) takes a
 PNG with A1111 parameters to a 300 x 200 frame (--upscale-fit crop) with Real-ESRGAN x4, against
 spandrel's model, ComfyUI's 8-bit conversion, PIL's LANCZOS and the centre crop; the PNG's parameters
-must keep the source's and add A1111's Postprocess fields.
+must keep the source's and add A1111's Postprocess fields. LANCZOS alone to a padded frame must equal PIL
+exactly, and --upscale 0 is refused.
 Also checks model.json (kind, scale, architecture, dtype: fp16 exactly where spandrel says
 supports_half) and that each refused file (reference.upscaler_fixtures.REFUSED) fails the export with
 exit 1, a message naming the file and why, and nothing left in --out.
@@ -135,6 +136,34 @@ def check_command(a, src: Path, out: Path, image: torch.Tensor) -> list[str]:
     report = json.loads((dst / "report.json").read_text())
     if report.get("skipped") != 1 or report.get("failed") != 0:
         errors.append(f"report.json of the resumed run: {report}")
+    return errors + check_lanczos_pad(a, inp, u8)
+
+
+def check_lanczos_pad(a, inp: Path, u8: np.ndarray) -> list[str]:
+    """--upscale-model Lanczos to 200 x 300 with pad == PIL LANCZOS to the fitting size centred on black (exact);
+    --upscale 0 refused (exit 2, naming the flag)."""
+    from PIL import Image
+
+    dst = a.work / "cmd-pad"
+    shutil.rmtree(dst, ignore_errors=True)
+    r = run([a.binary, "upscale", "--upscale-model", "Lanczos", "--upscale-size", "200x300", "--upscale-fit", "pad",
+             "--out", dst, inp / "panel.png"], timeout=60)
+    if r.returncode != 0:
+        return [f"sdxl-batch upscale Lanczos pad failed ({r.returncode}): {(r.stderr or r.stdout)[-800:]}"]
+    h, w = u8.shape[:2]
+    k = min(200 / w, 300 / h)
+    rw, rh = min(round(w * k), 200), min(round(h * k), 300)
+    want = np.zeros((300, 200, 3), np.uint8)
+    oy, ox = (300 - rh) // 2, (200 - rw) // 2
+    want[oy:oy + rh, ox:ox + rw] = np.asarray(Image.fromarray(u8).resize((rw, rh), Image.LANCZOS))
+    got = np.asarray(Image.open(dst / "panel.png").convert("RGB"))
+    errors = [] if got.shape == want.shape and np.array_equal(got, want) else [
+        f"Lanczos pad: {got.shape} differs from PIL's (max diff "
+        f"{np.abs(got.astype(int) - want).max() if got.shape == want.shape else 'n/a'})"]
+    r = run([a.binary, "upscale", "--upscale-model", "Lanczos", "--upscale", "0", "--out", dst, inp], timeout=60)
+    if r.returncode != 2 or "--upscale '0'" not in r.stderr + r.stdout:
+        errors.append(f"--upscale 0: exit {r.returncode}, {(r.stderr + r.stdout).strip()[-200:]}")
+    print(f"Lanczos pad 200x300: {'exact' if not errors else 'FAIL'}")
     return errors
 
 
