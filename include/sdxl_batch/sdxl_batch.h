@@ -464,4 +464,41 @@ class Session {
   std::unique_ptr<Impl> impl_{};
 };
 
+// ---------------------------------------------------------------------------
+// Upscaling existing images (`sdxl-batch upscale`): each PNG brought to a frame
+// by an upscaler folder (export_sdxl.py --upscaler; tiled as ComfyUI's
+// ImageUpscaleWithModel, at most 3 passes until the target is reached) or by
+// LANCZOS alone, then LANCZOS to the exact size and, for a size, cropped or
+// padded to it. Resumable: out_dir/manifest.jsonl records each image made
+// (source path and sha256, settings, file); an image whose line and file are
+// there is skipped unless `force`. Outputs are written atomically, under the
+// folder's lock; out_dir/report.json sums the run. The PNG keeps the source's
+// text chunks, its "parameters" extended with A1111's "Postprocess upscale
+// by" / "Postprocess upscale to" and "Postprocess upscaler".
+
+struct UpscaleOptions {
+  std::string upscaler{};  // an upscaler folder, or "Lanczos"
+  double scale = 0;        // > 0: by this factor; else to width x height
+  int width = 0, height = 0;
+  std::string fit = "stretch";      // with a size: "stretch", "crop" or "pad"
+  std::vector<std::string> inputs;  // PNG files, or folders whose *.png are taken (sorted, not recursive)
+  std::string out_dir{};
+  std::string device = "auto";  // "auto" (CUDA when there is one), "cpu", "cuda", "cuda:N"
+  int tile = 512;               // ComfyUI's tile (halved on out-of-memory down to 128)
+  bool force = false;
+};
+
+struct UpscaleResult {
+  int written = 0, skipped = 0, failed = 0;
+  std::vector<std::string> failures{};  // "<source>: why", one per failed image
+  int exit_code() const { return failed ? static_cast<int>(ExitCode::kTasksFailed) : 0; }
+};
+
+// Throws UsageError for bad options or inputs (no PNG, a bad scale or size, two
+// sources with one output name), ModelError for an upscaler folder that does
+// not load, LockedError when another process holds out_dir, IoError when the
+// manifest or report cannot be written. An image that cannot be read or made
+// is a failure in the result; the others go on. Not thread-safe per out_dir.
+UpscaleResult upscale_images(const UpscaleOptions& options);
+
 }  // namespace sdxl_batch

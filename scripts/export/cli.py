@@ -11,6 +11,10 @@ Sources (exactly one):
   --controlnet SRC an SDXL ControlNet (diffusers folder, or one .safetensors file in the
                   diffusers or the original layout) as a ControlNet folder
                   (scripts/export/controlnet.py); --config DIR|config.json its architecture
+  --upscaler FILE [FILE...]
+                  upscaler models as published (.pth, .pt, .safetensors: ESRGAN / Real-ESRGAN RRDBNet,
+                  Real-ESRGAN Compact, SwinIR, HAT, DAT, ... as spandrel recognises them), each as an
+                  upscaler folder --out/<file stem> (scripts/export/upscaler.py)
   --ip-adapter FILE --image-encoder DIR
                   an SDXL IP-Adapter (one .safetensors file, the original layout) and its CLIP
                   vision encoder (a transformers folder) as an IP-Adapter folder
@@ -100,6 +104,7 @@ KINDS = (
     ("vae_only", "vae-only", "vae"),
     ("controlnet", "controlnet", "controlnet"),
     ("ip_adapter", "ip-adapter", "ip_adapter"),
+    ("upscaler", "upscaler", "upscaler"),  # export_all(a): several files, one folder each under --out
 )
 
 
@@ -128,6 +133,12 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--ip-adapter", metavar="FILE",
                      help="export one SDXL IP-Adapter (.safetensors: image_proj.*, ip_adapter.*; plain or plus) "
                           "and its --image-encoder as an IP-Adapter folder a task can name")
+    src.add_argument("--upscaler", nargs="+", metavar="FILE",
+                     help="export upscaler models (.pth, .pt, .safetensors; the architectures spandrel recognises) "
+                          "as upscaler folders --out/<file stem> a task's \"upscale\" can name")
+    ap.add_argument("--upscaler-tile", type=int, default=512, metavar="T",
+                    help="with --upscaler: the tile size window-attention architectures (SwinIR, HAT, DAT) are "
+                         "traced at and run at (default 512, ComfyUI's tile)")
     ap.add_argument("--print-config", choices=["tiny", "full"], action=PrintConfig,
                     help="print the diffusers / transformers configs and the scheduler config of the --tiny or "
                          "--random-full architecture as JSON, and exit")
@@ -202,6 +213,10 @@ def check_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     if a.aoti and "fp8" in a.aoti_variants and a.device != "cuda":
         ap.error("--fp8 --aoti compiles unet_fp8.pt2 for CUDA only (Inductor's CPU code has no FP8 types): "
                  "add --device cuda, or --aoti-variants fp16 to compile only unet.pt2")
+    if a.upscaler and (a.aoti or a.fp8 or a.config or a.save_diffusers or a.device != "cpu"):
+        ap.error("--upscaler goes with --out, --dtype, --upscaler-tile and --force only (it exports on cpu)")
+    if a.upscaler and a.dtype == "bf16":
+        ap.error("--upscaler: --dtype fp16 (where the architecture supports it) or fp32")
     if a.fp8 and (a.vae_only or a.controlnet or a.ip_adapter):
         ap.error("--fp8 goes with a model export (--tiny, --random-full or --from)")
 
@@ -234,6 +249,10 @@ def main() -> int:
     a = ap.parse_args()
     check_args(ap, a)
     check_inputs(a)  # before torch is imported: a refused file costs no second
+    if a.upscaler:  # several files, each checked before torch loads, each to its own folder under --out
+        from .upscaler import export_all
+
+        return export_all(a)
     import torch
 
     from .common import DTYPES, Job

@@ -11,6 +11,7 @@ struct GenerateArgs;
 struct RunArgs;
 struct TokensArgs;
 struct ValidateArgs;
+struct UpscaleArgs;
 
 CLI::App* add_generate(CLI::App& app, std::shared_ptr<GenerateArgs>& args);
 int run_generate(const GenerateArgs& args);
@@ -23,5 +24,8 @@ int run_tokens(const TokensArgs& args);
 
 CLI::App* add_validate(CLI::App& app, std::shared_ptr<ValidateArgs>& args);
 int run_validate(const ValidateArgs& args);
+
+CLI::App* add_upscale(CLI::App& app, std::shared_ptr<UpscaleArgs>& args);
+int run_upscale(const UpscaleArgs& args);
 
 }  // namespace sdxl::cli

@@ -1,4 +1,5 @@
 #include "model/model_config.h"
+#include "model/upscaler_config.h"
 
 #include <algorithm>
 #include <fstream>
@@ -355,6 +356,9 @@ ModelConfig parse_model_config(const std::string& json_text, const std::filesyst
   if (j.is_object() && j.value("kind", "") == "ip_adapter")
     throw ModelError(origin + ": this is an IP-Adapter folder (export_sdxl.py --ip-adapter), not a model: give it to "
                               "--ip-adapter or a task's \"ip_adapter\"");
+  if (j.is_object() && j.value("kind", "") == "upscaler")
+    throw ModelError(origin + ": this is an upscaler folder (export_sdxl.py --upscaler), not a model: give it to "
+                              "--upscale-model or a task's \"upscale\"");
   ModelConfig c;
   c.dir = dir;
   read_common(r, c);
@@ -464,6 +468,30 @@ ControlNetConfig parse_controlnet_config(const std::string& json_text, const std
                                               "e.g. shuffle) are not supported");
   if (check_files) check_model_file(files, dir, c.file, "/controlnet/file", origin);
   return c;
+}
+
+UpscalerConfig parse_upscaler_config(const std::string& json_text, const std::filesystem::path& dir,
+                                     const std::string& origin, bool check_files) {
+  const json j = parse_json_text(json_text, origin);
+  Reader r(j, origin, "");
+  UpscalerConfig c;
+  const ModelConfig files = read_task_folder(
+      j, r, {"upscaler", "an upscaler folder", "scripts/export_sdxl.py --upscaler FILE --out DIR"}, dir, origin, c);
+  c.file = r.child("upscaler").str("file");
+  c.architecture = r.child("architecture").str("id");
+  c.scale = r.integer("scale", 1, 16);
+  const Reader tile = r.child("tile");
+  const json& fixed = tile.raw("fixed");
+  if (!fixed.is_boolean()) tile.fail(tile.at("fixed"), "must be true or false");
+  c.fixed_tile = fixed.get<bool>();
+  if (c.fixed_tile) c.tile_size = tile.integer("size", 8, 4096);
+  if (check_files) check_model_file(files, dir, c.file, "/upscaler/file", origin);
+  return c;
+}
+
+UpscalerConfig load_upscaler_config(const std::filesystem::path& dir) {
+  return parse_upscaler_config(read_model_json(dir, "upscaler folder", "scripts/export_sdxl.py --upscaler FILE --out DIR"),
+                               dir, (dir / "model.json").string(), /*check_files=*/true);
 }
 
 ControlNetConfig load_controlnet_config(const std::filesystem::path& dir) {
