@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# The last mile of a panel, on the GPU machine (repository root):
+#   OUT=DIR bash bench/runtime/finish.sh inpaint     (or bench/gpu_runtime.sh inpaint)
+# inpaint: the cost of inpainting on the full-size random SDXL (fp16, 1024², 28 steps, CFG 7,
+#        strength 0.75, --max-batch 4): 8 panels as plain img2img, the same 8 with a mask each
+#        (the whole picture, mask_blur 4) and "only masked" (inpaint_area masked, padding 32):
+#        s/image, sampling and decode seconds, peak memory; and, for only-masked, whether every
+#        pixel outside the padded crop equals the init image's.
+# upscale: a full-size 4x RRDBNet (23 blocks, 64 features, random weights, Real-ESRGAN's layout) exported
+#        with export_sdxl.py --upscaler, then 8 panels of 1024² to 2048² (the model's 4x pass, LANCZOS
+#        down): `sdxl-batch upscale` (s/image from its report, process wall, GPU memory used at most,
+#        sampled by nvidia-smi) against spandrel + ComfyUI's tile-by-tile loop (bench/upscale_bench.py)
+#        in fp32 (ComfyUI's default) and fp16; the frames of ours vs the loop's (PSNR).
+# Results: $OUT/summary.txt (+ the logs and reports).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+MODE=${1:-}
+case "$MODE" in inpaint | upscale) ;; *) echo "usage: [OUT=DIR] bash bench/runtime/finish.sh inpaint|upscale" >&2; exit 2 ;; esac
+source bench/lib/gpu_prepare.sh  # build + export; sets OUT WORK SDXL MODEL
+source bench/lib/runtime.sh
+
+if [ "$MODE" = upscale ]; then
+  t0=$(date +%s)
+  python3 bench/upscale_bench.py --make-rrdbnet "$WORK/rrdbnet_x4.pth"
+  python3 bench/upscale_bench.py --make-panels "$WORK/panels" 8 1024
+  python3 scripts/export_sdxl.py --upscaler "$WORK/rrdbnet_x4.pth" --out "$WORK/up" --force > "$OUT/export-up.log" 2>&1
+  echo "upscale: RRDBNet made and exported in $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/export-up.log")" | tee -a "$OUT/summary.txt"
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$WORK/up-mem.txt" 2>/dev/null & mpid=$!
+  t0=$(date +%s.%N)
+  "$SDXL" upscale --upscale-model "$WORK/up/rrdbnet_x4" --upscale 2 --device cuda --out "$WORK/up-ours" "$WORK/panels" \
+    > "$OUT/up-ours.log" 2>&1 || echo "upscale: exit $?" | tee -a "$OUT/summary.txt"
+  wall=$(python3 -c "import time,sys; print(f'{time.time()-float(sys.argv[1]):.1f}')" "$t0")
+  kill $mpid 2>/dev/null || true
+  cp "$WORK/up-ours/report.json" "$OUT/report-up-ours.json" 2>/dev/null || true
+  python3 - "$WORK" "$wall" <<'PY' | tee -a "$OUT/summary.txt"
+import json, sys
+w, wall = sys.argv[1], sys.argv[2]
+r = json.load(open(f"{w}/up-ours/report.json"))
+mem = [float(x) for x in open(f"{w}/up-mem.txt").read().split() if x.strip().isdigit()]
+print(f"sdxl-batch upscale: {r['written']} frames, {r['seconds'] / max(1, r['written']):.3f} s/image (after load, "
+      f"read + model + LANCZOS + PNG), process {wall} s, GPU memory used at most {max(mem, default=0) / 1024:.1f} GiB")
+PY
+  for dt in fp32 fp16; do
+    python3 bench/upscale_bench.py --model "$WORK/rrdbnet_x4.pth" --images "$WORK/panels" --scale 2 --dtype $dt \
+      --out "$WORK/up-loop-$dt" --json "$OUT/up-loop-$dt.json" 2>&1 | tail -1 | sed "s/^/loop $dt: /" | tee -a "$OUT/summary.txt"
+  done
+  python3 - "$WORK" <<'PY' | tee -a "$OUT/summary.txt"
+import sys
+from pathlib import Path
+import numpy as np
+from PIL import Image
+w = Path(sys.argv[1])
+for dt in ("fp32", "fp16"):
+    ps = []
+    for f in sorted((w / "up-ours").glob("*.png")):
+        a = np.asarray(Image.open(f).convert("RGB"), np.float64); b = np.asarray(Image.open(w / f"up-loop-{dt}" / f.name).convert("RGB"), np.float64)
+        ps.append(10 * np.log10(255 ** 2 / max(((a - b) ** 2).mean(), 1e-12)))
+    print(f"frames: ours vs the loop in {dt}: PSNR {min(ps):.1f}..{max(ps):.1f} dB over {len(ps)}")
+PY
+  exit 0
+fi
+
+python3 - "$WORK" <<'PY'
+import json, sys
+from pathlib import Path
+import numpy as np
+from PIL import Image, ImageDraw
+w = Path(sys.argv[1]); (w / "inits").mkdir(exist_ok=True); (w / "masks").mkdir(exist_ok=True)
+rng = np.random.default_rng(6)
+boxes = {}
+for i in range(8):  # a panel-like init (gradient + blocks) and an ellipse mask over a fifth of it
+    px = np.zeros((1024, 1024, 3), np.uint8)
+    px[:] = np.linspace(40, 220, 1024, dtype=np.uint8)[:, None, None]
+    for _ in range(6):
+        x, y = rng.integers(0, 900, 2); px[y:y + 120, x:x + 120] = rng.integers(0, 256, 3)
+    Image.fromarray(px, "RGB").save(w / "inits" / f"i{i}.png")
+    m = Image.new("L", (1024, 1024)); x, y = (int(v) for v in rng.integers(150, 600, 2))
+    ImageDraw.Draw(m).ellipse((x, y, x + 300, y + 380), fill=255)
+    m.save(w / "masks" / f"m{i}.png")
+tasks = [{"id": f"p{i}", "prompt": f"comic panel {i}, the keeper's face, bold ink lines", "seed": 400 + i,
+          "init_image": f"inits/i{i}.png", "strength": 0.75} for i in range(8)]
+base = {"version": 1, "defaults": {"steps": 28, "cfg": 7.0, "width": 1024, "height": 1024}}
+json.dump(dict(base, tasks=tasks), open(w / "img2img.json", "w"), indent=1)
+whole = [dict(t, mask=f"masks/m{i}.png", mask_blur=4) for i, t in enumerate(tasks)]
+json.dump(dict(base, tasks=whole), open(w / "inpaint-whole.json", "w"), indent=1)
+masked = [dict(t, inpaint_area="masked", inpaint_padding=32) for t in whole]
+json.dump(dict(base, tasks=masked), open(w / "inpaint-masked.json", "w"), indent=1)
+PY
+run img2img "$WORK/img2img.json" --max-batch 4
+run inpaint-whole "$WORK/inpaint-whole.json" --max-batch 4
+run inpaint-masked "$WORK/inpaint-masked.json" --max-batch 4
+python3 - "$WORK" <<'PY' | tee -a "$OUT/summary.txt"
+import json, sys
+from pathlib import Path
+import numpy as np
+from PIL import Image
+w = Path(sys.argv[1])
+base = None
+for name in ("img2img", "inpaint-whole", "inpaint-masked"):
+    r = json.loads((w / name / "report.json").read_text()); d = r["devices"][0]; n = max(1, r["images_done"])
+    s = n / r["images_per_hour"] * 3600 if r["images_per_hour"] else float("nan")
+    base = base or s
+    print(f"{name}: {r['images_done']} images, {s:.3f} s/image after load ({s / base:.3f}x img2img), "
+          f"sample {d['sample_s'] / n:.3f} s/image, decode {d['decode_s'] / n:.3f} s/image, "
+          f"peak allocated {r['memory']['peak_allocated_bytes'] / 2**30:.2f} GiB")
+# only-masked: outside the padded crop (diffusers' own get_crop_region of the mask) the init's pixels, exactly
+from diffusers.image_processor import VaeImageProcessor
+worst = 0
+for l in map(json.loads, (w / "inpaint-masked" / "manifest.jsonl").read_text().splitlines()):
+    i = int(l["task"][1:])
+    out = np.asarray(Image.open(w / "inpaint-masked" / l["file"]).convert("RGB")).astype(int)
+    init = np.asarray(Image.open(w / "inits" / f"i{i}.png").convert("RGB")).astype(int)
+    x0, y0, x1, y1 = VaeImageProcessor.get_crop_region(Image.open(w / "masks" / f"m{i}.png"), 1024, 1024, pad=32)
+    keep = np.ones(out.shape[:2], bool); keep[y0:y1, x0:x1] = False
+    worst = max(worst, int(np.abs(out - init)[keep].max(initial=0)))
+print(f"inpaint-masked: largest difference from the init image outside the padded crop: {worst} levels (0 = exact)")
+PY
+log_warnings
