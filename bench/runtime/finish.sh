@@ -98,7 +98,7 @@ w = Path(sys.argv[1])
 base = None
 for name in ("img2img", "inpaint-whole", "inpaint-masked"):
     r = json.loads((w / name / "report.json").read_text()); d = r["devices"][0]; n = max(1, r["images_done"])
-    s = n / r["images_per_hour"] * 3600 if r["images_per_hour"] else float("nan")
+    s = 3600 / r["images_per_hour"] if r["images_per_hour"] else float("nan")
     base = base or s
     print(f"{name}: {r['images_done']} images, {s:.3f} s/image after load ({s / base:.3f}x img2img), "
           f"sample {d['sample_s'] / n:.3f} s/image, decode {d['decode_s'] / n:.3f} s/image, "
