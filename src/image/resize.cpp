@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <thread>
 
 namespace sdxl {
 
@@ -77,20 +78,47 @@ std::vector<Taps> lanczos_taps(int in_size, int out_size) {
 
 std::uint8_t clip8(std::int32_t v) { return static_cast<std::uint8_t>(std::clamp(v >> kPrecisionBits, 0, 255)); }
 
-// One pass along an axis: `count` lines of `in_len` pixels, `stride_pixel` apart
-// within a line and `stride_line` between lines (in pixels of 3 bytes).
+// out[line, o] for one output pixel `o` of one line (3 channels).
+inline void resample_pixel(const std::uint8_t* in, std::uint8_t* out, const Taps& t, size_t in_base, size_t in_pixel) {
+  for (int c = 0; c < 3; ++c) {
+    std::int32_t acc = 1 << (kPrecisionBits - 1);
+    for (size_t i = 0; i < t.weights.size(); ++i)
+      acc += static_cast<std::int32_t>(in[(in_base + (t.first + i) * in_pixel) * 3 + c]) * t.weights[i];
+    out[c] = clip8(acc);
+  }
+}
+
+// Runs body(begin, end) over [0, n) in contiguous parts on up to hardware_concurrency() threads when
+// `work` (taps x pixels) is large; each part writes its own outputs, so the result is the same bytes.
+template <typename Body>
+void parallel_ranges(size_t n, double work, Body body) {
+  const size_t hw = std::max(1U, std::thread::hardware_concurrency());
+  const size_t parts = std::min({hw, n, static_cast<size_t>(work / 2e6) + 1, size_t{32}});
+  if (parts <= 1) return body(size_t{0}, n);
+  std::vector<std::thread> threads;
+  for (size_t k = 0; k < parts; ++k) threads.emplace_back(body, n * k / parts, n * (k + 1) / parts);
+  for (std::thread& t : threads) t.join();
+}
+
+// One pass along an axis: `lines` lines of `in_len` pixels, `in_pixel` apart within a line and
+// `in_line` between lines (in pixels of 3 bytes). Rows are walked in memory order: a horizontal
+// pass line by line, a vertical pass output row by output row (each row of taps read left to right).
 void resample_axis(const std::uint8_t* in, std::uint8_t* out, const std::vector<Taps>& taps, int lines,
                    size_t in_pixel, size_t in_line, size_t out_pixel, size_t out_line) {
-  for (int l = 0; l < lines; ++l) {
-    for (size_t o = 0; o < taps.size(); ++o) {
-      const Taps& t = taps[o];
-      for (int c = 0; c < 3; ++c) {
-        std::int32_t acc = 1 << (kPrecisionBits - 1);
-        for (size_t i = 0; i < t.weights.size(); ++i)
-          acc += static_cast<std::int32_t>(in[(l * in_line + (t.first + i) * in_pixel) * 3 + c]) * t.weights[i];
-        out[(l * out_line + o * out_pixel) * 3 + c] = clip8(acc);
-      }
-    }
+  double work = 0;
+  for (const Taps& t : taps) work += static_cast<double>(t.weights.size()) * lines;
+  if (in_pixel == 1) {  // horizontal: each line is a row
+    parallel_ranges(static_cast<size_t>(lines), work, [&](size_t l0, size_t l1) {
+      for (size_t l = l0; l < l1; ++l)
+        for (size_t o = 0; o < taps.size(); ++o)
+          resample_pixel(in, out + (l * out_line + o * out_pixel) * 3, taps[o], l * in_line, in_pixel);
+    });
+  } else {  // vertical: each output row from its taps' rows
+    parallel_ranges(taps.size(), work, [&](size_t o0, size_t o1) {
+      for (size_t o = o0; o < o1; ++o)
+        for (size_t l = 0; l < static_cast<size_t>(lines); ++l)
+          resample_pixel(in, out + (l * out_line + o * out_pixel) * 3, taps[o], l * in_line, in_pixel);
+    });
   }
 }
 
