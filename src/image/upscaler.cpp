@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <utility>
 
 #include "core/error.h"
 #include "device/device.h"
@@ -82,13 +84,17 @@ torch::Tensor Upscaler::tiled(const torch::Tensor& s, int tile, int overlap) {
   if (H <= tile && W <= tile) return call(s);
   torch::Tensor out = torch::zeros({1, 3, H * k, W * k}), div = torch::zeros({1, 3, H * k, W * k});
   const int feather = static_cast<int>(std::nearbyint(overlap * static_cast<double>(k)));
+  std::map<std::pair<int64_t, int64_t>, torch::Tensor> masks;
   for (const int64_t y0 : tile_positions(H, tile, overlap)) {
     for (const int64_t x0 : tile_positions(W, tile, overlap)) {
       const int64_t py = std::max<int64_t>(0, std::min<int64_t>(H - overlap, y0));
       const int64_t px = std::max<int64_t>(0, std::min<int64_t>(W - overlap, x0));
       const int64_t lh = std::min<int64_t>(tile, H - py), lw = std::min<int64_t>(tile, W - px);
       const torch::Tensor ps = call(s.narrow(2, py, lh).narrow(3, px, lw));
-      const torch::Tensor mask = feather_mask(ps.size(2), ps.size(3), ps.size(1), feather);
+      // Tiles share a few shapes (inner, right, bottom, corner): one mask per shape, not one per tile.
+      auto [it, fresh] = masks.try_emplace({ps.size(2), ps.size(3)});
+      if (fresh) it->second = feather_mask(ps.size(2), ps.size(3), ps.size(1), feather);
+      const torch::Tensor& mask = it->second;
       out.narrow(2, py * k, ps.size(2)).narrow(3, px * k, ps.size(3)).add_(ps * mask);
       div.narrow(2, py * k, ps.size(2)).narrow(3, px * k, ps.size(3)).add_(mask);
     }
