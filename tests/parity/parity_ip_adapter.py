@@ -20,13 +20,14 @@ own tiny CLIP vision encoder, in the original single-file layout, and files the 
         (load_ip_adapter, set_ip_adapter_scale) on prepare_ip_adapter_image_embeds' embeddings, in a CFG
         batch of 2 rows: plain and plus, 1 and 2 images, scales 0.3 and 1.0; max |diff| <= 1e-4 (fp32);
         and the adapter changes the UNet's output;
-  - `sdxl-batch generate --ip-adapter DIR --ip-image PNG [--ip-image PNG2] --ip-scale X` vs
-    StableDiffusionXLPipeline (Img2Img, ControlNet) built from the tiny model's components with the
-    fixture's encoder and the adapter loaded (Euler, A1111 prompt embeddings, the same seed, CFG, steps,
-    size): PSNR >= --min-psnr (40 dB) for plain 0.3 / 1.0, plus 0.3 / 1.0, two reference images (plain
-    and plus), plain with a LoRA (kohya_unet at 0.8, fused by reference.lora_reference), plus with a
-    ControlNet (reference.controlnet_fixture, strength 0.8), img2img (strength 0.6); a batch file with a
-    per-task "ip_adapter": {"model", "images", "scale"} gives images of the same PSNR; the adapter acts:
+  - sdxl-batch vs StableDiffusionXLPipeline (Img2Img, ControlNet) built from the tiny model's components
+    with the fixture's encoder and the adapter loaded (Euler, A1111 prompt embeddings, the same seed, CFG,
+    steps, size), every case a task of ONE `sdxl-batch run` with a per-task "ip_adapter": {"model",
+    "images", "scale"}: PSNR >= --min-psnr (40 dB) for plain 0.3 / 1.0, plus 0.3 / 1.0, two reference
+    images (plain and plus), plain with a LoRA (kohya_unet at 0.8, fused by reference.lora_reference),
+    plus with a ControlNet (reference.controlnet_fixture, strength 0.8), img2img (strength 0.6); the
+    two-image case also through `sdxl-batch generate --ip-adapter DIR --ip-image PNG --ip-image PNG2
+    --ip-scale X` (image and latents); the adapter acts:
     with vs without it, PSNR < 30 dB (ours and the reference). The reference images (90x61, 70x110) are
     of another size and aspect than the encoders' (32, 64): resize and centre crop are exercised.
 
@@ -36,7 +37,6 @@ own tiny CLIP vision encoder, in the original single-file layout, and files the 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -44,7 +44,8 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from parity_common import finish, image_row, meta_of, parse_args_python_only, residuals, run_ours, unet_inputs
+from parity_common import (finish, image_row, meta_of, parse_args_python_only, residuals, run_ours, run_ours_batch,
+                           unet_inputs)
 from testkit import run_ok as run
 from PIL import Image, ImageDraw
 
@@ -393,46 +394,36 @@ def cases(images: dict[str, Path]) -> list[dict]:
             dict(tag="plain-img2img", v="plain", pngs=[B], scale=0.8, init=True)]
 
 
-BATCH_TAGS = ("plain-1.0", "plus-0.3", "plus-two-images")
-
-
-def ours_args(c: dict, exports: dict[str, Path], lora: Path, cn: Path, control_png: Path, init_png: Path) -> list[str]:
+def ours_args(c: dict, exports: dict[str, Path]) -> list[str]:
+    """The `generate` flags of case c's adapter (the generate row: no LoRA, ControlNet or init image)."""
     args = ["--ip-adapter", str(exports[c["v"]])]
     for p in c["pngs"]:
         args += ["--ip-image", str(p)]
-    args += ["--ip-scale", str(c["scale"])]
-    if c.get("lora"):
-        args += ["--lora", f"{lora}:0.8"]
-    if c.get("control"):
-        args += ["--controlnet", str(cn), "--control-image", str(control_png), "--control-strength", str(CN_STRENGTH)]
-    if c.get("init"):
-        args += ["--init-image", str(init_png), "--strength", str(I2I_STRENGTH)]
-    return args
+    return args + ["--ip-scale", str(c["scale"])]
 
 
 def ours_image(a, work: Path, tag: str, extra: list[str]) -> tuple[Path, Path]:
-    """sdxl-batch's image of the case `tag`: the common settings and `extra`."""
+    """sdxl-batch generate's image of the case `tag`: the common settings and `extra`."""
     return run_ours(a, work, tag, ["--prompt", PROMPT, "--negative", NEGATIVE, "--seed", str(SEED), "--cfg", str(CFG),
                                    "--steps", str(STEPS), "--sampler", "Euler", "--width", str(W), "--height", str(H),
                                    *extra])
 
 
-def run_batch(a, work: Path, exports: dict[str, Path], images: dict[str, Path]) -> dict[str, Path]:
-    """The BATCH_TAGS cases as one batch file, each task with its "ip_adapter": {tag: PNG written}."""
-    tasks = []
-    for c in cases(images):
-        if c["tag"] in BATCH_TAGS:
-            tasks.append({"id": c["tag"], "prompt": PROMPT, "negative": NEGATIVE, "seed": SEED, "cfg": CFG, "steps": STEPS,
-                          "sampler": "Euler", "width": W, "height": H,
-                          "ip_adapter": {"model": str(exports[c["v"]]), "images": [str(p) for p in c["pngs"]],
-                                         "scale": c["scale"]}})
-    batch, out = work / "ip-batch.json", work / "ip-batch-out"
-    shutil.rmtree(out, ignore_errors=True)  # a fresh run: no task skipped as done before
-    batch.write_text(json.dumps({"version": 1, "tasks": tasks}, indent=1))
-    run([a.binary, "run", str(batch), "--model", a.model, "--out", str(out), "--threads", "1", "--no-progress"],
-        "sdxl-batch run (IP-Adapter batch file)")
-    report = json.loads((out / "report.json").read_text())
-    return {i["task"]: out / i["file"] for i in report["images"]}
+def batch_task(c: dict | None, exports: dict[str, Path], lora: Path, cn: Path, control_png: Path,
+               init_png: Path) -> dict:
+    """Case c as a batch-file task (None: the task without an adapter)."""
+    t = {"prompt": PROMPT, "negative": NEGATIVE, "seed": SEED, "cfg": CFG, "steps": STEPS, "sampler": "Euler",
+         "width": W, "height": H}
+    if c is None:
+        return t
+    t["ip_adapter"] = {"model": str(exports[c["v"]]), "images": [str(p) for p in c["pngs"]], "scale": c["scale"]}
+    if c.get("lora"):
+        t["loras"] = [{"path": str(lora), "weight": 0.8}]
+    if c.get("control"):
+        t["controlnets"] = [{"model": str(cn), "image": str(control_png), "strength": CN_STRENGTH}]
+    if c.get("init"):
+        t.update(init_image=str(init_png), strength=I2I_STRENGTH)
+    return t
 
 
 def references(a, work: Path, refs: dict, images: dict[str, Path], lora: Path, cn_src: Path, control_png: Path):
@@ -457,19 +448,22 @@ def references(a, work: Path, refs: dict, images: dict[str, Path], lora: Path, c
 
 
 def image_rows(a, work: Path, refs: dict, images: dict[str, Path], exports: dict[str, Path], lora: Path) -> list[dict]:
+    """Every case as a task of ONE `sdxl-batch run` (one task per UNet call, so each image is the
+    one `generate` makes), and one case through `generate`'s flags, against diffusers."""
     cn_src, cn, control_png = make_controlnet(work, a.diffusers)
     ref = references(a, work, refs, images, lora, cn_src, control_png)
     p = psnr(load_rgb(str(ref["plain-1.0"][0])), load_rgb(str(ref["none"])))
     rows = [{"case": "reference: the adapter acts", "what": "PSNR dB of diffusers with (plain x1.0) vs without",
              "value": p, "ok": p < ACTS_MAX_PSNR}]
-    plain_png, _ = ours_image(a, work, "none", [])
+    tasks = {"none": batch_task(None, exports, lora, cn, control_png, ref["none"])}
+    tasks.update({c["tag"]: batch_task(c, exports, lora, cn, control_png, ref["none"]) for c in cases(images)})
+    pngs = run_ours_batch(a, work, tasks)
     for c in cases(images):
-        png, lat = ours_image(a, work, c["tag"], ours_args(c, exports, lora, cn, control_png, ref["none"]))
-        rows.append(image_row(c["tag"], png, lat, *ref[c["tag"]], a.min_psnr))
-    for tag, png in run_batch(a, work, exports, images).items():
-        p = psnr(load_rgb(str(png)), load_rgb(str(ref[tag][0])))
-        rows.append({"case": f"batch file: {tag}", "what": "PSNR dB vs diffusers", "value": p, "ok": p >= a.min_psnr})
-    p = psnr(load_rgb(str(work / "plain-1.0-sdxl.png")), load_rgb(str(plain_png)))
+        rows.append(image_row(c["tag"], pngs[c["tag"]], None, *ref[c["tag"]], a.min_psnr))
+    c = next(c for c in cases(images) if c["tag"] == "plain-two-images")
+    png, lat = ours_image(a, work, c["tag"], ours_args(c, exports))
+    rows.append(image_row(f"generate: {c['tag']}", png, lat, *ref[c["tag"]], a.min_psnr))
+    p = psnr(load_rgb(str(pngs["plain-1.0"])), load_rgb(str(pngs["none"])))
     rows.append({"case": "ours: the adapter acts", "what": "PSNR dB of sdxl-batch with (plain x1.0) vs without",
                  "value": p, "ok": p < ACTS_MAX_PSNR})
     return rows
