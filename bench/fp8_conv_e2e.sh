@@ -41,6 +41,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
+export SDXL_WHEELS_INSTALLED=1 PYTHONPATH=$PWD/tests${PYTHONPATH:+:$PYTHONPATH}  # gpu_prepare.sh: not again
 CONV_GPU=0; [ "$NGPU" -ge 2 ] && CONV_GPU=1
 conv_pid=
 if [ ! -f "$WORK/full-fp8conv/unet_fp8.pt2" ]; then
