@@ -3,7 +3,8 @@
 cuDNN convolutions the compiled FP8 UNet step runs now (~35 ms of a 16-row step), with the GroupNorm +
 SiLU that would feed it writing e4m3 directly.
 
-Kernels (also imported by tests/gpu_kernels/test_fp8_conv_interpret.py, which runs them on the CPU):
+Kernels (also imported by tests/gpu_kernels/test_fp8_conv_interpret.py, which runs them on the CPU; the
+convolution's kernels live in the product, scripts/export/fp8_conv.py, and are imported from there):
 conv3x3_fp8   a 3x3 convolution (padding 1, stride 1 or 2) as an implicit GEMM: X NHWC e4m3 with a
               per-tensor scale, W [Cout, 3, 3, Cin] e4m3 with a per-output-channel (or per-tensor)
               scale, fp32 accumulation (wgmma), fp16 NHWC output with the descale, bias and an
