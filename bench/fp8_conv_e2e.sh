@@ -7,12 +7,13 @@
 #      --fp8 --fp8-conv, both --aoti --aoti-variants fp8 --aoti-size 1024x1024 (the same seeded
 #      weights and calibration: the two UNets differ only in the convolutions). With 2 GPUs the
 #      second export runs on GPU 1 (nvidia-h200-x2: 32 cores for the two compiles).
-#   2. BENCH_PANELS (25) comic panels at 1024², 28 steps, CFG 7, --max-batch 8 with each package
+#   2. the fp16 UNet's images of the first BENCH_REF_PANELS (8) panels (unet.ts of full-fp8,
+#      --precision default, same seeds) on GPU 0 as soon as the first export and the build are done,
+#      while the --fp8-conv export may still compile (not timed);
+#   3. BENCH_PANELS (25) comic panels at 1024², 28 steps, CFG 7, --max-batch 8 with each package
 #      (--unet-backend aoti --precision fp8): batches 1, 8, 8, 8, so the steady sampling s/image is
 #      the 16 images of the two batches after the first of each shape. With 2 GPUs the two runs go
 #      side by side, one GPU each; on one GPU the fp8conv run first.
-#   3. the fp16 UNet's images of the first BENCH_REF_PANELS (8) panels (unet.ts, --precision default,
-#      same seeds), after the fp8 run on its GPU;
 #   4. bench/fp8_conv_summary.py: speed per run, PSNR / SSIM of each package's images against the
 #      fp16 UNet's and against each other, each export's model.json (layers, compile seconds, the
 #      package's checks) -> $OUT/fp8-conv-e2e.{md,json}, also printed.
@@ -56,13 +57,6 @@ fi
 # Build + the export without the convolutions (GPU 0) in the foreground.
 export SDXL_MODEL_NAME=full-fp8 SDXL_EXPORT_DONE_FILE=unet_fp8.pt2 SDXL_EXPORT_ARGS="$AOTI_ARGS" SDXL_PREPARE_KEEP_GOING=1
 source bench/lib/gpu_prepare.sh  # sets OUT WORK SDXL MODEL; export.log
-[ -n "$conv_pid" ] && wait "$conv_pid" || true
-echo "both exports done: $(( $(date +%s) - T_START )) s" | tee -a "$OUT/summary.txt"
-for log in "$OUT/export.log" "$OUT/export-fp8conv.log"; do
-  [ -f "$log" ] || continue
-  echo "-- $(basename "$log")" >> "$OUT/summary.txt"
-  grep -h "fp8: \|aoti_compile_and_package\|check unet_fp8.pt2\|Error\|error:" "$log" | tail -12 | tee -a "$OUT/summary.txt" || true
-done
 source bench/lib/runtime.sh
 
 time_for() {
@@ -81,6 +75,23 @@ json.dump({"version": 1, "defaults": defaults, "tasks": panels(int(sys.argv[2]))
 json.dump({"version": 1, "defaults": defaults, "tasks": panels(int(sys.argv[4]))}, open(sys.argv[3], "w"), indent=1)
 PY
 
+reference() {  # the fp16 UNet's images (unet.ts of full-fp8: the same fp16 weights)
+  [ -f "$WORK/ts-fp16-ref/report.json" ] && return 0
+  time_for 40 "ts-fp16-ref (the fp16 images)" || return 0
+  MODEL=$WORK/full-fp8 GPU=$1 run ts-fp16-ref "$WORK/panels-conv-ref.json" --max-batch 8 --unet-backend torchscript \
+    --precision default || true
+}
+# The fp16 images first, on GPU 0, while the --fp8-conv export may still be compiling (its GPU is
+# idle then): not a timed run.
+[ -z "${SDXL_BUILD_FAILED:-}" ] && [ -f "$WORK/full-fp8/unet.ts" ] && reference 0
+[ -n "$conv_pid" ] && wait "$conv_pid" || true
+echo "both exports done: $(( $(date +%s) - T_START )) s" | tee -a "$OUT/summary.txt"
+for log in "$OUT/export.log" "$OUT/export-fp8conv.log"; do
+  [ -f "$log" ] || continue
+  echo "-- $(basename "$log")" >> "$OUT/summary.txt"
+  grep -h "fp8: \|aoti_compile_and_package\|check unet_fp8.pt2\|Error\|error:" "$log" | tail -12 | tee -a "$OUT/summary.txt" || true
+done
+
 if [ -n "${SDXL_BUILD_FAILED:-}" ]; then
   echo "sdxl-batch did not build (build.log): no runs" | tee -a "$OUT/summary.txt"
 else
@@ -91,23 +102,17 @@ else
     time_for 45 "$1" || return 0
     MODEL=$WORK/$2 GPU=$3 run "$1" "$WORK/panels-conv.json" --max-batch 8 --unet-backend aoti --precision fp8 || true
   }
-  reference() {  # the fp16 UNet's images (unet.ts of full-fp8: the same fp16 weights)
-    [ -f "$WORK/ts-fp16-ref/report.json" ] && return 0
-    time_for 40 "ts-fp16-ref (the fp16 images)" || return 0
-    MODEL=$WORK/full-fp8 GPU=$1 run ts-fp16-ref "$WORK/panels-conv-ref.json" --max-batch 8 --unet-backend torchscript \
-      --precision default || true
-  }
   if [ "$NGPU" -ge 2 ]; then
-    # Side by side, one GPU each (the host's CPUs are not the limit), then the fp16 images on GPU 1.
-    ( timed aoti-fp8 full-fp8 1; reference 1 ) &
+    # Side by side, one GPU each (the host's CPUs are not the limit).
+    timed aoti-fp8 full-fp8 1 &
     side=$!
     timed aoti-fp8conv full-fp8conv 0
     wait "$side" || true
   else
     timed aoti-fp8conv full-fp8conv 0
     timed aoti-fp8 full-fp8 0
-    reference 0
   fi
+  reference 0  # if it did not run before
 fi
 python3 bench/fp8_conv_summary.py --title "FP8 3x3 convolutions: unet_fp8.pt2 with --fp8-conv against without (H200)" \
   --run "fp8=$WORK/aoti-fp8" --run "fp8conv=$WORK/aoti-fp8conv" --run "fp16-ts=$WORK/ts-fp16-ref" \
