@@ -99,8 +99,8 @@ def export_info(model: Path) -> dict:
             "rel_l2_vs_unet_on_trace_inputs": fp8.get("rel_l2_vs_unet_on_trace_inputs"),
             "calibration_s": fp8.get("calibration", {}).get("seconds"),
             "package": aoti.get("file"), "package_seconds": aoti.get("seconds"),
-            "package_checks": [{k: c.get(k) for k in ("rows", "rel_l2", "rel_l2_vs_fp16", "eager_rel_l2_vs_fp16", "ok")}
-                               for c in aoti.get("checks", [])]}
+            "package_checks": [{k: c.get(k) for k in ("rows", "rel_l2", "rel_l2_vs_fp16", "eager_rel_l2_vs_fp16",
+                                                      "ok")} for c in aoti.get("checks", [])]}
 
 
 def fmt(v, spec=".3f") -> str:
@@ -109,8 +109,9 @@ def fmt(v, spec=".3f") -> str:
 
 def markdown(title: str, runs: dict, pairs: dict, exports: dict) -> str:
     lines = [f"## {title}", "", "### Speed (sdxl-batch, report.json)", "",
-             "| run | images | steady sampling s/image (images) | sampling s/image, all batches | whole run s/image after load "
-             "| load s | peak GiB | batches |", "|---|---:|---:|---:|---:|---:|---:|---|"]
+             "| run | images | steady sampling s/image (images) | sampling s/image, all batches "
+             "| whole run s/image after load | load s | peak GiB | batches |",
+             "|---|---:|---:|---:|---:|---:|---:|---|"]
     for name, s in runs.items():
         if "missing" in s:
             lines.append(f"| {name} | missing: {s['missing']} | | | | | | |")
@@ -134,16 +135,19 @@ def markdown(title: str, runs: dict, pairs: dict, exports: dict) -> str:
         lines.append(f"| {name} | {f['images']} | {fmt(f['psnr_db_mean'], '.2f')} | {fmt(f['psnr_db_min'], '.2f')} "
                      f"| {fmt(f['ssim_mean'], '.4f')} | {fmt(f['ssim_min'], '.4f')} |")
     lines += ["", "### Exports (model.json unet.fp8)", "",
-              "| export | FP8 linear | FP8 conv | rel. L2 vs fp16 UNet (trace inputs) | package seconds | package checks: rel. L2 vs fp16 (eager FP8) |",
+              "| export | FP8 linear | FP8 conv | rel. L2 vs fp16 UNet (trace inputs) | package seconds "
+              "| package checks: rel. L2 vs fp16 (eager FP8) |",
               "|---|---:|---:|---:|---|---|"]
     for name, e in exports.items():
         if "missing" in e:
             lines.append(f"| {name} | missing: {e['missing']} | | | | |")
             continue
-        checks = "; ".join(f"rows {c['rows']}: {fmt(c['rel_l2_vs_fp16'], '.4f')} ({fmt(c['eager_rel_l2_vs_fp16'], '.4f')}) "
-                           f"{'ok' if c['ok'] else 'FAILED'}" for c in e["package_checks"])
-        lines.append(f"| {name} | {e['linear_layers']} | {e['conv_layers']} | {fmt(e['rel_l2_vs_unet_on_trace_inputs'], '.4f')} "
-                     f"| {e['package_seconds'] or '—'} | {checks or '—'} |")
+        checks = "; ".join(f"rows {c['rows']}: {fmt(c['rel_l2_vs_fp16'], '.4f')} "
+                           f"({fmt(c['eager_rel_l2_vs_fp16'], '.4f')}) {'ok' if c['ok'] else 'FAILED'}"
+                           for c in e["package_checks"])
+        lines.append(f"| {name} | {e['linear_layers']} | {e['conv_layers']} "
+                     f"| {fmt(e['rel_l2_vs_unet_on_trace_inputs'], '.4f')} | {e['package_seconds'] or '—'} "
+                     f"| {checks or '—'} |")
     return "\n".join(lines)
 
 

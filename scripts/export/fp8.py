@@ -54,7 +54,8 @@ def export_unet_fp8(a, pipe, tmp: Path, dtype, device: str, defaults: dict, trac
     wrapper = UNetTS(unet, dtype)
     got = wrapper(*inp)
     rel = float((got.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-12))
-    log(f"  fp8: {n} linear layers{f' and {n_conv} 3x3 convolutions' if n_conv else ''} quantised, calibrated on {len(prompts)} prompts x {steps} steps at "
+    convs = f" and {n_conv} 3x3 convolutions" if n_conv else ""
+    log(f"  fp8: {n} linear layers{convs} quantised, calibrated on {len(prompts)} prompts x {steps} steps at "
         f"{defaults['width']}x{defaults['height']} ({timings['fp8_calibrate']:.1f}s); "
         f"rel. L2 vs the {a.dtype or 'model'} UNet on the trace inputs {rel:.4f}")
     t0 = time.time()

@@ -165,8 +165,8 @@ def swap_check(g) -> None:
     check(e8c > e8 * 0.5, "swap: the convolutions changed nothing?")
     m = unet8c.get_submodule(conv[0])
     check(isinstance(m, C.Fp8Conv2d) and m.weight.dtype == torch.float8_e4m3fn
-          and m.weight.shape == unet.get_submodule(conv[0]).weight.shape and m.weight_scale.shape == (m.out_channels, 1, 1, 1),
-          "swap: Fp8Conv2d's tensors")
+          and m.weight.shape == unet.get_submodule(conv[0]).weight.shape
+          and m.weight_scale.shape == (m.out_channels, 1, 1, 1), "swap: Fp8Conv2d's tensors")
     with C.emulated():
         oem = Call(unet8c)(*args)
     traced = torch.jit.trace(Call(unet8c), args, check_trace=False)
