@@ -17,7 +17,8 @@ set -euo pipefail
 OUT=${OUT:-$PWD/bench/tmp}
 WORK=${WORK:-/tmp/sdxl-gpu}
 mkdir -p "$OUT" "$WORK"
-if ls .whl/*.whl >/dev/null 2>&1; then
+# SDXL_WHEELS_INSTALLED=1: the caller installed them (and has a process using /tmp/site already).
+if [ -z "${SDXL_WHEELS_INSTALLED:-}" ] && ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi

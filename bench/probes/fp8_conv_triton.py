@@ -3,7 +3,8 @@
 cuDNN convolutions the compiled FP8 UNet step runs now (~35 ms of a 16-row step), with the GroupNorm +
 SiLU that would feed it writing e4m3 directly.
 
-Kernels (also imported by tests/gpu_kernels/test_fp8_conv_interpret.py, which runs them on the CPU):
+Kernels (also imported by tests/gpu_kernels/test_fp8_conv_interpret.py, which runs them on the CPU; the
+convolution's kernels live in the product, scripts/export/fp8_conv.py, and are imported from there):
 conv3x3_fp8   a 3x3 convolution (padding 1, stride 1 or 2) as an implicit GEMM: X NHWC e4m3 with a
               per-tensor scale, W [Cout, 3, 3, Cin] e4m3 with a per-output-channel (or per-tensor)
               scale, fp32 accumulation (wgmma), fp16 NHWC output with the descale, bias and an
@@ -59,170 +60,9 @@ from fp8_compile_probe import fp8_quant, quantize_amax, rel_l2, timed  # noqa: E
 E4M3_MAX = 448.0
 
 
-def _interpreter_numpy2_fix() -> None:
-    """Triton 3.6's interpreter turns a scalar into an int with int(ndarray of shape (1,)), which
-    NumPy >= 2.4 refuses (a `range` over a kernel argument fails); under TRITON_INTERPRET=1 only,
-    make that conversion take the array's single element."""
-    import os
-
-    if os.environ.get("TRITON_INTERPRET") != "1":
-        return
-    from triton.runtime import interpreter
-
-    if getattr(interpreter, "_sdxl_index_fix", False):
-        return
-    original = interpreter._patch_lang_tensor
-
-    def patched(tensor, scope):
-        original(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
-
-    interpreter._patch_lang_tensor = patched
-    interpreter._sdxl_index_fix = True
-
-
-_interpreter_numpy2_fix()
-
-
-# --------------------------------------------------------------------------------------- convolution
-
-
-@triton.jit
-def _tile_ids(pid, M, C_OUT, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
-    """Grouped launch order: GROUP_M row tiles share the same weight tiles while they are in L2."""
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(C_OUT, BLOCK_N)
-    group = GROUP_M * num_pid_n
-    first_m = (pid // group) * GROUP_M
-    size_m = tl.minimum(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % group) % size_m
-    pid_n = (pid % group) // size_m
-    return pid_m, pid_n
-
-
-@triton.jit
-def _epilogue(acc, out_ptr, bias_ptr, wscale_ptr, xscale_ptr, res_ptr, offs_m, offs_n, M, C_OUT,
-              HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, PER_CHANNEL: tl.constexpr):
-    """acc * (x_scale * w_scale[n]) + bias[n] (+ residual[m, n]) -> fp16 [M, Cout] (NHWC)."""
-    m_ok = offs_m < M
-    n_ok = offs_n < C_OUT
-    xs = tl.load(xscale_ptr)
-    if PER_CHANNEL:
-        ws = tl.load(wscale_ptr + offs_n, mask=n_ok, other=0.0)
-    else:
-        ws = tl.zeros([acc.shape[1]], dtype=tl.float32) + tl.load(wscale_ptr)
-    out = acc * (ws * xs)[None, :]
-    if HAS_BIAS:
-        out += tl.load(bias_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-    ptrs = offs_m.to(tl.int64)[:, None] * C_OUT + offs_n[None, :]
-    mask = m_ok[:, None] & n_ok[None, :]
-    if HAS_RES:
-        out += tl.load(res_ptr + ptrs, mask=mask, other=0.0).to(tl.float32)
-    tl.store(out_ptr + ptrs, out.to(tl.float16), mask=mask)
-
-
-@triton.jit
-def _a_tile(x_ptr, k, n_img, hi0, wi0, m_ok, offs_k, H, W, C_IN, BLOCK_K: tl.constexpr):
-    """The [BLOCK_M, BLOCK_K] slice of the im2col matrix at K offset k (zeros in the padding)."""
-    tap = k // C_IN
-    c0 = k - tap * C_IN
-    hi = hi0 + tap // 3
-    wi = wi0 + tap % 3
-    ok = m_ok & (hi >= 0) & (hi < H) & (wi >= 0) & (wi < W)
-    row = (n_img * H + hi) * W + wi
-    ptrs = x_ptr + row.to(tl.int64)[:, None] * C_IN + (c0 + offs_k)[None, :]
-    return tl.load(ptrs, mask=ok[:, None], other=0.0)
-
-
-@triton.jit
-def _conv3x3_fp8_ptr(x_ptr, w_ptr, out_ptr, bias_ptr, wscale_ptr, xscale_ptr, res_ptr,
-                     NB, H, W, HO, WO, C_IN, C_OUT,
-                     STRIDE: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr,
-                     PER_CHANNEL: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
-    M = NB * HO * WO
-    pid_m, pid_n = _tile_ids(tl.program_id(0), M, C_OUT, BLOCK_M, BLOCK_N, GROUP_M)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    m_ok = offs_m < M
-    n_img = offs_m // (HO * WO)
-    rem = offs_m % (HO * WO)
-    hi0 = (rem // WO) * STRIDE - 1
-    wi0 = (rem % WO) * STRIDE - 1
-    n_ok = offs_n < C_OUT
-    w_rows = w_ptr + offs_n.to(tl.int64)[None, :] * (9 * C_IN)
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k in range(0, 9 * C_IN, BLOCK_K):
-        a = _a_tile(x_ptr, k, n_img, hi0, wi0, m_ok, offs_k, H, W, C_IN, BLOCK_K)
-        b = tl.load(w_rows + (k + offs_k)[:, None], mask=n_ok[None, :], other=0.0)
-        acc = tl.dot(a, b, acc)
-    _epilogue(acc, out_ptr, bias_ptr, wscale_ptr, xscale_ptr, res_ptr, offs_m, offs_n, M, C_OUT,
-              HAS_BIAS, HAS_RES, PER_CHANNEL)
-
-
-@triton.jit
-def _conv3x3_fp8_tma_w(x_ptr, w_ptr, out_ptr, bias_ptr, wscale_ptr, xscale_ptr, res_ptr,
-                       NB, H, W, HO, WO, C_IN, C_OUT,
-                       STRIDE: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr,
-                       PER_CHANNEL: tl.constexpr,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
-    M = NB * HO * WO
-    pid_m, pid_n = _tile_ids(tl.program_id(0), M, C_OUT, BLOCK_M, BLOCK_N, GROUP_M)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    m_ok = offs_m < M
-    n_img = offs_m // (HO * WO)
-    rem = offs_m % (HO * WO)
-    hi0 = (rem // WO) * STRIDE - 1
-    wi0 = (rem % WO) * STRIDE - 1
-    w_desc = tl.make_tensor_descriptor(w_ptr, shape=[C_OUT, 9 * C_IN], strides=[9 * C_IN, 1],
-                                       block_shape=[BLOCK_N, BLOCK_K])
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k in range(0, 9 * C_IN, BLOCK_K):
-        a = _a_tile(x_ptr, k, n_img, hi0, wi0, m_ok, offs_k, H, W, C_IN, BLOCK_K)
-        b = w_desc.load([pid_n * BLOCK_N, k])
-        acc = tl.dot(a, b.T, acc)
-    _epilogue(acc, out_ptr, bias_ptr, wscale_ptr, xscale_ptr, res_ptr, offs_m, offs_n, M, C_OUT,
-              HAS_BIAS, HAS_RES, PER_CHANNEL)
-
-
-@triton.jit
-def _conv3x3_fp8_tma(x_ptr, w_ptr, out_ptr, bias_ptr, wscale_ptr, xscale_ptr, res_ptr,
-                     NB, H, W, HO, WO, C_IN, C_OUT,
-                     STRIDE: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr,
-                     PER_CHANNEL: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                     BW: tl.constexpr, WS: tl.constexpr):
-    """Stride 1; each M tile is a BH x BW patch (BH = BLOCK_M // BW) of one image, BW | W."""
-    BH: tl.constexpr = BLOCK_M // BW
-    tiles_w = W // BW
-    tiles_h = tl.cdiv(H, BH)
-    M_TILES = NB * tiles_h * tiles_w
-    pid_m, pid_n = _tile_ids(tl.program_id(0), M_TILES * BLOCK_M, C_OUT, BLOCK_M, BLOCK_N, GROUP_M)
-    n_img = pid_m // (tiles_h * tiles_w)
-    t = pid_m % (tiles_h * tiles_w)
-    h0 = (t // tiles_w) * BH
-    w0 = (t % tiles_w) * BW
-    x_desc = tl.make_tensor_descriptor(x_ptr, shape=[NB, H, W, C_IN], strides=[H * W * C_IN, W * C_IN, C_IN, 1],
-                                       block_shape=[1, BH, BW, BLOCK_K])
-    w_desc = tl.make_tensor_descriptor(w_ptr, shape=[C_OUT, 9 * C_IN], strides=[9 * C_IN, 1],
-                                       block_shape=[BLOCK_N, BLOCK_K])
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k in tl.range(0, 9 * C_IN, BLOCK_K, warp_specialize=WS):
-        tap = k // C_IN
-        c0 = k - tap * C_IN
-        a = x_desc.load([n_img, h0 + tap // 3 - 1, w0 + tap % 3 - 1, c0]).reshape(BLOCK_M, BLOCK_K)
-        b = w_desc.load([pid_n * BLOCK_N, k])
-        acc = tl.dot(a, b.T, acc)
-    r = tl.arange(0, BLOCK_M)
-    h = h0 + r // BW
-    offs_m = (n_img * H + h) * W + w0 + r % BW
-    offs_m = tl.where(h < H, offs_m, NB * H * W)  # rows past the image's last row: masked as m >= M
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    _epilogue(acc, out_ptr, bias_ptr, wscale_ptr, xscale_ptr, res_ptr, offs_m, offs_n, NB * H * W, C_OUT,
-              HAS_BIAS, HAS_RES, PER_CHANNEL)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+# The kernels live in the product (the FP8 UNet's convolutions, export_sdxl.py --fp8-conv).
+from export.fp8_conv import _conv3x3_fp8_ptr, _conv3x3_fp8_tma, _conv3x3_fp8_tma_w  # noqa: E402
 
 
 KERNELS = {"ptr": _conv3x3_fp8_ptr, "tma_w": _conv3x3_fp8_tma_w, "tma": _conv3x3_fp8_tma, "tma_ws": _conv3x3_fp8_tma}

@@ -65,7 +65,9 @@ keys of that component, so LoRA keys map without a prefix):
   unet_fp8.ts        (--fp8) unet.ts with the transformer blocks' linear layers in FP8 e4m3
                      (scripts/export/fp8_quant.py: the layers, the scales, their calibration); the
                      same methods and inputs; sdxl-batch --precision fp8 runs it
-  unet_fp8.pt2       (--fp8 --aoti) unet_fp8.ts's UNet compiled by AOTInductor, as unet.pt2
+  unet_fp8.pt2       (--fp8 --aoti) unet_fp8.ts's UNet compiled by AOTInductor, as unet.pt2;
+                     with --fp8-conv also the 3x3 convolutions in FP8 (scripts/export/fp8_conv.py:
+                     Triton kernels compiled into the package; unet_fp8.ts runs their math in torch)
 
 The UNet is traced at a latent size that is NOT a multiple of 2**num_upsamplers,
 so the graph carries diffusers' forward_upsample_size path: every up-sampler
@@ -183,6 +185,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="calibration prompts, one per line (default: configs/fp8-calibration-prompts.txt)")
     ap.add_argument("--fp8-steps", type=int, metavar="N",
                     help="sampling steps per calibration prompt (default: the model's default steps)")
+    ap.add_argument("--fp8-conv", action="store_true",
+                    help="with --fp8: also the UNet's 3x3 convolutions (all but conv_in, conv_out and the shapes "
+                         "where FP8 loses) in FP8 e4m3, input scales calibrated as the linear layers'; fast only "
+                         "in unet_fp8.pt2 (--aoti), whose Triton kernels unet_fp8.ts cannot hold "
+                         "(docs/models-and-export.md#fp8-convolutions)")
     ap.add_argument("--aoti-variants", metavar="LIST", default="all",
                     help="with --aoti: which packages to compile, comma-separated: 'fp16' (the model dtype's "
                          "unet.pt2), 'fp8' (unet_fp8.pt2, with --fp8), 'vae' (vae_decoder.pt2) or 'all' (default)")
@@ -217,6 +224,8 @@ def check_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         ap.error("--upscaler goes with --out, --dtype, --upscaler-tile and --force only (it exports on cpu)")
     if a.upscaler and a.dtype == "bf16":
         ap.error("--upscaler: --dtype fp16 (where the architecture supports it) or fp32")
+    if a.fp8_conv and not a.fp8:
+        ap.error("--fp8-conv goes with --fp8")
     if a.fp8 and (a.vae_only or a.controlnet or a.ip_adapter):
         ap.error("--fp8 goes with a model export (--tiny, --random-full or --from)")
 

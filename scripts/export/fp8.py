@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from . import fp8_quant
+from . import fp8_conv, fp8_quant
 from .aoti import export_unet_aoti, parse_inductor_configs
 from .common import Checker, check_names, log, trace_module
 from .sdxl_modules import UNetTS
@@ -38,19 +38,24 @@ def export_unet_fp8(a, pipe, tmp: Path, dtype, device: str, defaults: dict, trac
     prompts = read_prompts(Path(a.fp8_prompts))
     steps = a.fp8_steps or defaults["steps"]
     names = fp8_quant.fp8_layer_names(unet)
+    conv_names = fp8_conv.fp8_conv_names(unet) if a.fp8_conv else []
     pipe.set_progress_bar_config(disable=True)
     ref = UNetTS(unet, dtype)(*inp)
     t0 = time.time()
-    amax = fp8_quant.calibrate(pipe, names, prompts, steps, defaults["width"], defaults["height"], defaults["cfg"],
-                               seed=1234)
+    # One calibration run for the linear layers' and the convolutions' inputs: the same prompts and steps.
+    amax = fp8_quant.calibrate(pipe, names + conv_names, prompts, steps, defaults["width"], defaults["height"],
+                               defaults["cfg"], seed=1234)
+    conv_amax = {k: amax.pop(k) for k in conv_names}
     timings["fp8_calibrate"] = time.time() - t0
     aoti_fp8 = a.aoti and "fp8" in a.aoti_variants
     unet16 = copy.deepcopy(unet) if aoti_fp8 else None  # the reference of unet_fp8.pt2's check
     n = fp8_quant.quantize_unet(unet, amax)  # in place: every later use of pipe.unet is the FP8 UNet
+    n_conv = fp8_conv.quantize_convs(unet, conv_amax)
     wrapper = UNetTS(unet, dtype)
     got = wrapper(*inp)
     rel = float((got.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-12))
-    log(f"  fp8: {n} linear layers quantised, calibrated on {len(prompts)} prompts x {steps} steps at "
+    convs = f" and {n_conv} 3x3 convolutions" if n_conv else ""
+    log(f"  fp8: {n} linear layers{convs} quantised, calibrated on {len(prompts)} prompts x {steps} steps at "
         f"{defaults['width']}x{defaults['height']} ({timings['fp8_calibrate']:.1f}s); "
         f"rel. L2 vs the {a.dtype or 'model'} UNet on the trace inputs {rel:.4f}")
     t0 = time.time()
@@ -60,11 +65,12 @@ def export_unet_fp8(a, pipe, tmp: Path, dtype, device: str, defaults: dict, trac
     ts = torch.jit.load(str(tmp / "unet_fp8.ts"), map_location=device)
     chk = Checker(dtype, device)
     key = dict(batch=int(inp[0].shape[0]), width=int(inp[0].shape[3]) * 8, height=int(inp[0].shape[2]) * 8)
-    chk.run("unet_fp8.ts", key, ts, wrapper, inp)
-    chk.run("unet_fp8.ts forward_control", key, ts.forward_control, wrapper.forward_control, inp + (res,))
-    chk.run("unet_fp8.ts forward_ip", key, ts.forward_ip, wrapper.forward_ip, inp + (kv,))
-    chk.run("unet_fp8.ts forward_control_ip", key, ts.forward_control_ip, wrapper.forward_control_ip,
-            inp + (res, kv))
+    with fp8_conv.emulated():  # the FP8 convolutions as unet_fp8.ts runs them (fp8_conv's docstring)
+        chk.run("unet_fp8.ts", key, ts, wrapper, inp)
+        chk.run("unet_fp8.ts forward_control", key, ts.forward_control, wrapper.forward_control, inp + (res,))
+        chk.run("unet_fp8.ts forward_ip", key, ts.forward_ip, wrapper.forward_ip, inp + (kv,))
+        chk.run("unet_fp8.ts forward_control_ip", key, ts.forward_control_ip, wrapper.forward_control_ip,
+                inp + (res, kv))
     if not all(r["ok"] for r in chk.results):
         raise SystemExit("unet_fp8.ts does not match the eager FP8 UNet: " + json.dumps(chk.results)[:400])
     del ts
@@ -75,6 +81,11 @@ def export_unet_fp8(a, pipe, tmp: Path, dtype, device: str, defaults: dict, trac
                 "\n".join(prompts).encode()).hexdigest(), "steps": steps, "width": defaults["width"],
                 "height": defaults["height"], "cfg": defaults["cfg"], "seconds": round(timings["fp8_calibrate"], 1)},
             "rel_l2_vs_unet_on_trace_inputs": round(rel, 5)}
+    if n_conv:
+        # --fp8-conv: sdxl-batch needs nothing of this (unet_fp8.pt2 holds the kernels); a record of the export.
+        meta["conv"] = {"layers": n_conv, "format": fp8_conv.FORMAT, "op": fp8_conv.OP,
+                        "kept_in_model_dtype": sorted(f"{ci}->{co} stride {st}" for ci, co, st in fp8_conv.FP16_SHAPES)
+                        + list(fp8_conv.KEEP)}
     if aoti_fp8:
         t0 = time.time()
         meta["aoti"] = export_unet_aoti(unet, dtype, device, tmp, aoti_args["limits"], aoti_args["vae_down"],

@@ -141,14 +141,16 @@ const LoraPatcher::Fp8Scale* LoraPatcher::fp8_scale(const WeightId& id) const {
 // acc (fp32, the merged weight) -> e4m3 in place. Rule: the export scale s
 // stays while amax|acc| <= 464 s (a value up to there loses no more to the
 // clamp at 448 than to rounding: e4m3's top step is 32); beyond, the scale
-// becomes amax / 448, so nothing is clipped. Returns the growth (new scale /
-// s) as a 0-dim device tensor: no sync.
+// becomes amax / 448, so nothing is clipped. s is per tensor (a linear layer)
+// or per output channel ([Cout, 1, 1, 1]: an --fp8-conv convolution; each
+// channel keeps its scale or takes the weight's amax / 448). Returns the
+// largest growth (new scale / s) as a 0-dim device tensor: no sync.
 torch::Tensor LoraPatcher::requantise_fp8(torch::Tensor& acc, const Fp8Scale& s) {
   // The inf-norm is a reduction: no temporary the size of the weight.
   const torch::Tensor amax = at::linalg_vector_norm(acc, std::numeric_limits<double>::infinity());
   s.live.copy_(torch::where(amax.gt(s.original.mul(kFp8KeepScaleUpTo)), amax.div(448.0), s.original));
   acc.div_(s.live).clamp_(-448.0, 448.0);  // e4m3's finite range; the copy into the weight rounds to nearest
-  return s.live.div(s.original);
+  return s.live.div(s.original).max();
 }
 
 // A LoRA that pushes an FP8 weight beyond its export range coarsens that

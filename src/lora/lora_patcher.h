@@ -4,7 +4,7 @@
 // a weight copies its original aside; a weight that the next set does not touch
 // gets its original copied back, so after any sequence of sets the base weights
 // are bit-identical. An FP8 weight (unet_fp8.ts: e4m3 with a per-tensor
-// `<layer>.weight_scale`) is dequantised into the fp32 sum with its export scale
+// `<layer>.weight_scale`, per output channel for --fp8-conv's convolutions) is dequantised into the fp32 sum with its export scale
 // and quantised again with that scale, or with amax / 448 where the sum reaches
 // beyond kFp8KeepScaleUpTo x the scale, so no more than rounding is lost to the
 // clamp at 448; restoring brings back both (docs/models-and-export.md#fp8-unet).
