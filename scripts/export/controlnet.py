@@ -171,10 +171,8 @@ def convert_ldm(sd: dict[str, torch.Tensor], config: dict) -> dict[str, torch.Te
 
 
 def load_controlnet(src: Path, config: str | None, device: str, dtype: torch.dtype):
-    """-> (ControlNetModel on device in dtype, model.json entries naming the source)."""
-    from diffusers import ControlNetModel
-    from safetensors.torch import load_file
-
+    """-> (ControlNetModel on device in dtype, model.json entries naming the source). The file is
+    classified from its header before diffusers is imported, so a refusal costs no diffusers import."""
     if src.is_dir():
         if config:
             raise ExportError("--config is for a single-file ControlNet; a diffusers folder has its own config.json")
@@ -196,6 +194,9 @@ def load_controlnet(src: Path, config: str | None, device: str, dtype: torch.dty
     if cfg is None:
         cfg = config_for_file(config)
         config_not_sdxl(cfg, f"--config for {src.name}")
+    from diffusers import ControlNetModel
+    from safetensors.torch import load_file
+
     sd = {}
     for f in files:
         sd.update(load_file(str(f), device="cpu"))
