@@ -11,13 +11,50 @@
 #        down): `sdxl-batch upscale` (s/image from its report, process wall, GPU memory used at most,
 #        sampled by nvidia-smi) against spandrel + ComfyUI's tile-by-tile loop (bench/upscale_bench.py)
 #        in fp32 (ComfyUI's default) and fp16; the frames of ours vs the loop's (PSNR).
+# frames: the comic short's frames end to end: 16 panels of 768x1344 (28 steps, CFG 7, --max-batch 8), each
+#        written as a 1080x1920 frame by the full-size 4x RRDBNet (per-task "upscale": model pass, LANCZOS,
+#        "fit": "crop"), against the same panels without the upscale: images/hour after load, GPU busy
+#        fraction, peak memory (the upscale's share of the run).
 # Results: $OUT/summary.txt (+ the logs and reports).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 MODE=${1:-}
-case "$MODE" in inpaint | upscale) ;; *) echo "usage: [OUT=DIR] bash bench/runtime/finish.sh inpaint|upscale" >&2; exit 2 ;; esac
+case "$MODE" in inpaint | upscale | frames) ;; *) echo "usage: [OUT=DIR] bash bench/runtime/finish.sh inpaint|upscale|frames" >&2; exit 2 ;; esac
 source bench/lib/gpu_prepare.sh  # build + export; sets OUT WORK SDXL MODEL
 source bench/lib/runtime.sh
+
+if [ "$MODE" = frames ]; then
+  python3 bench/upscale_bench.py --make-rrdbnet "$WORK/rrdbnet_x4.pth"
+  python3 scripts/export_sdxl.py --upscaler "$WORK/rrdbnet_x4.pth" --out "$WORK/up" --force > "$OUT/export-up.log" 2>&1
+  python3 - "$WORK" <<'PY'
+import json, sys
+w = sys.argv[1]
+scenes = ["the keeper climbs the lighthouse stairs", "a storm over the harbour", "two kids on the pier at dawn",
+          "the lamp room, close-up on the keeper's hands"]
+tasks = [{"id": f"s{i:02d}", "prompt": f"comic panel {i}, {scenes[i % 4]}, bold ink lines", "seed": 700 + i}
+         for i in range(16)]
+base = {"version": 1, "defaults": {"steps": 28, "cfg": 7.0, "width": 768, "height": 1344}}
+json.dump(dict(base, tasks=tasks), open(f"{w}/story-panels.json", "w"), indent=1)
+frames = dict(base, defaults=dict(base["defaults"], upscale={"model": f"{w}/up/rrdbnet_x4", "size": "1080x1920",
+                                                                "fit": "crop"}))
+json.dump(dict(frames, tasks=tasks), open(f"{w}/story-frames.json", "w"), indent=1)
+PY
+  run story-panels "$WORK/story-panels.json" --max-batch 8
+  run story-frames "$WORK/story-frames.json" --max-batch 8
+  python3 - "$WORK" <<'PY' | tee -a "$OUT/summary.txt"
+import json, sys
+from pathlib import Path
+from PIL import Image
+w = Path(sys.argv[1])
+for name in ("story-panels", "story-frames"):
+    r = json.loads((w / name / "report.json").read_text())
+    sizes = {Image.open(w / name / json.loads(l)["file"]).size for l in (w / name / "manifest.jsonl").read_text().splitlines()}
+    print(f"{name}: {r['images_done']} images of {sorted(sizes)}, {r['images_per_hour']:.0f} images/hour after load, "
+          f"peak allocated {r['memory']['peak_allocated_bytes'] / 2**30:.2f} GiB")
+PY
+  log_warnings
+  exit 0
+fi
 
 if [ "$MODE" = upscale ]; then
   t0=$(date +%s)
