@@ -104,7 +104,11 @@ class LockedError : public Error {
 double parse_duration_seconds(const std::string& text);
 // "24GiB", "12G", "800MiB", "65536" -> bytes (G and GiB are both 2^30).
 std::uint64_t parse_size_bytes(const std::string& text);
-// "K/N" with 0 <= K < N -> {K, N}.
+// "K/N" with 0 <= K < N -> {K, N}; "auto" or "auto/N": K (and N) from the
+// scheduler's environment, a Slurm job array (SLURM_ARRAY_TASK_ID with
+// SLURM_ARRAY_TASK_COUNT or _MIN/_MAX) or a Kubernetes Indexed Job
+// (JOB_COMPLETION_INDEX, with N from auto/N); UsageError when neither is there
+// or they disagree (docs/unattended-runs.md#several-machines-shards).
 std::pair<int, int> parse_shard(const std::string& text);
 
 // The library's name and version ("sdxl-batch", "0.1.0").

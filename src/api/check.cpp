@@ -2,6 +2,8 @@
 // helpers of the public API.
 #include <sdxl_batch/sdxl_batch.h>
 
+#include <cstdlib>
+
 #include "api/boundary.h"
 #include "api/session_impl.h"
 #include "batch/generation_params.h"
@@ -95,7 +97,11 @@ std::uint64_t parse_size_bytes(const std::string& text) {
 }
 
 std::pair<int, int> parse_shard(const std::string& text) {
-  return guarded([&] { return sdxl::parse_shard(text); });
+  const sdxl::EnvLookup env = [](const char* name) -> std::optional<std::string> {
+    const char* v = std::getenv(name);
+    return v ? std::optional<std::string>(v) : std::nullopt;
+  };
+  return guarded([&] { return sdxl::parse_shard(text, env); });
 }
 
 std::string program_name() { return sdxl::kProgramName; }

@@ -43,7 +43,7 @@ CLI::App* add_run(CLI::App& app, std::shared_ptr<RunArgs>& args) {
   cmd->add_flag("--skip-invalid", args->skip_invalid,
                 "Run the valid tasks of a batch file that has invalid ones (those are reported as failed)");
   cmd->add_option("--max-runtime", args->max_runtime, "Stop taking new images after this long (e.g. 90m, 6h; 0: no limit)");
-  cmd->add_option("--shard", args->shard, "Take share K of N of the tasks (K/N, 0 <= K < N), e.g. a job array index");
+  cmd->add_option("--shard", args->shard, "Take share K of N of the tasks: K/N (0 <= K < N), or auto / auto/N from a Slurm job array or a Kubernetes Indexed Job");
   cmd->add_option("--lock", args->lock_file,
                   "Also hold this lock file (e.g. one per machine for cron); the output folder's own lock is always held");
   cmd->add_option("--wildcards-dir", args->wildcard_dirs,

@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cmath>
 #include <exception>
+#include <optional>
 
 #include "core/error.h"
 
@@ -20,6 +21,84 @@ std::pair<int, int> parse_shard(const std::string& text) {
   } catch (const std::exception&) {
   }
   throw UsageError("--shard '" + text + "': expected K/N with 0 <= K < N, e.g. 0/4 (K is the 0-based shard index)");
+}
+
+namespace {
+
+// An environment variable that must hold a whole number.
+std::optional<long long> env_number(const EnvLookup& env, const char* name) {
+  const std::optional<std::string> v = env(name);
+  if (!v) return std::nullopt;
+  try {
+    size_t used = 0;
+    const long long n = std::stoll(*v, &used);
+    if (used == v->size() && !v->empty()) return n;
+  } catch (const std::exception&) {
+  }
+  throw UsageError("--shard auto: " + std::string(name) + "='" + *v + "' is not a whole number");
+}
+
+// The Slurm job array's {index, count}, or nothing outside an array task.
+std::optional<std::pair<long long, long long>> slurm_shard(const EnvLookup& env) {
+  const std::optional<long long> id = env_number(env, "SLURM_ARRAY_TASK_ID");
+  if (!id) return std::nullopt;
+  const std::optional<long long> count = env_number(env, "SLURM_ARRAY_TASK_COUNT");
+  const std::optional<long long> lo = env_number(env, "SLURM_ARRAY_TASK_MIN");
+  const std::optional<long long> hi = env_number(env, "SLURM_ARRAY_TASK_MAX");
+  const long long step = env_number(env, "SLURM_ARRAY_TASK_STEP").value_or(1);
+  const long long min = lo.value_or(0);
+  const std::string where = "--shard auto: the Slurm job array (SLURM_ARRAY_TASK_ID=" + std::to_string(*id) +
+                            (count ? ", SLURM_ARRAY_TASK_COUNT=" + std::to_string(*count) : "") +
+                            (lo ? ", SLURM_ARRAY_TASK_MIN=" + std::to_string(*lo) : "") +
+                            (hi ? ", SLURM_ARRAY_TASK_MAX=" + std::to_string(*hi) : "") + ", step " +
+                            std::to_string(step) + ")";
+  if (step < 1 || *id < min || (*id - min) % step != 0)
+    throw UsageError(where + ": the task's index is not on the array's range");
+  if (!count && !hi) throw UsageError(where + " gives no count: use --shard auto/N");
+  if (hi && (*hi < min || (*hi - min) % step != 0 || *id > *hi))
+    throw UsageError(where + ": MIN, MAX and the step are not one range");
+  const long long from_range = hi ? (*hi - min) / step + 1 : 0;
+  if (count && hi && *count != from_range)
+    throw UsageError(where + ": " + std::to_string(*count) + " tasks, but MIN..MAX holds " +
+                     std::to_string(from_range) + " (an array of a list such as 1,3,7 cannot be shards: use a range)");
+  return std::make_pair((*id - min) / step, count ? *count : from_range);
+}
+
+std::string shard_text(long long k, long long n) { return std::to_string(k) + "/" + std::to_string(n); }
+
+}  // namespace
+
+std::pair<int, int> parse_shard(const std::string& text, const EnvLookup& env) {
+  if (text != "auto" && text.rfind("auto/", 0) != 0) return parse_shard(text);
+  std::optional<long long> given;
+  if (text != "auto") {
+    try {
+      size_t used = 0;
+      const long long n = std::stoll(text.substr(5), &used);
+      if (used == text.size() - 5 && n >= 1) given = n;
+    } catch (const std::exception&) {
+    }
+    if (!given) throw UsageError("--shard '" + text + "': expected auto/N with N >= 1, the number of shards");
+  }
+  const auto slurm = slurm_shard(env);
+  const std::optional<long long> k8s = env_number(env, "JOB_COMPLETION_INDEX");
+  if (!slurm && !k8s)
+    throw UsageError("--shard " + text + ": no scheduler's index in the environment (SLURM_ARRAY_TASK_ID of a "
+                     "Slurm job array, JOB_COMPLETION_INDEX of a Kubernetes Indexed Job); outside one, give --shard K/N");
+  if (slurm && k8s && slurm->first != *k8s)
+    throw UsageError("--shard auto: the Slurm array says shard " + shard_text(slurm->first, slurm->second) +
+                     ", JOB_COMPLETION_INDEX says " + std::to_string(*k8s));
+  if (slurm && given && slurm->second != *given)
+    throw UsageError("--shard " + text + ": the Slurm job array has " + std::to_string(slurm->second) + " tasks");
+  const long long k = slurm ? slurm->first : *k8s;
+  const long long n = slurm ? slurm->second : given.value_or(0);
+  if (n == 0)
+    throw UsageError("--shard auto: JOB_COMPLETION_INDEX=" + std::to_string(k) + " (a Kubernetes Indexed Job) gives "
+                     "the index, not the count: use --shard auto/N with N = the Job's completions");
+  if (k < 0 || k >= n)
+    throw UsageError("--shard " + text + ": index " + std::to_string(k) + " is not below the count " +
+                     std::to_string(n));
+  return {static_cast<int>(k), static_cast<int>(n)};
 }
 
 double parse_duration_s(const std::string& text) {

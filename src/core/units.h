@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -19,5 +21,21 @@ std::uint64_t parse_size_bytes(const std::string& text);
 
 // --shard K/N: "K/N" with 0 <= K < N.
 std::pair<int, int> parse_shard(const std::string& text);
+
+// An environment variable's value, or nothing when it is not set.
+using EnvLookup = std::function<std::optional<std::string>(const char* name)>;
+
+// --shard K/N, auto or auto/N -> {K, N}. "auto" takes the index and the count
+// from the scheduler's environment:
+//   Slurm job array: K = (SLURM_ARRAY_TASK_ID - MIN) / STEP, N =
+//     SLURM_ARRAY_TASK_COUNT, else (MAX - MIN) / STEP + 1 (MIN, MAX, STEP:
+//     SLURM_ARRAY_TASK_MIN/_MAX/_STEP; MIN 0 and STEP 1 when unset);
+//   Kubernetes Indexed Job: K = JOB_COMPLETION_INDEX; N only from auto/N
+//     (the Job's completions are not in its pods' environment).
+// UsageError, naming the variables, when neither is set, when a value is not a
+// number, when the array is not the range MIN..MAX (a list such as 1,3,7),
+// when Slurm's count variables disagree with each other, and when auto/N, the
+// Slurm array and the Kubernetes index disagree.
+std::pair<int, int> parse_shard(const std::string& text, const EnvLookup& env);
 
 }  // namespace sdxl

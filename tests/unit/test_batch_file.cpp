@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
@@ -135,6 +136,60 @@ TEST(BatchFile, NameTemplates) {
   EXPECT_EQ(sdxl::output_file_name(t, 1, 2, "{index}-{seedm.png"), "1-{seedm.png");
   auto p = problems_of(R"({"version": 1, "output": {"template": "../x-{index}.png"}, "tasks": [{"id": "a", "prompt": "x"}]})");
   EXPECT_TRUE(has(p, "/output/template"));
+}
+
+namespace {
+// A fake environment for --shard auto.
+sdxl::EnvLookup env_of(std::map<std::string, std::string> vars) {
+  return [vars](const char* name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    return it == vars.end() ? std::nullopt : std::optional<std::string>(it->second);
+  };
+}
+
+std::string shard_error(const std::string& text, std::map<std::string, std::string> vars) {
+  try {
+    sdxl::parse_shard(text, env_of(std::move(vars)));
+  } catch (const sdxl::UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(BatchFile, ShardAutoFromTheSchedulersEnvironment) {
+  using P = std::pair<int, int>;
+  // Slurm: --array=0-3 (COUNT and MIN/MAX agree), --array=1-4, --array=0-15:5, and COUNT alone.
+  EXPECT_EQ(sdxl::parse_shard("auto", env_of({{"SLURM_ARRAY_TASK_ID", "2"}, {"SLURM_ARRAY_TASK_COUNT", "4"},
+                                               {"SLURM_ARRAY_TASK_MIN", "0"}, {"SLURM_ARRAY_TASK_MAX", "3"}})), (P{2, 4}));
+  EXPECT_EQ(sdxl::parse_shard("auto", env_of({{"SLURM_ARRAY_TASK_ID", "1"}, {"SLURM_ARRAY_TASK_MIN", "1"},
+                                               {"SLURM_ARRAY_TASK_MAX", "4"}})), (P{0, 4}));
+  EXPECT_EQ(sdxl::parse_shard("auto", env_of({{"SLURM_ARRAY_TASK_ID", "10"}, {"SLURM_ARRAY_TASK_MIN", "0"},
+                                               {"SLURM_ARRAY_TASK_MAX", "15"}, {"SLURM_ARRAY_TASK_STEP", "5"}})),
+            (P{2, 4}));
+  EXPECT_EQ(sdxl::parse_shard("auto/4", env_of({{"SLURM_ARRAY_TASK_ID", "3"}, {"SLURM_ARRAY_TASK_COUNT", "4"}})),
+            (P{3, 4}));
+  // Kubernetes: the index from JOB_COMPLETION_INDEX, the count from auto/N.
+  EXPECT_EQ(sdxl::parse_shard("auto/4", env_of({{"JOB_COMPLETION_INDEX", "1"}})), (P{1, 4}));
+  // K/N ignores the environment.
+  EXPECT_EQ(sdxl::parse_shard("0/2", env_of({{"JOB_COMPLETION_INDEX", "1"}})), (P{0, 2}));
+  // Errors name what is wrong.
+  EXPECT_NE(shard_error("auto", {}).find("no scheduler's index"), std::string::npos);
+  EXPECT_NE(shard_error("auto", {{"JOB_COMPLETION_INDEX", "1"}}).find("auto/N"), std::string::npos);
+  EXPECT_NE(shard_error("auto/2", {{"JOB_COMPLETION_INDEX", "2"}}).find("not below the count"), std::string::npos);
+  EXPECT_NE(shard_error("auto/3", {{"SLURM_ARRAY_TASK_ID", "0"}, {"SLURM_ARRAY_TASK_COUNT", "4"}}).find("has 4 tasks"),
+            std::string::npos);
+  EXPECT_NE(shard_error("auto", {{"SLURM_ARRAY_TASK_ID", "3"}, {"SLURM_ARRAY_TASK_COUNT", "3"},
+                                 {"SLURM_ARRAY_TASK_MIN", "1"}, {"SLURM_ARRAY_TASK_MAX", "7"}})
+                .find("a list such as 1,3,7"),
+            std::string::npos);
+  EXPECT_NE(shard_error("auto", {{"SLURM_ARRAY_TASK_ID", "2"}}).find("gives no count"), std::string::npos);
+  EXPECT_NE(shard_error("auto", {{"SLURM_ARRAY_TASK_ID", "x"}}).find("SLURM_ARRAY_TASK_ID='x'"), std::string::npos);
+  EXPECT_NE(shard_error("auto", {{"SLURM_ARRAY_TASK_ID", "1"}, {"SLURM_ARRAY_TASK_COUNT", "4"},
+                                 {"JOB_COMPLETION_INDEX", "2"}})
+                .find("JOB_COMPLETION_INDEX says 2"),
+            std::string::npos);
+  EXPECT_NE(shard_error("auto/0", {{"JOB_COMPLETION_INDEX", "0"}}).find("N >= 1"), std::string::npos);
 }
 
 TEST(BatchFile, ShardsAndDurations) {
