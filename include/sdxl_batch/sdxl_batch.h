@@ -136,6 +136,7 @@ struct ModelOptions {
   std::string vae_tiling = "auto";    // auto | always | never
   std::string vae_dtype = "auto";     // auto | fp32 | fp16 | bf16
   std::size_t vae_cache = 2, controlnet_cache = 2, ip_adapter_cache = 2, ip_image_cache = 64;
+  std::size_t upscaler_cache = 1;  // upscaler folders of the tasks' frames ("upscale") that stay loaded
   std::vector<std::string> lora_dirs{};       // where <lora:NAME:W> tags find NAME.safetensors
   std::uint64_t lora_cache_bytes = 0;         // 0 = 30% of the memory free after the weights
   bool lora_strict = false;                   // unmapped LoRA keys are an error, not a warning
@@ -275,6 +276,15 @@ struct Hires {
   double denoise = 0.7;
 };
 
+// The final upscale of the image to its frame (docs/upscaling.md): an upscaler folder
+// (scripts/export_sdxl.py --upscaler) or "Lanczos", then by a factor or to a frame with a fit.
+struct Upscale {
+  std::string model{};  // "" = none
+  double scale = 0;     // > 0: by this factor; else to width x height
+  int width = 0, height = 0;
+  std::string fit = "stretch";  // with a size: stretch | crop | pad
+};
+
 // A task's settings (its id, count and priority are not used) and what one
 // image made outside a run takes. Flag names in error messages are the CLI's.
 struct ImageRequest {
@@ -292,6 +302,7 @@ struct ImageRequest {
   Hires hires{};
   std::vector<ControlNet> controlnets{};
   IpAdapter ip_adapter{};
+  Upscale upscale{};           // the PNG written is this frame
   std::string out_path{};      // "" = sdxl-<seed>.png
   std::string latents_path{};  // also the final latents, float32 .npy ("" = none)
   std::string timings_path{};  // stage timings and peak memory as JSON ("" = none)

@@ -2,6 +2,7 @@
 // before the weights load, made by the pipeline's Generator on this thread.
 #include <sdxl_batch/sdxl_batch.h>
 
+#include <cctype>
 #include <chrono>
 #include <nlohmann/json.hpp>
 
@@ -67,6 +68,42 @@ IpAdapterUse ip_adapter_of(const sdxl_batch::IpAdapter& a, const ModelConfig& co
   return ip;
 }
 
+// The request's final upscale: an upscaler folder (checked as a batch file's) or "Lanczos"; its factor
+// and frame are checked once the image's size is known (check_upscale).
+UpscaleUse upscale_of(const sdxl_batch::Upscale& u) {
+  UpscaleUse out;
+  if (u.model.empty()) {
+    if (u.scale != 0 || u.width != 0 || u.height != 0)
+      throw UsageError("--upscale / --upscale-size need --upscale-model DIR|Lanczos");
+    return out;
+  }
+  out.scale = u.scale;
+  out.width = u.width;
+  out.height = u.height;
+  out.fit = u.fit;
+  std::string lower = u.model;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "lanczos") {
+    out.model = "Lanczos";
+    return out;
+  }
+  out.model = std::filesystem::absolute(u.model).lexically_normal().string();
+  FileInputChecks files;
+  if (const std::string why = files.folder_problem("upscaler", out.model); !why.empty())
+    throw UsageError("--upscale-model: " + why);
+  out.weights_sha256 = files.folder_weights_sha256("upscaler", out.model);
+  return out;
+}
+
+void check_upscale(const GenerationParams& p) {
+  if (!p.upscale.on()) return;
+  const auto [w, h] = decoded_size(p);
+  std::string key;
+  const std::string why = upscale_problem(p.upscale, w, h, key);
+  const std::string flag = key == "scale" ? "--upscale" : key == "fit" ? "--upscale-fit" : "--upscale-size";
+  if (!why.empty()) throw UsageError(flag + " " + why);
+}
+
 // Everything of the request checked that can be before the model loads; the
 // sizes the model's defaults fill in come later. `image_w/h`: the init image's.
 GenerationParams checked_params(const sdxl_batch::Session::Impl& s, const sdxl_batch::ImageRequest& r,
@@ -126,6 +163,7 @@ GenerationParams checked_params(const sdxl_batch::Session::Impl& s, const sdxl_b
   }
   p.controlnets = controlnets_of(r, config);
   p.ip_adapter = ip_adapter_of(r.ip_adapter, config);
+  p.upscale = upscale_of(r.upscale);
   if (s.options.verify) verify_task_folders({&p});
   return p;
 }
@@ -162,6 +200,7 @@ sdxl_batch::ImageResult generate_image(sdxl_batch::Session::Impl& s, const sdxl_
   p.cfg = t.cfg.value_or(mc.defaults.cfg);
   p.width = t.width.value_or(image_w > 0 ? image_w : mc.defaults.width);
   p.height = t.height.value_or(image_h > 0 ? image_h : mc.defaults.height);
+  check_upscale(p);
   const std::string out = r.out_path.empty() ? "sdxl-" + std::to_string(p.seed) + ".png" : r.out_path;
 
   const auto t0 = Clock::now();
@@ -174,7 +213,7 @@ sdxl_batch::ImageResult generate_image(sdxl_batch::Session::Impl& s, const sdxl_
   const double total_s = std::chrono::duration<double>(Clock::now() - t0).count();
   if (!r.latents_path.empty()) write_npy_f32(r.latents_path, img.latent_shape, img.latents);
   if (!r.timings_path.empty()) write_timings(r.timings_path, gen, p, img, write_s, total_s);
-  return {out,     p.seed,          p.width,         p.height, p.steps,
+  return {out,     p.seed,          img.width,       img.height, p.steps,
           img.seconds.text, img.seconds.sample, img.seconds.decode, write_s, total_s, gen.peak_memory_bytes()};
 }
 

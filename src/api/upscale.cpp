@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "api/boundary.h"
+#include "batch/generation_params.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/run_lock.h"
@@ -27,7 +28,6 @@ using nlohmann::json;
 namespace sdxl::api {
 namespace {
 
-constexpr int kMaxFrameSide = 16384;  // the largest image a task may ask for (png_reader.h)
 
 std::vector<fs::path> input_pngs(const std::vector<std::string>& inputs) {
   std::vector<fs::path> out;
@@ -79,10 +79,7 @@ std::string number_text(double v) {
 // The source's text chunks, "parameters" extended with A1111's postprocessing fields.
 PngText output_text(const fs::path& source, const sdxl_batch::UpscaleOptions& o, const std::string& upscaler_name) {
   PngText text = read_png_text(source);
-  const std::string what = o.scale > 0 ? "Postprocess upscale by: " + number_text(o.scale)
-                                       : "Postprocess upscale to: " + std::to_string(o.width) + "x" +
-                                             std::to_string(o.height) + ", Postprocess upscale fit: " + o.fit;
-  const std::string fields = what + ", Postprocess upscaler: " + upscaler_name;
+  const std::string fields = postprocess_upscale_fields(o.scale, o.width, o.height, o.fit, upscaler_name);
   auto it = std::find_if(text.begin(), text.end(), [](const auto& kv) { return kv.first == "parameters"; });
   if (it == text.end())
     text.emplace_back("parameters", fields);

@@ -27,6 +27,11 @@ namespace {
 
 using nlohmann::json;
 
+std::string lower_ascii(std::string v) {
+  for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return v;
+}
+
 constexpr int kMaxSteps = 200;
 constexpr int kMaxCount = 1000;
 constexpr int kMaxClipSkip = 256;
@@ -41,6 +46,7 @@ struct Checker {
   const LoraRegistry* registry = nullptr;
 
   std::map<std::string, std::string> folder_errors{};  // kind + folder -> "" or why it does not load
+  std::set<std::string> bad_upscales{};  // "upscale" objects with a problem of their own (not checked again per task)
 
   void add(const std::string& pointer, const std::string& msg) { problems.push_back({pointer, msg}); }
 
@@ -225,8 +231,63 @@ struct Checker {
     get_number(ip, ptr, "scale", 0.0, 10.0, p.ip_adapter.scale);
   }
 
+  // "upscale": {"model": DIR | "Lanczos", "scale": S} or {"model": ..., "size": "WxH", "fit": FIT}; a
+  // task's replaces the defaults'; null turns the defaults' off. The factor and the frame are checked
+  // against the task's size (check_task_upscale).
+  void read_upscale(const json& obj, const std::string& pointer, GenerationParams& p) {
+    if (!obj.contains("upscale")) return;
+    const std::string ptr = pointer + "/upscale";
+    const json& u = obj["upscale"];
+    p.upscale = UpscaleUse{};
+    if (u.is_null()) return;
+    if (!u.is_object()) {
+      add(ptr, "must be {\"model\": DIR | \"Lanczos\", \"scale\": S} or {\"model\": ..., \"size\": \"WxH\", "
+               "\"fit\": \"crop\" | \"pad\" | \"stretch\"} (or null for none)");
+      return;
+    }
+    const size_t before = problems.size();
+    check_keys(u, ptr, {"model", "scale", "size", "fit"});
+    std::string rel;
+    if (get_string(u, ptr, "model", rel)) {
+      if (lower_ascii(rel) == "lanczos") {
+        p.upscale.model = "Lanczos";
+      } else {
+        p.upscale.model = resolve(rel);
+        if (check_folder("upscaler", p.upscale.model, ptr + "/model") && checks)
+          p.upscale.weights_sha256 = checks->folder_weights_sha256("upscaler", p.upscale.model);
+      }
+    } else if (!u.contains("model")) {
+      add(ptr + "/model", "is missing (an upscaler folder made by scripts/export_sdxl.py --upscaler, or \"Lanczos\")");
+    }
+    if (u.contains("scale")) {
+      const json& v = u["scale"];
+      if (!v.is_number() || !(v.get<double>() > 0) || v.get<double>() > kMaxUpscaleFactor)
+        add(ptr + "/scale", "must be a number above 0 and at most " + format_number(kMaxUpscaleFactor));
+      else
+        p.upscale.scale = v.get<double>();
+    }
+    std::string size;
+    if (get_string(u, ptr, "size", size) && !parse_frame_size(size, p.upscale.width, p.upscale.height))
+      add(ptr + "/size", "'" + size + "' is not a frame size WxH (e.g. \"1080x1920\")");
+    get_string(u, ptr, "fit", p.upscale.fit);
+    if (u.contains("fit") && !u.contains("size")) add(ptr + "/fit", "needs \"size\" (a fit places the image in a frame)");
+    if (problems.size() != before) bad_upscales.insert(ptr);
+  }
+
+  // The task's final upscale against its size (after its own settings and the defaults').
+  void check_task_upscale(const json& t, const std::string& ptr, const GenerationParams& p) {
+    if (!p.upscale.on() || bad_upscales.count(t.contains("upscale") ? ptr + "/upscale" : "/defaults/upscale")) return;
+    const auto [w, h] = decoded_size(p);
+    std::string key;
+    const std::string why = upscale_problem(p.upscale, w, h, key);
+    if (why.empty()) return;
+    if (t.contains("upscale")) add(ptr + "/upscale/" + key, why);
+    else add(ptr, "its \"upscale\" (from /defaults/upscale) \"" + key + "\" " + why);
+  }
+
   void read_settings(const json& obj, const std::string& pointer, GenerationParams& p) {
     read_vae(obj, pointer, p);
+    read_upscale(obj, pointer, p);
     read_controlnets(obj, pointer, p);
     read_ip_adapter(obj, pointer, p);
     get_string(obj, pointer, "prompt", p.prompt);
@@ -569,7 +630,7 @@ TaskDefaults read_defaults(Checker& ck, const json& j, const GenerationParams& f
   ck.check_keys(d, "/defaults", {"negative", "steps", "cfg", "width", "height", "sampler", "schedule",
                                  "guidance_rescale", "clip_skip", "strength", "hires", "priority", "timeout", "loras", "vae",
                                  "mask", "mask_blur", "inpaint_area", "inpaint_padding",
-                                 "controlnets", "ip_adapter", "characters", "style", "expand", "max_images"});
+                                 "controlnets", "ip_adapter", "upscale", "characters", "style", "expand", "max_images"});
   ck.read_settings(d, "/defaults", td.params);
   ck.check_sampler(d, "/defaults", td.params);
   if (ck.get_string(d, "/defaults", "priority", td.priority) && !parse_priority(td.priority)) {
@@ -685,7 +746,8 @@ bool read_task(Checker& ck, const json& t, const std::string& ptr, const TaskDef
   ck.check_keys(t, ptr, {"id", "prompt", "negative", "seed", "count", "steps", "cfg", "width", "height", "sampler",
                          "schedule", "guidance_rescale", "clip_skip", "init_image", "strength", "hires", "priority", "vae",
                          "mask", "mask_blur", "inpaint_area", "inpaint_padding",
-                         "controlnets", "ip_adapter", "deadline", "timeout", "loras", "characters", "style", "expand", "max_images"});
+                         "controlnets", "ip_adapter", "upscale", "deadline", "timeout", "loras", "characters", "style", "expand",
+                         "max_images"});
   task.params = td.params;
   task.params.prompt.clear();
   if (!ck.get_string(t, ptr, "id", task.id) || task.id.empty()) {
@@ -698,6 +760,7 @@ bool read_task(Checker& ck, const json& t, const std::string& ptr, const TaskDef
   if (t.contains("sampler") || t.contains("schedule")) ck.check_sampler(t, ptr, task.params);
   ck.read_init_image(t, ptr, origin, task.params);
   ck.check_mask(t, ptr, task.params);
+  ck.check_task_upscale(t, ptr, task.params);
   read_task_schedule(ck, t, ptr, td, task);
   apply_task_story(ck, t, ptr, td, book, lib, task);
   return true;

@@ -67,7 +67,7 @@ struct BatchProblem {
 class InputChecks {
  public:
   virtual ~InputChecks() = default;
-  // Whether folder `dir` reads as a `kind` folder ("vae", "controlnet", "ip_adapter").
+  // Whether folder `dir` reads as a `kind` folder ("vae", "controlnet", "ip_adapter", "upscaler").
   virtual std::string folder_problem(const std::string& kind, const std::string& dir) = 0;
   // The size of a PNG, or why it cannot be used (check/ decodes it whole, as the run will).
   virtual std::string png_size(const std::string& path, int& width, int& height) = 0;
@@ -77,6 +77,9 @@ class InputChecks {
   // An inpainting mask PNG: "" when it marks something to repaint, else why
   // not (unreadable, or no pixel at 0.5 or above: nothing to repaint).
   virtual std::string mask_problem(const std::string& path) = 0;
+  // The sha256 of the weights of a `kind` folder that folder_problem passed, as its model.json
+  // records it ("" when not recorded): what a resume compares.
+  virtual std::string folder_weights_sha256(const std::string& /*kind*/, const std::string& /*dir*/) { return ""; }
 };
 
 // Line (1-based) of every value of a JSON text by its JSON pointer ("" = root).

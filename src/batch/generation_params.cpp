@@ -1,5 +1,7 @@
 #include "batch/generation_params.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -109,6 +111,11 @@ std::string a1111_parameters(const GenerationParams& p, const ImageSources& src)
   if (p.ip_adapter.on()) s << ", IP-Adapter: " << quote_if_needed(ip_adapter_unit(p, src));
   if (src.unet_precision == "fp8") s << ", UNet precision: fp8 e4m3";
   s << ", Version: " << kProgramName << " " << kProgramVersion;
+  if (p.upscale.on())
+    s << ", " << postprocess_upscale_fields(p.upscale.scale, p.upscale.width, p.upscale.height, p.upscale.fit,
+                                            src.upscaler_name.empty()
+                                                ? std::filesystem::path(p.upscale.model).filename().string()
+                                                : src.upscaler_name);
   return s.str();
 }
 
@@ -118,6 +125,52 @@ std::string a1111_parameters(const GenerationParams& p, const std::string& model
   src.model_name = model_name;
   src.lora_hashes = lora_hashes;
   return a1111_parameters(p, src);
+}
+
+std::pair<int, int> upscale_frame_size(const UpscaleUse& u, int width, int height) {
+  if (!(u.scale > 0)) return {u.width, u.height};
+  return {std::max(1, static_cast<int>(std::lround(width * u.scale))),
+          std::max(1, static_cast<int>(std::lround(height * u.scale)))};
+}
+
+std::pair<int, int> decoded_size(const GenerationParams& p) {
+  return p.hires_on() ? std::pair{p.hires_width(), p.hires_height()} : std::pair{p.width, p.height};
+}
+
+std::string upscale_problem(const UpscaleUse& u, int width, int height, std::string& key) {
+  const bool by = u.scale != 0, to = u.width != 0 || u.height != 0;
+  key = by ? "scale" : "size";
+  if (by && to) return "cannot be combined with \"size\" (give a factor or a frame size, not both)";
+  if (!by && !to) return "is missing: give \"scale\" (a factor) or \"size\" (a frame, WxH)";
+  if (by && (!std::isfinite(u.scale) || !(u.scale > 0) || u.scale > kMaxUpscaleFactor))
+    return "must be a number above 0 and at most " + format_number(kMaxUpscaleFactor);
+  if (!by && u.fit != "stretch" && u.fit != "crop" && u.fit != "pad") {
+    key = "fit";
+    return "'" + u.fit + "' is not a fit (crop, pad or stretch)";
+  }
+  const auto [w, h] = upscale_frame_size(u, width, height);
+  if (w < 8 || h < 8 || w > kMaxFrameSide || h > kMaxFrameSide)
+    return "makes a " + std::to_string(w) + "x" + std::to_string(h) + " frame from the " + std::to_string(width) +
+           "x" + std::to_string(height) + " image; each side must be 8.." + std::to_string(kMaxFrameSide);
+  return "";
+}
+
+bool parse_frame_size(const std::string& text, int& width, int& height) {
+  const auto x = text.find('x');
+  if (x == std::string::npos || x == 0 || x + 1 >= text.size() || text.size() > 12) return false;
+  for (size_t i = 0; i < text.size(); ++i)
+    if (i != x && !std::isdigit(static_cast<unsigned char>(text[i]))) return false;
+  width = std::stoi(text.substr(0, x));
+  height = std::stoi(text.substr(x + 1));
+  return width > 0 && height > 0;
+}
+
+std::string postprocess_upscale_fields(double scale, int width, int height, const std::string& fit,
+                                       const std::string& upscaler_name) {
+  const std::string what = scale > 0 ? "Postprocess upscale by: " + format_number(scale)
+                                     : "Postprocess upscale to: " + std::to_string(width) + "x" +
+                                           std::to_string(height) + ", Postprocess upscale fit: " + fit;
+  return what + ", Postprocess upscaler: " + quote_if_needed(upscaler_name);
 }
 
 const std::vector<std::string>& hires_upscaler_names() {

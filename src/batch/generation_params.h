@@ -36,6 +36,21 @@ struct IpAdapterUse {
   bool operator==(const IpAdapterUse&) const = default;
 };
 
+// A task's final upscale (its frame; image/frame_upscale.h makes it): an upscaler folder (export_sdxl.py
+// --upscaler) or "Lanczos" (no model), then LANCZOS by a factor (scale > 0) or to width x height with a
+// fit ("stretch", "crop", "pad"). weights_sha256 is the folder's upscaler file's as its model.json
+// records it (filled when the folder is checked): the manifest compares it, so a new export makes the
+// frame again.
+struct UpscaleUse {
+  std::string model;  // the folder, "Lanczos", or "" = no final upscale
+  double scale = 0;
+  int width = 0, height = 0;
+  std::string fit = "stretch";
+  std::string weights_sha256;
+  bool on() const { return !model.empty(); }
+  bool operator==(const UpscaleUse&) const = default;
+};
+
 struct GenerationParams {
   std::string prompt;
   std::string negative_prompt;
@@ -92,7 +107,28 @@ struct GenerationParams {
   std::vector<LoraRef> loras;          // resolved --lora / batch entries; prompt tags are added at generation
   std::vector<ControlNetUse> controlnets;  // summed per step, in this order
   IpAdapterUse ip_adapter;
+  UpscaleUse upscale;  // the frame the PNG is written as
 };
+
+// The frame size of a final upscale of a width x height image (image/frame_upscale.h's rule: by a
+// factor, round(width x scale) x round(height x scale) (at least 1); else the size asked for).
+std::pair<int, int> upscale_frame_size(const UpscaleUse& u, int width, int height);
+// The size the decoded image has before its final upscale (the hires pass's when it is on).
+std::pair<int, int> decoded_size(const GenerationParams& p);
+// The limits of a frame: each side 8..kMaxFrameSide, a factor above 0 and at most kMaxUpscaleFactor.
+inline constexpr int kMaxFrameSide = 16384;
+inline constexpr double kMaxUpscaleFactor = 16;
+// What is wrong with `u` for a width x height image ("" when fine), naming the key at fault
+// ("scale": ..., "size": ..., "fit": ...): a factor <= 0, NaN or above the limit, a size or a
+// frame outside the limits, an unknown fit, both or neither of scale and size.
+std::string upscale_problem(const UpscaleUse& u, int width, int height, std::string& key);
+// "1080x1920" -> 1080, 1920; false when the text is not WxH with two positive integers.
+bool parse_frame_size(const std::string& text, int& width, int& height);
+// A1111's postprocessing fields, as `sdxl-batch upscale` and the run's frames write them after the
+// image's parameters: "Postprocess upscale by: S" or "Postprocess upscale to: WxH, Postprocess upscale
+// fit: FIT", then ", Postprocess upscaler: NAME".
+std::string postprocess_upscale_fields(double scale, int width, int height, const std::string& fit,
+                                       const std::string& upscaler_name);
 
 // Hires fix upscalers (A1111 names): latent space "Latent" (bilinear),
 // "Latent (antialiased)", "Latent (bicubic)", "Latent (bicubic antialiased)",
@@ -124,6 +160,8 @@ struct ImageSources {
   // each reference image's file name and sha256 (first 10 hex digits, as A1111 shortens).
   std::string ip_adapter_name, ip_adapter_hash;
   std::vector<std::pair<std::string, std::string>> ip_images;
+  // The final upscale's upscaler as images name it (its file's stem, or "Lanczos"; "" = none).
+  std::string upscaler_name;
   // The UNet's precision when not the model's dtype ("fp8": "UNet precision: fp8 e4m3").
   std::string unet_precision;
 };
@@ -147,6 +185,7 @@ struct ImageSources {
 // <name> [<hash>], Weight: W, Resize Mode: Just Resize, Guidance Start: S, Guidance End: E".
 // An IP-Adapter adds (after the ControlNets): IP-Adapter: "Model: <name> [<hash>],
 // Weight: <scale>, Images: <file> [<sha256 10>], <file2> [...]".
+// A final upscale adds postprocess_upscale_fields after Version (as A1111's extras tab appends them).
 std::string a1111_parameters(const GenerationParams& p, const ImageSources& sources);
 // The same with only a model name and LoRA hashes.
 std::string a1111_parameters(const GenerationParams& p, const std::string& model_name,

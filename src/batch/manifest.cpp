@@ -48,6 +48,10 @@ nlohmann::json to_json(const ManifestEntry& e) {
   if (p.hires_on())
     j["params"]["hires"] = {{"scale", p.hires.scale}, {"upscaler", p.hires.upscaler}, {"steps", p.hires.steps},
                             {"denoise", p.hires.denoise}};
+  if (p.upscale.on())
+    j["params"]["upscale"] = {{"model", p.upscale.model}, {"scale", p.upscale.scale}, {"width", p.upscale.width},
+                              {"height", p.upscale.height}, {"fit", p.upscale.fit},
+                              {"weights_sha256", p.upscale.weights_sha256}};
   if (!e.source_prompt.empty() && e.source_prompt != p.prompt) j["source_prompt"] = e.source_prompt;
   if (!e.characters.empty()) j["characters"] = e.characters;
   if (!e.style.empty()) j["style"] = e.style;
@@ -94,6 +98,15 @@ ManifestEntry from_json(const nlohmann::json& j) {
       e.params.hires.upscaler = h.value("upscaler", GenerationParams{}.hires.upscaler);
       e.params.hires.steps = h.value("steps", 0);
       e.params.hires.denoise = h.value("denoise", GenerationParams{}.hires.denoise);
+    }
+    if (p.contains("upscale") && p["upscale"].is_object()) {
+      const auto& u = p["upscale"];
+      e.params.upscale.model = u.value("model", "");
+      e.params.upscale.scale = u.value("scale", 0.0);
+      e.params.upscale.width = u.value("width", 0);
+      e.params.upscale.height = u.value("height", 0);
+      e.params.upscale.fit = u.value("fit", UpscaleUse{}.fit);
+      e.params.upscale.weights_sha256 = u.value("weights_sha256", "");
     }
     if (p.contains("controlnets") && p["controlnets"].is_array())
       for (const auto& c : p["controlnets"]) {

@@ -15,6 +15,7 @@
 #include "image/png_reader.h"
 #include "lora/embedding_files.h"
 #include "lora/safetensors.h"
+#include "model/upscaler_config.h"
 #include "sampling/sampler_plan.h"
 #include "text/clip_tokenizer.h"
 #include "text/prompt_chunks.h"
@@ -55,11 +56,23 @@ std::string FileInputChecks::folder_problem(const std::string& kind, const std::
     if (kind == "vae") (void)load_vae_config(dir);
     else if (kind == "controlnet") (void)load_controlnet_config(dir);
     else if (kind == "ip_adapter") (void)load_ip_adapter_config(dir);
+    else if (kind == "upscaler") (void)load_upscaler_config(dir);
     else return "unknown folder kind '" + kind + "'";
   } catch (const ModelError& e) {
     return e.what();
   }
   return "";
+}
+
+std::string FileInputChecks::folder_weights_sha256(const std::string& kind, const std::string& dir) {
+  if (kind != "upscaler") return "";
+  try {
+    const UpscalerConfig c = load_upscaler_config(dir);
+    const auto it = c.file_sha256.find(c.file);
+    return it == c.file_sha256.end() ? "" : it->second;
+  } catch (const ModelError&) {
+    return "";  // folder_problem said why
+  }
 }
 
 std::string FileInputChecks::png_size(const std::string& path, int& width, int& height) {

@@ -49,4 +49,48 @@ CLI::Validator finite_range(double lo, double hi) {
       "NUMBER in [" + CLI::detail::to_string(lo) + " - " + CLI::detail::to_string(hi) + "]");
 }
 
+void add_upscale_flags(CLI::App& cmd, UpscaleFlags& f, bool model_required) {
+  auto* model = cmd.add_option("--upscale-model", f.model,
+                               "An upscaler folder (export_sdxl.py --upscaler), or Lanczos for no model");
+  if (model_required) model->required();
+  auto* by = cmd.add_option("--upscale", f.scale, "Upscale by this factor (the model's passes, then LANCZOS)");
+  auto* to = cmd.add_option("--upscale-size", f.size, "Upscale to this frame, WxH (e.g. 1080x1920)");
+  by->excludes(to);
+  cmd.add_option("--upscale-fit", f.fit, "With --upscale-size: crop (fill, centre cut), pad (fit, black bars) "
+                                         "or stretch (default)")
+      ->check(CLI::IsMember({"crop", "pad", "stretch"}));
+}
+
+sdxl_batch::Upscale upscale_of_flags(const UpscaleFlags& f) {
+  sdxl_batch::Upscale u;
+  u.model = f.model;
+  u.fit = f.fit;
+  if (!f.size.empty()) {
+    const auto x = f.size.find('x');
+    try {
+      if (x == std::string::npos) throw std::invalid_argument("no x");
+      std::size_t n1 = 0, n2 = 0;
+      u.width = std::stoi(f.size.substr(0, x), &n1);
+      u.height = std::stoi(f.size.substr(x + 1), &n2);
+      if (n1 != x || n2 != f.size.size() - x - 1) throw std::invalid_argument("trailing text");
+    } catch (const std::exception&) {
+      throw sdxl_batch::UsageError("--upscale-size '" + f.size + "': expected WxH, e.g. 1080x1920");
+    }
+  } else if (!f.scale.empty()) {
+    std::size_t n = 0;
+    try {
+      u.scale = std::stod(f.scale, &n);
+    } catch (const std::exception&) {
+      n = 0;
+    }
+    if (n != f.scale.size() || !(u.scale > 0) || !std::isfinite(u.scale))
+      throw sdxl_batch::UsageError("--upscale '" + f.scale + "': must be a number above 0");
+  } else if (!f.model.empty()) {
+    throw sdxl_batch::UsageError("--upscale-model needs --upscale S or --upscale-size WxH");
+  }
+  if (f.model.empty() && (!f.size.empty() || !f.scale.empty()))
+    throw sdxl_batch::UsageError("--upscale / --upscale-size need --upscale-model DIR|Lanczos");
+  return u;
+}
+
 }  // namespace sdxl::cli

@@ -27,6 +27,7 @@ struct GenerateArgs {
   double hires_scale = 0.0, hires_denoise = 0.7;
   int hires_steps = 0;
   std::string hires_upscaler = "Latent";
+  UpscaleFlags frame;
   std::vector<std::string> loras;
   std::int64_t seed = -1;
   int steps = 0, width = 0, height = 0;
@@ -120,6 +121,7 @@ CLI::App* add_generate(CLI::App& app, std::shared_ptr<GenerateArgs>& args) {
   cmd->add_option("--hires-denoise", args->hires_denoise, "Hires fix: denoising strength of the second pass")
       ->check(finite_range(0.0, 1.0))
       ->capture_default_str();
+  add_upscale_flags(*cmd, args->frame, /*model_required=*/false);
   cmd->add_option("--width", args->width, "Width in pixels (default: the model's)")->check(CLI::Range(8, 16384));
   cmd->add_option("--height", args->height, "Height in pixels (default: the model's)")->check(CLI::Range(8, 16384));
   cmd->add_option("--lora", args->loras, "LoRA file with an optional weight, FILE[:WEIGHT] (repeatable; weight 1.0)");
@@ -178,6 +180,7 @@ int run_generate(const GenerateArgs& a) {
   if (a.hires_scale > 0) r.hires = {a.hires_scale, a.hires_upscaler, a.hires_steps, a.hires_denoise};
   r.controlnets = controlnet_flags(a);
   r.ip_adapter = {a.ip_adapter, a.ip_images, a.ip_scale};
+  r.upscale = upscale_of_flags(a.frame);
   r.out_path = a.out;
   r.latents_path = a.save_latents;
   r.timings_path = a.timings_json;

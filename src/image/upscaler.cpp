@@ -36,6 +36,13 @@ Upscaler::Upscaler(const std::filesystem::path& dir, const torch::Device& device
   }
 }
 
+std::uint64_t Upscaler::weight_bytes() const {
+  std::uint64_t n = 0;
+  for (const at::Tensor& p : module_.parameters()) n += p.nbytes();
+  for (const at::Tensor& b : module_.buffers()) n += b.nbytes();
+  return n;
+}
+
 torch::Tensor Upscaler::call(const torch::Tensor& tile) {
   const int64_t h = tile.size(2), w = tile.size(3), t = config_.tile_size;
   torch::Tensor x = tile.to(device_, dtype_);

@@ -35,6 +35,8 @@ class Upscaler {
   // module runs in fp32 (the folder's fp16 weights are cast).
   Upscaler(const std::filesystem::path& dir, const torch::Device& device);
   const UpscalerConfig& config() const { return config_; }
+  // The bytes its parameters and buffers take on its device (what a cache counts).
+  std::uint64_t weight_bytes() const;
   // images [B,3,H,W] float in [0,1] (any device) -> [B,3,H*scale,W*scale] float32 on the CPU in [0,1].
   torch::Tensor upscale(const torch::Tensor& images, const UpscaleTiling& tiling = {});
 

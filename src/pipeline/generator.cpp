@@ -21,6 +21,8 @@
 #include "control/ip_adapter_cache.h"
 #include "image/resize.h"
 #include "image/upscale.h"
+#include "image/upscaler.h"
+#include "image/upscaler_cache.h"
 #include "image/vae_decode.h"
 #include "image/vae_encode.h"
 #include "lora/embeddings.h"
@@ -87,6 +89,7 @@ struct Generator::Impl {
   std::unique_ptr<VaeCache> vaes;  // the VAEs tasks name; "" = the model's own
   std::unique_ptr<ControlNetCache> controlnets;
   std::unique_ptr<IpAdapterCache> ip_adapters;
+  std::unique_ptr<UpscalerCache> upscalers;  // the frames' upscaler folders ("upscale")
   Clock::time_point trace_last_call_end;  // SDXL_TRACE_STEPS (sampling stage only)
   VaeTiling vae_tiling = VaeTiling::kAuto;
   double load_s = 0;
@@ -180,6 +183,7 @@ Generator::Generator(const std::filesystem::path& model_dir, const RuntimeOption
   impl_->vaes = std::make_unique<VaeCache>(*impl_->model, opts.vae_dtype, opts.vae_cache);
   impl_->controlnets = std::make_unique<ControlNetCache>(*impl_->model, opts.controlnet_cache);
   impl_->ip_adapters = std::make_unique<IpAdapterCache>(*impl_->model, opts.ip_adapter_cache, opts.ip_image_cache);
+  impl_->upscalers = std::make_unique<UpscalerCache>(device, opts.upscaler_cache);
   device_synchronize(device);
   impl_->load_s = seconds_since(t0);
   spdlog::info("loaded model '{}' ({}, {}{}) on {} in {:.2f} s", cfg.name, cfg.source, dtype_name(impl_->model->dtype),
@@ -205,6 +209,7 @@ void add_image_sources(ImageSources& sources, const GenerationParams& p, const G
   sources.ip_adapter_name = img.ip_adapter_name;
   sources.ip_adapter_hash = img.ip_adapter_hash;
   sources.ip_images = img.ip_images;
+  sources.upscaler_name = img.upscaler_name;
   if (p.vae.empty()) return;
   sources.vae_name = img.vae_name;
   sources.vae_hash = img.vae_hash;
@@ -252,6 +257,7 @@ std::map<std::string, double> Generator::engine_counters() const {
   add_cache_counters(c, "controlnet_cache", impl_->controlnets->stats());
   add_cache_counters(c, "ip_adapter_cache", impl_->ip_adapters->adapter_stats());
   add_cache_counters(c, "ip_image_cache", impl_->ip_adapters->image_stats());  // loads: reference images encoded
+  add_cache_counters(c, "upscaler_cache", impl_->upscalers->stats());
   return c;
 }
 
@@ -914,6 +920,27 @@ std::shared_ptr<SampledBatch> Generator::sample_batch(const std::shared_ptr<Enco
   return sb;
 }
 
+namespace {
+
+// The image brought to its task's frame ("upscale"): the upscaler's passes on the model's device, then
+// LANCZOS, crop or pad (image/upscaler.h); g's size and upscaler name follow.
+void make_frame(UpscalerCache& upscalers, const GenerationParams& p, GeneratedImage& g) {
+  std::shared_ptr<Upscaler> up;
+  if (p.upscale.model != "Lanczos") up = upscalers.get(p.upscale.model);
+  FrameSpec spec;
+  spec.scale = p.upscale.scale;
+  spec.width = p.upscale.width;
+  spec.height = p.upscale.height;
+  spec.fit = spec.scale > 0 ? FrameFit::kStretch : parse_frame_fit(p.upscale.fit, "upscale fit");
+  int w = 0, h = 0;
+  g.rgb = upscale_frame(up.get(), g.rgb.data(), g.width, g.height, spec, w, h);
+  g.width = w;
+  g.height = h;
+  g.upscaler_name = up ? up->config().display_name() : "Lanczos";
+}
+
+}  // namespace
+
 std::vector<GeneratedImage> Generator::decode_batch(const std::shared_ptr<SampledBatch>& sb) {
   Impl& im = *impl_;
   apply_thread_settings(im.opts);
@@ -949,6 +976,7 @@ std::vector<GeneratedImage> Generator::decode_batch(const std::shared_ptr<Sample
           g.vae_name = vae->config.vae_file.recorded() ? vae->config.vae_file.name : vae->config.name;
           g.vae_hash = vae->config.vae_file.recorded() ? vae->config.vae_file.short_hash() : "";
         }
+        if (p.upscale.on()) make_frame(*im.upscalers, p, g);
       }
       sub.latents = torch::Tensor();
     }

@@ -69,6 +69,8 @@ struct RuntimeOptions {
   // loaded, and how many reference images' keys and values stay cached.
   std::size_t ip_adapter_cache = 2;
   std::size_t ip_image_cache = 64;
+  // Upscaler folders tasks name for their frames ("upscale"; --upscale-model): how many stay loaded.
+  std::size_t upscaler_cache = 1;
   // LoRAs: where prompt tags <lora:NAME:W> are looked up (after the registry),
   // the factor cache's budget (0 = 30% of the memory free after the weights),
   // and whether keys that map to no weight are an error instead of a warning.
@@ -111,6 +113,8 @@ struct GeneratedImage {
   // Its IP-Adapter: name, short hash, and each reference image's file name and hash.
   std::string ip_adapter_name, ip_adapter_hash;
   std::vector<std::pair<std::string, std::string>> ip_images;
+  // Its final upscale's upscaler as images name it ("" = none): rgb, width and height are the frame.
+  std::string upscaler_name;
 };
 
 // The model's part of an image's PNG sources (name, and the hashes model.json records).

@@ -121,13 +121,15 @@ std::optional<TimeEstimate> WorkEstimator::seconds_per_image(int width, int heig
 
 namespace {
 
-// side_modules_key in the saved JSON: "controlnets": N (when > 0), "ip_adapter": true.
+// side_modules_key in the saved JSON: "controlnets": N (when > 0), "ip_adapter": true, "upscaler": true.
 void add_side_modules(nlohmann::json& j, int key) {
   if (key % kIpAdapterKey > 0) j["controlnets"] = key % kIpAdapterKey;
-  if (key >= kIpAdapterKey) j["ip_adapter"] = true;
+  if (key % kUpscalerKey >= kIpAdapterKey) j["ip_adapter"] = true;
+  if (key >= kUpscalerKey) j["upscaler"] = true;
 }
 int side_modules_of(const nlohmann::json& j) {
-  return j.value("controlnets", 0) + (j.value("ip_adapter", false) ? kIpAdapterKey : 0);
+  return j.value("controlnets", 0) + (j.value("ip_adapter", false) ? kIpAdapterKey : 0) +
+         (j.value("upscaler", false) ? kUpscalerKey : 0);
 }
 
 }  // namespace

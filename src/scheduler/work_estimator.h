@@ -41,10 +41,15 @@
 
 namespace sdxl {
 
-// The third part of an estimate's key: the ControlNet count, plus kIpAdapterKey with an IP-Adapter.
+// The third part of an estimate's key: the ControlNet count, plus kIpAdapterKey with an IP-Adapter,
+// plus kUpscalerKey with a frame made by an upscaler model (its tiles' activations join the decode
+// stage's peak).
 inline constexpr int kIpAdapterKey = 1000;
+inline constexpr int kUpscalerKey = 10000;
 inline int side_modules_key(const GenerationParams& p) {
-  return static_cast<int>(p.controlnets.size()) + (p.ip_adapter.on() ? kIpAdapterKey : 0);
+  const bool upscaler = p.upscale.on() && p.upscale.model != "Lanczos";
+  return static_cast<int>(p.controlnets.size()) + (p.ip_adapter.on() ? kIpAdapterKey : 0) +
+         (upscaler ? kUpscalerKey : 0);
 }
 
 struct TimeEstimate {

@@ -41,7 +41,8 @@ bool same_settings(const GenerationParams& a, const GenerationParams& b) {
          a.hires.scale == b.hires.scale &&
          (!a.hires_on() || (a.hires.upscaler == b.hires.upscaler && a.hires.steps == b.hires.steps &&
                             a.hires.denoise == b.hires.denoise)) &&
-         a.loras == b.loras && a.vae == b.vae && a.controlnets == b.controlnets && a.ip_adapter == b.ip_adapter;
+         a.loras == b.loras && a.vae == b.vae && a.controlnets == b.controlnets && a.ip_adapter == b.ip_adapter &&
+         a.upscale == b.upscale;
 }
 
 std::string image_label(const WorkItem& w) { return w.task->id + "#" + std::to_string(w.index); }
@@ -145,6 +146,8 @@ std::string batch_group_key(const GenerationParams& p) {
   // An IP-Adapter: the same folder and reference count (one token row length);
   // images and scale are each image's own.
   if (p.ip_adapter.on()) key += "|ip:" + p.ip_adapter.model + ":" + std::to_string(p.ip_adapter.images.size());
+  // A frame made by an upscaler model: a batch's memory estimate counts its tiles (side_modules_key).
+  if (p.upscale.on() && p.upscale.model != "Lanczos") key += "|upscaler";
   return key;
 }
 

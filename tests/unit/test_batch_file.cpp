@@ -581,3 +581,86 @@ TEST(BatchFile, InpaintingMasksAreChecked) {
   EXPECT_TRUE(by.count("/tasks/6/inpaint_area"));
   fs::remove_all(dir);
 }
+
+TEST(BatchFile, UpscaleIsCheckedAgainstTheTaskAndRelativeToTheBatchFile) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("sdxl_upscale_batch_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "up" / "anime");
+  fs::create_directories(dir / "notup");
+  std::ofstream(dir / "up" / "anime" / "upscaler.ts") << "0123456789";
+  const std::string sha(64, 'a');
+  std::ofstream(dir / "up" / "anime" / "model.json") << R"({"format_version": 1, "kind": "upscaler",
+    "name": "anime", "dtype": "fp16", "export_device": "cpu", "scale": 4,
+    "files": {"upscaler.ts": {"bytes": 10, "sha256": ")" << sha << R"("}},
+    "upscaler": {"file": "upscaler.ts"}, "architecture": {"id": "ESRGAN"}, "tile": {"fixed": false}})";
+  std::ofstream(dir / "notup" / "model.json") << R"({"format_version": 1, "kind": "vae"})";
+  std::vector<sdxl::BatchProblem> p;
+  const auto bf = parse_checked(R"({"version": 1,
+      "defaults": {"width": 768, "height": 1344, "upscale": {"model": "up/anime", "size": "1080x1920", "fit": "crop"}},
+      "tasks": [{"id": "a", "prompt": "x"},
+                {"id": "b", "prompt": "y", "upscale": {"model": "lanczos", "scale": 1.5}},
+                {"id": "c", "prompt": "z", "upscale": null}]})",
+                                dir / "b.json", sdxl::GenerationParams{}, &p);
+  ASSERT_TRUE(p.empty()) << p[0].pointer << " " << p[0].message;
+  const sdxl::UpscaleUse& a = bf.tasks[0].params.upscale;
+  EXPECT_EQ(a.model, (dir / "up" / "anime").string());
+  EXPECT_EQ(a.width, 1080);
+  EXPECT_EQ(a.height, 1920);
+  EXPECT_EQ(a.fit, "crop");
+  EXPECT_EQ(a.weights_sha256, sha) << "the sha256 model.json records, for the manifest";
+  EXPECT_EQ(bf.tasks[1].params.upscale.model, "Lanczos");
+  EXPECT_EQ(bf.tasks[1].params.upscale.scale, 1.5);
+  EXPECT_FALSE(bf.tasks[2].params.upscale.on()) << "null turns the defaults' off";
+  p.clear();
+  parse_checked(R"({"version": 1, "defaults": {"width": 512, "height": 512}, "tasks": [
+      {"id": "a", "prompt": "x", "upscale": {"model": "up/none", "scale": 2}},
+      {"id": "b", "prompt": "x", "upscale": {"model": "notup", "scale": 2}},
+      {"id": "c", "prompt": "x", "upscale": {"model": "Lanczos", "scale": 0}},
+      {"id": "d", "prompt": "x", "upscale": {"model": "Lanczos", "scale": 2, "size": "100x100"}},
+      {"id": "e", "prompt": "x", "upscale": {"model": "Lanczos", "size": "100x100", "fit": "zoom"}},
+      {"id": "f", "prompt": "x", "upscale": {"model": "Lanczos", "size": "20000x100"}},
+      {"id": "g", "prompt": "x", "upscale": {"model": "Lanczos", "scale": 16}, "width": 2048},
+      {"id": "h", "prompt": "x", "upscale": {"model": "Lanczos", "size": "1080 x 1920"}},
+      {"id": "i", "prompt": "x", "upscale": {"model": "Lanczos"}},
+      {"id": "j", "prompt": "x", "upscale": {"scale": 2, "tile": 64}},
+      {"id": "k", "prompt": "x", "upscale": "Lanczos"}]})",
+                dir / "b.json", sdxl::GenerationParams{}, &p);
+  EXPECT_TRUE(has(p, "/tasks/0/upscale/model"));
+  EXPECT_TRUE(has(p, "/tasks/1/upscale/model"));
+  EXPECT_TRUE(has(p, "/tasks/2/upscale/scale"));
+  EXPECT_TRUE(has(p, "/tasks/3/upscale/scale"));
+  EXPECT_TRUE(has(p, "/tasks/4/upscale/fit"));
+  EXPECT_TRUE(has(p, "/tasks/5/upscale/size"));
+  EXPECT_TRUE(has(p, "/tasks/6/upscale/scale")) << "2048 x 16 is beyond the largest frame";
+  EXPECT_TRUE(has(p, "/tasks/7/upscale/size"));
+  EXPECT_TRUE(has(p, "/tasks/8/upscale/size"));
+  EXPECT_TRUE(has(p, "/tasks/9/upscale/model"));
+  EXPECT_TRUE(has(p, "/tasks/9/upscale/tile"));
+  EXPECT_TRUE(has(p, "/tasks/10/upscale"));
+  fs::remove_all(dir);
+}
+
+TEST(GenerationParams, UpscaleAddsThePostprocessFieldsAfterVersion) {
+  sdxl::GenerationParams p;
+  p.prompt = "a cat";
+  p.upscale.model = "/up/4x-anime";
+  p.upscale.width = 1080;
+  p.upscale.height = 1920;
+  p.upscale.fit = "crop";
+  sdxl::ImageSources src;
+  src.model_name = "m";
+  src.upscaler_name = "RealESRGAN_x4plus_anime_6B";
+  const std::string text = sdxl::a1111_parameters(p, src);
+  const std::string tail = ", Postprocess upscale to: 1080x1920, Postprocess upscale fit: crop, "
+                           "Postprocess upscaler: RealESRGAN_x4plus_anime_6B";
+  ASSERT_GE(text.size(), tail.size());
+  EXPECT_EQ(text.substr(text.size() - tail.size()), tail) << text;
+  EXPECT_NE(text.find("Size: 1024x1024"), std::string::npos) << "Size stays the generated image's";
+  p.upscale = {"Lanczos", 2, 0, 0, "stretch", ""};
+  src.upscaler_name = "Lanczos";
+  EXPECT_NE(sdxl::a1111_parameters(p, src).find("Version: sdxl-batch 0.1.0, Postprocess upscale by: 2, "
+                                                "Postprocess upscaler: Lanczos"),
+            std::string::npos);
+  EXPECT_EQ(sdxl::upscale_frame_size(p.upscale, 768, 1344), std::make_pair(1536, 2688));
+}
