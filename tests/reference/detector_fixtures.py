@@ -43,7 +43,8 @@ REFUSED_KINDS = {"pose_yolov8n-pose.pt": ("yolov8n-pose.yaml", "pose"),
 IMAGES = {"wide.png": (480, 640), "tall.png": (700, 380), "small.png": (200, 256), "big.png": (900, 1100)}  # H, W
 IMGSZ = 320  # ADetailer's models are 640; a quarter of the compute proves the same
 TARGET_PASSING = 20  # anchors of the test image that scores lowest above 0.25 after the bias is set
-CLASS_GAIN = 0.4  # the class logits' spread: no score saturates at 1.0 (float32 ties)
+MAX_LOGIT = 6.0  # the best anchor's score at most sigmoid(6) = 0.9975: none saturates at 1.0 (float32 ties)
+LOGIT_025 = -1.0986122886681098  # logit(0.25)
 
 
 def offline_env(config_dir: str | None = None) -> None:
@@ -107,8 +108,8 @@ def _calibrate(model, images: list[Path]) -> None:
     """BatchNorm statistics measured on the test images (as training would leave them), so that each layer's
     output has about unit variance and the head sees image-dependent features (with the identity statistics
     of a fresh model the signal fades layer by layer and every anchor scores the same); then the class
-    logits scaled (CLASS_GAIN) and their bias set so that at least TARGET_PASSING anchors of every test
-    image score above 0.25."""
+    logits scaled and their bias set so that at least TARGET_PASSING anchors of every test
+    image score above 0.25 and none above sigmoid(MAX_LOGIT)."""
     import torch
 
     bns = [m for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
@@ -123,17 +124,24 @@ def _calibrate(model, images: list[Path]) -> None:
     head = model.model[-1]
     with torch.no_grad():
         for seq in head.cv3:
-            seq[-1].weight.mul_(CLASS_GAIN)
             seq[-1].bias.zero_()
-        kth = []
+        top, kth = [], []
+        raw = []  # the class convs' outputs: logits before the sigmoid (a float32 sigmoid saturates at 1)
+        hooks = [seq[-1].register_forward_hook(lambda m, i, o: raw.append(o.flatten(2))) for seq in head.cv3]
         for path in images:
-            pred = model(_letterboxed(path))
-            while isinstance(pred, (tuple, list)):  # (predictions, extras) in eval mode; seg nests one more
-                pred = pred[0]
-            logits = torch.logit(pred[0, 4:4 + head.nc].amax(0).clamp(1e-6, 1 - 1e-6))
+            raw.clear()
+            model(_letterboxed(path))
+            logits = torch.cat(raw, 2)[0].amax(0).double()
+            top.append(float(logits.max()))
             kth.append(float(torch.topk(logits, TARGET_PASSING).values[-1]))
-        shift = float(torch.logit(torch.tensor(0.25))) - min(kth)
+        for h in hooks:
+            h.remove()
+        # logit' = gain * logit + shift: the TARGET_PASSING-th anchor of every image at 0.25 or above, the best
+        # anchor of all at most MAX_LOGIT (scores below 1 in float32: no ties)
+        gain = min(1.0, (MAX_LOGIT - LOGIT_025) / max(max(top) - min(kth), 1e-6))
+        shift = LOGIT_025 - gain * min(kth)
         for seq in head.cv3:
+            seq[-1].weight.mul_(gain)
             seq[-1].bias.add_(shift)
 
 
