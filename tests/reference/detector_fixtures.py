@@ -166,6 +166,7 @@ def write_fixtures(out: Path) -> dict[str, Path]:
     offline_env()
     import torch
 
+    torch.set_num_threads(1)  # small convolutions: a second OpenMP thread costs 10x on a busy 2-core machine
     out.mkdir(parents=True, exist_ok=True)
     images = make_images(out)
     files = {p.name: p for p in images}
