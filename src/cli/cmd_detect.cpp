@@ -29,7 +29,7 @@ CLI::App* add_detect(CLI::App& app, std::shared_ptr<DetectArgs>& args) {
 int run_detect(const DetectArgs& a) {
   sdxl_batch::detect_images(a.options, [](const sdxl_batch::ImageDetections& r) {
     for (const sdxl_batch::DetectedBox& b : r.boxes) {
-      nlohmann::json line = {{"image", r.image}, {"width", r.width}, {"height", r.height}, {"x1", b.x1},
+      nlohmann::ordered_json line = {{"image", r.image}, {"width", r.width}, {"height", r.height}, {"x1", b.x1},
                              {"y1", b.y1},       {"x2", b.x2},       {"y2", b.y2},         {"score", b.score},
                              {"class", b.class_id}, {"name", b.class_name}};
       if (b.mask_area >= 0) line["mask_area"] = b.mask_area;
