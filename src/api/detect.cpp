@@ -18,9 +18,9 @@ void check_detect_options(const sdxl_batch::DetectOptions& o) {
     throw UsageError("--confidence " + std::to_string(o.confidence) + ": must be above 0 and at most 1");
   if (o.detector.empty()) throw UsageError("detect: --detector DIR is required");
   if (o.images.empty()) throw UsageError("detect: no image given");
-  for (const std::string& image : o.images) {  // every image before the detector loads
+  for (const std::string& image : o.images) {  // every image decoded whole before the detector loads
     int w = 0, h = 0;
-    if (const std::string why = png_size(image, w, h); !why.empty())
+    if (const std::string why = png_decode_problem(image, w, h); !why.empty())
       throw UsageError("detect: image '" + image + "': " + why);
   }
 }

@@ -16,7 +16,8 @@ The letterbox alone (sdxl_letterbox_runner) equals Ultralytics' LetterBox byte f
 noise images of odd sizes. Also: model.json (kind, task, classes, imgsz); each refused file (pose, classification, obb, truncated,
 a state dict, a bare pickle, a zip whose pickle calls os.system) fails the export with exit 1, a
 message naming the file and why, and no --out; bad `detect` input (confidence 0 or above 1, a missing
-or unreadable image, a folder that is not a detector folder) fails with a clear message.
+or unreadable image, a truncated one after a good one, a folder that is not a detector folder) fails with
+a clear message and prints no detection.
 """
 from __future__ import annotations
 
@@ -152,11 +153,15 @@ def check_refusals(a, prefix: list[str], files: dict[str, Path]) -> list[str]:
 def check_bad_input(a, folder: Path, image: Path) -> list[str]:
     bad_png = a.work / "bad.png"
     bad_png.write_bytes(b"\x89PNG\r\n\x1a\nnot really")
+    cut_png = a.work / "cut.png"  # a valid header, the pixel data cut: found before anything is printed
+    data = image.read_bytes()
+    cut_png.write_bytes(data[: len(data) // 2])
     not_detector = a.work / "not-detector"
     not_detector.mkdir(exist_ok=True)
     (not_detector / "model.json").write_text(json.dumps({"format_version": 1, "kind": "upscaler"}))
     cases = [(["--confidence", "0", image], 2, "--confidence"), (["--confidence", "1.5", image], 2, "--confidence"),
-             ([a.work / "missing.png"], 2, "missing.png"), ([bad_png], 2, "bad.png")]
+             ([a.work / "missing.png"], 2, "missing.png"), ([bad_png], 2, "bad.png"),
+             ([image, cut_png], 2, "cut.png")]
     errs = []
     for extra, code, needle in cases:
         r = run([a.binary, "detect", "--detector", folder, "--device", "cpu", *extra], timeout=60)
