@@ -206,6 +206,8 @@ def check_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         ap.error("--vae goes with --from or --vae-only")
     if a.vae_only and not a.vae:
         ap.error("--vae-only needs --vae FILE|DIR")
+    if a.detector and (a.aoti or a.fp8 or a.config or a.save_diffusers or a.device != "cpu" or a.dtype):
+        ap.error("--detector goes with --out and --force only (it exports on cpu, in fp32)")
     if bool(a.ip_adapter) != bool(a.image_encoder):
         ap.error("--ip-adapter FILE and --image-encoder DIR go together")
     if not 1 <= a.batch_max <= 64:
@@ -225,8 +227,6 @@ def check_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         ap.error("--upscaler goes with --out, --dtype, --upscaler-tile and --force only (it exports on cpu)")
     if a.upscaler and a.dtype == "bf16":
         ap.error("--upscaler: --dtype fp16 (where the architecture supports it) or fp32")
-    if a.detector and (a.aoti or a.fp8 or a.config or a.save_diffusers or a.device != "cpu" or a.dtype):
-        ap.error("--detector goes with --out and --force only (it exports on cpu, in fp32)")
     if a.fp8 and (a.vae_only or a.controlnet or a.ip_adapter):
         ap.error("--fp8 goes with a model export (--tiny, --random-full or --from)")
 
