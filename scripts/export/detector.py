@@ -3,7 +3,9 @@ published for ADetailer (YOLOv8 / YOLO11: face_yolov8n.pt, hand_yolov8n.pt, pers
 detector folder that `sdxl-batch detect` runs.
 
 Reading: the file must be a regular .pt file and a complete torch zip archive (a truncated file is
-refused before anything unpickles it; a bare pickle is not an Ultralytics checkpoint). It is then loaded
+refused before anything unpickles it; a bare pickle is not an Ultralytics checkpoint). The names of the
+classes its pickle refers to are read without unpickling (pickletools): a pickle that names no
+Ultralytics class, or a classification, pose or obb model class, is refused before torch is imported. It is then loaded
 only by Ultralytics' own loader in its restricted mode (nn.tasks.torch_safe_load(safe_only=True):
 torch.load(weights_only=True) against Ultralytics' allow-list of its model classes and torch's layers,
 never a plain unpickling, never an automatic pip install of a module the file names). Accepted: the
@@ -60,8 +62,62 @@ def check_file(path: Path) -> None:
         raise ExportError(f"--detector {path}: truncated or damaged ({e})")
     if bad is not None:
         raise ExportError(f"--detector {path}: truncated or damaged (entry {bad} fails its CRC)")
-    if not any(n.endswith("/data.pkl") for n in names):
+    pickles = [n for n in names if n.endswith("/data.pkl")]
+    if not pickles:
         raise ExportError(f"--detector {path}: not a torch checkpoint (no data.pkl in the archive)")
+    refuse_by_globals(path, pickle_globals(path, pickles[0]))
+
+
+# Model classes whose checkpoints are refused from the names in their pickle, before torch is imported
+# (load_model refuses the same kinds again from the loaded model).
+REFUSED_CLASSES = {"ultralytics.nn.tasks.ClassificationModel": "classify", "ultralytics.nn.tasks.PoseModel": "pose",
+                   "ultralytics.nn.tasks.OBBModel": "obb"}
+
+
+def pickle_globals(path: Path, member: str) -> set[str]:
+    """The "module.name" globals a pickle in the archive names, read by pickletools without unpickling (the
+    two strings before a STACK_GLOBAL, also through the memo)."""
+    import pickletools
+
+    with zipfile.ZipFile(path) as z:
+        data = z.read(member)
+    found, strings, memo = set(), [], {}
+    last = None  # the string the previous opcode pushed, if it pushed one
+    try:
+        for op, arg, _ in pickletools.genops(data):
+            pushed = None
+            if op.name in ("SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "SHORT_BINSTRING",
+                           "BINSTRING", "STRING"):
+                pushed = arg
+            elif op.name in ("BINPUT", "LONG_BINPUT", "PUT") and last is not None:
+                memo[arg] = last
+                pushed = last
+            elif op.name == "MEMOIZE" and last is not None:
+                memo[len(memo)] = last
+                pushed = last
+            elif op.name in ("BINGET", "LONG_BINGET", "GET") and arg in memo:
+                pushed = memo[arg]
+            elif op.name == "GLOBAL":
+                found.add(arg.replace(" ", "."))
+            elif op.name == "STACK_GLOBAL" and len(strings) >= 2:
+                found.add(f"{strings[-2]}.{strings[-1]}")
+            if pushed is not None and op.name not in ("BINPUT", "LONG_BINPUT", "PUT", "MEMOIZE"):
+                strings.append(pushed)
+            last = pushed
+    except Exception as e:  # noqa: BLE001  (a malformed pickle stream)
+        raise ExportError(f"--detector {path}: truncated or damaged (its pickle does not parse: {_first_line(e)})")
+    return found
+
+
+def refuse_by_globals(path: Path, found: set[str]) -> None:
+    """ExportError for a checkpoint whose pickle names no Ultralytics class, or a refused model class."""
+    if not any(g.startswith("ultralytics.") for g in found):
+        raise ExportError(f"--detector {path}: not an Ultralytics checkpoint (its pickle names no Ultralytics "
+                          "class)")
+    for cls, task in REFUSED_CLASSES.items():
+        if cls in found:
+            raise ExportError(f"--detector {path}: {REFUSED_TASKS[task]}, not a detection or segmentation model "
+                              "(ADetailer's detectors are YOLO detect or -seg models)")
 
 
 def offline_env(config_dir: Path) -> None:

@@ -14,7 +14,7 @@ detections in the same order, boxes within 0.5 px, scores within 1e-3, the same 
 model the mask areas (Ultralytics' masks brought to the image by its scale_masks, > 0.5) within 1%.
 The letterbox alone (sdxl_letterbox_runner) equals Ultralytics' LetterBox byte for byte on these and on
 noise images of odd sizes. Also: model.json (kind, task, classes, imgsz); each refused file (pose, classification, obb, truncated,
-a state dict, a bare pickle, a zip whose pickle calls os.system) fails the export with exit 1, a
+a state dict, a bare pickle, a zip whose pickle names an Ultralytics class and calls os.system) fails the export with exit 1, a
 message naming the file and why, and no --out; bad `detect` input (confidence 0 or above 1, a missing
 or unreadable image, a truncated one after a good one, a folder that is not a detector folder) fails with
 a clear message and prints no detection.

@@ -20,8 +20,9 @@ Refused:
   truncated.pt           face_yolov8n.pt's bytes cut in half
   not_ultralytics.pt     a torch.save'd state dict (no Ultralytics model)
   evil.pt                a bare pickle whose global is os.system (never unpickled)
-  evil_zip.pt            a torch.save zip archive whose pickle calls os.system (Ultralytics' restricted
-                         loader refuses the global)
+  evil_zip.pt            a torch.save zip archive whose pickle names an Ultralytics class and calls
+                         os.system (past the export's scan of the names; Ultralytics' restricted loader
+                         refuses the global)
 Environment: every Ultralytics import goes through offline_env() first (no network, settings in a
 temporary folder), as the export does.
 """
@@ -189,7 +190,9 @@ def write_fixtures(out: Path) -> dict[str, Path]:
 
     with open(out / "evil.pt", "wb") as f:
         pickle.dump(Evil(), f)
-    torch.save({"model": Evil()}, out / "evil_zip.pt")
+    from ultralytics.nn.tasks import DetectionModel
+
+    torch.save({"model": Evil(), "kind": DetectionModel}, out / "evil_zip.pt")  # names an Ultralytics class too
     for name in ("truncated.pt", "not_ultralytics.pt", "evil.pt", "evil_zip.pt"):
         files[name] = out / name
     return files
