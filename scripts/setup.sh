@@ -12,6 +12,7 @@ cd "$(dirname "$0")/.."
 pkgs=(build-essential cmake ninja-build ccache pkg-config python3 python3-venv
       libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libstb-dev libgtest-dev zlib1g-dev
       clang libclang-rt-dev
+      libgl1 libglib2.0-0  # opencv-python (an ultralytics dependency) loads libGL and GLib at import
       slurmd slurmctld slurm-client munge)  # e2e_slurm: a one-node Slurm cluster started by the test
 missing=()
 for p in "${pkgs[@]}"; do

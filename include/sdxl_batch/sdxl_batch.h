@@ -24,6 +24,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -515,5 +516,38 @@ struct UpscaleResult {
 // manifest or report cannot be written. An image that cannot be read or made
 // is a failure in the result; the others go on. Not thread-safe per out_dir.
 UpscaleResult upscale_images(const UpscaleOptions& options);
+
+// ---------------------------------------------------------------------------
+// Detection (`sdxl-batch detect`): faces, hands, people ... found by a detector folder
+// (export_sdxl.py --detector: an Ultralytics YOLO detect or segment model, as ADetailer uses them),
+// with Ultralytics' predict semantics (fixed-size letterbox, confidence filter, class-aware NMS at
+// IoU 0.7, at most 300, boxes in image pixels; docs/detailer.md).
+
+struct DetectOptions {
+  std::string detector{};               // a detector folder
+  double confidence = 0.3;              // in (0, 1]: ADetailer's default
+  std::string device = "auto";          // "auto" (CUDA when there is one), "cpu", "cuda", "cuda:N"
+  std::vector<std::string> images{};    // PNG files
+};
+
+struct DetectedBox {
+  float x1 = 0, y1 = 0, x2 = 0, y2 = 0;  // image pixels, x2 > x1 not guaranteed for a clipped box
+  float score = 0;
+  int class_id = 0;
+  std::string class_name{};
+  long long mask_area = -1;  // segment models: the mask's pixels in the image; -1 otherwise
+};
+
+struct ImageDetections {
+  std::string image{};
+  int width = 0, height = 0;
+  std::vector<DetectedBox> boxes{};  // by descending score
+};
+
+// Calls `sink` with each image's detections, in the order of options.images, as each is done.
+// Throws UsageError for a confidence outside (0, 1], no image, or an image that is missing or not a
+// readable PNG (every image is checked before the detector loads), ModelError for a folder that is
+// not a detector folder or does not load.
+void detect_images(const DetectOptions& options, const std::function<void(const ImageDetections&)>& sink);
 
 }  // namespace sdxl_batch

@@ -19,6 +19,10 @@ Sources (exactly one):
                   an SDXL IP-Adapter (one .safetensors file, the original layout) and its CLIP
                   vision encoder (a transformers folder) as an IP-Adapter folder
                   (scripts/export/ip_adapter.py)
+  --detector FILE.pt
+                  an Ultralytics YOLO detection or segmentation checkpoint (ADetailer's face_yolov8n.pt,
+                  hand_yolov8n.pt, person_yolov8n-seg.pt ...) as a detector folder --out
+                  (scripts/export/detector.py)
 --print-config tiny|full prints the configs --tiny / --random-full build, as JSON
 (the test references make files that fit the exported model from it).
 
@@ -107,6 +111,7 @@ KINDS = (
     ("controlnet", "controlnet", "controlnet"),
     ("ip_adapter", "ip-adapter", "ip_adapter"),
     ("upscaler", "upscaler", "upscaler"),  # export_all(a): several files, one folder each under --out
+    ("detector", "detector", "detector"),
 )
 
 
@@ -138,6 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--upscaler", nargs="+", metavar="FILE",
                      help="export upscaler models (.pth, .pt, .safetensors; the architectures spandrel recognises) "
                           "as upscaler folders --out/<file stem> a task's \"upscale\" can name")
+    src.add_argument("--detector", metavar="FILE.pt",
+                     help="export an Ultralytics YOLO detection or segmentation checkpoint (.pt, YOLOv8 / YOLO11, "
+                          "as published for ADetailer) as a detector folder for `sdxl-batch detect`")
     ap.add_argument("--upscaler-tile", type=int, default=512, metavar="T",
                     help="with --upscaler: the tile size window-attention architectures (SwinIR, HAT, DAT) are "
                          "traced at and run at (default 512, ComfyUI's tile)")
@@ -205,6 +213,8 @@ def check_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         ap.error("--vae goes with --from or --vae-only")
     if a.vae_only and not a.vae:
         ap.error("--vae-only needs --vae FILE|DIR")
+    if a.detector and (a.aoti or a.fp8 or a.config or a.save_diffusers or a.device != "cpu" or a.dtype):
+        ap.error("--detector goes with --out and --force only (it exports on cpu, in fp32)")
     if bool(a.ip_adapter) != bool(a.image_encoder):
         ap.error("--ip-adapter FILE and --image-encoder DIR go together")
     if not 1 <= a.batch_max <= 64:
@@ -248,6 +258,10 @@ def check_inputs(a: argparse.Namespace) -> None:
         folder(Path(a.image_encoder), "--image-encoder")
     if a.fp8:
         regular_file(Path(a.fp8_prompts), "--fp8-prompts")
+    if a.detector:
+        from .detector import check_file  # the standard library only
+
+        check_file(Path(a.detector))
 
 
 def main() -> int:

@@ -12,6 +12,7 @@ struct RunArgs;
 struct TokensArgs;
 struct ValidateArgs;
 struct UpscaleArgs;
+struct DetectArgs;
 
 CLI::App* add_generate(CLI::App& app, std::shared_ptr<GenerateArgs>& args);
 int run_generate(const GenerateArgs& args);
@@ -27,5 +28,8 @@ int run_validate(const ValidateArgs& args);
 
 CLI::App* add_upscale(CLI::App& app, std::shared_ptr<UpscaleArgs>& args);
 int run_upscale(const UpscaleArgs& args);
+
+CLI::App* add_detect(CLI::App& app, std::shared_ptr<DetectArgs>& args);
+int run_detect(const DetectArgs& args);
 
 }  // namespace sdxl::cli

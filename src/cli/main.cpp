@@ -21,18 +21,20 @@ int main(int argc, char** argv) {
   std::shared_ptr<sdxl::cli::TokensArgs> tokens;
   std::shared_ptr<sdxl::cli::ValidateArgs> validate;
   std::shared_ptr<sdxl::cli::UpscaleArgs> upscale;
+  std::shared_ptr<sdxl::cli::DetectArgs> detect;
   CLI::App* gen_cmd = sdxl::cli::add_generate(app, gen);
   CLI::App* run_cmd = sdxl::cli::add_run(app, run);
   CLI::App* tok_cmd = sdxl::cli::add_tokens(app, tokens);
   CLI::App* val_cmd = sdxl::cli::add_validate(app, validate);
   CLI::App* up_cmd = sdxl::cli::add_upscale(app, upscale);
+  CLI::App* det_cmd = sdxl::cli::add_detect(app, detect);
 
   // CLI11 reports an unknown first word only as "A subcommand is required".
   const std::string first = argc > 1 ? argv[1] : "";
   if (!first.empty() && first[0] != '-' && first != "generate" && first != "run" && first != "tokens" &&
-      first != "validate" && first != "upscale") {
+      first != "validate" && first != "upscale" && first != "detect") {
     std::cerr << "unknown command '" << argv[1]
-              << "'; commands: generate, run, validate, tokens, upscale (see --help)\n";
+              << "'; commands: generate, run, validate, tokens, upscale, detect (see --help)\n";
     return static_cast<int>(ExitCode::kUsage);
   }
   try {
@@ -60,6 +62,7 @@ int main(int argc, char** argv) {
     if (*tok_cmd) return sdxl::cli::run_tokens(*tokens);
     if (*val_cmd) return sdxl::cli::run_validate(*validate);
     if (*up_cmd) return sdxl::cli::run_upscale(*upscale);
+    if (*det_cmd) return sdxl::cli::run_detect(*detect);
   } catch (const sdxl_batch::Error& e) {  // every library error, with its exit code
     spdlog::error("{}", e.what());
     return e.exit_code();

@@ -1,5 +1,6 @@
 #include "model/model_config.h"
 #include "model/upscaler_config.h"
+#include "model/detector_config.h"
 
 #include <algorithm>
 #include <fstream>
@@ -359,6 +360,9 @@ ModelConfig parse_model_config(const std::string& json_text, const std::filesyst
   if (j.is_object() && j.value("kind", "") == "upscaler")
     throw ModelError(origin + ": this is an upscaler folder (export_sdxl.py --upscaler), not a model: give it to "
                               "--upscale-model or a task's \"upscale\"");
+  if (j.is_object() && j.value("kind", "") == "detector")
+    throw ModelError(origin + ": this is a detector folder (export_sdxl.py --detector), not a model: give it to "
+                              "sdxl-batch detect --detector");
   ModelConfig c;
   c.dir = dir;
   read_common(r, c);
@@ -487,6 +491,42 @@ UpscalerConfig parse_upscaler_config(const std::string& json_text, const std::fi
   if (c.fixed_tile) c.tile_size = tile.integer("size", 8, 4096);
   if (check_files) check_model_file(files, dir, c.file, "/upscaler/file", origin);
   return c;
+}
+
+DetectorConfig parse_detector_config(const std::string& json_text, const std::filesystem::path& dir,
+                                     const std::string& origin, bool check_files) {
+  const json j = parse_json_text(json_text, origin);
+  Reader r(j, origin, "");
+  DetectorConfig c;
+  const ModelConfig files = read_task_folder(
+      j, r, {"detector", "a detector folder", "scripts/export_sdxl.py --detector FILE.pt --out DIR"}, dir, origin, c);
+  c.file = r.child("detector").str("file");
+  c.task = r.one_of("task", {"detect", "segment"});
+  const json& classes = r.raw("classes");
+  if (!classes.is_array() || classes.empty() || classes.size() > 100000) r.fail("/classes", "must be a non-empty list");
+  for (const json& name : classes) {
+    if (!name.is_string()) r.fail("/classes", "must hold class names (strings)");
+    c.classes.push_back(name.get<std::string>());
+  }
+  const json& size = r.raw("imgsz");
+  if (!size.is_array() || size.size() != 2 || !size[0].is_number_integer() || !size[1].is_number_integer())
+    r.fail("/imgsz", "must be [height, width]");
+  c.imgsz_h = size[0].get<int>();
+  c.imgsz_w = size[1].get<int>();
+  c.stride = r.integer("stride", 1, 1024);
+  if (c.imgsz_h < c.stride || c.imgsz_w < c.stride || c.imgsz_h > 8192 || c.imgsz_w > 8192 ||
+      c.imgsz_h % c.stride || c.imgsz_w % c.stride)
+    r.fail("/imgsz", "must be multiples of the stride, at most 8192");
+  if (c.task == "segment") c.mask_coefficients = r.integer("mask_coefficients", 1, 1024);
+  c.ultralytics_version = r.str_or("ultralytics_version", "");
+  if (check_files) check_model_file(files, dir, c.file, "/detector/file", origin);
+  return c;
+}
+
+DetectorConfig load_detector_config(const std::filesystem::path& dir) {
+  return parse_detector_config(
+      read_model_json(dir, "detector folder", "scripts/export_sdxl.py --detector FILE.pt --out DIR"), dir,
+      (dir / "model.json").string(), /*check_files=*/true);
 }
 
 UpscalerConfig load_upscaler_config(const std::filesystem::path& dir) {

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "model/detector_config.h"
 #include "model/model_config.h"
 
 namespace {
@@ -482,4 +483,42 @@ TEST(ModelConfig, TaskFolderFitsReadsEachFolderOnce) {
   EXPECT_THROW(fresh.ip_adapter((dir / "ip").string()), sdxl::ModelError);
   EXPECT_THROW(fresh.ip_adapter((dir / "ip").string()), sdxl::ModelError) << "an error is kept too";
   fs::remove_all(dir);
+}
+
+TEST(ModelConfig, DetectorFolder) {
+  nlohmann::json c = nlohmann::json::parse(R"({
+    "format_version": 1, "kind": "detector", "name": "person_yolov8n-seg", "task": "segment",
+    "classes": ["person"], "imgsz": [640, 640], "stride": 32, "mask_coefficients": 32,
+    "ultralytics_version": "8.4.190", "dtype": "fp32", "export_device": "cpu",
+    "detector": {"file": "detector.ts"},
+    "source_file": {"name": "person_yolov8n-seg.pt", "sha256": ")" + std::string(64, 'f') + R"("}})");
+  const auto d = sdxl::parse_detector_config(c.dump(), "/d", "/d/model.json", false);
+  EXPECT_EQ(d.task, "segment");
+  EXPECT_EQ(d.classes, (std::vector<std::string>{"person"}));
+  EXPECT_EQ(d.imgsz_h, 640);
+  EXPECT_EQ(d.mask_coefficients, 32);
+  EXPECT_EQ(d.display_name(), "person_yolov8n-seg");
+  auto expect_bad = [](const nlohmann::json& j, const std::string& why) {
+    try {
+      sdxl::parse_detector_config(j.dump(), "/d", "/d/model.json", false);
+      FAIL() << why;
+    } catch (const sdxl::ModelError& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  nlohmann::json bad = c;
+  bad["imgsz"] = {640, 630};  // not a multiple of the stride
+  expect_bad(bad, "/imgsz");
+  bad = c;
+  bad["task"] = "pose";
+  expect_bad(bad, "/task");
+  bad = c;
+  bad["kind"] = "upscaler";
+  expect_bad(bad, "not a detector folder");
+  try {  // a detector folder given as the model
+    sdxl::parse_model_config(c.dump(), "/d", "/d/model.json", false);
+    FAIL();
+  } catch (const sdxl::ModelError& e) {
+    EXPECT_NE(std::string(e.what()).find("is a detector folder"), std::string::npos) << e.what();
+  }
 }
