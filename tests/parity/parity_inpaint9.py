@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import subprocess
 import sys
 import time
@@ -85,7 +86,7 @@ def refuses_unmasked(a, model: Path, work: Path) -> dict:
                 ["run", str(bf), "--model", str(model), "--out", str(work / "unmasked-out"), "--no-progress"]):
         r = subprocess.run([a.binary, *cmd], capture_output=True, text=True)
         said = r.stdout + r.stderr
-        good = r.returncode == 2 and "/tasks/1: model" in said and "inpainting model" in said
+        good = r.returncode == 2 and re.search(r"/tasks/1\b[^\n]*: model '[^']*' is an inpainting model", said) is not None
         print(f"{cmd[0]} of a task without a mask: exit {r.returncode}, refused with its pointer {good}", flush=True)
         if not good:
             print(said[-1500:])
