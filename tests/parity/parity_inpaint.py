@@ -120,7 +120,8 @@ def lora_rows(a, work: Path, init, mask_images, pngs, base_config) -> list[dict]
         mask, blur = CASES[base][:2]
         m = mask_images[mask] if blur == 0 else inp.mask_processor.blur(mask_images[mask], blur_factor=blur)
         with torch.inference_mode():
-            ref_png = reference_image(inp, a1111_embeds(pipe, PROMPT, NEGATIVE, True), init, m, base, work)
+            ref_png = reference_image(inp, a1111_embeds(pipe, PROMPT, NEGATIVE, True), init, m, base, work,
+                                      base_config)
         ref_png = ref_png.rename(work / f"{tag}-ref.png")
         rows.append(image_row(tag, pngs[tag], None, ref_png, None, a.min_psnr))
         without = psnr(load_rgb(str(pngs[tag])), load_rgb(str(pngs[base])))
