@@ -58,7 +58,7 @@ TEST(Mask, LatentMaskIsBinarisedAtHalfAndNearestSampled) {
 TEST(Mask, PixelMaskIsWhatTheLatentMaskSamples) {
   sdxl::RgbImage m{16, 8, std::vector<std::uint8_t>(16 * 8 * 3, 0)};
   for (int y = 0; y < 8; ++y)
-    for (int x = 10; x < 16; ++x)
+    for (int x = 8; x < 16; ++x)  // the right latent cell samples pixel 8 (nearest: floor(1 * 16 / 2))
       for (int c = 0; c < 3; ++c) m.rgb[(static_cast<size_t>(y) * 16 + x) * 3 + c] = 200;
   const std::vector<std::uint8_t> px = sdxl::inpaint_pixel_mask(m, 0, 16, 8);
   ASSERT_EQ(px.size(), 16u * 8u);
