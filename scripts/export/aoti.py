@@ -64,6 +64,11 @@ def parse_inductor_configs(items: list[str]) -> dict:
     return cfg
 
 
+def unet_channels(unet) -> int:
+    """The UNet's in_channels (9 for an inpainting UNet)."""
+    return int(unet.config.in_channels)
+
+
 def export_unet_aoti(unet, dtype, device: str, out_dir: Path, limits: dict, vae_down: int, ctx_dim: int,
                      pdim: int, size: str | None, extra_configs: dict, gen: torch.Generator,
                      file: str = "unet.pt2", fp16_reference: torch.nn.Module | None = None) -> dict:
@@ -91,7 +96,8 @@ def export_unet_aoti(unet, dtype, device: str, out_dir: Path, limits: dict, vae_
         return v + 1 if v % 4 == 0 and v + 1 <= hi else v
     lh, lw = example(h_lo, h_hi), example(w_lo, w_hi)
     k = 2 if tok_max >= 154 else 1
-    inp = unet_inputs(2, lw * vae_down, lh * vae_down, k, ctx_dim, pdim, dtype, device, gen)
+    inp = unet_inputs(2, lw * vae_down, lh * vae_down, k, ctx_dim, pdim, dtype, device, gen,
+                      unet_channels(unet))
     Dim = torch.export.Dim
     rows = Dim("rows", min=1, max=rows_max)
     tokens = Dim("tokens", min=77, max=tok_max) if tok_max > 77 else None
@@ -117,7 +123,8 @@ def export_unet_aoti(unet, dtype, device: str, out_dir: Path, limits: dict, vae_
     pkg, t_compile, configs, cxx_wrapper = compile_package(ep, out_dir / file, configs)
 
     corners = {(1, h_lo, w_lo, 1), (2, lh, lw, k), (rows_max, h_lo, w_lo, 1), (1, h_hi, w_hi, tok_max // 77)}
-    inputs = {(b, hh, ww, kk): unet_inputs(b, ww * vae_down, hh * vae_down, kk, ctx_dim, pdim, dtype, device, gen)
+    inputs = {(b, hh, ww, kk): unet_inputs(b, ww * vae_down, hh * vae_down, kk, ctx_dim, pdim, dtype,
+                                                   device, gen, unet_channels(unet))
               for (b, hh, ww, kk) in corners}
     n_constants, checks = check_aoti_package(pkg, file, wrapper, inputs, dtype, fp16_reference)
     if not all(c["ok"] for c in checks):

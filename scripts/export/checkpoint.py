@@ -5,8 +5,12 @@ layout: model.diffusion_model.* (UNet), first_stage_model.* (VAE),
 conditioner.embedders.0.transformer.* (CLIP ViT-L) and conditioner.embedders.1.model.*
 (OpenCLIP ViT-bigG). Rules kept here:
   - the file is checked before anything is loaded (inputs.read_header): a truncated file, a pickle, or a
-    checkpoint of another family (SD 1.x / 2.x, the SDXL refiner, SD3, Flux, an
-    inpainting UNet, a LoRA, a lone VAE or UNet) is refused with a message naming it;
+    checkpoint of another family (SD 1.x / 2.x, the SDXL refiner, SD3, Flux, a UNet of
+    other input channels than 4 or 9, a LoRA, a lone VAE or UNet) is refused with a message
+    naming it;
+  - an SDXL inpainting checkpoint (its conv_in takes 9 channels: the latents, the mask and the
+    masked image's latents) is an SDXL base-shaped checkpoint whose UNet config gets
+    in_channels 9, as diffusers' single-file loader infers it from the same weight;
   - the architecture comes from configs (SDXL base's built-in ones, or --config DIR),
     never from guessing; every tensor each model needs must come from the file with
     the model's shape (modules are built on the meta device and filled by assignment,
@@ -58,9 +62,8 @@ def not_sdxl_base(shapes: dict[str, list[int]]) -> str | None:
         prefixes = sorted({k.split(".")[0] for k in keys})[:6]
         return f"not an SDXL checkpoint: no {UNET_PREFIX}* tensors (top-level names: {', '.join(prefixes)})"
     conv_in = shapes.get(UNET_PREFIX + "input_blocks.0.0.weight")
-    if conv_in is not None and len(conv_in) == 4 and conv_in[1] != 4:
-        what = "an inpainting UNet" if conv_in[1] == 9 else "a UNet"
-        return f"{what} with {conv_in[1]} input channels (SDXL base takes 4)"
+    if conv_in is not None and len(conv_in) == 4 and conv_in[1] not in (4, 9):
+        return f"a UNet with {conv_in[1]} input channels (SDXL base takes 4, an SDXL inpainting UNet 9)"
     if UNET_PREFIX + "label_emb.0.0.weight" not in keys:
         return "a UNet without SDXL's size conditioning (label_emb), not SDXL"
     for prefix, what in ((TE1_PREFIX, "CLIP ViT-L text encoder (conditioner.embedders.0.transformer.*)"),
@@ -68,6 +71,11 @@ def not_sdxl_base(shapes: dict[str, list[int]]) -> str | None:
         if not _has(keys, prefix):
             return f"an SDXL checkpoint without its {what}; export needs both text encoders"
     return None
+
+
+def unet_in_channels(shapes: dict[str, list[int]]) -> int:
+    """The UNet's input channels, from its conv_in weight (4; 9 for an inpainting UNet)."""
+    return int(shapes[UNET_PREFIX + "input_blocks.0.0.weight"][1])
 
 
 def split_components(path: Path, shapes: dict[str, list[int]]) -> dict[str, int]:
@@ -113,7 +121,11 @@ def load_checkpoint(path: Path, configs: dict, device: str, dtype: torch.dtype, 
     """The four SDXL modules of a single-file checkpoint, built from `configs`
     ({"unet", "vae", "text_encoder", "text_encoder_2"}: diffusers / transformers configs).
     The VAE is None when need_vae is False (another VAE replaces it)."""
-    _, ckpt = read_checkpoint(path, need_vae, log)
+    shapes, ckpt = read_checkpoint(path, need_vae, log)
+    unet_in = unet_in_channels(shapes)
+    if unet_in != configs["unet"].get("in_channels", 4):
+        log(f"  {path.name}: the UNet's conv_in takes {unet_in} channels: an inpainting UNet (in_channels {unet_in})")
+        configs = dict(configs, unet=dict(configs["unet"], in_channels=unet_in))
     from diffusers import AutoencoderKL, UNet2DConditionModel
     from diffusers.loaders import single_file_utils as sfu
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection

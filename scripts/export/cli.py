@@ -6,6 +6,8 @@ Sources (exactly one):
   --from DIR      a diffusers-format SDXL directory (real weights, local files only)
   --from FILE     a single-file checkpoint (.safetensors, original Stability / A1111 layout);
                   architecture: SDXL base's, or --config DIR (scripts/export/checkpoint.py)
+                  An SDXL inpainting model (a UNet of 9 input channels: latents, mask, masked
+                  image latents) exports from either; model.json /unet/in_channels records 9.
   --vae FILE|DIR  (with --from) this VAE instead of the checkpoint's
   --vae-only      only the VAE of --vae, as a VAE folder a task can name ("vae")
   --controlnet SRC an SDXL ControlNet (diffusers folder, or one .safetensors file in the
@@ -35,8 +37,9 @@ parameter names inside each .ts equal the diffusers / transformers state-dict
 keys of that component, so LoRA keys map without a prefix):
   text_encoder.ts    ids int64 [B,77] -> (penultimate hidden [B,77,H1], pooled [B,H1])
   text_encoder_2.ts  ids int64 [B,77] -> (penultimate hidden [B,77,H2], text_embeds [B,P])
-  unet.ts            (latent [B,4,h,w], timestep f32 [B], context [B,77k,H1+H2],
-                      text_embeds [B,P], time_ids [B,6]) -> noise prediction [B,4,h,w]
+  unet.ts            (latent [B,C,h,w], timestep f32 [B], context [B,77k,H1+H2],
+                      text_embeds [B,P], time_ids [B,6]) -> noise prediction [B,4,h,w];
+                     C = 4, or 9 for an inpainting UNet (latents, mask, masked image latents)
                      (floating inputs are cast to the model dtype inside, the
                       timestep to float32; output is in the model dtype)
                      method forward_control(the same five, residuals): residuals is a tuple

@@ -37,6 +37,9 @@ def export(a, job: Job) -> int:
         name, source, seed = f"sdxl-{kind}", kind, a.seed
     t_built = time.time()
     d = model_dims(pipe, dtype)
+    if a.fp8 and d["unet_in"] != d["latent_channels"]:
+        raise SystemExit("--fp8 calibrates its scales on text-to-image runs, which an inpainting UNet "
+                         f"({d['unet_in']} input channels) does not make: export it without --fp8")
     if a.save_diffusers:
         sd = Path(a.save_diffusers).resolve()
         if sd.exists():
@@ -112,12 +115,17 @@ def model_dims(pipe, dtype) -> dict:
     VAE asks for upcasting), scaling and downsampling."""
     te1, te2, unet, vae = pipe.text_encoder, pipe.text_encoder_2, pipe.unet, pipe.vae
     h1, h2 = te1.config.hidden_size, te2.config.hidden_size
+    lat, unet_in = int(vae.config.latent_channels), int(unet.config.in_channels)
+    if unet_in not in (lat, 2 * lat + 1):  # diffusers' inpaint pipeline takes these two (4 and 9 for SDXL)
+        raise SystemExit(f"the UNet takes {unet_in} input channels: sdxl-batch runs a UNet of the VAE's {lat} latent "
+                         f"channels, or an inpainting UNet of {2 * lat + 1} (latents, mask, masked image latents)")
     assert unet.config.cross_attention_dim == h1 + h2, (unet.config.cross_attention_dim, h1, h2)
     pad1, pad2 = pipe.tokenizer.pad_token, pipe.tokenizer_2.pad_token
     return dict(h1=h1, h2=h2, pdim=te2.config.projection_dim, ctx_dim=h1 + h2, pad1=pad1, pad2=pad2,
                 pad1_id=pipe.tokenizer.convert_tokens_to_ids(pad1), pad2_id=pipe.tokenizer_2.convert_tokens_to_ids(pad2),
                 vae_dtype=torch.float32 if (dtype == torch.float16 and vae.config.force_upcast) else dtype,
                 scaling=float(vae.config.scaling_factor), vae_down=2 ** (len(vae.config.block_out_channels) - 1),
+                latent_channels=lat, unet_in=unet_in,
                 n_up=len(unet.config.block_out_channels) - 1)  # n_up: the UNet's num_upsamplers
 
 
@@ -140,7 +148,7 @@ def trace_modules(pipe, d: dict, tmp: Path, dtype, device, gen, timings: dict) -
     t0 = time.time()
     lat_w, lat_h = 4 * 3 + 1, 4 * 2 + 3  # 13 x 11 latent = 104 x 88 px
     assert lat_w % (2 ** d["n_up"]) and lat_h % (2 ** d["n_up"])
-    inp = unet_inputs(2, lat_w * 8, lat_h * 8, 1, d["ctx_dim"], d["pdim"], dtype, device, gen)
+    inp = unet_inputs(2, lat_w * 8, lat_h * 8, 1, d["ctx_dim"], d["pdim"], dtype, device, gen, d["unet_in"])
     control = control_layout(unet.config)
     res = control_residuals(control, 2, lat_h, lat_w, dtype, device, gen)
     ip = ip_layout(unet)
@@ -217,7 +225,7 @@ def model_meta(pipe, d: dict, dtype_name: str, device, origin: dict, parts: dict
         "seed": origin["seed"],
         "vae_scaling_factor": d["scaling"],
         "vae_downsample": d["vae_down"],
-        "latent_channels": int(unet.config.in_channels),
+        "latent_channels": d["latent_channels"],
         "text_encoders": [
             {"file": "text_encoder.ts", "tokenizer": "tokenizer", "pad_token": d["pad1"], "hidden_dim": d["h1"],
              "hidden_states": te1.config.num_hidden_layers + 1},

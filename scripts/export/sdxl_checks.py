@@ -110,7 +110,7 @@ def check_unet(chk: Checker, ts, unet, unet_cases: list, control_cases: list, ct
     layout, ip = control_layout(unet.config), ip_layout(unet)
     n_ip = 0
     for (b, w, h, k) in unet_cases:
-        inp = unet_inputs(b, w, h, k, ctx_dim, pdim, dtype, device, gen)
+        inp = unet_inputs(b, w, h, k, ctx_dim, pdim, dtype, device, gen, unet.config.in_channels)
         key = dict(batch=b, width=w, height=h, chunks=k)
         got = chk.run_safe("unet.ts", key, ts, eager, inp)
         if (b, w, h, k) not in control_cases:

@@ -266,9 +266,11 @@ def make_ids(batch: int, pad_id: int, gen: torch.Generator, device) -> torch.Ten
     return ids.to(device)
 
 
-def unet_inputs(batch, width, height, k, ctx_dim, pooled_dim, dtype, device, gen):
+def unet_inputs(batch, width, height, k, ctx_dim, pooled_dim, dtype, device, gen, channels=4):
+    """Example inputs of the UNet; `channels` is its in_channels (9 for an inpainting UNet: the
+    latents, the mask and the masked image's latents, concatenated by the caller at run time)."""
     h, w = height // 8, width // 8
-    lat = torch.randn(batch, 4, h, w, generator=gen).to(device, dtype)
+    lat = torch.randn(batch, channels, h, w, generator=gen).to(device, dtype)
     t = (torch.rand(batch, generator=gen) * 999).to(device, torch.float32)
     ctx = torch.randn(batch, 77 * k, ctx_dim, generator=gen).to(device, dtype)
     emb = torch.randn(batch, pooled_dim, generator=gen).to(device, dtype)

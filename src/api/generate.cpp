@@ -156,6 +156,8 @@ GenerationParams checked_params(const sdxl_batch::Session::Impl& s, const sdxl_b
       throw UsageError("--mask '" + r.mask + "' " + why);
   }
   const ModelConfig& config = s.config;
+  if (config.inpainting_unet() && !p.inpaint())
+    throw UsageError("no --init-image and --mask: " + unmasked_task_on_inpainting_unet(config));
   if (p.clip_skip != 0) check_clip_skip(config, p.clip_skip);
   if (!s.options.vae_dir.empty()) {  // ModelError naming the folder
     p.vae = std::filesystem::absolute(s.options.vae_dir).lexically_normal().string();

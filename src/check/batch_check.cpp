@@ -45,6 +45,12 @@ std::string check_task_size(const ModelConfig& model, const GenerationParams& p)
   return note;
 }
 
+std::string unmasked_task_on_inpainting_unet(const ModelConfig& model) {
+  return "model '" + model.name + "' is an inpainting model (a 9-channel UNet, model.json /unet/in_channels " +
+         std::to_string(model.unet_in_channels) + "): it only repaints the masked region of an init image, and " +
+         "this task has no \"mask\" (give it \"init_image\" and \"mask\", or use a text-to-image model)";
+}
+
 void canonicalize_sampler(GenerationParams& p) {
   const SamplerChoice c = parse_sampler_choice(p.sampler, p.schedule);
   p.sampler = c.sampler_name;
@@ -166,11 +172,31 @@ void check_image_prompts(const ModelConfig* mc, const BatchFile& bf, const Batch
   }
 }
 
+// A mask that its blur fades below 0.5 everywhere on the latent grid leaves
+// nothing to repaint (the run would refuse it). An unreadable mask is reported
+// where the batch file names it.
+void check_mask_blur(const ModelConfig& model, const std::string& at, const GenerationParams& p, CheckedBatch& out) {
+  RgbImage mask;
+  try {
+    mask = read_png_rgb(p.mask, "mask");
+  } catch (const UsageError&) {
+    return;
+  }
+  if (!mask_marks_anything(mask)) return;  // an empty mask, reported where the batch file names it
+  if (!mask_survives_blur(mask, p.mask_blur, p.inpaint_masked(), p.inpaint_padding, p.width, p.height,
+                          model.vae_downsample))
+    out.problems.push_back({at + "/mask", "'" + p.mask + "' marks nothing to repaint after its blur of " +
+                                              std::to_string(p.mask_blur) +
+                                              " and the resize to the latent grid (widen it, or lower mask_blur)", 0});
+}
+
 // The model's limits for task `i`: sizes (and the hires pass), clip skip, and
 // whether its VAE, ControlNet and IP-Adapter folders fit the model.
 void check_task_against_model(const ModelConfig& model, TaskFolderFits& fits, size_t i, const GenerationParams& p,
                               CheckedBatch& out) {
   const std::string at = "/tasks/" + std::to_string(i);
+  if (model.inpainting_unet() && !p.inpaint()) out.problems.push_back({at, unmasked_task_on_inpainting_unet(model), 0});
+  if (p.inpaint()) check_mask_blur(model, at, p, out);
   try {
     const std::string note = check_task_size(model, p);
     if (!note.empty()) out.notes.push_back(at + ": " + note);

@@ -26,6 +26,11 @@ GenerationParams defaults_of(const ModelConfig& mc);
 // unchecked_size_note of the first size outside the checked range ("" if none).
 std::string check_task_size(const ModelConfig& model, const GenerationParams& p);
 
+// Why a task without a mask cannot run on `model`, a 9-channel inpainting UNet
+// (its input is the latents, a mask and the masked image's latents, as in
+// diffusers' StableDiffusionXLInpaintPipeline, which needs an image and a mask).
+std::string unmasked_task_on_inpainting_unet(const ModelConfig& model);
+
 // Validates sampler + schedule (throws UsageError listing the valid names) and
 // rewrites them to their canonical A1111 spelling: "dpm++ 2m karras" ->
 // sampler "DPM++ 2M", schedule "Karras".

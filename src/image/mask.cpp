@@ -86,11 +86,16 @@ std::vector<std::uint8_t> grey_of_rgb8(const std::uint8_t* rgb, int width, int h
   return grey;
 }
 
-std::vector<float> inpaint_latent_mask(const RgbImage& mask, int blur, int width, int height, int down) {
+std::vector<std::uint8_t> inpaint_pixel_mask(const RgbImage& mask, int blur, int width, int height) {
   std::vector<std::uint8_t> rgb = gaussian_blur_rgb8(mask.rgb.data(), mask.width, mask.height, blur);
   if (mask.width != width || mask.height != height)
     rgb = resize_lanczos_rgb8(rgb.data(), mask.width, mask.height, width, height);
-  const std::vector<std::uint8_t> grey = grey_of_rgb8(rgb.data(), width, height);
+  std::vector<std::uint8_t> grey = grey_of_rgb8(rgb.data(), width, height);
+  for (std::uint8_t& v : grey) v = v / 255.0f >= 0.5f ? 1 : 0;
+  return grey;
+}
+
+std::vector<float> latent_mask_of_pixels(const std::vector<std::uint8_t>& pixels, int width, int height, int down) {
   const int lw = width / down, lh = height / down;
   std::vector<float> out(static_cast<size_t>(lw) * lh);
   // interpolate(mode="nearest"): source index floor(dst * in / out).
@@ -99,9 +104,13 @@ std::vector<float> inpaint_latent_mask(const RgbImage& mask, int blur, int width
     for (int x = 0; x < lw; ++x) {
       const int iy = std::min(static_cast<int>(std::floor(y * sy)), height - 1);
       const int ix = std::min(static_cast<int>(std::floor(x * sx)), width - 1);
-      out[static_cast<size_t>(y) * lw + x] = grey[static_cast<size_t>(iy) * width + ix] / 255.0f >= 0.5f ? 1.0f : 0.0f;
+      out[static_cast<size_t>(y) * lw + x] = pixels[static_cast<size_t>(iy) * width + ix] ? 1.0f : 0.0f;
     }
   return out;
+}
+
+std::vector<float> inpaint_latent_mask(const RgbImage& mask, int blur, int width, int height, int down) {
+  return latent_mask_of_pixels(inpaint_pixel_mask(mask, blur, width, height), width, height, down);
 }
 
 bool mask_marks_anything(const RgbImage& mask) {
@@ -227,6 +236,24 @@ std::vector<std::uint8_t> overlay_inpainted_rgb8(const RgbImage& init, const std
     }
   }
   return base;
+}
+
+bool mask_survives_blur(const RgbImage& mask, int blur, bool only_masked, int padding, int width, int height,
+                        int down) {
+  std::vector<float> m;
+  if (!only_masked) {
+    m = inpaint_latent_mask(mask, blur, width, height, down);
+  } else {
+    std::vector<std::uint8_t> blurred = gaussian_blur_rgb8(mask.rgb.data(), mask.width, mask.height, blur);
+    if (mask.width != width || mask.height != height)
+      blurred = resize_lanczos_rgb8(blurred.data(), mask.width, mask.height, width, height);
+    const CropBox box = mask_crop_region(grey_of_rgb8(blurred.data(), width, height), width, height, width, height,
+                                         padding);
+    const std::vector<std::uint8_t> cut = crop_rgb8(blurred.data(), width, box);
+    const RgbImage filled{width, height, resize_and_fill_rgb8(cut.data(), box.width(), box.height(), width, height)};
+    m = inpaint_latent_mask(filled, 0, width, height, down);
+  }
+  return std::any_of(m.begin(), m.end(), [](float v) { return v > 0; });
 }
 
 }  // namespace sdxl

@@ -27,6 +27,15 @@ std::vector<std::uint8_t> grey_of_rgb8(const std::uint8_t* rgb, int width, int h
 // (width / down x height / down; torch interpolate "nearest"). Row-major.
 std::vector<float> inpaint_latent_mask(const RgbImage& mask, int blur, int width, int height, int down);
 
+// The same mask at width x height before the latent grid: 1 where the blurred,
+// resized grey value / 255 >= 0.5 (repaint) else 0, row-major. A 9-channel
+// inpainting UNet's masked image is the init image where this is 0
+// (StableDiffusionXLInpaintPipeline: init_image * (mask < 0.5)).
+std::vector<std::uint8_t> inpaint_pixel_mask(const RgbImage& mask, int blur, int width, int height);
+
+// inpaint_latent_mask of a pixel mask (inpaint_pixel_mask's output).
+std::vector<float> latent_mask_of_pixels(const std::vector<std::uint8_t>& pixels, int width, int height, int down);
+
 // Whether any pixel's grey value is 0.5 or more (something to repaint).
 bool mask_marks_anything(const RgbImage& mask);
 
@@ -59,5 +68,11 @@ std::vector<std::uint8_t> resize_and_fill_rgb8(const std::uint8_t* rgb, int w, i
 std::vector<std::uint8_t> overlay_inpainted_rgb8(const RgbImage& init, const std::vector<std::uint8_t>& mask_grey,
                                                  const std::uint8_t* inpainted, int width, int height,
                                                  const CropBox& box);
+
+// Whether the run has anything to repaint with `mask` (validate = run): its
+// latent-grid mask marks a cell, for the whole image (inpaint_latent_mask) or,
+// with `only_masked`, after the blurred mask is cut to its crop box (grown by
+// `padding`) and filled to width x height as the run does.
+bool mask_survives_blur(const RgbImage& mask, int blur, bool only_masked, int padding, int width, int height, int down);
 
 }  // namespace sdxl

@@ -16,4 +16,10 @@ namespace sdxl {
 // rgb: height * width * 3 bytes, row-major. Returns [1, 4, height/8, width/8].
 torch::Tensor vae_encode_rgb8(SdxlModel& model, const std::uint8_t* rgb, int width, int height);
 
+// The masked image of a 9-channel inpainting UNet (StableDiffusionXLInpaintPipeline:
+// init_image * (mask < 0.5), encoded): `rgb` in [-1, 1] with every pixel whose
+// `repaint` byte is non-zero set to 0 (mid grey), encoded as vae_encode_rgb8 does.
+torch::Tensor vae_encode_masked_rgb8(SdxlModel& model, const std::uint8_t* rgb, const std::uint8_t* repaint,
+                                     int width, int height);
+
 }  // namespace sdxl

@@ -162,6 +162,11 @@ void read_unet(const Reader& r, ModelConfig& c) {
   c.unet_context_dim = u.integer("context_dim", 1, 1 << 16);
   c.unet_pooled_dim = u.integer("pooled_dim", 1, 1 << 16);
   c.unet_time_ids_dim = u.integer_or("time_ids_dim", 1, 64, 6);
+  c.unet_in_channels = u.integer_or("in_channels", 1, 129, c.latent_channels);
+  if (c.unet_in_channels != c.latent_channels && !c.inpainting_unet())
+    r.fail("/unet/in_channels", "must be /latent_channels (" + std::to_string(c.latent_channels) +
+                                    ") or, for an inpainting UNet, 2 * latent_channels + 1 (" +
+                                    std::to_string(2 * c.latent_channels + 1) + ")");
   if (c.unet_context_dim != c.text_encoders[0].hidden_dim + c.text_encoders[1].hidden_dim)
     r.fail("/unet/context_dim", "must equal the sum of the text encoders' hidden_dim");
   if (c.unet_pooled_dim != c.text_encoders[1].pooled_dim)

@@ -133,6 +133,10 @@ struct ModelConfig {
   int unet_context_dim = 0;
   int unet_pooled_dim = 0;
   int unet_time_ids_dim = 6;
+  // /unet/in_channels: latent_channels, or 2 * latent_channels + 1 for an
+  // inpainting UNet (the latents, the mask and the masked image's latents).
+  int unet_in_channels = 4;
+  bool inpainting_unet() const { return unet_in_channels == 2 * latent_channels + 1; }
   AotiConfig unet_aoti;      // .file empty: no unet.pt2
   UnetFp8Config unet_fp8;    // .file empty: no unet_fp8.ts
   // The UNet's precision: "" = the model dtype (unet_file as exported); "fp8"

@@ -355,6 +355,9 @@ struct EncodedBatch {
   std::vector<RgbImage> init_images;
   // Inpainting: each image's mask on the latent grid (inpaint_latent_mask), row-major.
   std::vector<std::vector<float>> latent_masks;
+  // A 9-channel inpainting UNet: each image's mask at its size (inpaint_pixel_mask),
+  // which zeroes the repainted pixels of the masked image it is given.
+  std::vector<std::vector<std::uint8_t>> pixel_masks;
   // "Only masked": per image its crop box, the whole init image and the blurred
   // mask's grey values at the task's size, to paste the result back (empty for "whole").
   struct Overlay {
@@ -368,6 +371,7 @@ struct EncodedBatch {
   std::vector<std::vector<RgbImage>> control_images;  // [ControlNet][image]
   SamplerPlan plan, hires_plan;
   bool cfg_on = false, img2img = false, inpaint = false;
+  bool inpaint_unet = false;  // inpaint with a 9-channel UNet: no step blend, the mask and masked image as input
   std::vector<GeneratedImage> out;  // LoRA hashes and text seconds filled in
   StageEvent ready;                 // on the text stream, after the last encoder kernel
 };
@@ -471,7 +475,10 @@ RgbImage crop_for_inpainting(const GenerationParams& p, const RgbImage& mask, Rg
 // nothing after that (a thin stroke that the blur fades below 0.5) is refused.
 void read_inpaint_masks(const ModelConfig& cfg, EncodedBatch& eb) {
   eb.inpaint = eb.params.front().inpaint();
+  if (cfg.inpainting_unet() && !eb.inpaint)
+    throw UsageError(unmasked_task_on_inpainting_unet(cfg));
   if (!eb.inpaint) return;
+  eb.inpaint_unet = cfg.inpainting_unet();
   eb.overlays.resize(eb.params.size());
   for (size_t i = 0; i < eb.params.size(); ++i) {
     const GenerationParams& p = eb.params[i];
@@ -481,11 +488,13 @@ void read_inpaint_masks(const ModelConfig& cfg, EncodedBatch& eb) {
       mask = crop_for_inpainting(p, mask, eb.init_images[i], eb.overlays[i]);
       blur = 0;  // blurred before the crop
     }
-    const std::vector<float> m = inpaint_latent_mask(mask, blur, p.width, p.height, cfg.vae_downsample);
+    std::vector<std::uint8_t> pixels = inpaint_pixel_mask(mask, blur, p.width, p.height);
+    const std::vector<float> m = latent_mask_of_pixels(pixels, p.width, p.height, cfg.vae_downsample);
     if (std::none_of(m.begin(), m.end(), [](float v) { return v > 0; }))
       throw UsageError("mask '" + p.mask + "' marks nothing to repaint after its blur of " +
                        std::to_string(p.mask_blur) + " and the resize to the latent grid (widen it, or lower mask_blur)");
     eb.latent_masks.push_back(m);
+    if (eb.inpaint_unet) eb.pixel_masks.push_back(std::move(pixels));
   }
 }
 
@@ -730,7 +739,16 @@ struct SubSampling {
   std::vector<ActiveControl> controls;     // the pass's ControlNets (model_at)
   int call = 0, calls = 0;                 // the pass's model calls so far, and in all
   torch::Tensor image_latents, noise, mask;  // inpainting: the init latents, first noise, [b, 1, h, w] mask
+  // A 9-channel inpainting UNet: cat(mask, masked image latents) per UNet row
+  // (CFG order, both halves the same), appended to the latents of every call.
+  torch::Tensor unet_extra;
 };
+
+// The UNet's input: the (scaled) latents, and for a 9-channel inpainting UNet
+// the mask and the masked image's latents after them (diffusers' channel order).
+torch::Tensor unet_input(const SubSampling& s, const torch::Tensor& x) {
+  return s.unet_extra.defined() ? torch::cat({x, s.unet_extra.to(x.scalar_type())}, 1) : x;
+}
 
 // The UNet call of model call `s.call` with the residuals of every ControlNet
 // whose window holds it: diffusers' controlnet_keep[i] = 1 - (i / n < start or
@@ -744,7 +762,7 @@ torch::Tensor controlled_unet_call(SubSampling& s, const torch::Tensor& x, const
     add_residuals(residuals, c.net->residuals(x, t, s.unet.context(), s.unet.pooled(), s.unet.time_ids(), c.cond,
                                               c.strength));
   }
-  return s.unet(x, t, residuals);
+  return s.unet(unet_input(s, x), t, residuals);
 }
 
 // One UNet call with CFG, timed per call under SDXL_TRACE_STEPS.
@@ -758,7 +776,7 @@ torch::Tensor guided_unet_call(SubSampling& s, const torch::Tensor& x_in, double
   }
   torch::Tensor x = s.eb.cfg_on ? torch::cat({x_in, x_in}) : x_in;
   torch::Tensor t = torch::full({s.rows}, timestep, torch::TensorOptions().dtype(torch::kFloat32).device(s.m.device));
-  torch::Tensor eps = s.controls.empty() ? s.unet(x, t) : controlled_unet_call(s, x, t);
+  torch::Tensor eps = s.controls.empty() ? s.unet(unet_input(s, x), t) : controlled_unet_call(s, x, t);
   if (trace) {
     stream_synchronize(s.m.device);
     const auto now = Clock::now();
@@ -801,34 +819,52 @@ ModelFn model_at(SubSampling& s, const SamplerPlan& plan, int width, int height)
   return [&s](const torch::Tensor& x_in, double timestep) { return guided_unet_call(s, x_in, timestep); };
 }
 
+// A 9-channel inpainting UNet's extra input (prepare_mask_latents): each image's
+// init image with its repainted pixels at 0 in [-1, 1], encoded, after its
+// latent mask; both duplicated for the unconditional rows with CFG.
+void bind_masked_image(SubSampling& s) {
+  std::vector<torch::Tensor> masked;
+  for (size_t i : s.sub.idx) {
+    const RgbImage& init = s.eb.init_images[i];
+    masked.push_back(vae_encode_masked_rgb8(*s.vaes.get(s.eb.params[i].vae), init.rgb.data(),
+                                            s.eb.pixel_masks[i].data(), init.width, init.height));
+  }
+  torch::Tensor extra = torch::cat({s.mask, torch::cat(masked).to(s.m.dtype)}, 1);
+  s.unet_extra = s.eb.cfg_on ? torch::cat({extra, extra}) : extra;
+}
+
 // Each image's generator (its seed) draws its initial noise (txt2img), or the
 // noise added to its encoded init image at the first kept timestep
 // (StableDiffusionXLImg2ImgPipeline.prepare_latents).
 torch::Tensor initial_latents(SubSampling& s, std::vector<at::Generator>& gens) {
   const ModelConfig& cfg = s.m.config;
   const GenerationParams& p0 = s.eb.params.front();
-  if (!s.eb.img2img) {
-    const int64_t h = p0.height / cfg.vae_downsample, w = p0.width / cfg.vae_downsample;
+  const int64_t h = p0.height / cfg.vae_downsample, w = p0.width / cfg.vae_downsample;
+  if (!s.eb.img2img)
     return randn_per_image(gens, {s.b, cfg.latent_channels, h, w}, s.m.dtype, s.m.device) * s.eb.plan.init_noise_sigma;
+  // A 9-channel UNet at strength 1 starts from noise alone (diffusers encodes no init latents then).
+  const bool noise_only = s.eb.inpaint && p0.strength == 1.0;
+  torch::Tensor init;
+  if (!(noise_only && s.eb.inpaint_unet)) {
+    std::vector<torch::Tensor> inits;
+    for (size_t i : s.sub.idx)
+      inits.push_back(vae_encode_rgb8(*s.vaes.get(s.eb.params[i].vae), s.eb.init_images[i].rgb.data(),
+                                      s.eb.init_images[i].width, s.eb.init_images[i].height));
+    init = torch::cat(inits);
   }
-  std::vector<torch::Tensor> inits;
-  for (size_t i : s.sub.idx)
-    inits.push_back(vae_encode_rgb8(*s.vaes.get(s.eb.params[i].vae), s.eb.init_images[i].rgb.data(),
-                                    s.eb.init_images[i].width, s.eb.init_images[i].height));
-  const torch::Tensor init = torch::cat(inits);
-  const torch::Tensor noise = randn_per_image(gens, init.sizes(), s.m.dtype, s.m.device);
+  const torch::Tensor noise = randn_per_image(gens, {s.b, cfg.latent_channels, h, w}, s.m.dtype, s.m.device);
   if (!s.eb.inpaint) return add_noise(s.eb.plan, init, noise);
   // StableDiffusionXLInpaintPipeline.prepare_latents: pure noise at strength 1
   // (is_strength_max), else the init latents noised; both kept for the blend.
   s.image_latents = init;
   s.noise = noise;
   std::vector<torch::Tensor> masks;
-  const int64_t h = init.size(2), w = init.size(3);
   for (size_t i : s.sub.idx)
     masks.push_back(torch::from_blob(const_cast<float*>(s.eb.latent_masks[i].data()), {1, 1, h, w}, torch::kFloat32)
                         .to(s.m.device, s.m.dtype));
   s.mask = torch::cat(masks);
-  if (s.eb.params.front().strength == 1.0) return noise * s.eb.plan.init_noise_sigma;
+  if (s.eb.inpaint_unet) bind_masked_image(s);
+  if (noise_only) return noise * s.eb.plan.init_noise_sigma;
   return add_noise(s.eb.plan, init, noise);
 }
 
@@ -836,7 +872,7 @@ torch::Tensor initial_latents(SubSampling& s, std::vector<at::Generator>& gens) 
 // re-noised to the next model call's timestep with the first noise, the rest
 // as sampled: (1 - mask) * add_noise(image_latents, noise, t_next) + mask * latents.
 StepBlend inpaint_blend(SubSampling& s, const SamplerPlan& plan) {
-  if (!s.eb.inpaint) return {};
+  if (!s.eb.inpaint || s.eb.inpaint_unet) return {};  // a 9-channel UNet sees the mask instead
   return [&s, &plan](const torch::Tensor& x, size_t call) {
     const torch::Tensor known = add_noise_at(plan, s.image_latents, s.noise, call + 1);
     return ((1 - s.mask) * known + s.mask * x).to(x.scalar_type());
@@ -888,7 +924,7 @@ std::shared_ptr<SampledBatch> Generator::sample_batch(const std::shared_ptr<Enco
       for (torch::Tensor& kv : sub.ip_kv) im.sample_stream.hand_over(kv);
       const int64_t b = static_cast<int64_t>(sub.idx.size());
       SubSampling s{m, *im.unet, *im.vaes, *eb, sub, im.vae_tiling, im.trace_last_call_end,
-                    b, eb->cfg_on ? 2 * b : b, {}, 0, 0, {}, {}, {}};
+                    b, eb->cfg_on ? 2 * b : b, {}, 0, 0, {}, {}, {}, {}};
       // Each image's generator (its seed) draws its initial noise and then the
       // noise ancestral / SDE samplers draw, as diffusers' list of generators does.
       std::vector<at::Generator> gens = cpu_generators(sub.seeds);

@@ -9,7 +9,8 @@ must agree: both refuse with exit code 2 and the JSON pointer (and line) of the 
 - wildcard expansion has a budget, and each wildcard file is parsed once;
 - input text is UTF-8 without control characters, and PNG metadata never carries one;
 - validate refuses what run would fail on for input reasons (validate = run): PNGs are decoded whole,
-  embeddings checked as the run loads them, prompt tags' LoRAs resolved.
+  embeddings checked as the run loads them, prompt tags' LoRAs resolved, inpainting masks checked
+  (readable, with an init image, of its aspect ratio, not empty, not faded away by their blur).
 
     test_hostile_input.py --binary BUILD/sdxl-batch --model TINY_MODEL_DIR --work DIR
 """
@@ -45,11 +46,17 @@ def run(b: Path, out: Path, *extra: str, **kw) -> subprocess.CompletedProcess:
     return sdxl("run", str(b), "--model", ARGS.model, "--out", str(out), *extra, **kw)
 
 
-def png(path: Path, w: int = 64, h: int = 64) -> None:
-    """A grey RGB PNG written with the standard library."""
+def png(path: Path, w: int = 64, h: int = 64, grey: int = 0x80, dot: tuple[int, int] | None = None) -> None:
+    """A grey RGB PNG (every byte `grey`; a white pixel at `dot` (x, y)) written with the standard library."""
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-    raw = b"".join(b"\x00" + b"\x80" * (3 * w) for _ in range(h))
+
+    def row(y: int) -> bytes:
+        r = bytearray([grey]) * (3 * w)
+        if dot is not None and dot[1] == y:
+            r[3 * dot[0]:3 * dot[0] + 3] = b"\xff\xff\xff"
+        return b"\x00" + bytes(r)
+    raw = b"".join(row(y) for y in range(h))
     path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)) +
                      chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
 
@@ -314,6 +321,35 @@ class ValidateEqualsRun(Case):
         emb = self.embeddings({"clip_l": np.zeros((1, width[0]), np.float16), "clip_g": np.zeros((1, width[1]), np.float16)})
         v = validate(b, "--model", ARGS.model, "--embedding-dir", str(emb))
         self.assertEqual(v.returncode, 0, "a good embedding passes: " + v.stdout)
+
+    def test_bad_masks(self):
+        """Each bad mask refuses the batch in validate and run (exit 2, the task's pointer and the file);
+        --skip-invalid makes the other task. An empty mask is an error, not a copy of the init image
+        (docs/prompts-and-samplers.md, "Inpainting", says why)."""
+        png(self.d / "white.png")  # grey 0x80 >= 0.5: marks everything
+        png(self.d / "wide.png", 128, 64)
+        png(self.d / "black.png", grey=0)
+        png(self.d / "speck.png", grey=0, dot=(30, 30))  # one white pixel: a blur of 8 fades it below 0.5
+        for mask, extra, words in (
+                ("truncated.png", {"init_image": "good.png"}, "truncated.png' is not a readable PNG"),
+                ("white.png", {}, "white.png' is a mask but the task has no init image"),
+                ("wide.png", {"init_image": "good.png"}, "wide.png' is 128x64, another aspect ratio"),
+                ("black.png", {"init_image": "good.png"}, "black.png' is an empty mask"),
+                ("speck.png", {"init_image": "good.png", "mask_blur": 8}, "speck.png' marks nothing to repaint")):
+            with self.subTest(mask=mask):
+                b = batch(self.d, [{"id": "ok", "prompt": "x", "seed": 1},
+                                   {"id": "bad", "prompt": "x", "seed": 1, "mask": mask, **extra}])
+                # with the model: the blur on the model's latent grid is checked too
+                v = validate(b, "--model", ARGS.model)
+                self.assertEqual(v.returncode, 2, v.stdout + v.stderr)
+                self.assertRegex(v.stdout, r"batch\.json:\d+: /tasks/1/mask\b")
+                self.assertIn(words, v.stdout)
+                r = run(b, self.d / "out")
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertIn("/tasks/1/mask", r.stderr)
+                self.assertIn(words, r.stderr)
+                self.assertEqual(list((self.d / "out").glob("*.png")) if (self.d / "out").exists() else [], [])
+        self.skip_invalid_fails_only(b, "bad", ["ok"])
 
     def test_unknown_lora_in_a_prompt_tag(self):
         (self.d / "loras").mkdir()

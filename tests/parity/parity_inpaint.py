@@ -16,7 +16,10 @@ Cases: strengths 0.6 and 1.0, mask_blur 0 and 4, a grey mask (binarised at
 0.5), a mask at twice the task's size (resized), Euler and DPM++ 2M SDE Karras
 (noise drawn every step), masks batched together, and "only masked"
 ("inpaint_area": "masked" vs padding_mask_crop) with paddings 32, 8 and 16, one
-crop box pushed back inside the image at its edge. Fails when a PSNR is below
+crop box pushed back inside the image at its edge, and a task with a LoRA (the test
+LoRAs' peft file, UNet and text encoders; the reference has it fused by
+reference.lora_reference; the image must differ from the same task without it).
+Fails when a PSNR is below
 --min-psnr (40 dB), or when an "only masked" image differs from the init image
 by a single byte outside the padded crop box (diffusers' get_crop_region).
 Also: `generate --mask --inpaint-area masked` makes an only-masked case's image
@@ -26,6 +29,7 @@ Masked area padding, and the manifest records the mask's sha256.
 from __future__ import annotations
 
 import hashlib
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -37,7 +41,8 @@ from PIL import Image
 from testkit import parameters, read_manifest, run_ok
 
 from reference.a1111_schedulers import make_scheduler
-from reference.reference_sdxl import a1111_embeds
+from reference.compare_images import load_rgb, psnr
+from reference.reference_sdxl import a1111_embeds, load_pipeline
 
 PROMPT, NEGATIVE, CFG, W, H, STEPS = "comic panel, a red fox on a train", "blurry", 5.0, 256, 256, 8
 
@@ -77,6 +82,53 @@ CASES = {
     "s06-grey-crop8": ("grey", 0, 0.6, "Euler", "Automatic", 17, 8),
     "s10-small-crop16": ("small", 4, 1.0, "Euler", "Automatic", 18, 16),
 }
+# tag -> (the case it repeats with a LoRA, the LoRA file of the test LoRAs, its weight): its own task,
+# which batches with no other (another LoRA set).
+LORA_CASES = {"s06-rect-lora": ("s06-rect-blur0", "peft.safetensors", 0.9)}
+
+
+def reference_image(inp, embeds, init, m, tag, work: Path, base_config) -> Path:
+    """StableDiffusionXLInpaintPipeline's image of case `tag` with the (blurred) mask `m` -> its PNG."""
+    mask, blur, strength, sampler, schedule, seed, pad = CASES[tag]
+    inp.scheduler = make_scheduler(base_config, sampler, schedule)
+    ref = inp(**embeds, image=init, mask_image=m, height=H, width=W, strength=strength,
+              num_inference_steps=STEPS, guidance_scale=CFG, padding_mask_crop=pad,
+              generator=[torch.Generator("cpu").manual_seed(seed)]).images[0]
+    png = work / f"{tag}-ref.png"
+    ref.save(png)
+    return png
+
+
+def inpaint_pipeline(pipe):
+    """StableDiffusionXLInpaintPipeline on `pipe`'s modules, encoding to the latent mean as sdxl-batch does."""
+    from diffusers import StableDiffusionXLInpaintPipeline
+
+    inp = StableDiffusionXLInpaintPipeline(**pipe.components, add_watermarker=False)
+    inp.set_progress_bar_config(disable=True)
+    sf = pipe.vae.config.scaling_factor
+    inp._encode_vae_image = lambda image, generator: pipe.vae.encode(image).latent_dist.mean * sf
+    return inp
+
+
+def lora_rows(a, work: Path, init, mask_images, pngs, base_config) -> list[dict]:
+    """Each LoRA case against the reference with the LoRA fused, and against its case without it
+    (which must differ: a LoRA that changes nothing proves nothing)."""
+    rows = []
+    for tag, (base, file, weight) in LORA_CASES.items():
+        pipe, counts = load_pipeline(a.diffusers, loras=[(str(Path(a.loras) / file), weight)])
+        inp = inpaint_pipeline(pipe)
+        mask, blur = CASES[base][:2]
+        m = mask_images[mask] if blur == 0 else inp.mask_processor.blur(mask_images[mask], blur_factor=blur)
+        with torch.inference_mode():
+            ref_png = reference_image(inp, a1111_embeds(pipe, PROMPT, NEGATIVE, True), init, m, base, work,
+                                      base_config)
+        ref_png = ref_png.rename(work / f"{tag}-ref.png")
+        rows.append(image_row(tag, pngs[tag], None, ref_png, None, a.min_psnr))
+        without = psnr(load_rgb(str(pngs[tag])), load_rgb(str(pngs[base])))
+        rows[-1]["what"] += f"; {without:.1f} dB vs the case without the LoRA ({sum(counts.values())} layers)"
+        rows[-1]["ok"] = bool(rows[-1]["ok"] and without < a.min_psnr)
+        print(f"{tag:18} PSNR {rows[-1]['value']:6.2f} dB  {rows[-1]['what']}", flush=True)
+    return rows
 
 
 def cli_and_records(a, work: Path, cases: dict, pngs: dict) -> dict:
@@ -103,9 +155,8 @@ def cli_and_records(a, work: Path, cases: dict, pngs: dict) -> dict:
 
 
 def main() -> int:
-    a, work = parse_args(__doc__)
-    from diffusers import StableDiffusionXLInpaintPipeline
-
+    a, work = parse_args(__doc__, lambda ap: ap.add_argument("--loras", required=True,
+                                                             help="reference.make_test_loras' folder"))
     init = init_image()
     init.save(work / "init.png")
     mask_images = masks()
@@ -115,30 +166,25 @@ def main() -> int:
                    "schedule": schedule, "init_image": "init.png", "mask": f"mask-{mask}.png", "mask_blur": blur,
                    "strength": strength, **({} if pad is None else {"inpaint_area": "masked", "inpaint_padding": pad})}
              for tag, (mask, blur, strength, sampler, schedule, seed, pad) in CASES.items()}
+    for tag, (base, file, weight) in LORA_CASES.items():
+        shutil.copyfile(Path(a.loras) / file, work / file)
+        cases[tag] = dict(cases[base], loras=[{"path": file, "weight": weight}])
     t0 = time.time()
     pngs = run_ours_batch(a, work, cases)
     print(f"sdxl-batch run {time.time() - t0:.1f} s", flush=True)
 
     pipe = reference_pipeline(a.diffusers)
-    inp = StableDiffusionXLInpaintPipeline(**pipe.components, add_watermarker=False)
-    inp.set_progress_bar_config(disable=True)
-    sf = pipe.vae.config.scaling_factor
-    inp._encode_vae_image = lambda image, generator: pipe.vae.encode(image).latent_dist.mean * sf
+    inp = inpaint_pipeline(pipe)
     base_config = dict(pipe.scheduler.config)
     rows, failed = [], False
     t0 = time.time()
     with torch.inference_mode():
         embeds = a1111_embeds(pipe, PROMPT, NEGATIVE, True)
-        for tag, (mask, blur, strength, sampler, schedule, seed, pad) in CASES.items():
-            inp.scheduler = make_scheduler(base_config, sampler, schedule)
+        for tag, (mask, blur, *_, pad) in CASES.items():
             m = mask_images[mask]
             if blur > 0:
                 m = inp.mask_processor.blur(m, blur_factor=blur)
-            ref = inp(**embeds, image=init, mask_image=m, height=H, width=W, strength=strength,
-                      num_inference_steps=STEPS, guidance_scale=CFG, padding_mask_crop=pad,
-                      generator=[torch.Generator("cpu").manual_seed(seed)]).images[0]
-            ref_png = work / f"{tag}-ref.png"
-            ref.save(ref_png)
+            ref_png = reference_image(inp, embeds, init, m, tag, work, base_config)
             rows.append(image_row(tag, pngs[tag], None, ref_png, None, a.min_psnr))
             if pad is not None:  # outside the padded crop: the init image's bytes exactly
                 x1, y1, x2, y2 = inp.mask_processor.get_crop_region(m, W, H, pad=pad)
@@ -150,6 +196,8 @@ def main() -> int:
                 rows[-1]["ok"] = bool(rows[-1]["ok"] and changed == 0 and outside.any())
             failed |= not rows[-1]["ok"]
             print(f"{tag:18} PSNR {rows[-1]['value']:6.2f} dB  {rows[-1]['what']}", flush=True)
+    rows += lora_rows(a, work, init, mask_images, pngs, base_config)
+    failed |= not all(r["ok"] for r in rows)
     print(f"reference time {time.time() - t0:.1f} s")
     rows.append(cli_and_records(a, work, cases, pngs))
     failed |= not rows[-1]["ok"]

@@ -11,7 +11,7 @@ refused. Then:
   - sdxl-batch on those exports vs diffusers on the folders: PSNR >= 40 dB, with the
     checkpoint's VAE and with the other one (which must change the image), and the
     PNG's Model hash / VAE hash are the files' A1111 short hashes;
-  - the SD 1.x, refiner, truncated, missing-tensor, inpainting, LoRA and Flux files:
+  - the SD 1.x, refiner, truncated, missing-tensor, 8-input-channel UNet, LoRA and Flux files:
     exit code 1, a message
     naming what is wrong, no output folder and no temporary folder left;
   - VAE switching at run time: the second VAE exported alone (--vae-only) and given to
@@ -41,7 +41,7 @@ from reference.compare_images import load_rgb, psnr
 
 EXPORT = Path(__file__).resolve().parents[2] / "scripts" / "export_sdxl.py"
 BAD = {"sd1": "SD 1.x", "refiner": "refiner", "truncated": "truncated", "missing-tensor": "1 missing",
-       "inpainting": "inpainting UNet with 9 input channels", "lora": "a LoRA", "flux": "Flux"}
+       "channels8": "a UNet with 8 input channels", "lora": "a LoRA", "flux": "Flux"}
 SETTINGS = {"seed": 11, "steps": 6, "cfg": 5.0, "width": 256, "height": 256}
 COMMON = cli_args(SETTINGS)
 PROMPT = "comic panel, a lighthouse in a storm"

@@ -14,7 +14,8 @@ loading it back with diffusers' from_single_file and comparing every tensor.
 DIR gets: diffusers/ (the pipeline, also the --config folder), checkpoint.safetensors,
 vae.safetensors (a second VAE, bare original layout), vae-diffusers/ (the same VAE as a
 diffusers folder) and the bad files: sd1, refiner, truncated, missing-tensor,
-inpainting, lora and flux (.safetensors).
+channels8 (a UNet of 8 input channels: neither SDXL base's 4 nor an inpainting UNet's 9), lora
+and flux (.safetensors).
 """
 from __future__ import annotations
 
@@ -203,7 +204,7 @@ def check_with_diffusers(ckpt: Path, config_dir: Path, pipe) -> float:
 
 def write_bad_files(good: dict[str, torch.Tensor], ckpt: Path, out: Path) -> None:
     """Files export_sdxl.py must refuse: an SD 1.x layout, a refiner layout, a truncated
-    file, the good checkpoint less one UNet tensor, an inpainting UNet, a LoRA and a
+    file, the good checkpoint less one UNet tensor, a UNet of 8 input channels, a LoRA and a
     Flux-shaped file."""
     from safetensors.torch import save_file
 
@@ -221,10 +222,10 @@ def write_bad_files(good: dict[str, torch.Tensor], ckpt: Path, out: Path) -> Non
     missing = dict(good)
     del missing["model.diffusion_model.input_blocks.1.0.in_layers.2.weight"]
     save_file(missing, str(out / "missing-tensor.safetensors"))
-    inpaint = dict(good)  # an inpainting UNet: latents + mask + masked image = 9 input channels
-    w = inpaint["model.diffusion_model.input_blocks.0.0.weight"]
-    inpaint["model.diffusion_model.input_blocks.0.0.weight"] = torch.cat([w, w, w[:, :1]], dim=1).contiguous()
-    save_file(inpaint, str(out / "inpainting.safetensors"))
+    wide = dict(good)  # 8 input channels: no SDXL UNet (4) nor inpainting UNet (9: latents, mask, masked image)
+    w = wide["model.diffusion_model.input_blocks.0.0.weight"]
+    wide["model.diffusion_model.input_blocks.0.0.weight"] = torch.cat([w, w], dim=1).contiguous()
+    save_file(wide, str(out / "channels8.safetensors"))
     z = lambda: torch.zeros(4, 4)  # noqa: E731  (safetensors refuses one tensor under two names)
     save_file({"lora_unet_down_blocks_1_attentions_0_proj_in.lora_down.weight": z(),
                "lora_unet_down_blocks_1_attentions_0_proj_in.lora_up.weight": z()}, str(out / "lora.safetensors"))

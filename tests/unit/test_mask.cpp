@@ -54,3 +54,29 @@ TEST(Mask, LatentMaskIsBinarisedAtHalfAndNearestSampled) {
   std::fill(m.rgb.begin(), m.rgb.end(), 127);
   EXPECT_FALSE(sdxl::mask_marks_anything(m));
 }
+
+TEST(Mask, PixelMaskIsWhatTheLatentMaskSamples) {
+  sdxl::RgbImage m{16, 8, std::vector<std::uint8_t>(16 * 8 * 3, 0)};
+  for (int y = 0; y < 8; ++y)
+    for (int x = 8; x < 16; ++x)  // the right latent cell samples pixel 8 (nearest: floor(1 * 16 / 2))
+      for (int c = 0; c < 3; ++c) m.rgb[(static_cast<size_t>(y) * 16 + x) * 3 + c] = 200;
+  const std::vector<std::uint8_t> px = sdxl::inpaint_pixel_mask(m, 0, 16, 8);
+  ASSERT_EQ(px.size(), 16u * 8u);
+  EXPECT_EQ(px[0], 0);
+  EXPECT_EQ(px[10], 1);  // 200 / 255 >= 0.5: repainted (0 in the masked image)
+  EXPECT_EQ(sdxl::latent_mask_of_pixels(px, 16, 8, 8), sdxl::inpaint_latent_mask(m, 0, 16, 8, 8));
+  EXPECT_EQ(sdxl::latent_mask_of_pixels(px, 16, 8, 8), (std::vector<float>{0, 1}));
+}
+
+TEST(Mask, ABlurThatFadesASpeckLeavesNothingToRepaint) {
+  sdxl::RgbImage m{64, 64, std::vector<std::uint8_t>(64 * 64 * 3, 0)};
+  for (int c = 0; c < 3; ++c) m.rgb[(30 * 64 + 30) * 3 + c] = 255;  // one white pixel
+  EXPECT_TRUE(sdxl::mask_marks_anything(m));
+  EXPECT_FALSE(sdxl::mask_survives_blur(m, 8, false, 32, 64, 64, 8));
+  EXPECT_FALSE(sdxl::mask_survives_blur(m, 8, true, 32, 64, 64, 8));
+  for (int y = 16; y < 48; ++y)
+    for (int x = 16; x < 48; ++x)
+      for (int c = 0; c < 3; ++c) m.rgb[(static_cast<size_t>(y) * 64 + x) * 3 + c] = 255;
+  EXPECT_TRUE(sdxl::mask_survives_blur(m, 8, false, 32, 64, 64, 8));
+  EXPECT_TRUE(sdxl::mask_survives_blur(m, 8, true, 8, 64, 64, 8));
+}

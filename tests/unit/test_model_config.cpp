@@ -52,6 +52,21 @@ TEST(ModelConfig, ParsesAValidFile) {
   EXPECT_EQ(c.defaults.steps, 8);
 }
 
+TEST(ModelConfig, InpaintingUnetTakesNineChannels) {
+  auto j = valid();
+  EXPECT_FALSE(sdxl::parse_model_config(j.dump(), "/m", "/m/model.json", false).inpainting_unet());
+  j["unet"]["in_channels"] = 9;  // latents, mask, masked image latents
+  const auto c = sdxl::parse_model_config(j.dump(), "/m", "/m/model.json", false);
+  EXPECT_TRUE(c.inpainting_unet());
+  EXPECT_EQ(c.unet_in_channels, 9);
+  EXPECT_EQ(c.latent_channels, 4);
+  j["unet"]["in_channels"] = 8;
+  EXPECT_NE(error_of(j).find("/unet/in_channels must be /latent_channels (4) or, for an inpainting UNet"),
+            std::string::npos) << error_of(j);
+  j["unet"].erase("in_channels");  // exports before inpainting models: the latents only
+  EXPECT_FALSE(sdxl::parse_model_config(j.dump(), "/m", "/m/model.json", false).inpainting_unet());
+}
+
 TEST(ModelConfig, ErrorsNameFileAndPointer) {
   auto j = valid();
   j.erase("unet");
