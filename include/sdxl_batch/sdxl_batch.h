@@ -517,6 +517,21 @@ struct UpscaleResult {
 // is a failure in the result; the others go on. Not thread-safe per out_dir.
 UpscaleResult upscale_images(const UpscaleOptions& options);
 
+// One report for an output folder that several runs wrote (the shards of a job
+// array, reruns): every run's report-shard-K-of-N.json (and a plain run's
+// report.json) and every manifest merged into out_dir/report.json and
+// report.html (counts of the whole batch, one row per run with its host,
+// per-host throughput, the slowest run, every run's images and failures).
+// The last shard of an array to finish writes it too. Returns the path of
+// report.json. UsageError when the folder has no run report or holds runs of
+// different batch files (nothing written), IoError for an unreadable report.
+struct FolderReport {
+  std::string path;  // out_dir/report.json
+  int images_total = 0, images_done = 0, images_failed = 0, runs = 0, hosts = 0;
+  int exit_code() const { return images_done >= images_total ? 0 : static_cast<int>(ExitCode::kTasksFailed); }
+};
+FolderReport write_folder_report(const std::string& out_dir);
+
 // ---------------------------------------------------------------------------
 // Detection (`sdxl-batch detect`): faces, hands, people ... found by a detector folder
 // (export_sdxl.py --detector: an Ultralytics YOLO detect or segment model, as ADetailer uses them),

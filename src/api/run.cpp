@@ -1,6 +1,7 @@
 // Session::run: what was submitted, checked as `validate` checks it, into an
 // output folder on one lane per device (scheduler/run_batch.h), with the run's
 // events passed on to an EventSink.
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "api/session_impl.h"
 #include "core/run_lock.h"
 #include "scheduler/generator_lane.h"
+#include "scheduler/night_report.h"
 #include "scheduler/run_batch.h"
 
 namespace sdxl::api {
@@ -340,6 +342,20 @@ RunResult Session::run(const RunOptions& options, EventSink* sink) {
 
 Plan Session::plan(const RunOptions& options) const {
   return sdxl::api::guarded([&] { return sdxl::api::plan_session(*impl_, options); });
+}
+
+FolderReport write_folder_report(const std::string& out_dir) {
+  return sdxl::api::guarded([&] {
+    const nlohmann::json r = sdxl::merge_run_reports(out_dir);
+    FolderReport f;
+    f.path = sdxl::write_night_report(out_dir, r).string();
+    f.images_total = static_cast<int>(r.value("images_total", 0.0));
+    f.images_done = static_cast<int>(r.value("images_done", 0.0));
+    f.images_failed = static_cast<int>(r.value("images_failed", 0.0));
+    f.runs = static_cast<int>(r["runs"].size());
+    f.hosts = static_cast<int>(r["hosts"].size());
+    return f;
+  });
 }
 
 }  // namespace sdxl_batch

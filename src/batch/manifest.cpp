@@ -252,6 +252,14 @@ size_t Manifest::size() const {
   return latest_.size();
 }
 
+std::vector<ManifestEntry> Manifest::entries() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<ManifestEntry> out;
+  out.reserve(latest_.size());
+  for (const auto& [key, e] : latest_) out.push_back(e);
+  return out;
+}
+
 namespace {
 
 // Every string of `j` as valid UTF-8 (core/input_text.h's valid_utf8).

@@ -67,6 +67,8 @@ class Manifest {
   // draw another seed (and so another image) for it.
   void record_base_seed(const std::string& task, std::int64_t base);
   size_t size() const;
+  // The newest entry of every image, by (task, index).
+  std::vector<ManifestEntry> entries() const;
   int torn_lines() const { return torn_lines_; }
 
   // Appends one line and fsyncs (append_line_durable: no links, torn lines

@@ -13,6 +13,7 @@ struct TokensArgs;
 struct ValidateArgs;
 struct UpscaleArgs;
 struct DetectArgs;
+struct ReportArgs;
 
 CLI::App* add_generate(CLI::App& app, std::shared_ptr<GenerateArgs>& args);
 int run_generate(const GenerateArgs& args);
@@ -31,5 +32,8 @@ int run_upscale(const UpscaleArgs& args);
 
 CLI::App* add_detect(CLI::App& app, std::shared_ptr<DetectArgs>& args);
 int run_detect(const DetectArgs& args);
+
+CLI::App* add_report(CLI::App& app, std::shared_ptr<ReportArgs>& args);
+int run_report(const ReportArgs& args);
 
 }  // namespace sdxl::cli

@@ -22,19 +22,21 @@ int main(int argc, char** argv) {
   std::shared_ptr<sdxl::cli::ValidateArgs> validate;
   std::shared_ptr<sdxl::cli::UpscaleArgs> upscale;
   std::shared_ptr<sdxl::cli::DetectArgs> detect;
+  std::shared_ptr<sdxl::cli::ReportArgs> report;
   CLI::App* gen_cmd = sdxl::cli::add_generate(app, gen);
   CLI::App* run_cmd = sdxl::cli::add_run(app, run);
   CLI::App* tok_cmd = sdxl::cli::add_tokens(app, tokens);
   CLI::App* val_cmd = sdxl::cli::add_validate(app, validate);
   CLI::App* up_cmd = sdxl::cli::add_upscale(app, upscale);
   CLI::App* det_cmd = sdxl::cli::add_detect(app, detect);
+  CLI::App* rep_cmd = sdxl::cli::add_report(app, report);
 
   // CLI11 reports an unknown first word only as "A subcommand is required".
   const std::string first = argc > 1 ? argv[1] : "";
   if (!first.empty() && first[0] != '-' && first != "generate" && first != "run" && first != "tokens" &&
-      first != "validate" && first != "upscale" && first != "detect") {
+      first != "validate" && first != "upscale" && first != "detect" && first != "report") {
     std::cerr << "unknown command '" << argv[1]
-              << "'; commands: generate, run, validate, tokens, upscale, detect (see --help)\n";
+              << "'; commands: generate, run, validate, tokens, upscale, detect, report (see --help)\n";
     return static_cast<int>(ExitCode::kUsage);
   }
   try {
@@ -63,6 +65,7 @@ int main(int argc, char** argv) {
     if (*val_cmd) return sdxl::cli::run_validate(*validate);
     if (*up_cmd) return sdxl::cli::run_upscale(*upscale);
     if (*det_cmd) return sdxl::cli::run_detect(*detect);
+    if (*rep_cmd) return sdxl::cli::run_report(*report);
   } catch (const sdxl_batch::Error& e) {  // every library error, with its exit code
     spdlog::error("{}", e.what());
     return e.exit_code();

@@ -489,6 +489,32 @@ void render_failures(std::string& h, const json& r) {
   h += "</tbody></table>\n";
 }
 
+// A merged report's runs (sdxl-batch report, the last shard of an array): one row each, the slowest marked.
+void render_runs(std::string& h, const json& r) {
+  const json& runs = array_field(r, "runs");
+  if (runs.empty()) return;
+  const std::string slowest = text(field(r, "slowest_run"), "report");
+  h += "<h2 id=\"runs\">Runs</h2>\n<table><thead><tr><th>report</th><th>shard</th><th>host</th><th>started</th>"
+       "<th>done</th><th>skipped</th><th>failed</th><th>run time</th><th>images / hour</th></tr></thead><tbody>\n";
+  for (const json& x : runs) {
+    const std::string name = text(x, "report");
+    h += "<tr><td>" + escape(name) + (name == slowest ? " (slowest)" : "") + "</td><td>" + escape(text(x, "shard")) +
+         "</td><td>" + escape(text(x, "host")) + "</td><td>" + escape(text(x, "started")) + "</td><td>" +
+         fmt("%.0f", num(x, "images_done")) + "</td><td>" + fmt("%.0f", num(x, "images_skipped")) + "</td><td>" +
+         fmt("%.0f", num(x, "images_failed")) + "</td><td>" + format_duration(num(x, "run_s")) + "</td><td>" +
+         fmt("%.0f", num(x, "images_per_hour")) + "</td></tr>\n";
+  }
+  h += "</tbody></table>\n";
+  const json& hosts = array_field(r, "hosts");
+  if (hosts.size() < 2) return;
+  h += "<table><thead><tr><th>host</th><th>images made</th><th>run time</th><th>images / hour</th></tr></thead>"
+       "<tbody>\n";
+  for (const json& x : hosts)
+    h += "<tr><td>" + escape(text(x, "host")) + "</td><td>" + fmt("%.0f", num(x, "images_made")) + "</td><td>" +
+         format_duration(num(x, "run_s")) + "</td><td>" + fmt("%.0f", num(x, "images_per_hour")) + "</td></tr>\n";
+  h += "</tbody></table>\n";
+}
+
 TimeAxis make_time_axis(const json& r) {
   double end = num(r, "run_s");
   for (const json& e : array_field(r, "images")) end = std::max(end, num(e, "start_s") + num(e, "total_s"));
@@ -614,6 +640,7 @@ std::string render_report_html(const nlohmann::json& report, const std::vector<s
   h += kCss;
   h += "</style></head>\n<body>\n";
   render_header(h, report);
+  render_runs(h, report);
   render_sheet(h, report, thumbnail_data_uris);
   const TimeAxis ax = make_time_axis(report);
   render_timeline(h, report, ax);

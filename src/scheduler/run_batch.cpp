@@ -8,6 +8,7 @@
 #include "batch/manifest.h"
 #include "core/atomic_file.h"
 #include "scheduler/lane_loops.h"
+#include "scheduler/night_report.h"
 #include "scheduler/output_folder.h"
 #include "scheduler/run_report.h"
 #include "scheduler/run_state.h"
@@ -115,6 +116,13 @@ RunResult run_batch(const BatchFile& batch, const RunOptions& o, const std::vect
   const double run_s = run.elapsed();
   RunResult res = run.res;
   res.report_path = write_run_report(run, run_s);
+  if (o.shard_count > 1 && array_is_finished(run.out_dir, o.shard_index, o.shard_count)) {
+    try {  // the last shard to finish writes the night's report.json of every run in the folder
+      spdlog::info("the array's last shard: the folder's report {}", write_night_report(run.out_dir, merge_run_reports(run.out_dir)).string());
+    } catch (const std::exception& e) {  // each shard's own report is written; `sdxl-batch report` can redo this
+      spdlog::warn("could not write the folder's report: {}", e.what());
+    }
+  }
   spdlog::info("done: {} generated, {} already done, {} failed, {} not started of {}; {} batch(es); {:.1f} s; report {}",
                res.done, res.skipped, res.failed, res.not_started, res.total, res.batches, run_s,
                res.report_path.string());

@@ -114,6 +114,7 @@ nlohmann::json report_json(const RunState& run, const DeviceTotals& t, const nlo
           {"unet_precision", o.model_sources.unet_precision.empty() ? "default" : o.model_sources.unet_precision},
           {"device", t.device_names},
           {"started", run.started},
+          {"host", this_temp_file_owner().host},
           {"shard", {{"index", o.shard_index}, {"count", o.shard_count}}},
           {"images_total", res.total},
           {"images_done", res.done},

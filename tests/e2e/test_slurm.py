@@ -10,7 +10,9 @@ stops it (SIGTERM: sdxl-batch finishes the image in flight), queues it again and
 Checked afterwards: every array task COMPLETED with exit 0, the requeued one restarted once and
 its second run skipped what its first made; every image of the batch is in the folder exactly
 once (one manifest line in all the shards' manifests, the file present) and byte-identical to a
-single-process run of the same batch. The exactly-once check itself must catch a folder with an
+single-process run of the same batch; the last shard to finish wrote one report.json of the
+whole array (every shard's run, the host, the slowest run), and `sdxl-batch report` writes it again
+and refuses a folder with runs of different batch files. The exactly-once check itself must catch a folder with an
 image missing and one with an image made twice (both made from a copy of the real folder).
 
 Every daemon the test starts is stopped at the end, also when it fails. Skipped (exit 77) with
@@ -37,8 +39,9 @@ from e2e_common import ARGS, main, read_manifest, sdxl
 
 PROGRAMS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "sinfo")
 SHARDS = 4
-TASKS = 12  # 3 images a shard: shard 1 is requeued after its first
-SETTINGS = {"steps": 6, "width": 128, "height": 128}
+TASKS = 12  # 3 images a shard (shard k: tasks k, k+4, k+8); shard 1 is requeued after its first
+SETTINGS = {"steps": 6, "width": 256, "height": 256}
+SLOW_STEPS = 30  # shard 1's tasks: it is still running when the test looks, however fast the machine
 
 
 def free_port() -> int:
@@ -160,7 +163,8 @@ class SlurmArray(unittest.TestCase):
         work = Path(ARGS.work)
         cls.batch = work / "night.json"
         cls.batch.write_text(json.dumps({"version": 1, "defaults": SETTINGS, "tasks": [
-            {"id": f"p{i:02d}", "prompt": f"comic panel {i}, a lighthouse keeper", "seed": 300 + i} for i in range(TASKS)]}))
+            dict({"id": f"p{i:02d}", "prompt": f"comic panel {i}, a lighthouse keeper", "seed": 300 + i},
+                 **({"steps": SLOW_STEPS} if i % SHARDS == 1 else {})) for i in range(TASKS)]}))
         cls.cluster = SlurmCluster(work / "slurm")
         atexit.register(cls.cluster.stop)
         try:
@@ -190,10 +194,20 @@ class SlurmArray(unittest.TestCase):
         # While the shards run, the folder is theirs: a plain run is refused (exit 4).
         cls.plain_beside = sdxl("run", str(cls.batch), "--model", ARGS.model, "--out", str(cls.out), "--threads", "1")
         cls.first_lines = len(manifest.read_text().splitlines()) if manifest.is_file() else 0
+        state = c.job(f"{cls.array}_1").get("JobState")
+        if state != "RUNNING" or cls.first_lines >= TASKS // SHARDS:
+            raise AssertionError(f"array task 1 is {state} with {cls.first_lines} image(s) made: too late to requeue it")
         c.ctl("scontrol", "requeue", f"{cls.array}_1")
-        # A requeued job waits (BeginTime) before it is eligible again; let it start now.
+        # A requeued job waits (BeginTime, set once its processes have ended) before it is eligible
+        # again; let it start now.
         task_id = c.job(f"{cls.array}_1")["JobId"]
-        c.ctl("scontrol", "update", f"JobId={task_id}", "StartTime=now")
+        while time.time() < deadline:
+            j = c.job(task_id)
+            if j.get("JobState") == "PENDING" and j.get("Reason") == "BeginTime":
+                c.ctl("scontrol", "update", f"JobId={task_id}", "StartTime=now")
+            elif j.get("JobState") in ("RUNNING", "COMPLETED", "FAILED", "CANCELLED"):
+                break
+            time.sleep(0.2)
         while time.time() < deadline and c.ctl("squeue", "-h", "-j", cls.array, check=False).stdout.strip():
             time.sleep(0.5)
         cls.jobs = {k: c.job(f"{cls.array}_{k}") for k in range(SHARDS)}
@@ -221,6 +235,42 @@ class SlurmArray(unittest.TestCase):
         self.assertEqual(exactly_once(self.out, expected), [])
         differ = [f for f in sorted(expected) if (self.out / f).read_bytes() != (self.single / f).read_bytes()]
         self.assertEqual(differ, [], "shards made other PNGs than one process")
+
+    def test_the_last_shard_wrote_one_report_of_the_whole_array(self):
+        merged = json.loads((self.out / "report.json").read_text())
+        self.assertEqual(merged["merged"]["reports"], SHARDS, merged["merged"])
+        self.assertEqual((merged["images_total"], merged["images_done"], merged["images_failed"]), (TASKS, TASKS, 0))
+        self.assertEqual(sorted(r["shard"] for r in merged["runs"]), [f"{k}/{SHARDS}" for k in range(SHARDS)])
+        self.assertEqual(len(merged["hosts"]), 1, merged["hosts"])
+        # Made by each shard's last run (the requeued shard's second run made only what its first had not).
+        made = sum(r["images_done"] for r in merged["runs"])
+        self.assertEqual(merged["hosts"][0]["images_made"], made, merged["hosts"])
+        self.assertLess(made, TASKS, "the requeued shard's second run made everything again")
+        self.assertEqual(len({i["file"] for i in merged["images"]}), TASKS)
+        self.assertIn(merged["slowest_run"]["report"], {r["report"] for r in merged["runs"]})
+        self.assertIn("<h2 id=\"runs\">Runs</h2>", (self.out / "report.html").read_text())
+
+    def test_report_command_merges_again_and_refuses_other_batch_files(self):
+        r = sdxl("report", str(self.out))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(f"{TASKS} of {TASKS} images done", r.stdout)
+        copy = Path(ARGS.work) / "two-batches"
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(self.out, copy)
+        other = copy / f"report-shard-3-of-{SHARDS}.json"
+        other.write_text(json.dumps(dict(json.loads(other.read_text()), batch="/elsewhere/other.json")))
+        before = (copy / "report.json").read_bytes()
+        r = sdxl("report", str(copy))
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("different batch files", r.stderr)
+        self.assertIn("/elsewhere/other.json", r.stderr)
+        self.assertEqual((copy / "report.json").read_bytes(), before, "a refused merge wrote report.json")
+        empty = Path(ARGS.work) / "no-runs"
+        shutil.rmtree(empty, ignore_errors=True)
+        empty.mkdir()
+        r = sdxl("report", str(empty))
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("not the output folder of a run", r.stderr)
 
     def test_the_check_catches_a_missing_and_a_duplicated_image(self):
         expected = {line["file"] for line in read_manifest(self.single)}

@@ -1,0 +1,35 @@
+// One report for an output folder written by several runs: the shards of a job
+// array (report-shard-K-of-N.json each) and reruns. `sdxl-batch report DIR`
+// writes it, and so does the last shard of an array to finish. torch-free.
+//
+// Sources: every report-shard-*.json of the folder and report.json when it is a
+// plain run's (not an earlier merge), plus every manifest (the images done are
+// what the manifests hold, whichever run made them). The merge is report.json /
+// report.html in the folder, with the counts of the whole batch, one row per
+// run ("runs": shard, host, images, seconds, images/hour), per-host figures,
+// the slowest run, every run's images on one time axis (the earliest start is
+// 0) and every failure with the run it happened in.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace sdxl {
+
+// The merged report of `out_dir` (nothing written). UsageError naming the
+// files when the folder has no run report or its reports come from different
+// batch files; IoError naming a report that cannot be read or parsed.
+nlohmann::json merge_run_reports(const std::filesystem::path& out_dir);
+
+// `merged` (merge_run_reports of out_dir), written as out_dir/report.json and
+// report.html (atomically); returns the report.json path.
+std::filesystem::path write_night_report(const std::filesystem::path& out_dir, const nlohmann::json& merged);
+
+// Whether shard index/count is the array's last to finish: every shard's report
+// is in the folder and no other shard's lock is held.
+bool array_is_finished(const std::filesystem::path& out_dir, int index, int count);
+
+}  // namespace sdxl
