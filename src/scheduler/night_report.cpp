@@ -43,7 +43,7 @@ std::string str(const json& j, const char* key) {
 }
 
 // The run reports of the folder, sorted by name (report.json only when it is not a merge).
-std::vector<RunReport> read_run_reports(const fs::path& dir) {
+std::vector<RunReport> read_run_reports(const fs::path& dir, bool none_ok = false) {
   static const std::regex shard_name(R"(report-shard-[0-9]+-of-[0-9]+\.json)");
   std::vector<RunReport> out;
   std::error_code ec;
@@ -62,7 +62,7 @@ std::vector<RunReport> read_run_reports(const fs::path& dir) {
     out.push_back(std::move(rr));
   }
   if (ec) throw IoError(dir.string() + ": " + ec.message());
-  if (out.empty())
+  if (out.empty() && !none_ok)
     throw UsageError(dir.string() + ": no report.json or report-shard-K-of-N.json: not the output folder of a run");
   std::sort(out.begin(), out.end(), [](const RunReport& a, const RunReport& b) { return a.name < b.name; });
   return out;
@@ -181,6 +181,23 @@ json merge_run_reports(const fs::path& out_dir) {
           {"runs", rows}, {"hosts", per_host},
           {"slowest_run", {{"report", slowest->name}, {"run_s", num(slowest->r, "run_s")}}},
           {"devices", devices}, {"images", images}, {"failures", failures}};
+}
+
+void check_shard_batch(const fs::path& out_dir, const std::string& batch_path) {
+  std::error_code ec;
+  if (!fs::is_directory(out_dir, ec)) return;
+  std::vector<RunReport> reports;
+  try {
+    reports = read_run_reports(out_dir, /*none_ok=*/true);
+  } catch (const IoError&) {  // an unreadable report is this run's to replace, not a reason to stop
+    return;
+  }
+  for (const RunReport& rr : reports) {
+    const std::string other = str(rr.r, "batch");
+    if (other.empty() || other == batch_path || fs::equivalent(other, batch_path, ec)) continue;
+    throw UsageError(out_dir.string() + " holds runs of batch file '" + other + "' (" + rr.name +
+                     "); this shard run is of '" + batch_path + "': give each batch file its own --out folder");
+  }
 }
 
 bool array_is_finished(const fs::path& out_dir, int index, int count) {

@@ -28,6 +28,10 @@ nlohmann::json merge_run_reports(const std::filesystem::path& out_dir);
 // report.html (atomically); returns the report.json path.
 std::filesystem::path write_night_report(const std::filesystem::path& out_dir, const nlohmann::json& merged);
 
+// A shard run of `batch_path` into a folder whose run reports name another batch
+// file: UsageError naming both and the report (their tasks would be mixed up).
+void check_shard_batch(const std::filesystem::path& out_dir, const std::string& batch_path);
+
 // Whether shard index/count is the array's last to finish: every shard's report
 // is in the folder and no other shard's lock is held.
 bool array_is_finished(const std::filesystem::path& out_dir, int index, int count);

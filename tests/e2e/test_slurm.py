@@ -12,7 +12,8 @@ its second run skipped what its first made; every image of the batch is in the f
 once (one manifest line in all the shards' manifests, the file present) and byte-identical to a
 single-process run of the same batch; the last shard to finish wrote one report.json of the
 whole array (every shard's run, the host, the slowest run), and `sdxl-batch report` writes it again
-and refuses a folder with runs of different batch files. The exactly-once check itself must catch a folder with an
+and refuses a folder with runs of different batch files, as a shard run of another batch file
+into the folder is refused (exit 2, nothing written). The exactly-once check itself must catch a folder with an
 image missing and one with an image made twice (both made from a copy of the real folder).
 
 Every daemon the test starts is stopped at the end, also when it fails. Skipped (exit 77) with
@@ -271,6 +272,15 @@ class SlurmArray(unittest.TestCase):
         r = sdxl("report", str(empty))
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn("not the output folder of a run", r.stderr)
+
+    def test_a_shard_of_another_batch_file_is_refused_and_writes_nothing(self):
+        other = Path(ARGS.work) / "other-night.json"
+        other.write_text(self.batch.read_text())
+        before = sorted(p.name for p in self.out.iterdir())
+        r = sdxl("run", str(other), "--model", ARGS.model, "--out", str(self.out), "--shard", "0/4", "--threads", "1")
+        self.assertEqual(r.returncode, 2, r.stderr[-2000:])
+        self.assertIn(f"holds runs of batch file '{self.batch}'", r.stderr)
+        self.assertEqual(sorted(p.name for p in self.out.iterdir()), before)
 
     def test_the_check_catches_a_missing_and_a_duplicated_image(self):
         expected = {line["file"] for line in read_manifest(self.single)}
