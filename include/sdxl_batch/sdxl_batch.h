@@ -105,6 +105,8 @@ class LockedError : public Error {
 double parse_duration_seconds(const std::string& text);
 // "24GiB", "12G", "800MiB", "65536" -> bytes (G and GiB are both 2^30).
 std::uint64_t parse_size_bytes(const std::string& text);
+// "1080x1920" -> {1080, 1920} (a frame size, WxH, as batch files give it).
+std::pair<int, int> parse_frame_size(const std::string& text);
 // "K/N" with 0 <= K < N -> {K, N}; "auto" or "auto/N": K (and N) from the
 // scheduler's environment, a Slurm job array (SLURM_ARRAY_TASK_ID with
 // SLURM_ARRAY_TASK_COUNT or _MIN/_MAX) or a Kubernetes Indexed Job

@@ -96,6 +96,14 @@ std::uint64_t parse_size_bytes(const std::string& text) {
   return guarded([&] { return sdxl::parse_size_bytes(text); });
 }
 
+std::pair<int, int> parse_frame_size(const std::string& text) {
+  return guarded([&] {
+    int w = 0, h = 0;
+    if (!sdxl::parse_frame_size(text, w, h)) throw sdxl::UsageError("'" + text + "': expected WxH, e.g. 1080x1920");
+    return std::pair{w, h};
+  });
+}
+
 std::pair<int, int> parse_shard(const std::string& text) {
   const sdxl::EnvLookup env = [](const char* name) -> std::optional<std::string> {
     const char* v = std::getenv(name);

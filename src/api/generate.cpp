@@ -2,7 +2,6 @@
 // before the weights load, made by the pipeline's Generator on this thread.
 #include <sdxl_batch/sdxl_batch.h>
 
-#include <cctype>
 #include <chrono>
 #include <nlohmann/json.hpp>
 
@@ -81,10 +80,8 @@ UpscaleUse upscale_of(const sdxl_batch::Upscale& u) {
   out.width = u.width;
   out.height = u.height;
   out.fit = u.fit;
-  std::string lower = u.model;
-  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (lower == "lanczos") {
-    out.model = "Lanczos";
+  if (canonical_upscale_model(u.model) == UpscaleUse::kLanczosUpscaler) {
+    out.model = UpscaleUse::kLanczosUpscaler;
     return out;
   }
   out.model = std::filesystem::absolute(u.model).lexically_normal().string();

@@ -107,7 +107,7 @@ sdxl_batch::UpscaleResult upscale_images_impl(const sdxl_batch::UpscaleOptions& 
   const fs::path out(o.out_dir);
   fs::create_directories(out);
   const RunLock lock(out / ".sdxl-batch.lock");
-  FrameUpscaler upscaler(o.upscaler, o.device, o.tile);
+  FrameUpscaler upscaler(canonical_upscale_model(o.upscaler), o.device, o.tile);  // "lanczos" as generate takes it
   const std::string& name = upscaler.name();
   const std::string settings = name + "|" + upscaler.weights_sha256() + "|" + number_text(spec.scale) + "|" +
                                std::to_string(spec.width) + "x" + std::to_string(spec.height) + "|" + o.fit;

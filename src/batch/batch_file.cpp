@@ -27,11 +27,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string lower_ascii(std::string v) {
-  for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return v;
-}
-
 constexpr int kMaxSteps = 200;
 constexpr int kMaxCount = 1000;
 constexpr int kMaxClipSkip = 256;
@@ -249,8 +244,8 @@ struct Checker {
     check_keys(u, ptr, {"model", "scale", "size", "fit"});
     std::string rel;
     if (get_string(u, ptr, "model", rel)) {
-      if (lower_ascii(rel) == "lanczos") {
-        p.upscale.model = "Lanczos";
+      if (canonical_upscale_model(rel) == UpscaleUse::kLanczosUpscaler) {
+        p.upscale.model = UpscaleUse::kLanczosUpscaler;
       } else {
         p.upscale.model = resolve(rel);
         if (check_folder("upscaler", p.upscale.model, ptr + "/model") && checks)

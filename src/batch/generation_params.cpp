@@ -127,6 +127,12 @@ std::string a1111_parameters(const GenerationParams& p, const std::string& model
   return a1111_parameters(p, src);
 }
 
+std::string canonical_upscale_model(const std::string& name) {
+  std::string lower = name;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return lower == "lanczos" ? UpscaleUse::kLanczosUpscaler : name;
+}
+
 std::pair<int, int> upscale_frame_size(const UpscaleUse& u, int width, int height) {
   if (!(u.scale > 0)) return {u.width, u.height};
   return {std::max(1, static_cast<int>(std::lround(width * u.scale))),

@@ -48,8 +48,12 @@ struct UpscaleUse {
   std::string fit = "stretch";
   std::string weights_sha256;
   bool on() const { return !model.empty(); }
+  bool uses_model() const { return on() && model != kLanczosUpscaler; }  // an upscaler folder's passes first
   bool operator==(const UpscaleUse&) const = default;
+  static constexpr const char* kLanczosUpscaler = "Lanczos";
 };
+// "Lanczos" for "lanczos" in any case (no model), else `name` as given.
+std::string canonical_upscale_model(const std::string& name);
 
 struct GenerationParams {
   std::string prompt;

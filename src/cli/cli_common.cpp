@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <tuple>
 
 namespace sdxl::cli {
 
@@ -66,15 +67,10 @@ sdxl_batch::Upscale upscale_of_flags(const UpscaleFlags& f) {
   u.model = f.model;
   u.fit = f.fit;
   if (!f.size.empty()) {
-    const auto x = f.size.find('x');
     try {
-      if (x == std::string::npos) throw std::invalid_argument("no x");
-      std::size_t n1 = 0, n2 = 0;
-      u.width = std::stoi(f.size.substr(0, x), &n1);
-      u.height = std::stoi(f.size.substr(x + 1), &n2);
-      if (n1 != x || n2 != f.size.size() - x - 1) throw std::invalid_argument("trailing text");
-    } catch (const std::exception&) {
-      throw sdxl_batch::UsageError("--upscale-size '" + f.size + "': expected WxH, e.g. 1080x1920");
+      std::tie(u.width, u.height) = sdxl_batch::parse_frame_size(f.size);
+    } catch (const sdxl_batch::UsageError& e) {
+      throw sdxl_batch::UsageError(std::string("--upscale-size ") + e.what());
     }
   } else if (!f.scale.empty()) {
     std::size_t n = 0;

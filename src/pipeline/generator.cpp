@@ -962,7 +962,7 @@ namespace {
 // LANCZOS, crop or pad (image/upscaler.h); g's size and upscaler name follow.
 void make_frame(UpscalerCache& upscalers, const GenerationParams& p, GeneratedImage& g) {
   std::shared_ptr<Upscaler> up;
-  if (p.upscale.model != "Lanczos") up = upscalers.get(p.upscale.model);
+  if (p.upscale.uses_model()) up = upscalers.get(p.upscale.model);
   FrameSpec spec;
   spec.scale = p.upscale.scale;
   spec.width = p.upscale.width;

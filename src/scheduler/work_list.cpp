@@ -147,7 +147,7 @@ std::string batch_group_key(const GenerationParams& p) {
   // images and scale are each image's own.
   if (p.ip_adapter.on()) key += "|ip:" + p.ip_adapter.model + ":" + std::to_string(p.ip_adapter.images.size());
   // A frame made by an upscaler model: a batch's memory estimate counts its tiles (side_modules_key).
-  if (p.upscale.on() && p.upscale.model != "Lanczos") key += "|upscaler";
+  if (p.upscale.uses_model()) key += "|upscaler";
   return key;
 }
 

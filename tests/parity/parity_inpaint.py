@@ -99,6 +99,19 @@ def reference_image(inp, embeds, init, m, tag, work: Path, base_config) -> Path:
     return png
 
 
+def check_outside_crop(row: dict, inp, mask, pad: int, png: Path, init) -> None:
+    """"Only masked": outside the padded crop (diffusers' get_crop_region of the mask) the image must be
+    the init image's bytes exactly; the count of changed pixels is added to the case's row."""
+    w, h = init.size
+    x1, y1, x2, y2 = inp.mask_processor.get_crop_region(mask, w, h, pad=pad)
+    ours, want = np.array(Image.open(png).convert("RGB")), np.array(init)
+    outside = np.ones((h, w), bool)
+    outside[y1:y2, x1:x2] = False
+    changed = int((ours[outside] != want[outside]).any(axis=-1).sum())
+    row["what"] += f"; {changed} of {int(outside.sum())} pixels outside the crop changed"
+    row["ok"] = bool(row["ok"] and changed == 0 and outside.any())
+
+
 def inpaint_pipeline(pipe):
     """StableDiffusionXLInpaintPipeline on `pipe`'s modules, encoding to the latent mean as sdxl-batch does."""
     from diffusers import StableDiffusionXLInpaintPipeline
@@ -186,14 +199,8 @@ def main() -> int:
                 m = inp.mask_processor.blur(m, blur_factor=blur)
             ref_png = reference_image(inp, embeds, init, m, tag, work, base_config)
             rows.append(image_row(tag, pngs[tag], None, ref_png, None, a.min_psnr))
-            if pad is not None:  # outside the padded crop: the init image's bytes exactly
-                x1, y1, x2, y2 = inp.mask_processor.get_crop_region(m, W, H, pad=pad)
-                ours, want = np.array(Image.open(pngs[tag]).convert("RGB")), np.array(init)
-                outside = np.ones((H, W), bool)
-                outside[y1:y2, x1:x2] = False
-                changed = int((ours[outside] != want[outside]).any(axis=-1).sum())
-                rows[-1]["what"] += f"; {changed} of {int(outside.sum())} pixels outside the crop changed"
-                rows[-1]["ok"] = bool(rows[-1]["ok"] and changed == 0 and outside.any())
+            if pad is not None:
+                check_outside_crop(rows[-1], inp, m, pad, pngs[tag], init)
             failed |= not rows[-1]["ok"]
             print(f"{tag:18} PSNR {rows[-1]['value']:6.2f} dB  {rows[-1]['what']}", flush=True)
     rows += lora_rows(a, work, init, mask_images, pngs, base_config)

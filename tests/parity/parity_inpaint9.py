@@ -33,11 +33,9 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 from parity_common import finish, image_row, parse_args, reference_pipeline, run_ours_batch
-from parity_inpaint import init_image, inpaint_pipeline, masks
-from PIL import Image
+from parity_inpaint import check_outside_crop, init_image, inpaint_pipeline, masks
 
 from reference.a1111_schedulers import make_scheduler
 from reference.reference_sdxl import a1111_embeds
@@ -115,14 +113,8 @@ def reference(a, fixture: Path, work: Path, init, mask_images, pngs) -> tuple[li
             ref_png = work / f"{tag}-ref.png"
             ref.save(ref_png)
             rows.append(image_row(tag, pngs[tag], None, ref_png, None, a.min_psnr))
-            if pad is not None:  # outside the padded crop: the init image's bytes exactly
-                x1, y1, x2, y2 = inp.mask_processor.get_crop_region(m, W, H, pad=pad)
-                ours, want = np.array(Image.open(pngs[tag]).convert("RGB")), np.array(init)
-                outside = np.ones((H, W), bool)
-                outside[y1:y2, x1:x2] = False
-                changed = int((ours[outside] != want[outside]).any(axis=-1).sum())
-                rows[-1]["what"] += f"; {changed} of {int(outside.sum())} pixels outside the crop changed"
-                rows[-1]["ok"] = bool(rows[-1]["ok"] and changed == 0 and outside.any())
+            if pad is not None:
+                check_outside_crop(rows[-1], inp, m, pad, pngs[tag], init)
             failed |= not rows[-1]["ok"]
             print(f"{tag:18} PSNR {rows[-1]['value']:6.2f} dB  {rows[-1]['what']}", flush=True)
     return rows, failed
