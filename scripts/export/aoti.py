@@ -31,6 +31,37 @@ def upsample_to_skip_size(unet):
         unet.num_upsamplers = n
 
 
+@contextlib.contextmanager
+def grid_sized_scratch():
+    """Inside: AOTInductor's C++ wrapper gives a Triton kernel global scratch of its per-program size
+    times the launch grid, as Triton's own launcher does (triton/backends/nvidia/driver.py). torch
+    2.11's wrapper allocates the per-program size once, so a kernel that builds tensor descriptors on
+    the device (scripts/export/fp8_conv.py's tma kernels) writes past its scratch at any grid beyond one
+    program: NaN outputs, and an illegal memory access once the grid is large (16 rows at 1024x1024;
+    bench/probes/fp8_conv_aoti_probe.py). The generated code computes grid_0..2 just before it
+    declares the launch's arguments, so the size can name them."""
+    from torch._inductor.codegen.cuda import device_op_overrides as d
+
+    original = d.CUDADeviceOpOverrides.cpp_scratch
+
+    def per_program(self, idx, workspace, prefix=None):
+        made = original(self, idx, workspace, prefix)
+        if made is None or workspace.size <= 0:
+            return made
+        lines, var = made
+        old = f"_size[] = {{{workspace.size}}};"
+        new = f"_size[] = {{static_cast<int64_t>({workspace.size}) * grid_0 * grid_1 * grid_2}};"
+        if not any(old in line for line in lines):
+            raise RuntimeError(f"grid_sized_scratch: the wrapper's scratch code changed: {lines}")
+        return [line.replace(old, new) for line in lines], var
+
+    d.CUDADeviceOpOverrides.cpp_scratch = per_program
+    try:
+        yield
+    finally:
+        d.CUDADeviceOpOverrides.cpp_scratch = original
+
+
 def parse_aoti_size(text: str | None, limits: dict, vae_down: int) -> tuple[tuple[int, int], tuple[int, int]]:
     """Latent (height, width) ranges: the model's limits, or one fixed WxH in pixels."""
     if not text or text == "dynamic":
@@ -147,7 +178,8 @@ def compile_package(ep, path: Path, configs: dict) -> tuple[str, float, dict, bo
     # which then crashes at load (export/aoti_toolchain.py says why).
     cxx_wrapper = use_shared_libstdcxx(log=lambda m: log("  " + m))
     t0 = time.time()
-    pkg = torch._inductor.aoti_compile_and_package(ep, package_path=str(path), inductor_configs=configs)
+    with grid_sized_scratch():
+        pkg = torch._inductor.aoti_compile_and_package(ep, package_path=str(path), inductor_configs=configs)
     t_compile = time.time() - t0
     log(f"  aoti_compile_and_package {path.name}: {t_compile:.1f}s, {Path(pkg).stat().st_size / 2**20:.1f} MiB "
         f"(weights not included)")

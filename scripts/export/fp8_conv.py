@@ -234,7 +234,8 @@ def kernel_choice(c_in: int, c_out: int, stride: int, w) -> tuple[str, dict]:
     tiles 256x128x128 / 8 warps / 3 stages where 128 divides Cin, else K steps of 64 (320, 960
     channels: 128x64 or 128x128 tiles, 4 warps, 5 stages, for 320 output channels)."""
     bk = next(k for k in (128, 64, 32, 16) if c_in % k == 0)
-    if stride == 2:
+    only_ptr = os.environ.get("SDXL_FP8_CONV_KERNEL") == "ptr"  # no tensor descriptors: for a GPU that refuses them
+    if stride == 2 and not only_ptr:
         return "tma_w", dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=bk, num_warps=4, num_stages=3 if bk == 128 else 5)
     if bk == 128:
         cfg = dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=128, num_warps=8, num_stages=3)
@@ -242,9 +243,7 @@ def kernel_choice(c_in: int, c_out: int, stride: int, w) -> tuple[str, dict]:
         cfg = dict(BLOCK_M=128, BLOCK_N=64 if c_in <= 320 else 128, BLOCK_K=bk, num_warps=4, num_stages=5)
     else:
         cfg = dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=bk, num_warps=8, num_stages=4)
-    bw = tma_width(w)
-    if os.environ.get("SDXL_FP8_CONV_KERNEL") == "ptr":  # a way around the TMA kernels, for a GPU that refuses them
-        bw = None
+    bw = None if only_ptr else tma_width(w)
     if bw is not None and cfg["BLOCK_M"] % bw == 0:
         return "tma", dict(cfg, BW=bw)
     if bk < 128:
