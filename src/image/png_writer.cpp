@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -9,10 +10,17 @@
 #include "core/input_text.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/parallel.h"
 
-// stb_image_write is header-only; its implementation lives in this file alone.
+namespace sdxl {
+unsigned char* deflate_for_stb(unsigned char* data, int data_len, int* out_len, int quality);
+}
+
+// stb_image_write is header-only; its implementation lives in this file alone. It writes the PNG
+// (rows filtered with the filter it finds best) and hands the zlib stream to deflate_for_stb.
 #define STB_IMAGE_WRITE_IMPLEMENTATION
 #define STBI_WRITE_NO_STDIO
+#define STBIW_ZLIB_COMPRESS sdxl::deflate_for_stb
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 #pragma GCC diagnostic ignored "-Wunused-function"
@@ -101,7 +109,63 @@ void collect(void* ctx, void* data, int size) {
   out->insert(out->end(), bytes, bytes + size);
 }
 
+// The image data is deflated in parts of kPartBytes bytes, each part on its own (raw deflate ending on
+// a sync flush, the last one on a finish), and the parts concatenated into one zlib stream with the
+// Adler-32 of the whole (pigz's way). The parts are fixed by the data, not by the threads, so the bytes
+// are the same on any machine.
+constexpr size_t kPartBytes = size_t{1} << 19;
+constexpr int kDeflateLevel = 6;  // zlib's default, PIL's too
+
+struct DeflatedPart {
+  std::vector<std::uint8_t> bytes;
+  uLong adler = 0, raw_bytes = 0;
+};
+
+DeflatedPart deflate_part(const std::uint8_t* data, size_t n, bool last) {
+  DeflatedPart part;
+  part.raw_bytes = n;
+  part.adler = adler32(adler32(0L, Z_NULL, 0), data, static_cast<uInt>(n));
+  z_stream z{};
+  if (deflateInit2(&z, kDeflateLevel, Z_DEFLATED, -15, 8, Z_DEFAULT_STRATEGY) != Z_OK) return part;
+  part.bytes.resize(deflateBound(&z, n) + 16);
+  z.next_in = const_cast<std::uint8_t*>(data);
+  z.avail_in = static_cast<uInt>(n);
+  z.next_out = part.bytes.data();
+  z.avail_out = static_cast<uInt>(part.bytes.size());
+  const int rc = deflate(&z, last ? Z_FINISH : Z_SYNC_FLUSH);
+  const bool ok = last ? rc == Z_STREAM_END : (rc == Z_OK && z.avail_in == 0);
+  part.bytes.resize(ok ? part.bytes.size() - z.avail_out : 0);
+  deflateEnd(&z);
+  if (!ok) part.raw_bytes = 0;
+  return part;
+}
+
 }  // namespace
+
+// stb_image_write's compressor hook: a zlib stream of data, malloc'ed (stb frees it); null on failure.
+unsigned char* deflate_for_stb(unsigned char* data, int data_len, int* out_len, int /*quality*/) {
+  const size_t n = static_cast<size_t>(data_len);
+  std::vector<DeflatedPart> parts(std::max<size_t>(1, (n + kPartBytes - 1) / kPartBytes));
+  parallel_ranges(parts.size(), 20.0 * static_cast<double>(n), [&](size_t p0, size_t p1) {
+    for (size_t p = p0; p < p1; ++p) {
+      const size_t at = p * kPartBytes;
+      parts[p] = deflate_part(data + at, std::min(kPartBytes, n - at), p + 1 == parts.size());
+    }
+  });
+  std::vector<std::uint8_t> z = {0x78, 0x9C};  // deflate, 32 KiB window, default level
+  uLong adler = adler32(0L, Z_NULL, 0);
+  for (const DeflatedPart& p : parts) {
+    if (p.bytes.empty() && p.raw_bytes == 0 && n > 0) return nullptr;
+    z.insert(z.end(), p.bytes.begin(), p.bytes.end());
+    adler = adler32_combine(adler, p.adler, static_cast<z_off_t>(p.raw_bytes));
+  }
+  put_u32(z, static_cast<std::uint32_t>(adler));
+  auto* out = static_cast<unsigned char*>(std::malloc(z.size()));
+  if (out == nullptr) return nullptr;
+  std::memcpy(out, z.data(), z.size());
+  *out_len = static_cast<int>(z.size());
+  return out;
+}
 
 std::vector<std::uint8_t> encode_png(int width, int height, int channels, const std::uint8_t* pixels,
                                      const PngText& text) {

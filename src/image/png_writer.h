@@ -1,4 +1,4 @@
-// PNG encoding (stb_image_write) with text metadata chunks, and a reader of
+// PNG encoding (stb_image_write; zlib deflates the data in parallel parts) with text metadata chunks, and a reader of
 // those chunks. Text that fits Latin-1 goes in a tEXt chunk (what A1111 and
 // PIL write), anything else in an uncompressed UTF-8 iTXt chunk. torch-free,
 // thread-safe (no shared state).

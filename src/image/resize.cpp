@@ -3,7 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
-#include <thread>
+
+#include "core/parallel.h"
 
 namespace sdxl {
 
@@ -86,18 +87,6 @@ inline void resample_pixel(const std::uint8_t* in, std::uint8_t* out, const Taps
       acc += static_cast<std::int32_t>(in[(in_base + (t.first + i) * in_pixel) * 3 + c]) * t.weights[i];
     out[c] = clip8(acc);
   }
-}
-
-// Runs body(begin, end) over [0, n) in contiguous parts on up to hardware_concurrency() threads when
-// `work` (taps x pixels) is large; each part writes its own outputs, so the result is the same bytes.
-template <typename Body>
-void parallel_ranges(size_t n, double work, Body body) {
-  const size_t hw = std::max(1U, std::thread::hardware_concurrency());
-  const size_t parts = std::min({hw, n, static_cast<size_t>(work / 2e6) + 1, size_t{32}});
-  if (parts <= 1) return body(size_t{0}, n);
-  std::vector<std::thread> threads;
-  for (size_t k = 0; k < parts; ++k) threads.emplace_back(body, n * k / parts, n * (k + 1) / parts);
-  for (std::thread& t : threads) t.join();
 }
 
 // One pass along an axis: `lines` lines of `in_len` pixels, `in_pixel` apart within a line and

@@ -23,6 +23,43 @@ std::vector<std::uint8_t> gradient(int w, int h) {
   return px;
 }
 
+// The RGB pixels of an encode_png result: its IDAT chunks inflated by zlib (which checks the stream's
+// Adler-32) and the PNG filters undone.
+std::vector<std::uint8_t> decode_rgb(const std::vector<std::uint8_t>& png, int w, int h) {
+  std::vector<std::uint8_t> idat;
+  for (size_t pos = 8; pos + 12 <= png.size();) {
+    const std::uint32_t len = (png[pos] << 24) | (png[pos + 1] << 16) | (png[pos + 2] << 8) | png[pos + 3];
+    if (std::string(png.begin() + static_cast<long>(pos) + 4, png.begin() + static_cast<long>(pos) + 8) == "IDAT")
+      idat.insert(idat.end(), png.begin() + static_cast<long>(pos) + 8, png.begin() + static_cast<long>(pos + 8 + len));
+    pos += 12 + len;
+  }
+  std::vector<std::uint8_t> raw(static_cast<size_t>(h * (1 + w * 3)));
+  uLongf raw_len = raw.size();
+  EXPECT_EQ(uncompress(raw.data(), &raw_len, idat.data(), idat.size()), Z_OK);
+  EXPECT_EQ(raw_len, raw.size());
+  const int stride = w * 3;
+  std::vector<std::uint8_t> out(static_cast<size_t>(h * stride));
+  for (int y = 0; y < h; ++y) {
+    const int f = raw[static_cast<size_t>(y * (stride + 1))];
+    for (int x = 0; x < stride; ++x) {
+      const int cur = raw[static_cast<size_t>(y * (stride + 1) + 1 + x)];
+      const int a = x >= 3 ? out[static_cast<size_t>(y * stride + x - 3)] : 0;
+      const int b = y > 0 ? out[static_cast<size_t>((y - 1) * stride + x)] : 0;
+      const int c = (x >= 3 && y > 0) ? out[static_cast<size_t>((y - 1) * stride + x - 3)] : 0;
+      int pred = 0;
+      if (f == 1) pred = a;
+      else if (f == 2) pred = b;
+      else if (f == 3) pred = (a + b) / 2;
+      else if (f == 4) {
+        const int p = a + b - c, pa = std::abs(p - a), pb = std::abs(p - b), pc = std::abs(p - c);
+        pred = (pa <= pb && pa <= pc) ? a : (pb <= pc ? b : c);
+      }
+      out[static_cast<size_t>(y * stride + x)] = static_cast<std::uint8_t>((cur + pred) & 0xff);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 TEST(PngWriter, TextChunksRoundTripAsciiLatin1AndUtf8) {
@@ -46,43 +83,25 @@ TEST(PngWriter, UsesTextForLatin1AndItxtOtherwise) {
 }
 
 TEST(PngWriter, PixelsDecodeBack) {
-  // Decode the IDAT stream with zlib and compare the unfiltered rows.
   const int w = 5, h = 3;
   const auto px = gradient(w, h);
-  auto png = sdxl::encode_png(w, h, 3, px.data(), {});
-  std::vector<std::uint8_t> idat;
-  for (size_t pos = 8; pos + 12 <= png.size();) {
-    const std::uint32_t len = (png[pos] << 24) | (png[pos + 1] << 16) | (png[pos + 2] << 8) | png[pos + 3];
-    if (std::string(png.begin() + static_cast<long>(pos) + 4, png.begin() + static_cast<long>(pos) + 8) == "IDAT")
-      idat.insert(idat.end(), png.begin() + static_cast<long>(pos) + 8, png.begin() + static_cast<long>(pos + 8 + len));
-    pos += 12 + len;
+  EXPECT_EQ(decode_rgb(sdxl::encode_png(w, h, 3, px.data(), {}), w, h), px);
+}
+
+TEST(PngWriter, ImageDeflatedInPartsDecodesBackAndIsTheSameBytesEachTime) {
+  // 640x480 RGB: 922,080 filtered bytes, two parts of the parallel deflate; noisy rows so that the
+  // filters and the second part's own dictionary are exercised.
+  const int w = 640, h = 480;
+  std::vector<std::uint8_t> px(static_cast<size_t>(w * h * 3));
+  std::uint32_t r = 12345;
+  for (size_t i = 0; i < px.size(); ++i) {
+    r = r * 1664525u + 1013904223u;
+    px[i] = static_cast<std::uint8_t>((i / 3 % 640) / 3 + (r >> 28));
   }
-  std::vector<std::uint8_t> raw(static_cast<size_t>(h * (1 + w * 3)));
-  uLongf raw_len = raw.size();
-  ASSERT_EQ(uncompress(raw.data(), &raw_len, idat.data(), idat.size()), Z_OK);
-  ASSERT_EQ(raw_len, raw.size());
-  // Undo PNG filters (stb uses types 0-4 per row).
-  const int stride = w * 3;
-  std::vector<std::uint8_t> out(static_cast<size_t>(h * stride));
-  for (int y = 0; y < h; ++y) {
-    const int f = raw[static_cast<size_t>(y * (stride + 1))];
-    for (int x = 0; x < stride; ++x) {
-      const int cur = raw[static_cast<size_t>(y * (stride + 1) + 1 + x)];
-      const int a = x >= 3 ? out[static_cast<size_t>(y * stride + x - 3)] : 0;
-      const int b = y > 0 ? out[static_cast<size_t>((y - 1) * stride + x)] : 0;
-      const int c = (x >= 3 && y > 0) ? out[static_cast<size_t>((y - 1) * stride + x - 3)] : 0;
-      int pred = 0;
-      if (f == 1) pred = a;
-      else if (f == 2) pred = b;
-      else if (f == 3) pred = (a + b) / 2;
-      else if (f == 4) {
-        const int p = a + b - c, pa = std::abs(p - a), pb = std::abs(p - b), pc = std::abs(p - c);
-        pred = (pa <= pb && pa <= pc) ? a : (pb <= pc ? b : c);
-      }
-      out[static_cast<size_t>(y * stride + x)] = static_cast<std::uint8_t>((cur + pred) & 0xff);
-    }
-  }
-  EXPECT_EQ(out, px);
+  const auto png = sdxl::encode_png(w, h, 3, px.data(), {{"parameters", "x"}});
+  EXPECT_EQ(decode_rgb(png, w, h), px);
+  EXPECT_EQ(sdxl::encode_png(w, h, 3, px.data(), {{"parameters", "x"}}), png);
+  EXPECT_LT(png.size(), px.size());
 }
 
 TEST(PngWriter, ReaderRejectsCorruptFiles) {
