@@ -29,6 +29,7 @@ std::pair<int, int> frame_resize_size(int width, int height, const FrameSpec& sp
 class FrameUpscaler {
  public:
   // upscaler: an upscaler folder, or "Lanczos"; device: "auto" (CUDA when present), "cpu", "cuda[:N]".
+  // On CUDA up to 4 tiles of an image go through one model call (fewer after an out-of-memory).
   // ModelError for a folder that is not an upscaler or does not load; UsageError for a bad device.
   FrameUpscaler(const std::string& upscaler, const std::string& device, int tile = 512);
   ~FrameUpscaler();

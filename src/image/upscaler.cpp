@@ -43,9 +43,9 @@ std::uint64_t Upscaler::weight_bytes() const {
   return n;
 }
 
-torch::Tensor Upscaler::call(const torch::Tensor& tile) {
-  const int64_t h = tile.size(2), w = tile.size(3), t = config_.tile_size;
-  torch::Tensor x = tile.to(device_, dtype_);
+torch::Tensor Upscaler::call(const torch::Tensor& tiles) {
+  const int64_t h = tiles.size(2), w = tiles.size(3), t = config_.tile_size;
+  torch::Tensor x = tiles.to(device_, dtype_);
   if (config_.fixed_tile && (h != t || w != t)) {
     namespace F = torch::nn::functional;
     const bool reflect = t - w < w && t - h < h;
@@ -58,7 +58,7 @@ torch::Tensor Upscaler::call(const torch::Tensor& tile) {
   }
   torch::Tensor y = translate_device_errors("upscaler", [&] { return module_.forward({x}).toTensor(); });
   if (config_.fixed_tile) y = y.narrow(2, 0, h * config_.scale).narrow(3, 0, w * config_.scale);
-  return y.to(torch::kCPU, torch::kFloat32);
+  return y.to(torch::kFloat32);
 }
 
 torch::Tensor feather_mask(int64_t h, int64_t w, int64_t channels, int feather) {
@@ -84,45 +84,80 @@ std::vector<int64_t> tile_positions(int64_t size, int tile, int overlap) {
   return out;
 }
 
-}  // namespace
+struct TileAt {
+  int64_t y, x, h, w;  // the input tile's origin and size
+};
 
-torch::Tensor Upscaler::tiled(const torch::Tensor& s, int tile, int overlap) {
-  const int64_t H = s.size(2), W = s.size(3), k = config_.scale;
-  if (H <= tile && W <= tile) return call(s);
-  torch::Tensor out = torch::zeros({1, 3, H * k, W * k}), div = torch::zeros({1, 3, H * k, W * k});
-  const int feather = static_cast<int>(std::nearbyint(overlap * static_cast<double>(k)));
-  std::map<std::pair<int64_t, int64_t>, torch::Tensor> masks;
+// tiled_scale's tiles of an H x W image, in its order (rows of tiles, top to bottom).
+std::vector<TileAt> tile_grid(int64_t H, int64_t W, int tile, int overlap) {
+  std::vector<TileAt> tiles;
   for (const int64_t y0 : tile_positions(H, tile, overlap)) {
     for (const int64_t x0 : tile_positions(W, tile, overlap)) {
       const int64_t py = std::max<int64_t>(0, std::min<int64_t>(H - overlap, y0));
       const int64_t px = std::max<int64_t>(0, std::min<int64_t>(W - overlap, x0));
-      const int64_t lh = std::min<int64_t>(tile, H - py), lw = std::min<int64_t>(tile, W - px);
-      const torch::Tensor ps = call(s.narrow(2, py, lh).narrow(3, px, lw));
-      // Tiles share a few shapes (inner, right, bottom, corner): one mask per shape, not one per tile.
-      auto [it, fresh] = masks.try_emplace({ps.size(2), ps.size(3)});
-      if (fresh) it->second = feather_mask(ps.size(2), ps.size(3), ps.size(1), feather);
-      const torch::Tensor& mask = it->second;
-      out.narrow(2, py * k, ps.size(2)).narrow(3, px * k, ps.size(3)).add_(ps * mask);
-      div.narrow(2, py * k, ps.size(2)).narrow(3, px * k, ps.size(3)).add_(mask);
+      tiles.push_back({py, px, std::min<int64_t>(tile, H - py), std::min<int64_t>(tile, W - px)});
     }
+  }
+  return tiles;
+}
+
+}  // namespace
+
+// The weighted sum runs on the model's device in fp32, in the order tiled_scale adds (a tile's
+// result does not depend on which tiles share its model call: each is its own row of the batch).
+torch::Tensor Upscaler::tiled(const torch::Tensor& s, int tile, int overlap, int batch) {
+  const int64_t H = s.size(2), W = s.size(3), k = config_.scale;
+  if (H <= tile && W <= tile) return call(s);
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
+  torch::Tensor out = torch::zeros({1, 3, H * k, W * k}, f32), div = torch::zeros({1, 1, H * k, W * k}, f32);
+  const int feather = static_cast<int>(std::nearbyint(overlap * static_cast<double>(k)));
+  std::map<std::pair<int64_t, int64_t>, torch::Tensor> masks;  // one per tile shape (inner, right, bottom, corner)
+  const std::vector<TileAt> tiles = tile_grid(H, W, tile, overlap);
+  for (size_t i = 0; i < tiles.size();) {
+    // The next tiles of the same shape, up to `batch` of them, in one model call.
+    size_t j = i + 1;
+    while (j < tiles.size() && j - i < static_cast<size_t>(batch) && tiles[j].h == tiles[i].h && tiles[j].w == tiles[i].w) ++j;
+    std::vector<torch::Tensor> ins;
+    for (size_t t = i; t < j; ++t) ins.push_back(s.narrow(2, tiles[t].y, tiles[t].h).narrow(3, tiles[t].x, tiles[t].w));
+    const torch::Tensor ys = call(torch::cat(ins));
+    auto [it, fresh] = masks.try_emplace({ys.size(2), ys.size(3)});
+    if (fresh) it->second = feather_mask(ys.size(2), ys.size(3), 1, feather).to(device_);
+    const torch::Tensor& mask = it->second;
+    for (size_t t = i; t < j; ++t) {
+      const torch::Tensor ps = ys.narrow(0, static_cast<int64_t>(t - i), 1);
+      out.narrow(2, tiles[t].y * k, ps.size(2)).narrow(3, tiles[t].x * k, ps.size(3)).add_(ps * mask);
+      div.narrow(2, tiles[t].y * k, ps.size(2)).narrow(3, tiles[t].x * k, ps.size(3)).add_(mask);
+    }
+    i = j;
   }
   return out / div;
 }
 
-torch::Tensor Upscaler::upscale(const torch::Tensor& images, const UpscaleTiling& tiling) {
+torch::Tensor Upscaler::upscale_on_device(const torch::Tensor& images, const UpscaleTiling& tiling) {
   torch::InferenceMode guard;
-  const torch::Tensor in = images.to(torch::kCPU, torch::kFloat32);
   int tile = config_.fixed_tile ? config_.tile_size : tiling.tile;
+  int batch = std::max(1, tiling.batch);
   for (;;) {
     try {
       std::vector<torch::Tensor> outs;
-      for (int64_t b = 0; b < in.size(0); ++b) outs.push_back(tiled(in.narrow(0, b, 1), tile, tiling.overlap));
+      for (int64_t b = 0; b < images.size(0); ++b) {
+        const torch::Tensor one = images.narrow(0, b, 1).to(device_, torch::kFloat32);
+        outs.push_back(tiled(one, tile, tiling.overlap, batch));
+      }
       return torch::cat(outs).clamp(0.0, 1.0);
     } catch (const OutOfMemoryError&) {
+      if (batch > 1) {  // fewer tiles a call first, then smaller tiles
+        batch /= 2;
+        continue;
+      }
       if (config_.fixed_tile || tile / 2 < tiling.min_tile) throw;
       tile /= 2;
     }
   }
+}
+
+torch::Tensor Upscaler::upscale(const torch::Tensor& images, const UpscaleTiling& tiling) {
+  return upscale_on_device(images, tiling).to(torch::kCPU);
 }
 
 std::vector<std::uint8_t> upscale_rgb8(Upscaler* upscaler, const std::uint8_t* rgb, int width, int height, int out_w,
@@ -133,8 +168,9 @@ std::vector<std::uint8_t> upscale_rgb8(Upscaler* upscaler, const std::uint8_t* r
     torch::InferenceMode guard;
     const torch::Tensor img =
         torch::from_blob(cur.data(), {1, h, w, 3}, torch::kUInt8).permute({0, 3, 1, 2}).to(torch::kFloat32).div(255.0);
-    const torch::Tensor up = upscaler->upscale(img, tiling);
-    const torch::Tensor u8 = (up[0] * 255.0).clamp(0, 255).to(torch::kUInt8).permute({1, 2, 0}).contiguous();
+    const torch::Tensor up = upscaler->upscale_on_device(img, tiling);  // to 8 bits there: a quarter of the copy
+    const torch::Tensor u8 =
+        (up[0] * 255.0).clamp(0, 255).to(torch::kUInt8).permute({1, 2, 0}).contiguous().to(torch::kCPU);
     w = static_cast<int>(u8.size(1));
     h = static_cast<int>(u8.size(0));
     cur.assign(u8.data_ptr<std::uint8_t>(), u8.data_ptr<std::uint8_t>() + u8.numel());
@@ -192,6 +228,9 @@ std::vector<std::uint8_t> upscale_frame(Upscaler* upscaler, const std::uint8_t* 
 
 namespace sdxl {
 
+// The upscale command has the GPU to itself: up to this many tiles of an image a model call.
+constexpr int kFrameTileBatch = 4;
+
 struct FrameUpscaler::Impl {
   std::unique_ptr<Upscaler> model;
   std::string name = "Lanczos", sha;
@@ -204,6 +243,7 @@ FrameUpscaler::FrameUpscaler(const std::string& upscaler, const std::string& dev
   if (upscaler == "Lanczos") return;
   const std::string dev = device == "auto" ? (torch::cuda::is_available() ? "cuda" : "cpu") : device;
   impl_->model = std::make_unique<Upscaler>(upscaler, parse_device(dev));
+  if (parse_device(dev).is_cuda()) impl_->tiling.batch = kFrameTileBatch;
   const UpscalerConfig& c = impl_->model->config();
   impl_->name = c.display_name();
   if (auto it = c.file_sha256.find(c.file); it != c.file_sha256.end()) impl_->sha = it->second;

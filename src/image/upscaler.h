@@ -25,8 +25,10 @@
 
 namespace sdxl {
 
+// batch: at most this many tiles of one image (of one shape) go through one model call; on an
+// out-of-memory the batch is halved before the tile is. The image is the same whatever the batch.
 struct UpscaleTiling {
-  int tile = 512, overlap = 32, min_tile = 128;
+  int tile = 512, overlap = 32, min_tile = 128, batch = 1;
 };
 
 class Upscaler {
@@ -39,10 +41,13 @@ class Upscaler {
   std::uint64_t weight_bytes() const;
   // images [B,3,H,W] float in [0,1] (any device) -> [B,3,H*scale,W*scale] float32 on the CPU in [0,1].
   torch::Tensor upscale(const torch::Tensor& images, const UpscaleTiling& tiling = {});
+  // The same, left on the model's device.
+  torch::Tensor upscale_on_device(const torch::Tensor& images, const UpscaleTiling& tiling = {});
 
  private:
-  torch::Tensor call(const torch::Tensor& tile);  // one model call (fixed tiles padded and cropped)
-  torch::Tensor tiled(const torch::Tensor& image, int tile, int overlap);  // one image [1,3,H,W]
+  // One model call on tiles [N,3,h,w] of one size (fixed tiles padded and cropped): fp32 on the device.
+  torch::Tensor call(const torch::Tensor& tiles);
+  torch::Tensor tiled(const torch::Tensor& image, int tile, int overlap, int batch);  // one image [1,3,H,W]
   UpscalerConfig config_;
   torch::Device device_;
   torch::ScalarType dtype_;

@@ -9,7 +9,8 @@ cast to fp32) is run through ComfyUI's tiled upscale (reference.upscaler_fixture
 against spandrel's own module on the original file through the same tiling: PSNR >= --min-psnr.
 A fixed-tile module (tile.fixed in model.json) runs every tile padded by reflection to its size and
 the output cropped (the runtime's rule); spandrel's module takes each tile as it is.
-With --runner (sdxl_upscaler_runner, the C++ runtime image/upscaler.h in ONE process for every folder),
+With --runner (sdxl_upscaler_runner, the C++ runtime image/upscaler.h in ONE process for every folder,
+up to 3 tiles of one shape per model call, as the upscale command batches them on a GPU),
 the runtime's output is compared with the same reference too (PSNR >= --min-psnr).
 With --binary, `sdxl-batch upscale` (one process; a second one must resume and write nothing) takes a
 PNG with A1111 parameters to a 300 x 200 frame (--upscale-fit crop) with Real-ESRGAN x4, against
@@ -67,7 +68,7 @@ def run_runtime(a, out: Path, image: torch.Tensor) -> dict[str, torch.Tensor]:
     np.save(inp, image.numpy().astype(np.float32))
     pairs = [(out / Path(f).stem, a.work / f"runtime-{Path(f).stem}.npy") for f in FIXTURES]
     t = time.time()
-    r = run([a.runner, TILE, OVERLAP, inp, *[x for p in pairs for x in p]], timeout=300)
+    r = run([a.runner, f"{TILE}:3", OVERLAP, inp, *[x for p in pairs for x in p]], timeout=300)
     if r.returncode != 0:
         raise SystemExit(f"sdxl_upscaler_runner failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
     print(f"runtime on {len(pairs)} folders: {time.time() - t:.1f} s")

@@ -1,11 +1,13 @@
 // Test driver of the upscaler runtime (image/upscaler.h) for tests/parity/parity_upscale.py: one
 // process runs every upscaler folder on one image, so the parity test loads libtorch once.
-//   sdxl_upscaler_runner TILE OVERLAP INPUT.npy FOLDER OUT.npy [FOLDER OUT.npy ...]
+//   sdxl_upscaler_runner TILE[:BATCH] OVERLAP INPUT.npy FOLDER OUT.npy [FOLDER OUT.npy ...]
+// BATCH: tiles of one shape per model call (UpscaleTiling::batch, default 1).
 // INPUT.npy: float32 [1,3,H,W] in [0,1]; each OUT.npy: the clamped, tiled upscale on the CPU.
 #include <ATen/Parallel.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <string>
 #include <vector>
@@ -15,13 +17,14 @@
 
 int main(int argc, char** argv) {
   if (argc < 6 || (argc - 4) % 2 != 0) {
-    std::fprintf(stderr, "usage: %s TILE OVERLAP INPUT.npy FOLDER OUT.npy [FOLDER OUT.npy ...]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s TILE[:BATCH] OVERLAP INPUT.npy FOLDER OUT.npy [FOLDER OUT.npy ...]\n", argv[0]);
     return 2;
   }
   try {
     at::set_num_threads(1);
     sdxl::UpscaleTiling tiling;
     tiling.tile = std::atoi(argv[1]);
+    if (const char* colon = std::strchr(argv[1], ':')) tiling.batch = std::atoi(colon + 1);
     tiling.overlap = std::atoi(argv[2]);
     tiling.min_tile = tiling.tile;
     std::vector<std::int64_t> shape;
