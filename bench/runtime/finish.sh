@@ -15,11 +15,14 @@
 #        written as a 1080x1920 frame by the full-size 4x RRDBNet (per-task "upscale": model pass, LANCZOS,
 #        "fit": "crop"), against the same panels without the upscale: images/hour after load, GPU busy
 #        fraction, peak memory (the upscale's share of the run).
+# detect: `sdxl-batch detect` with an ADetailer-size detector (DETECTOR, default .deps/det/face640: made
+#        here by bench/tools/make_detector.py + export_sdxl.py --detector, carried) on 48 panels of 1024²
+#        and on 1 of them, on cuda and on the CPU: s/image from the difference (the load cancels out).
 # Results: $OUT/summary.txt (+ the logs and reports).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 MODE=${1:-}
-case "$MODE" in inpaint | upscale | frames) ;; *) echo "usage: [OUT=DIR] bash bench/runtime/finish.sh inpaint|upscale|frames" >&2; exit 2 ;; esac
+case "$MODE" in inpaint | upscale | frames | detect) ;; *) echo "usage: [OUT=DIR] bash bench/runtime/finish.sh inpaint|upscale|frames|detect" >&2; exit 2 ;; esac
 source bench/lib/gpu_prepare.sh  # build + export; sets OUT WORK SDXL MODEL
 source bench/lib/runtime.sh
 
@@ -94,6 +97,32 @@ for dt in ("fp32", "fp16"):
         ps.append(10 * np.log10(255 ** 2 / max(((a - b) ** 2).mean(), 1e-12)))
     print(f"frames: ours vs the loop in {dt}: PSNR {min(ps):.1f}..{max(ps):.1f} dB over {len(ps)}")
 PY
+  exit 0
+fi
+
+if [ "$MODE" = detect ]; then
+  det=${DETECTOR:-.deps/det/face640}
+  python3 bench/upscale_bench.py --make-panels "$WORK/det-panels" 48 1024
+  for dev in cuda cpu; do
+    for n in 1 48; do
+      files=$(ls "$WORK"/det-panels/*.png | head -n $n)
+      t0=$(date +%s.%N)
+      # shellcheck disable=SC2086
+      "$SDXL" detect --detector "$det" --device $dev $files > "$OUT/detect-$dev-$n.jsonl" 2> "$OUT/detect-$dev-$n.log"
+      python3 -c "import time,sys; print(f'{time.time()-float(sys.argv[1]):.3f}')" "$t0" > "$WORK/detect-$dev-$n.s"
+    done
+    python3 - "$WORK" "$OUT" "$dev" <<'PY' | tee -a "$OUT/summary.txt"
+import sys
+from pathlib import Path
+w, out, dev = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+t1, t48 = (float((w / f"detect-{dev}-{n}.s").read_text()) for n in (1, 48))
+boxes = sum(1 for _ in open(out / f"detect-{dev}-48.jsonl"))
+print(f"detect on {dev}: 1 image {t1:.2f} s, 48 images {t48:.2f} s (process walls) -> {(t48 - t1) / 47 * 1000:.1f} ms/image "
+      f"after load; {boxes} boxes in the 48")
+PY
+  done
+  cmp -s "$OUT/detect-cuda-48.jsonl" "$OUT/detect-cpu-48.jsonl" && echo "detect: cuda and cpu print the same lines" | tee -a "$OUT/summary.txt" \
+    || echo "detect: cuda and cpu lines differ (see the .jsonl files)" | tee -a "$OUT/summary.txt"
   exit 0
 fi
 
