@@ -315,8 +315,8 @@ struct Checker {
     if (obj.contains("loras")) read_loras(obj["loras"], pointer + "/loras", p.loras);
   }
 
-  // "hires": {"scale": S, "upscaler": NAME | DIR, "steps": N, "denoise": D}; a task's keys replace the
-  // defaults' one by one. False when it is not an object.
+  // "hires": {"scale": S, "upscaler": NAME | DIR, "steps": N, "denoise": D}; "scale" is required, the
+  // other keys of a task's replace the defaults' one by one. False when it is not an object.
   bool read_hires(const json& h, const std::string& hp, GenerationParams& p) {
     if (!h.is_object()) {
       add(hp, "must be an object like {\"scale\": 2, \"upscaler\": \"Latent\", \"steps\": 10, \"denoise\": 0.5}");

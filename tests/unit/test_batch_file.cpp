@@ -642,7 +642,8 @@ TEST(BatchFile, UpscaleIsCheckedAgainstTheTaskAndRelativeToTheBatchFile) {
 }
 
 // The hires fix's upscaler: an A1111 name in any case, else an upscaler folder relative to the batch
-// file (its weights' sha256 kept for the manifest); a task's keys replace the defaults' one by one.
+// file (its weights' sha256 kept for the manifest); a task's keys (its own "scale" required) replace
+// the defaults' one by one.
 TEST(BatchFile, HiresUpscalerFolderOrName) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("sdxl_hires_up_batch_" + std::to_string(::getpid()));
@@ -660,7 +661,7 @@ TEST(BatchFile, HiresUpscalerFolderOrName) {
   const auto bf = parse_checked(R"({"version": 1,
       "defaults": {"hires": {"scale": 1.5, "upscaler": "up/4x-anime", "steps": 4, "denoise": 0.4}},
       "tasks": [{"id": "a", "prompt": "x"},
-                {"id": "b", "prompt": "y", "hires": {"upscaler": "lanczos"}},
+                {"id": "b", "prompt": "y", "hires": {"scale": 1.5, "upscaler": "lanczos"}},
                 {"id": "c", "prompt": "z", "hires": {"scale": 2}}]})",
                                 dir / "b.json", sdxl::GenerationParams{}, &p);
   ASSERT_TRUE(p.empty()) << p[0].pointer << " " << p[0].message;
@@ -675,7 +676,7 @@ TEST(BatchFile, HiresUpscalerFolderOrName) {
   EXPECT_EQ(b.hires.upscaler, "Lanczos");
   EXPECT_FALSE(b.hires_uses_model());
   EXPECT_EQ(b.hires.weights_sha256, "") << "a name has no weights";
-  EXPECT_EQ(b.hires.scale, 1.5) << "the defaults' other keys stay";
+  EXPECT_EQ(b.hires.steps, 4) << "the defaults' other keys stay";
   EXPECT_EQ(bf.tasks[2].params.hires.upscaler, a.hires.upscaler);
   EXPECT_EQ(bf.tasks[2].params.hires.scale, 2);
   p.clear();
