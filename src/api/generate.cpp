@@ -100,12 +100,9 @@ void hires_upscaler_of(const std::string& upscaler, GenerationParams::Hires& h) 
   }
   h.upscaler = std::filesystem::absolute(upscaler).lexically_normal().string();
   FileInputChecks files;
-  if (const std::string why = files.folder_problem("upscaler", h.upscaler); !why.empty()) {
-    std::string names;
-    for (const auto& n : hires_upscaler_names()) names += (names.empty() ? "" : ", ") + n;
-    throw UsageError("--hires-upscaler '" + upscaler + "': not a hires upscaler name (" + names +
-                     ") and not an upscaler folder: " + why);
-  }
+  if (const std::string why = files.folder_problem("upscaler", h.upscaler); !why.empty())
+    throw UsageError("--hires-upscaler '" + upscaler + "': not a hires upscaler name (" +
+                     hires_upscaler_name_list() + ") nor an upscaler folder: " + why);
   h.weights_sha256 = files.folder_weights_sha256("upscaler", h.upscaler);
 }
 

@@ -346,10 +346,8 @@ struct Checker {
       if (checks) h.weights_sha256 = checks->folder_weights_sha256("upscaler", h.upscaler);
       return;
     }
-    std::string names;
-    for (const auto& n : hires_upscaler_names()) names += (names.empty() ? "" : ", ") + n;
     if (problems.size() > before)
-      problems.back().message = "'" + up + "' is not a hires upscaler name (" + names +
+      problems.back().message = "'" + up + "' is not a hires upscaler name (" + hires_upscaler_name_list() +
                                 ") nor an upscaler folder: " + problems.back().message;
   }
 

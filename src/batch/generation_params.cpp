@@ -197,11 +197,16 @@ std::string hires_upscaler_name_of(const std::string& name) {
   return "";
 }
 
-std::string canonical_hires_upscaler(const std::string& name) {
-  if (std::string n = hires_upscaler_name_of(name); !n.empty()) return n;
+std::string hires_upscaler_name_list() {
   std::string list;
   for (const auto& n : hires_upscaler_names()) list += (list.empty() ? "\"" : ", \"") + n + "\"";
-  throw UsageError("unknown hires upscaler '" + name + "'; valid: " + list + " or an upscaler folder");
+  return list;
+}
+
+std::string canonical_hires_upscaler(const std::string& name) {
+  if (std::string n = hires_upscaler_name_of(name); !n.empty()) return n;
+  throw UsageError("unknown hires upscaler '" + name + "'; valid: " + hires_upscaler_name_list() +
+                   " or an upscaler folder");
 }
 
 bool is_hires_upscaler_folder(const std::string& upscaler) {

@@ -153,6 +153,8 @@ std::string postprocess_upscale_fields(double scale, int width, int height, cons
 const std::vector<std::string>& hires_upscaler_names();
 // Canonical name for a case-insensitive match; throws UsageError listing them.
 std::string canonical_hires_upscaler(const std::string& name);
+// The names as messages list them: "Latent", "Latent (antialiased)", ...
+std::string hires_upscaler_name_list();
 // The canonical name when `name` is one (case-insensitive), else "" (then it names a folder).
 std::string hires_upscaler_name_of(const std::string& name);
 // What images call an upscaler folder (A1111's "Hires upscaler"): the folder's name.

@@ -115,7 +115,7 @@ class HiresReference:
             first = self.pipe(**self.embeds, num_inference_steps=STEPS, guidance_scale=CFG, width=W, height=H,
                               generator=[torch.Generator("cpu").manual_seed(SEED)], output_type="latent").images
             decoded = self.pipe.image_processor.postprocess(self.pipe.vae.decode(first / self.sf).sample, "pil")[0]
-        self.first_u8 = np.asarray(decoded.convert("RGB"))
+        self.first_u8 = np.array(decoded.convert("RGB"))  # writable: torch.from_numpy takes it
 
     def image(self, model, scale: int, hires: dict) -> np.ndarray:
         big = a1111_upscale(model, scale, self.first_u8, HW, HH)
