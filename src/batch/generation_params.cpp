@@ -203,12 +203,6 @@ std::string hires_upscaler_name_list() {
   return list;
 }
 
-std::string canonical_hires_upscaler(const std::string& name) {
-  if (std::string n = hires_upscaler_name_of(name); !n.empty()) return n;
-  throw UsageError("unknown hires upscaler '" + name + "'; valid: " + hires_upscaler_name_list() +
-                   " or an upscaler folder");
-}
-
 bool is_hires_upscaler_folder(const std::string& upscaler) {
   const auto& names = hires_upscaler_names();
   return std::find(names.begin(), names.end(), upscaler) == names.end();

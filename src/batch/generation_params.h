@@ -151,8 +151,6 @@ std::string postprocess_upscale_fields(double scale, int width, int height, cons
 // "Lanczos" (the same with PIL's LANCZOS). Anything else names an upscaler folder
 // (VAE decode -> the model's passes -> LANCZOS to the size -> VAE encode).
 const std::vector<std::string>& hires_upscaler_names();
-// Canonical name for a case-insensitive match; throws UsageError listing them.
-std::string canonical_hires_upscaler(const std::string& name);
 // The names as messages list them: "Latent", "Latent (antialiased)", ...
 std::string hires_upscaler_name_list();
 // The canonical name when `name` is one (case-insensitive), else "" (then it names a folder).
