@@ -274,7 +274,7 @@ struct IpAdapter {
 };
 struct Hires {
   double scale = 0;                   // 0 = no second pass
-  std::string upscaler = "Latent";    // A1111's hires upscaler names
+  std::string upscaler = "Latent";    // A1111's hires upscaler names, or an upscaler folder
   int steps = 0;                      // 0 = the task's steps
   double denoise = 0.7;
 };

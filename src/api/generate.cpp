@@ -92,6 +92,20 @@ UpscaleUse upscale_of(const sdxl_batch::Upscale& u) {
   return out;
 }
 
+// --hires-upscaler: one of A1111's names (any case), else an upscaler folder (checked as a batch file's).
+void hires_upscaler_of(const std::string& upscaler, GenerationParams::Hires& h) {
+  if (std::string name = hires_upscaler_name_of(upscaler); !name.empty()) {
+    h.upscaler = name;
+    return;
+  }
+  h.upscaler = std::filesystem::absolute(upscaler).lexically_normal().string();
+  FileInputChecks files;
+  if (const std::string why = files.folder_problem("upscaler", h.upscaler); !why.empty())
+    throw UsageError("--hires-upscaler '" + upscaler + "': not a hires upscaler name (" +
+                     hires_upscaler_name_list() + ") nor an upscaler folder: " + why);
+  h.weights_sha256 = files.folder_weights_sha256("upscaler", h.upscaler);
+}
+
 void check_upscale(const GenerationParams& p) {
   if (!p.upscale.on()) return;
   const auto [w, h] = decoded_size(p);
@@ -141,7 +155,7 @@ GenerationParams checked_params(const sdxl_batch::Session::Impl& s, const sdxl_b
   }
   if (r.hires.scale > 0) {
     p.hires.scale = r.hires.scale;
-    p.hires.upscaler = canonical_hires_upscaler(r.hires.upscaler);
+    hires_upscaler_of(r.hires.upscaler, p.hires);
     p.hires.steps = r.hires.steps;
     p.hires.denoise = r.hires.denoise;
   }

@@ -311,28 +311,44 @@ struct Checker {
       p.inpaint_area = "whole";
     }
     read_mask(obj, pointer, p);
-    if (obj.contains("hires")) {
-      const std::string hp = pointer + "/hires";
-      const json& h = obj["hires"];
-      if (!h.is_object()) {
-        add(hp, "must be an object like {\"scale\": 2, \"upscaler\": \"Latent\", \"steps\": 10, \"denoise\": 0.5}");
-        return;
-      }
-      check_keys(h, hp, {"scale", "upscaler", "steps", "denoise"});
-      if (!h.contains("scale")) add(hp + "/scale", "is missing (the upscale factor, e.g. 2)");
-      get_number(h, hp, "scale", 0.0, 8.0, p.hires.scale);
-      long long hs = 0;
-      if (get_int(h, hp, "steps", 0, kMaxSteps, hs)) p.hires.steps = static_cast<int>(hs);
-      get_number(h, hp, "denoise", 0.0, 1.0, p.hires.denoise);
-      if (get_string(h, hp, "upscaler", p.hires.upscaler)) {
-        try {
-          p.hires.upscaler = canonical_hires_upscaler(p.hires.upscaler);
-        } catch (const UsageError& e) {
-          add(hp + "/upscaler", e.what());
-        }
-      }
-    }
+    if (obj.contains("hires") && !read_hires(obj["hires"], pointer + "/hires", p)) return;
     if (obj.contains("loras")) read_loras(obj["loras"], pointer + "/loras", p.loras);
+  }
+
+  // "hires": {"scale": S, "upscaler": NAME | DIR, "steps": N, "denoise": D}; "scale" is required, the
+  // other keys of a task's replace the defaults' one by one. False when it is not an object.
+  bool read_hires(const json& h, const std::string& hp, GenerationParams& p) {
+    if (!h.is_object()) {
+      add(hp, "must be an object like {\"scale\": 2, \"upscaler\": \"Latent\", \"steps\": 10, \"denoise\": 0.5}");
+      return false;
+    }
+    check_keys(h, hp, {"scale", "upscaler", "steps", "denoise"});
+    if (!h.contains("scale")) add(hp + "/scale", "is missing (the upscale factor, e.g. 2)");
+    get_number(h, hp, "scale", 0.0, 8.0, p.hires.scale);
+    long long hs = 0;
+    if (get_int(h, hp, "steps", 0, kMaxSteps, hs)) p.hires.steps = static_cast<int>(hs);
+    get_number(h, hp, "denoise", 0.0, 1.0, p.hires.denoise);
+    std::string up;
+    if (get_string(h, hp, "upscaler", up)) read_hires_upscaler(up, hp + "/upscaler", p.hires);
+    return true;
+  }
+
+  // A hires upscaler: one of A1111's names (any case), else an upscaler folder relative to the batch file.
+  void read_hires_upscaler(const std::string& up, const std::string& ptr, GenerationParams::Hires& h) {
+    h.weights_sha256.clear();
+    if (std::string name = hires_upscaler_name_of(up); !name.empty()) {
+      h.upscaler = name;
+      return;
+    }
+    h.upscaler = resolve(up);
+    const size_t before = problems.size();
+    if (check_folder("upscaler", h.upscaler, ptr)) {
+      if (checks) h.weights_sha256 = checks->folder_weights_sha256("upscaler", h.upscaler);
+      return;
+    }
+    if (problems.size() > before)
+      problems.back().message = "'" + up + "' is not a hires upscaler name (" + hires_upscaler_name_list() +
+                                ") nor an upscaler folder: " + problems.back().message;
   }
 
   // img2img input: relative to the batch file, a readable PNG; its size is the

@@ -102,7 +102,8 @@ std::string a1111_parameters(const GenerationParams& p, const ImageSources& src)
   if (p.hires_on()) {
     if (img2img) s << ", Hires denoising strength: " << format_number(p.hires.denoise);
     s << ", Hires upscale: " << format_number(p.hires.scale) << ", Hires steps: " << p.hires_steps()
-      << ", Hires upscaler: " << quote_if_needed(p.hires.upscaler);
+      << ", Hires upscaler: "
+      << quote_if_needed(p.hires_uses_model() ? upscaler_folder_name(p.hires.upscaler) : p.hires.upscaler);
   }
   if (!src.lora_hashes.empty()) s << ", Lora hashes: " << hash_list(src.lora_hashes);
   if (!src.ti_hashes.empty()) s << ", TI hashes: " << hash_list(src.ti_hashes);
@@ -182,21 +183,35 @@ std::string postprocess_upscale_fields(double scale, int width, int height, cons
 const std::vector<std::string>& hires_upscaler_names() {
   static const std::vector<std::string> names = {"Latent", "Latent (antialiased)", "Latent (bicubic)",
                                                  "Latent (bicubic antialiased)", "Latent (nearest)",
-                                                 "Latent (nearest-exact)", "Nearest"};
+                                                 "Latent (nearest-exact)", "Nearest", "Lanczos"};
   return names;
 }
 
-std::string canonical_hires_upscaler(const std::string& name) {
+std::string hires_upscaler_name_of(const std::string& name) {
   auto lower = [](std::string v) {
     for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     return v;
   };
-  std::string list;
-  for (const auto& n : hires_upscaler_names()) {
+  for (const auto& n : hires_upscaler_names())
     if (lower(n) == lower(name)) return n;
-    list += (list.empty() ? "\"" : ", \"") + n + "\"";
-  }
-  throw UsageError("unknown hires upscaler '" + name + "'; valid: " + list);
+  return "";
+}
+
+std::string hires_upscaler_name_list() {
+  std::string list;
+  for (const auto& n : hires_upscaler_names()) list += (list.empty() ? "\"" : ", \"") + n + "\"";
+  return list;
+}
+
+bool is_hires_upscaler_folder(const std::string& upscaler) {
+  const auto& names = hires_upscaler_names();
+  return std::find(names.begin(), names.end(), upscaler) == names.end();
+}
+
+std::string upscaler_folder_name(const std::string& dir) {
+  std::filesystem::path p(dir);
+  if (p.filename().empty()) p = p.parent_path();  // "up/4x-anime/"
+  return p.filename().string();
 }
 
 std::int64_t random_seed() {

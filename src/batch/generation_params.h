@@ -55,6 +55,9 @@ struct UpscaleUse {
 // "Lanczos" for "lanczos" in any case (no model), else `name` as given.
 std::string canonical_upscale_model(const std::string& name);
 
+// Whether a (canonical) hires upscaler is an upscaler folder, not one of hires_upscaler_names().
+bool is_hires_upscaler_folder(const std::string& upscaler);
+
 struct GenerationParams {
   std::string prompt;
   std::string negative_prompt;
@@ -96,15 +99,22 @@ struct GenerationParams {
   // Hires fix as A1111 offers it: a second pass at int(width * scale) rounded
   // down to a multiple of 8 (same for height), starting from the first result
   // upscaled in latent space or in pixel space, with its own steps (0 = steps)
-  // and denoising strength. scale 0 = off.
+  // and denoising strength. scale 0 = off. `upscaler` is one of
+  // hires_upscaler_names() or an upscaler folder (export_sdxl.py --upscaler, an
+  // absolute path once read); weights_sha256 is that folder's upscaler file's as
+  // its model.json records it (the manifest compares it: a new export makes the
+  // image again).
   struct Hires {
     double scale = 0.0;
     std::string upscaler = "Latent";
     int steps = 0;
     double denoise = 0.7;
+    std::string weights_sha256;
   } hires;
 
   bool hires_on() const { return hires.scale > 0.0; }
+  // The hires fix upscales by an upscaler folder's model (A1111's passes, then LANCZOS).
+  bool hires_uses_model() const { return hires_on() && is_hires_upscaler_folder(hires.upscaler); }
   int hires_width() const { return static_cast<int>(width * hires.scale) / 8 * 8; }
   int hires_height() const { return static_cast<int>(height * hires.scale) / 8 * 8; }
   int hires_steps() const { return hires.steps > 0 ? hires.steps : steps; }
@@ -137,10 +147,16 @@ std::string postprocess_upscale_fields(double scale, int width, int height, cons
 // Hires fix upscalers (A1111 names): latent space "Latent" (bilinear),
 // "Latent (antialiased)", "Latent (bicubic)", "Latent (bicubic antialiased)",
 // "Latent (nearest)", "Latent (nearest-exact)"; pixel space "Nearest" (VAE
-// decode -> PIL-style nearest resize of the 8-bit image -> VAE encode).
+// decode -> PIL-style nearest resize of the 8-bit image -> VAE encode) and
+// "Lanczos" (the same with PIL's LANCZOS). Anything else names an upscaler folder
+// (VAE decode -> the model's passes -> LANCZOS to the size -> VAE encode).
 const std::vector<std::string>& hires_upscaler_names();
-// Canonical name for a case-insensitive match; throws UsageError listing them.
-std::string canonical_hires_upscaler(const std::string& name);
+// The names as messages list them: "Latent", "Latent (antialiased)", ...
+std::string hires_upscaler_name_list();
+// The canonical name when `name` is one (case-insensitive), else "" (then it names a folder).
+std::string hires_upscaler_name_of(const std::string& name);
+// What images call an upscaler folder (A1111's "Hires upscaler"): the folder's name.
+std::string upscaler_folder_name(const std::string& dir);
 
 // Shortest decimal that reads back the same double: 7 -> "7", 7.5 -> "7.5".
 std::string format_number(double v);

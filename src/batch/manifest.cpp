@@ -48,6 +48,7 @@ nlohmann::json to_json(const ManifestEntry& e) {
   if (p.hires_on())
     j["params"]["hires"] = {{"scale", p.hires.scale}, {"upscaler", p.hires.upscaler}, {"steps", p.hires.steps},
                             {"denoise", p.hires.denoise}};
+  if (p.hires_uses_model()) j["params"]["hires"]["weights_sha256"] = p.hires.weights_sha256;
   if (p.upscale.on())
     j["params"]["upscale"] = {{"model", p.upscale.model}, {"scale", p.upscale.scale}, {"width", p.upscale.width},
                               {"height", p.upscale.height}, {"fit", p.upscale.fit},
@@ -98,6 +99,7 @@ ManifestEntry from_json(const nlohmann::json& j) {
       e.params.hires.upscaler = h.value("upscaler", GenerationParams{}.hires.upscaler);
       e.params.hires.steps = h.value("steps", 0);
       e.params.hires.denoise = h.value("denoise", GenerationParams{}.hires.denoise);
+      e.params.hires.weights_sha256 = h.value("weights_sha256", "");
     }
     if (p.contains("upscale") && p["upscale"].is_object()) {
       const auto& u = p["upscale"];

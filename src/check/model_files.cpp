@@ -35,6 +35,7 @@ void verify_task_folders(const std::vector<const GenerationParams*>& params) {
     for (const ControlNetUse& c : p->controlnets) folders.emplace("controlnet", c.model);
     if (p->ip_adapter.on()) folders.emplace("ip_adapter", p->ip_adapter.model);
     if (p->upscale.uses_model()) folders.emplace("upscaler", p->upscale.model);
+    if (p->hires_uses_model()) folders.emplace("upscaler", p->hires.upscaler);
   }
   int files = 0;
   for (const auto& [kind, dir] : folders) {

@@ -114,7 +114,8 @@ CLI::App* add_generate(CLI::App& app, std::shared_ptr<GenerateArgs>& args) {
       ->check(finite_range(0.0, 8.0));
   cmd->add_option("--hires-upscaler", args->hires_upscaler,
                   "Hires fix upscaler: Latent, Latent (antialiased), Latent (bicubic), Latent (bicubic antialiased), "
-                  "Latent (nearest), Latent (nearest-exact), Nearest (pixel space)")
+                  "Latent (nearest), Latent (nearest-exact), Nearest, Lanczos (pixel space), or an upscaler folder "
+                  "DIR (export_sdxl.py --upscaler: the model's passes, then LANCZOS)")
       ->capture_default_str();
   cmd->add_option("--hires-steps", args->hires_steps, "Hires fix: steps of the second pass (0 = --steps)")
       ->check(CLI::Range(0, 1000));

@@ -67,8 +67,8 @@ void add_model_options(CLI::App& cmd, ModelFlags& f, bool model_required) {
   cache_option("--ip-adapter-cache", o.ip_adapter_cache,
                "How many IP-Adapter folders that tasks name stay loaded (least recently used evicted)", 64u);
   cache_option("--upscaler-cache", o.upscaler_cache,
-               "How many upscaler folders that tasks' frames name (\"upscale\") stay loaded (least recently used "
-               "evicted)", 64u);
+               "How many upscaler folders that tasks name for frames (\"upscale\") and the hires fix stay loaded "
+               "(least recently used evicted)", 64u);
   cache_option("--ip-image-cache", o.ip_image_cache,
                "How many reference images' IP-Adapter tokens stay cached (each is encoded once while cached)", 100000u);
   cmd.add_option("--lora-dir", o.lora_dirs, "Directory where <lora:NAME:W> prompt tags find NAME.safetensors (repeatable)");

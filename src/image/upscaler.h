@@ -9,7 +9,8 @@
 // A fixed-tile folder (window-attention architectures, model.json tile.fixed) runs only at its
 // traced size T: tiles are T (not halved), a shorter tile is padded to T (by reflection when it is
 // more than half of T on that side, else by repeating its edge) and its output cropped.
-// One Upscaler is used by one thread at a time.
+// upscale() keeps no state between calls (the TorchScript module's forward is reentrant): two stages
+// may share one Upscaler.
 #pragma once
 
 #include <torch/script.h>

@@ -1,8 +1,10 @@
 // UpscalerCache: the upscaler folders tasks name for their frames ("upscale": {"model": DIR};
-// --upscale-model), loaded on the run's device on first use and kept in a least-recently-used cache
-// of `capacity` folders (--upscaler-cache; a night's stories use one or two upscalers over hundreds of
-// frames). Their weights are counted (stats, the report's engine counters); evicting one frees it once
-// no stage holds it. Thread-safe; each Upscaler is used by one stage (the decode stage) at a time.
+// --upscale-model) and for their hires fix ("hires": {"upscaler": DIR}; --hires-upscaler), loaded on
+// the run's device on first use and kept in a least-recently-used cache of `capacity` folders
+// (--upscaler-cache; a night's stories use one or two upscalers over hundreds of frames). Their
+// weights are counted (stats, the report's engine counters); evicting one frees it once no stage
+// holds it. Thread-safe; an Upscaler may run in the sampling stage (hires fix) and the decode stage
+// (frames) at once: its module's forward keeps no state between calls.
 #pragma once
 
 #include <cstdint>

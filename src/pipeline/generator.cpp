@@ -89,7 +89,7 @@ struct Generator::Impl {
   std::unique_ptr<VaeCache> vaes;  // the VAEs tasks name; "" = the model's own
   std::unique_ptr<ControlNetCache> controlnets;
   std::unique_ptr<IpAdapterCache> ip_adapters;
-  std::unique_ptr<UpscalerCache> upscalers;  // the frames' upscaler folders ("upscale")
+  std::unique_ptr<UpscalerCache> upscalers;  // the upscaler folders of frames ("upscale") and the hires fix
   Clock::time_point trace_last_call_end;  // SDXL_TRACE_STEPS (sampling stage only)
   VaeTiling vae_tiling = VaeTiling::kAuto;
   double load_s = 0;
@@ -731,6 +731,7 @@ struct SubSampling {
   SdxlModel& m;
   UnetRunner& unet;
   VaeCache& vaes;  // the VAE of each image's task (img2img encode, pixel-space hires fix)
+  UpscalerCache& upscalers;  // the hires fix's upscaler folder (shared with the frames)
   const EncodedBatch& eb;
   SubBatch& sub;
   VaeTiling vae_tiling;
@@ -887,12 +888,19 @@ torch::Tensor hires_pass(SubSampling& s, const torch::Tensor& latents, int out_w
   torch::Tensor up;
   if (is_latent_upscaler(p0.hires.upscaler)) {
     up = upscale_latents(latents, out_h / cfg.vae_downsample, out_w / cfg.vae_downsample, p0.hires.upscaler);
-  } else {
+  } else {  // pixel space (A1111's sample_hr_pass): decode, upscale the 8-bit image, encode
+    std::shared_ptr<Upscaler> model;
+    if (p0.hires_uses_model()) model = s.upscalers.get(p0.hires.upscaler);
     std::vector<torch::Tensor> ups;
     for (int64_t k = 0; k < s.b; ++k) {
       const std::shared_ptr<SdxlModel> vae = s.vaes.get(s.eb.params[s.sub.idx[static_cast<size_t>(k)]].vae);
       const std::vector<std::uint8_t> first_pass = vae_decode_rgb8(*vae, latents.slice(0, k, k + 1), s.vae_tiling);
-      const std::vector<std::uint8_t> big = resize_nearest_rgb8(first_pass.data(), p0.width, p0.height, out_w, out_h);
+      // "Nearest": PIL's NEAREST; "Lanczos" and a folder: A1111's upscale_with_model (the model's passes
+      // while smaller than the target, at most 3), then LANCZOS to the exact size.
+      const std::vector<std::uint8_t> big =
+          p0.hires.upscaler == "Nearest"
+              ? resize_nearest_rgb8(first_pass.data(), p0.width, p0.height, out_w, out_h)
+              : upscale_rgb8(model.get(), first_pass.data(), p0.width, p0.height, out_w, out_h);
       ups.push_back(vae_encode_rgb8(*vae, big.data(), out_w, out_h));
     }
     up = torch::cat(ups);
@@ -923,7 +931,7 @@ std::shared_ptr<SampledBatch> Generator::sample_batch(const std::shared_ptr<Enco
       im.sample_stream.hand_over(sub.pooled);
       for (torch::Tensor& kv : sub.ip_kv) im.sample_stream.hand_over(kv);
       const int64_t b = static_cast<int64_t>(sub.idx.size());
-      SubSampling s{m, *im.unet, *im.vaes, *eb, sub, im.vae_tiling, im.trace_last_call_end,
+      SubSampling s{m, *im.unet, *im.vaes, *im.upscalers, *eb, sub, im.vae_tiling, im.trace_last_call_end,
                     b, eb->cfg_on ? 2 * b : b, {}, 0, 0, {}, {}, {}, {}};
       // Each image's generator (its seed) draws its initial noise and then the
       // noise ancestral / SDE samplers draw, as diffusers' list of generators does.

@@ -69,7 +69,8 @@ struct RuntimeOptions {
   // loaded, and how many reference images' keys and values stay cached.
   std::size_t ip_adapter_cache = 2;
   std::size_t ip_image_cache = 64;
-  // Upscaler folders tasks name for their frames ("upscale"; --upscale-model): how many stay loaded.
+  // Upscaler folders tasks name for their frames ("upscale"; --upscale-model) and hires fix
+  // ("hires": {"upscaler": DIR}; --hires-upscaler): how many stay loaded.
   std::size_t upscaler_cache = 1;
   // LoRAs: where prompt tags <lora:NAME:W> are looked up (after the registry),
   // the factor cache's budget (0 = 30% of the memory free after the weights),

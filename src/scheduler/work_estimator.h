@@ -42,12 +42,12 @@
 namespace sdxl {
 
 // The third part of an estimate's key: the ControlNet count, plus kIpAdapterKey with an IP-Adapter,
-// plus kUpscalerKey with a frame made by an upscaler model (its tiles' activations join the decode
-// stage's peak).
+// plus kUpscalerKey with an upscaler model: a frame's (its weights and tiles' activations join the
+// decode stage's peak) or the hires fix's (the sampling stage's).
 inline constexpr int kIpAdapterKey = 1000;
 inline constexpr int kUpscalerKey = 10000;
 inline int side_modules_key(const GenerationParams& p) {
-  const bool upscaler = p.upscale.on() && p.upscale.model != "Lanczos";
+  const bool upscaler = p.upscale.uses_model() || p.hires_uses_model();
   return static_cast<int>(p.controlnets.size()) + (p.ip_adapter.on() ? kIpAdapterKey : 0) +
          (upscaler ? kUpscalerKey : 0);
 }

@@ -40,7 +40,7 @@ bool same_settings(const GenerationParams& a, const GenerationParams& b) {
                            (!a.inpaint_masked() || a.inpaint_padding == b.inpaint_padding))) &&
          a.hires.scale == b.hires.scale &&
          (!a.hires_on() || (a.hires.upscaler == b.hires.upscaler && a.hires.steps == b.hires.steps &&
-                            a.hires.denoise == b.hires.denoise)) &&
+                            a.hires.denoise == b.hires.denoise && a.hires.weights_sha256 == b.hires.weights_sha256)) &&
          a.loras == b.loras && a.vae == b.vae && a.controlnets == b.controlnets && a.ip_adapter == b.ip_adapter &&
          a.upscale == b.upscale;
 }

@@ -10,8 +10,9 @@ sample the distribution with the generator.
 
 Hires fix: `--hires-scale F --hires-upscaler U --hires-steps N --hires-denoise D`
 vs StableDiffusionXLPipeline (first pass, output_type="latent"), then the
-upscale (torch interpolate for the latent upscalers; decode -> PIL NEAREST
-resize -> encode for "Nearest"), then StableDiffusionXLImg2ImgPipeline at the
+upscale (torch interpolate for the latent upscalers; decode -> PIL NEAREST or
+LANCZOS resize -> encode for "Nearest" and "Lanczos"; upscaler models are
+tests/parity/parity_frame.py's), then StableDiffusionXLImg2ImgPipeline at the
 new size with a fresh generator of the same seed. Also checks the output size.
 
 Fails when a PSNR is below --min-psnr (40 dB) or a size is wrong.
@@ -39,7 +40,7 @@ IMG2IMG = [("Euler", "Automatic"), ("Euler a", "Automatic"), ("Heun", "Karras"),
            ("LCM", "Automatic")]
 IMG2IMG_STEPS, STRENGTH = 8, 0.6
 HIRES = [("Latent", "bilinear", False), ("Latent (bicubic)", "bicubic", False), ("Latent (nearest)", "nearest", False),
-         ("Latent (antialiased)", "bilinear", True), ("Nearest", None, False)]
+         ("Latent (antialiased)", "bilinear", True), ("Nearest", None, False), ("Lanczos", None, False)]
 HIRES_SCALE, HIRES_STEPS, HIRES_DENOISE, BASE_STEPS = 1.5, 6, 0.5, 6
 
 
@@ -126,7 +127,7 @@ def main() -> int:
                 up = F.interpolate(first, size=(H2 // 8, W2 // 8), mode=mode, antialias=aa)
             else:
                 decoded = pipe.image_processor.postprocess(pipe.vae.decode(first / sf).sample, output_type="pil")[0]
-                up = encode(decoded.resize((W2, H2), Image.NEAREST))
+                up = encode(decoded.resize((W2, H2), Image.NEAREST if upscaler == "Nearest" else Image.LANCZOS))
             img, ref_lat = img2img_ref("DPM++ 2M SDE", "Karras", up, HIRES_STEPS, HIRES_DENOISE)
             record("hires", upscaler, png, lat, img, ref_lat, (W2, H2))
     print(f"\nreference time {time.time() - t0:.1f} s")

@@ -158,3 +158,23 @@ def comfy_upscale(model, scale: int, image: torch.Tensor, tile: int = 512, overl
     with torch.no_grad():
         s = tiled_scale(image, model, tile, tile, overlap, scale)
     return s.clamp(0.0, 1.0)
+
+
+def a1111_upscale(model, scale: int, u8, out_w: int, out_h: int):
+    """A1111's Upscaler.upscale with resize_image's final LANCZOS on 8-bit RGB (H, W, 3): while the image
+    is smaller than out_w x out_h on either side, one model pass (at most 3; none for model None, A1111's
+    "Lanczos") through ComfyUI's tiling, each pass's output to 8 bits (clip(255 x) truncated); then PIL's
+    LANCZOS to the exact size when it differs. The frames' and the hires fix's reference."""
+    import numpy as np
+    from PIL import Image
+
+    x = torch.from_numpy(u8).permute(2, 0, 1)[None].float() / 255.0
+    for _ in range(3 if model is not None else 0):
+        if x.shape[3] >= out_w and x.shape[2] >= out_h:
+            break
+        x = torch.from_numpy(np.clip(255.0 * comfy_upscale(model, scale, x).numpy(), 0, 255).astype(np.uint8)).float()
+        x = x / 255.0
+    img = (x[0].permute(1, 2, 0).numpy() * 255.0).round().astype(np.uint8)
+    if img.shape[:2] != (out_h, out_w):
+        img = np.asarray(Image.fromarray(img).resize((out_w, out_h), Image.LANCZOS))
+    return img

@@ -641,6 +641,63 @@ TEST(BatchFile, UpscaleIsCheckedAgainstTheTaskAndRelativeToTheBatchFile) {
   fs::remove_all(dir);
 }
 
+// The hires fix's upscaler: an A1111 name in any case, else an upscaler folder relative to the batch
+// file (its weights' sha256 kept for the manifest); a task's keys (its own "scale" required) replace
+// the defaults' one by one.
+TEST(BatchFile, HiresUpscalerFolderOrName) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("sdxl_hires_up_batch_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "up" / "4x-anime");
+  fs::create_directories(dir / "notup");
+  std::ofstream(dir / "up" / "4x-anime" / "upscaler.ts") << "0123456789";
+  const std::string sha(64, 'b');
+  std::ofstream(dir / "up" / "4x-anime" / "model.json") << R"({"format_version": 1, "kind": "upscaler",
+    "name": "4x-anime", "dtype": "fp16", "export_device": "cpu", "scale": 4,
+    "files": {"upscaler.ts": {"bytes": 10, "sha256": ")" << sha << R"("}},
+    "upscaler": {"file": "upscaler.ts"}, "architecture": {"id": "ESRGAN"}, "tile": {"fixed": false}})";
+  std::ofstream(dir / "notup" / "model.json") << R"({"format_version": 1, "kind": "vae"})";
+  std::vector<sdxl::BatchProblem> p;
+  const auto bf = parse_checked(R"({"version": 1,
+      "defaults": {"hires": {"scale": 1.5, "upscaler": "up/4x-anime", "steps": 4, "denoise": 0.4}},
+      "tasks": [{"id": "a", "prompt": "x"},
+                {"id": "b", "prompt": "y", "hires": {"scale": 1.5, "upscaler": "lanczos"}},
+                {"id": "c", "prompt": "z", "hires": {"scale": 2}}]})",
+                                dir / "b.json", sdxl::GenerationParams{}, &p);
+  ASSERT_TRUE(p.empty()) << p[0].pointer << " " << p[0].message;
+  const sdxl::GenerationParams& a = bf.tasks[0].params;
+  EXPECT_EQ(a.hires.upscaler, (dir / "up" / "4x-anime").string());
+  EXPECT_EQ(a.hires.weights_sha256, sha) << "the sha256 model.json records, for the manifest";
+  EXPECT_TRUE(a.hires_uses_model());
+  EXPECT_NE(sdxl::a1111_parameters(a, "m").find("Hires upscale: 1.5, Hires steps: 4, Hires upscaler: 4x-anime, "),
+            std::string::npos)
+      << sdxl::a1111_parameters(a, "m");
+  const sdxl::GenerationParams& b = bf.tasks[1].params;
+  EXPECT_EQ(b.hires.upscaler, "Lanczos");
+  EXPECT_FALSE(b.hires_uses_model());
+  EXPECT_EQ(b.hires.weights_sha256, "") << "a name has no weights";
+  EXPECT_EQ(b.hires.steps, 4) << "the defaults' other keys stay";
+  EXPECT_EQ(bf.tasks[2].params.hires.upscaler, a.hires.upscaler);
+  EXPECT_EQ(bf.tasks[2].params.hires.scale, 2);
+  p.clear();
+  parse_checked(R"({"version": 1, "tasks": [
+      {"id": "a", "prompt": "x", "hires": {"scale": 2, "upscaler": "up/nowhere"}},
+      {"id": "b", "prompt": "x", "hires": {"scale": 2, "upscaler": "notup"}},
+      {"id": "c", "prompt": "x", "hires": {"scale": 2, "upscaler": "Latnet"}}]})",
+                dir / "b.json", sdxl::GenerationParams{}, &p);
+  std::map<std::string, std::string> by;
+  for (const auto& pr : p) by[pr.pointer] = pr.message;
+  ASSERT_EQ(by.size(), 3u) << (p.empty() ? "" : p[0].message);
+  for (const char* ptr : {"/tasks/0/hires/upscaler", "/tasks/1/hires/upscaler", "/tasks/2/hires/upscaler"}) {
+    ASSERT_TRUE(by.count(ptr)) << ptr;
+    EXPECT_NE(by[ptr].find("not a hires upscaler name"), std::string::npos) << by[ptr];
+    EXPECT_NE(by[ptr].find("nor an upscaler folder"), std::string::npos) << by[ptr];
+  }
+  EXPECT_NE(by["/tasks/0/hires/upscaler"].find("nowhere"), std::string::npos) << by["/tasks/0/hires/upscaler"];
+  EXPECT_NE(by["/tasks/1/hires/upscaler"].find("upscaler"), std::string::npos) << by["/tasks/1/hires/upscaler"];
+  fs::remove_all(dir);
+}
+
 TEST(GenerationParams, UpscaleAddsThePostprocessFieldsAfterVersion) {
   sdxl::GenerationParams p;
   p.prompt = "a cat";

@@ -350,6 +350,20 @@ TEST(Manifest, KeepsEverySettingTheResumeCheckCompares) {
   other = p;
   other.controlnets[0].end = 1.0;
   EXPECT_FALSE(sdxl::same_settings(back->params, other));
+  // A hires upscaler folder: its weights' sha256 survives; another export (or folder) is seen.
+  e.task = "hires";
+  p.hires.upscaler = "/up/4x-anime";
+  p.hires.weights_sha256 = std::string(64, 'c');
+  sdxl::Manifest(path).append(e);
+  const auto hires = sdxl::Manifest(path).find("hires", 0);
+  ASSERT_TRUE(hires.has_value());
+  EXPECT_TRUE(sdxl::same_settings(hires->params, p));
+  other = p;
+  other.hires.weights_sha256 = std::string(64, 'd');
+  EXPECT_FALSE(sdxl::same_settings(hires->params, other));
+  other = p;
+  other.hires.upscaler = "/up/2x-real";
+  EXPECT_FALSE(sdxl::same_settings(hires->params, other));
   fs::remove(path);
 }
 

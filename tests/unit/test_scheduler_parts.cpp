@@ -18,6 +18,7 @@
 #include "scheduler/output_folder.h"
 #include "scheduler/run_report.h"
 #include "scheduler/run_state.h"
+#include "scheduler/work_estimator.h"
 #include "scheduler/work_list.h"
 #include "scheduler/writer_pool.h"
 
@@ -156,6 +157,15 @@ TEST_F(Parts, GroupKeysSeparateWhatCannotShareAUnetCall) {
   b.seed = 99;
   b.prompt = "another prompt";
   EXPECT_EQ(sdxl::batch_group_key(a), sdxl::batch_group_key(b)) << "prompts and seeds may share a call";
+  // The hires fix with an upscaler model: its own group, and estimates keyed with the upscaler (its
+  // weights and tiles are in the sampling stage's peak), as a frame's upscaler is.
+  a.hires.scale = b.hires.scale = 1.5;
+  b.hires.upscaler = "/up/4x-anime";
+  EXPECT_NE(sdxl::batch_group_key(a), sdxl::batch_group_key(b));
+  EXPECT_EQ(sdxl::side_modules_key(a), 0);
+  EXPECT_EQ(sdxl::side_modules_key(b), sdxl::kUpscalerKey);
+  b.hires.upscaler = "Lanczos";
+  EXPECT_EQ(sdxl::side_modules_key(b), 0) << "a name needs no model";
 }
 
 // --- dispatcher -------------------------------------------------------------
