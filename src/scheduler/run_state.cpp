@@ -42,6 +42,7 @@ int RunState::alive_lanes() const {
 }
 
 bool RunState::anything_in_flight() const {
+  if (detailing > 0) return true;  // a decode thread may still queue a detailer's region
   for (const auto& l : lanes)
     if (!l->in_flight.empty()) return true;
   return false;
