@@ -48,12 +48,14 @@ from reference.compare_images import psnr
 from reference.reference_sdxl import a1111_embeds
 
 PROMPT, NEGATIVE, CFG, STEPS = "comic panel, a face", "blurry", 5.0, 8
-CONF, DILATE, BLUR, DENOISE, PADDING = 0.5, 4, 4, 0.4, 32
-# panel -> (seed, corner patch [x1, y1, x2, y2], k largest, detailer prompt, detailer steps or None)
-PANELS = {"p1": (31, (0, 160, 48, 200), 1, "", None),
-          "p2": (32, (208, 0, 256, 40), 2, "", None),
-          "p3": (33, (0, 0, 48, 40), 3, "", None),
-          "p4": (34, (208, 160, 256, 200), 2, "[PROMPT], detailed", 4)}
+DILATE, BLUR, DENOISE, PADDING = 4, 4, 0.4, 32
+# panel -> (seed, corner patch [x1, y1, x2, y2], confidence, k largest, detailer prompt, detailer steps or None).
+# Each confidence is at least 0.002 from every detection's score on the panel's base image (the
+# detections are the same in both implementations to 1e-3): 1, 2, 2 and 3 regions.
+PANELS = {"p1": (31, (0, 160, 48, 200), 0.31, 1, "", None),
+          "p2": (32, (208, 0, 256, 40), 0.298, 2, "", None),
+          "p3": (33, (0, 0, 48, 40), 0.298, 3, "", None),
+          "p4": (34, (208, 160, 256, 200), 0.39, 3, "[PROMPT], detailed", 6)}
 
 
 def corner_mask(size: tuple[int, int], box) -> Image.Image:
@@ -64,12 +66,12 @@ def corner_mask(size: tuple[int, int], box) -> Image.Image:
 
 def write_batch(work: Path, detector: Path, name: str, detailer: bool, denoise: float = DENOISE) -> Path:
     tasks = []
-    for tag, (seed, _, k, prompt, steps) in PANELS.items():
+    for tag, (seed, _, conf, k, prompt, steps) in PANELS.items():
         t = {"id": tag, "prompt": PROMPT, "negative": NEGATIVE, "seed": seed, "steps": STEPS, "cfg": CFG,
              "init_image": "small.png", "mask": f"mask-{tag}.png", "mask_blur": 0, "strength": 1.0,
              "inpaint_area": "masked", "inpaint_padding": 8}
         if detailer:
-            unit = {"detector": str(detector), "confidence": CONF, "max": k, "denoise": denoise}
+            unit = {"detector": str(detector), "confidence": conf, "max": k, "denoise": denoise}
             if prompt:
                 unit["prompt"] = prompt
             if steps:
@@ -77,7 +79,7 @@ def write_batch(work: Path, detector: Path, name: str, detailer: bool, denoise: 
             t["detailer"] = [unit]
         tasks.append(t)
     bf = work / f"{name}.json"
-    bf.write_text(json.dumps({"version": 1, "output": {"template": "{id}.png"}, "tasks": tasks}, indent=1))
+    bf.write_text(json.dumps({"version": 1, "output": {"template": "{id}-{index}.png"}, "tasks": tasks}, indent=1))
     return bf
 
 
@@ -85,16 +87,17 @@ def run_batch(a, bf: Path, out: Path, fresh: bool = True) -> float:
     if fresh:
         shutil.rmtree(out, ignore_errors=True)
     t = time.time()
-    run_ok([a.binary, "run", str(bf), "--model", a.model, "--out", str(out), "--threads", "1", "--no-progress"],
+    run_ok([a.binary, "run", str(bf), "--model", a.model, "--out", str(out), "--threads", "1", "--no-progress",
+            "--max-batch", "4"],
            f"sdxl-batch run {bf.name}")
     return time.time() - t
 
 
-def adetailer_masks(model, base: Path, k: int) -> tuple[list[list[float]], list[Image.Image]]:
+def adetailer_masks(model, base: Path, conf: float, k: int) -> tuple[list[list[float]], list[Image.Image]]:
     """Ultralytics' boxes on the base image and ADetailer's masks of them (pred_preprocessing)."""
     import cv2
 
-    r = model.predict(str(base), conf=CONF, iou=0.7, imgsz=a_imgsz(), rect=False, device="cpu", verbose=False)[0]
+    r = model.predict(str(base), conf=conf, iou=0.7, imgsz=a_imgsz(), rect=False, device="cpu", verbose=False)[0]
     boxes = [d[:4] for d in r.boxes.data.tolist()]
     size = Image.open(base).size
     if k and len(boxes) > k:
@@ -145,9 +148,9 @@ def parity_rows(a, work: Path, base_dir: Path, det_dir: Path, report: dict) -> l
     base_config = dict(pipe.scheduler.config)
     records = {r["task"]: r for r in report["images"]}
     rows = []
-    for tag, (seed, _, k, prompt, steps) in PANELS.items():
-        base, ours = base_dir / f"{tag}.png", det_dir / f"{tag}.png"
-        boxes, masks = adetailer_masks(yolo, base, k)
+    for tag, (seed, _, conf, k, prompt, steps) in PANELS.items():
+        base, ours = base_dir / f"{tag}-0.png", det_dir / f"{tag}-0.png"
+        boxes, masks = adetailer_masks(yolo, base, conf, k)
         got = [d["box"] for d in records[tag].get("detailer", [])]
         same_boxes = len(got) == len(boxes) and all(max(abs(x - y) for x, y in zip(g, b)) <= 0.5
                                                     for g, b in zip(got, boxes))
@@ -182,15 +185,15 @@ def check_report(det_dir: Path) -> list[str]:
         errs.append(f"{d.get('batches')} detailer batches for {regions} regions: not batched")
     for r in rep["images"]:
         n = len(r.get("detailer", []))
-        if not 1 <= n <= PANELS[r["task"]][2]:
-            errs.append(f"{r['task']}: {n} regions, expected 1..{PANELS[r['task']][2]}")
+        if not 1 <= n <= PANELS[r["task"]][3]:
+            errs.append(f"{r['task']}: {n} regions, expected 1..{PANELS[r['task']][3]}")
     html = (det_dir / "report.html").read_text()
     if html.count('class="boxed"') != len(PANELS) or html.count("<i style=\"left:") != regions:
         errs.append("report.html does not draw every image's boxes")
-    for tag, (_, _, k, prompt, steps) in PANELS.items():
-        params = parameters(det_dir / f"{tag}.png")
+    for tag, (_, _, conf, k, prompt, steps) in PANELS.items():
+        params = parameters(det_dir / f"{tag}-0.png")
         want = (f"ADetailer model: face_yolov8n.pt, " + (f'ADetailer prompt: "{prompt}", ' if prompt else "") +
-                f"ADetailer confidence: {CONF}, ADetailer mask only top k largest: {k}, ADetailer dilate erode: "
+                f"ADetailer confidence: {conf}, ADetailer mask only top k largest: {k}, ADetailer dilate erode: "
                 f"{DILATE}, ADetailer mask blur: {BLUR}, ADetailer denoising strength: {DENOISE}, ADetailer inpaint "
                 f"only masked: True, ADetailer inpaint padding: {PADDING}")
         if want not in params:
