@@ -252,3 +252,24 @@ TEST(Detailer, RegionPassIsAnOnlyMaskedInpaintingWithTheRegionsSeed) {
   EXPECT_EQ(sdxl::batch_group_key(p), sdxl::batch_group_key(sdxl::detailer_pass_params(img, u, 0, init, mask)))
       << "regions of the same settings share a UNet call";
 }
+
+TEST(Detailer, SegmentModelsMaskTheSegmentNotTheBox) {
+  // A -seg detection's mask (image pixels) is the region, dilated like a box's.
+  sdxl::Detection det;
+  det.x1 = 0, det.y1 = 0, det.x2 = 9, det.y2 = 7, det.score = 0.8f;
+  det.mask.assign(10 * 8, 0);
+  det.mask[4 * 10 + 5] = 1;
+  det.mask_area = 1;
+  sdxl::DetailerUse u;
+  u.dilate = 2;  // kernel 2 x 2, anchor 1: [x - 1, x] -> columns 5..6, rows 4..5
+  const auto r = sdxl::detailer_regions({det}, 10, 8, u);
+  ASSERT_EQ(r.size(), 1u);
+  int white = 0;
+  for (int y = 0; y < 8; ++y)
+    for (int x = 0; x < 10; ++x) {
+      const bool on = r[0].mask->rgb[3 * (y * 10 + x)] == 255;
+      white += on;
+      EXPECT_EQ(on, x >= 5 && x <= 6 && y >= 4 && y <= 5) << x << "," << y;
+    }
+  EXPECT_EQ(white, 4);
+}
