@@ -933,3 +933,37 @@ TEST_F(Fixture, DetailerRegionsArePassesBatchedAcrossImages) {
   EXPECT_NE(report["failures"][0]["error"].get<std::string>().find("detector.ts is damaged"), std::string::npos);
   EXPECT_EQ(report["failures"][0]["task"], "d");
 }
+
+TEST_F(Fixture, AFailedDetailerPassFailsItsImageWithTheImagesSeed) {
+  StagedFake dev;
+  dev.stage_ms[0] = dev.stage_ms[1] = dev.stage_ms[2] = 1;
+  dev.detect = [](const sdxl::DetailerUse&, const sdxl::PixelImage& img) {
+    auto m = std::make_shared<sdxl::PixelImage>(sdxl::PixelImage{img.width, img.height, {}});
+    m->rgb.assign(img.rgb.size(), 255);
+    return std::vector<sdxl::DetailerRegion>{{0, 0, 4, 4, 0.9f, 0, m}, {0, 0, 4, 4, 0.8f, 0, m}};
+  };
+  dev.fail_sample = [](const std::vector<sdxl::GenerationParams>& ps) {
+    for (const auto& p : ps)
+      if (p.inpaint() && p.prompt == "zeta" && p.seed == 61) throw sdxl::TaskError("injected failure of a region");
+  };
+  const auto bf = batch(R"({"version": 1, "tasks": [
+      {"id": "a", "prompt": "alpha", "seed": 10, "detailer": [{"detector": "det"}]},
+      {"id": "f", "prompt": "zeta", "seed": 60, "detailer": [{"detector": "det"}]}]})");
+  sdxl::RunOptions o;
+  o.queue.max_batch = 8;
+  o.out_dir = dir / "out";
+  o.model_name = "fake";
+  auto lane = dev.lane();
+  const auto r = sdxl::run_batch(bf, o, {lane.get()});
+  EXPECT_EQ(r.done, 1);
+  EXPECT_EQ(r.failed, 1);
+  auto report = nlohmann::json::parse(std::ifstream(dir / "out" / "report.json"));
+  ASSERT_EQ(report["failures"].size(), 1u);
+  const auto& f = report["failures"][0];
+  EXPECT_EQ(f["task"], "f");
+  EXPECT_EQ(f["seed"], 60) << "the image's seed, not its region's";
+  EXPECT_NE(f["error"].get<std::string>().find("detailer unit 1 region 1: injected failure"), std::string::npos)
+      << f["error"];
+  EXPECT_FALSE(fs::exists(dir / "out" / "f-0-60.png"));
+  EXPECT_TRUE(fs::exists(dir / "out" / "a-0-10.png"));
+}
