@@ -879,11 +879,13 @@ torch::Tensor initial_latents(SubSampling& s, std::vector<at::Generator>& gens) 
 
 // The pipeline's step-end blend for a 4-channel UNet: the known region (mask 0)
 // re-noised to the next model call's timestep with the first noise, the rest
-// as sampled: (1 - mask) * add_noise(image_latents, noise, t_next) + mask * latents.
+// as sampled: (1 - mask) * add_noise(image_latents, noise, t_next) + mask * latents;
+// after the last call the known region is image_latents itself (diffusers' loop).
 StepBlend inpaint_blend(SubSampling& s, const SamplerPlan& plan) {
   if (!s.eb.inpaint || s.eb.inpaint_unet) return {};  // a 9-channel UNet sees the mask instead
   return [&s, &plan](const torch::Tensor& x, size_t call) {
-    const torch::Tensor known = add_noise_at(plan, s.image_latents, s.noise, call + 1);
+    const torch::Tensor known = call + 1 < plan.timesteps.size() ? add_noise_at(plan, s.image_latents, s.noise, call + 1)
+                                                                  : s.image_latents;
     return ((1 - s.mask) * known + s.mask * x).to(x.scalar_type());
   };
 }
