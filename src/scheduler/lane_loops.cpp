@@ -186,7 +186,7 @@ bool finish_batch(RunState& run, LaneState& l, const BatchPtr& bp, std::vector<G
     j.device = l.device.name();
     jobs.push_back(std::move(j));
   }
-  if (jobs.size() >= b.picked.size() && jobs[jobs.size() - b.picked.size()].item.detailer) {
+  if (!jobs.empty() && jobs.front().item.detailer) {  // a batch of detailer passes (they batch only together)
     ++run.res.detailer_batches;
     run.res.detailer_regions += b.n;
   }
