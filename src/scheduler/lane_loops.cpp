@@ -186,10 +186,10 @@ bool finish_batch(RunState& run, LaneState& l, const BatchPtr& bp, std::vector<G
     j.device = l.device.name();
     jobs.push_back(std::move(j));
   }
-  if (!jobs.empty() && jobs.front().item.detailer) {  // a batch of detailer passes (they batch only together)
-    ++run.res.detailer_batches;
-    run.res.detailer_regions += b.n;
-  }
+  // Detailer passes (they may share a batch with inpainting tasks of the same settings).
+  const auto passes = std::count_if(jobs.begin(), jobs.end(), [](const WriteJob& j) { return j.item.detailer != nullptr; });
+  run.res.detailer_regions += static_cast<int>(passes);
+  run.res.detailer_batches += passes > 0 ? 1 : 0;
   for (const auto& q : b.picked) {  // a finished pass's pixels live on in its job only
     WorkItem& w = run.work[q.handle];
     if (!w.detailer) continue;
