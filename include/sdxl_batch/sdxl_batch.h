@@ -140,6 +140,7 @@ struct ModelOptions {
   std::string vae_dtype = "auto";     // auto | fp32 | fp16 | bf16
   std::size_t vae_cache = 2, controlnet_cache = 2, ip_adapter_cache = 2, ip_image_cache = 64;
   std::size_t upscaler_cache = 1;  // upscaler folders of the tasks' frames ("upscale") that stay loaded
+  std::size_t detector_cache = 2;  // detector folders of the tasks' detailers ("detailer") that stay loaded
   std::vector<std::string> lora_dirs{};       // where <lora:NAME:W> tags find NAME.safetensors
   std::uint64_t lora_cache_bytes = 0;         // 0 = 30% of the memory free after the weights
   bool lora_strict = false;                   // unmapped LoRA keys are an error, not a warning

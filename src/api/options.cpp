@@ -23,6 +23,7 @@ RuntimeOptions runtime_options(const sdxl_batch::ModelOptions& m,
   r.ip_adapter_cache = m.ip_adapter_cache;
   r.ip_image_cache = m.ip_image_cache;
   r.upscaler_cache = m.upscaler_cache;
+  r.detector_cache = m.detector_cache;
   r.lora_dirs.assign(m.lora_dirs.begin(), m.lora_dirs.end());
   r.lora_cache_bytes = m.lora_cache_bytes;
   r.lora_strict = m.lora_strict;

@@ -31,6 +31,8 @@ constexpr int kMaxSteps = 200;
 constexpr int kMaxCount = 1000;
 constexpr int kMaxClipSkip = 256;
 constexpr int kMaxMaskBlur = 64;   // A1111's slider limit
+constexpr int kMaxDetailerDilate = 128;   // ADetailer's slider limit (negative: erode)
+constexpr int kMaxDetailerRegions = 1000;
 constexpr int kMaxInpaintPadding = 256;  // A1111's slider limit  // a bound without a model; validation checks the model's own limit
 
 // Collects problems instead of stopping at the first, so a user fixes a file in one go.
@@ -42,6 +44,7 @@ struct Checker {
 
   std::map<std::string, std::string> folder_errors{};  // kind + folder -> "" or why it does not load
   std::set<std::string> bad_upscales{};  // "upscale" objects with a problem of their own (not checked again per task)
+  std::string task_id{};  // the id of the task being read ("" in /defaults): named in its detailer's problems
 
   void add(const std::string& pointer, const std::string& msg) { problems.push_back({pointer, msg}); }
 
@@ -280,8 +283,61 @@ struct Checker {
     else add(ptr, "its \"upscale\" (from /defaults/upscale) \"" + key + "\" " + why);
   }
 
+  // One unit of "detailer": a detector folder and ADetailer's settings (their defaults when absent).
+  void read_detailer_unit(const json& d, const std::string& dp, DetailerUse& u) {
+    check_keys(d, dp, {"detector", "prompt", "negative", "confidence", "dilate", "blur", "denoise", "padding", "max",
+                       "steps"});
+    std::string rel;
+    if (get_string(d, dp, "detector", rel)) {
+      u.detector = resolve(rel);
+      if (check_folder("detector", u.detector, dp + "/detector") && checks)
+        u.weights_sha256 = checks->folder_weights_sha256("detector", u.detector);
+    } else if (!d.contains("detector")) {
+      add(dp + "/detector", "is missing (a detector folder made by scripts/export_sdxl.py --detector)");
+    }
+    get_string(d, dp, "prompt", u.prompt);
+    get_string(d, dp, "negative", u.negative);
+    if (d.contains("confidence") && get_number(d, dp, "confidence", 0.0, 1.0, u.confidence) && !(u.confidence > 0))
+      add(dp + "/confidence", "must be above 0 (a detection's score threshold, at most 1)");
+    long long v = 0;
+    if (get_int(d, dp, "dilate", -kMaxDetailerDilate, kMaxDetailerDilate, v)) u.dilate = static_cast<int>(v);
+    if (get_int(d, dp, "blur", 0, kMaxMaskBlur, v)) u.blur = static_cast<int>(v);
+    if (d.contains("denoise") && get_number(d, dp, "denoise", 0.0, 1.0, u.denoise) && !(u.denoise > 0))
+      add(dp + "/denoise", "must be above 0 (the regions' denoising strength, at most 1)");
+    if (get_int(d, dp, "padding", 0, kMaxInpaintPadding, v)) u.padding = static_cast<int>(v);
+    if (get_int(d, dp, "max", 0, kMaxDetailerRegions, v)) u.max = static_cast<int>(v);
+    if (d.contains("steps") && !d["steps"].is_null() && get_int(d, dp, "steps", 1, kMaxSteps, v))
+      u.steps = static_cast<int>(v);
+  }
+
+  // "detailer": a list of units, applied in order; a task's replaces the defaults'; null or [] = none.
+  void read_detailer(const json& obj, const std::string& pointer, GenerationParams& p) {
+    if (!obj.contains("detailer")) return;
+    const std::string ptr = pointer + "/detailer";
+    const json& list = obj["detailer"];
+    p.detailer.clear();
+    if (list.is_null()) return;
+    const size_t before = problems.size();
+    const char* shape = "an array of {\"detector\": DIR, \"prompt\": \"\", \"confidence\": 0.3, \"dilate\": 4, "
+                        "\"blur\": 4, \"denoise\": 0.4, \"padding\": 32, \"max\": 0, \"steps\": null}";
+    if (!list.is_array()) add(ptr, std::string("must be ") + shape + " (or null for none)");
+    for (size_t k = 0; list.is_array() && k < list.size(); ++k) {
+      const std::string dp = ptr + "/" + std::to_string(k);
+      if (!list[k].is_object()) {
+        add(dp, std::string("must be an object; \"detailer\" is ") + shape);
+        continue;
+      }
+      DetailerUse u;
+      read_detailer_unit(list[k], dp, u);
+      p.detailer.push_back(u);
+    }
+    if (!task_id.empty())
+      for (size_t k = before; k < problems.size(); ++k) problems[k].message += " (task '" + task_id + "')";
+  }
+
   void read_settings(const json& obj, const std::string& pointer, GenerationParams& p) {
     read_vae(obj, pointer, p);
+    read_detailer(obj, pointer, p);
     read_upscale(obj, pointer, p);
     read_controlnets(obj, pointer, p);
     read_ip_adapter(obj, pointer, p);
@@ -641,7 +697,8 @@ TaskDefaults read_defaults(Checker& ck, const json& j, const GenerationParams& f
   ck.check_keys(d, "/defaults", {"negative", "steps", "cfg", "width", "height", "sampler", "schedule",
                                  "guidance_rescale", "clip_skip", "strength", "hires", "priority", "timeout", "loras", "vae",
                                  "mask", "mask_blur", "inpaint_area", "inpaint_padding",
-                                 "controlnets", "ip_adapter", "upscale", "characters", "style", "expand", "max_images"});
+                                 "controlnets", "ip_adapter", "upscale", "detailer", "characters", "style", "expand",
+                                 "max_images"});
   ck.read_settings(d, "/defaults", td.params);
   ck.check_sampler(d, "/defaults", td.params);
   if (ck.get_string(d, "/defaults", "priority", td.priority) && !parse_priority(td.priority)) {
@@ -757,7 +814,8 @@ bool read_task(Checker& ck, const json& t, const std::string& ptr, const TaskDef
   ck.check_keys(t, ptr, {"id", "prompt", "negative", "seed", "count", "steps", "cfg", "width", "height", "sampler",
                          "schedule", "guidance_rescale", "clip_skip", "init_image", "strength", "hires", "priority", "vae",
                          "mask", "mask_blur", "inpaint_area", "inpaint_padding",
-                         "controlnets", "ip_adapter", "upscale", "deadline", "timeout", "loras", "characters", "style", "expand",
+                         "controlnets", "ip_adapter", "upscale", "detailer", "deadline", "timeout", "loras", "characters", "style",
+                         "expand",
                          "max_images"});
   task.params = td.params;
   task.params.prompt.clear();
@@ -767,7 +825,9 @@ bool read_task(Checker& ck, const json& t, const std::string& ptr, const TaskDef
     ck.add(ptr + "/id", "'" + task.id + "' is used by an earlier task; ids must be unique");
   }
   if (!t.contains("prompt")) ck.add(ptr + "/prompt", "is missing");
+  ck.task_id = task.id;
   ck.read_settings(t, ptr, task.params);
+  ck.task_id.clear();
   if (t.contains("sampler") || t.contains("schedule")) ck.check_sampler(t, ptr, task.params);
   ck.read_init_image(t, ptr, origin, task.params);
   ck.check_mask(t, ptr, task.params);

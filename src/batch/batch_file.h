@@ -67,7 +67,7 @@ struct BatchProblem {
 class InputChecks {
  public:
   virtual ~InputChecks() = default;
-  // Whether folder `dir` reads as a `kind` folder ("vae", "controlnet", "ip_adapter", "upscaler").
+  // Whether folder `dir` reads as a `kind` folder ("vae", "controlnet", "ip_adapter", "upscaler", "detector").
   virtual std::string folder_problem(const std::string& kind, const std::string& dir) = 0;
   // The size of a PNG, or why it cannot be used (check/ decodes it whole, as the run will).
   virtual std::string png_size(const std::string& path, int& width, int& height) = 0;

@@ -74,7 +74,51 @@ std::string ip_adapter_unit(const GenerationParams& p, const ImageSources& src) 
          ", Weight: " + format_number(ip.scale) + ", Images: " + images;
 }
 
+// ADetailer's fields of every detailer unit (its args.py extra_params order; optional ones only when set).
+std::string detailer_fields(const GenerationParams& p, const ImageSources& src) {
+  std::ostringstream s;
+  for (size_t k = 0; k < p.detailer.size(); ++k) {
+    const DetailerUse& d = p.detailer[k];
+    const std::string x = detailer_unit_suffix(static_cast<int>(k));
+    const std::string model = k < src.detailer_models.size() && !src.detailer_models[k].empty()
+                                  ? src.detailer_models[k]
+                                  : std::filesystem::path(d.detector).filename().string();
+    s << ", ADetailer model" << x << ": " << quote_if_needed(model);
+    if (!d.prompt.empty()) s << ", ADetailer prompt" << x << ": " << quote_if_needed(d.prompt);
+    if (!d.negative.empty()) s << ", ADetailer negative prompt" << x << ": " << quote_if_needed(d.negative);
+    s << ", ADetailer confidence" << x << ": " << format_number(d.confidence);
+    if (d.max > 0) s << ", ADetailer mask only top k largest" << x << ": " << d.max;
+    s << ", ADetailer dilate erode" << x << ": " << d.dilate << ", ADetailer mask blur" << x << ": " << d.blur
+      << ", ADetailer denoising strength" << x << ": " << format_number(d.denoise) << ", ADetailer inpaint only masked"
+      << x << ": True, ADetailer inpaint padding" << x << ": " << d.padding;
+    if (d.steps > 0) s << ", ADetailer use separate steps" << x << ": True, ADetailer steps" << x << ": " << d.steps;
+  }
+  return s.str();
+}
+
 }  // namespace
+
+std::string detailer_prompt(const std::string& unit_prompt, const std::string& image_prompt) {
+  if (unit_prompt.empty()) return image_prompt;
+  std::string out;
+  const std::string tag = "[PROMPT]";
+  size_t pos = 0;
+  while (true) {
+    const size_t at = unit_prompt.find(tag, pos);
+    if (at == std::string::npos) break;
+    out += unit_prompt.substr(pos, at - pos) + image_prompt;
+    pos = at + tag.size();
+  }
+  return out + unit_prompt.substr(pos);
+}
+
+std::string detailer_unit_suffix(int k) {
+  if (k <= 0) return "";
+  const int n = k + 1;
+  const int tens = n % 100, ones = n % 10;
+  const char* th = (tens >= 11 && tens <= 13) ? "th" : ones == 1 ? "st" : ones == 2 ? "nd" : ones == 3 ? "rd" : "th";
+  return " " + std::to_string(n) + th;
+}
 
 // The items in A1111's order (processing.py create_infotext): ..., Size, Model
 // hash, Model, VAE hash, VAE, Denoising strength, Clip skip, then the extra
@@ -110,6 +154,7 @@ std::string a1111_parameters(const GenerationParams& p, const ImageSources& src)
   for (size_t i = 0; i < p.controlnets.size(); ++i)
     s << ", ControlNet " << i << ": " << quote_if_needed(controlnet_unit(p, src, i));
   if (p.ip_adapter.on()) s << ", IP-Adapter: " << quote_if_needed(ip_adapter_unit(p, src));
+  s << detailer_fields(p, src);
   if (src.unet_precision == "fp8") s << ", UNet precision: fp8 e4m3";
   s << ", Version: " << kProgramName << " " << kProgramVersion;
   if (p.upscale.on())

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -58,6 +59,37 @@ std::string canonical_upscale_model(const std::string& name);
 // Whether a (canonical) hires upscaler is an upscaler folder, not one of hires_upscaler_names().
 bool is_hires_upscaler_folder(const std::string& upscaler);
 
+// One unit of a task's "detailer" (ADetailer's semantics, docs/detailer.md): a detector folder
+// (export_sdxl.py --detector) finds regions in the decoded image; each region's mask (its box, or its
+// segment), dilated (> 0) or eroded (< 0) by `dilate` px, is inpainted "only masked" at the task's
+// size with `blur`, `padding` and denoising strength `denoise`, seed = the image's seed + the region's
+// index. prompt / negative: "" = the task's; "[PROMPT]" stands for the task's. max: the k largest
+// regions (0 = all); steps: 0 = the task's. weights_sha256: the detector file's as its model.json
+// records it (the manifest compares it).
+struct DetailerUse {
+  std::string detector;
+  std::string prompt, negative;
+  double confidence = 0.3;
+  int dilate = 4;
+  int blur = 4;
+  double denoise = 0.4;
+  int padding = 32;
+  int max = 0;
+  int steps = 0;
+  std::string weights_sha256;
+  bool operator==(const DetailerUse&) const = default;
+};
+// A detailer prompt against the image's: "" -> `image_prompt`; each "[PROMPT]" replaced by it.
+std::string detailer_prompt(const std::string& unit_prompt, const std::string& image_prompt);
+// ADetailer's suffix of unit k (0-based) in the PNG's parameters: "", " 2nd", " 3rd", " 4th", ...
+std::string detailer_unit_suffix(int k);
+
+// 8-bit RGB pixels held in memory (a detailer region's init image and mask), row-major.
+struct PixelImage {
+  int width = 0, height = 0;
+  std::vector<std::uint8_t> rgb;
+};
+
 struct GenerationParams {
   std::string prompt;
   std::string negative_prompt;
@@ -94,8 +126,11 @@ struct GenerationParams {
   // width x height and pasted back through the blurred mask.
   std::string inpaint_area = "whole";
   int inpaint_padding = 32;
-  bool inpaint() const { return !mask.empty(); }
+  bool inpaint() const { return !mask.empty() || mask_pixels != nullptr; }
   bool inpaint_masked() const { return inpaint() && inpaint_area == "masked"; }
+  // A detailer region's pass: its init image and mask in memory (not files). init_image and mask
+  // then only name them in logs; the pipeline reads these instead.
+  std::shared_ptr<const PixelImage> init_pixels, mask_pixels;
   // Hires fix as A1111 offers it: a second pass at int(width * scale) rounded
   // down to a multiple of 8 (same for height), starting from the first result
   // upscaled in latent space or in pixel space, with its own steps (0 = steps)
@@ -122,6 +157,7 @@ struct GenerationParams {
   std::vector<ControlNetUse> controlnets;  // summed per step, in this order
   IpAdapterUse ip_adapter;
   UpscaleUse upscale;  // the frame the PNG is written as
+  std::vector<DetailerUse> detailer;  // after decode, before the frame, in this order
 };
 
 // The frame size of a final upscale of a width x height image (image/frame_upscale.h's rule: by a
@@ -182,6 +218,9 @@ struct ImageSources {
   std::vector<std::pair<std::string, std::string>> ip_images;
   // The final upscale's upscaler as images name it (its file's stem, or "Lanczos"; "" = none).
   std::string upscaler_name;
+  // Per detailer unit of the task: the detector's name as images name it (its source file, e.g.
+  // "face_yolov8n.pt"). Empty: the folder's name.
+  std::vector<std::string> detailer_models;
   // The UNet's precision when not the model's dtype ("fp8": "UNet precision: fp8 e4m3").
   std::string unet_precision;
 };
@@ -205,6 +244,11 @@ struct ImageSources {
 // <name> [<hash>], Weight: W, Resize Mode: Just Resize, Guidance Start: S, Guidance End: E".
 // An IP-Adapter adds (after the ControlNets): IP-Adapter: "Model: <name> [<hash>],
 // Weight: <scale>, Images: <file> [<sha256 10>], <file2> [...]".
+// A detailer adds ADetailer's fields per unit before Version ("ADetailer model", "ADetailer prompt" and
+// "ADetailer negative prompt" when set, "ADetailer confidence", "ADetailer dilate erode", "ADetailer
+// mask blur", "ADetailer denoising strength", "ADetailer inpaint only masked", "ADetailer inpaint
+// padding", "ADetailer mask only top k largest" when set, "ADetailer use separate steps" and
+// "ADetailer steps" when set), the 2nd unit's with " 2nd" and so on.
 // A final upscale adds postprocess_upscale_fields after Version (as A1111's extras tab appends them).
 std::string a1111_parameters(const GenerationParams& p, const ImageSources& sources);
 // The same with only a model name and LoRA hashes.

@@ -53,6 +53,11 @@ nlohmann::json to_json(const ManifestEntry& e) {
     j["params"]["upscale"] = {{"model", p.upscale.model}, {"scale", p.upscale.scale}, {"width", p.upscale.width},
                               {"height", p.upscale.height}, {"fit", p.upscale.fit},
                               {"weights_sha256", p.upscale.weights_sha256}};
+  for (const auto& d : p.detailer)
+    j["params"]["detailer"].push_back({{"detector", d.detector}, {"prompt", d.prompt}, {"negative", d.negative},
+                                       {"confidence", d.confidence}, {"dilate", d.dilate}, {"blur", d.blur},
+                                       {"denoise", d.denoise}, {"padding", d.padding}, {"max", d.max},
+                                       {"steps", d.steps}, {"weights_sha256", d.weights_sha256}});
   if (!e.source_prompt.empty() && e.source_prompt != p.prompt) j["source_prompt"] = e.source_prompt;
   if (!e.characters.empty()) j["characters"] = e.characters;
   if (!e.style.empty()) j["style"] = e.style;
@@ -128,6 +133,23 @@ ManifestEntry from_json(const nlohmann::json& j) {
         for (const auto& f : ip["images"])
           if (f.is_string()) e.params.ip_adapter.images.push_back(f.get<std::string>());
     }
+    if (p.contains("detailer") && p["detailer"].is_array())
+      for (const auto& d : p["detailer"]) {
+        if (!d.is_object()) continue;
+        DetailerUse u;
+        u.detector = d.value("detector", "");
+        u.prompt = d.value("prompt", "");
+        u.negative = d.value("negative", "");
+        u.confidence = d.value("confidence", u.confidence);
+        u.dilate = d.value("dilate", u.dilate);
+        u.blur = d.value("blur", u.blur);
+        u.denoise = d.value("denoise", u.denoise);
+        u.padding = d.value("padding", u.padding);
+        u.max = d.value("max", u.max);
+        u.steps = d.value("steps", u.steps);
+        u.weights_sha256 = d.value("weights_sha256", "");
+        e.params.detailer.push_back(u);
+      }
     if (p.contains("loras") && p["loras"].is_array())
       for (const auto& l : p["loras"]) {
         LoraRef r;

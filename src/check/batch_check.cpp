@@ -15,6 +15,7 @@
 #include "image/png_reader.h"
 #include "lora/embedding_files.h"
 #include "lora/safetensors.h"
+#include "model/detector_config.h"
 #include "model/upscaler_config.h"
 #include "sampling/sampler_plan.h"
 #include "text/clip_tokenizer.h"
@@ -63,6 +64,7 @@ std::string FileInputChecks::folder_problem(const std::string& kind, const std::
     else if (kind == "controlnet") (void)load_controlnet_config(dir);
     else if (kind == "ip_adapter") (void)load_ip_adapter_config(dir);
     else if (kind == "upscaler") (void)load_upscaler_config(dir);
+    else if (kind == "detector") (void)load_detector_config(dir);
     else return "unknown folder kind '" + kind + "'";
   } catch (const ModelError& e) {
     return e.what();
@@ -71,11 +73,13 @@ std::string FileInputChecks::folder_problem(const std::string& kind, const std::
 }
 
 std::string FileInputChecks::folder_weights_sha256(const std::string& kind, const std::string& dir) {
-  if (kind != "upscaler") return "";
+  if (kind != "upscaler" && kind != "detector") return "";
   try {
-    const UpscalerConfig c = load_upscaler_config(dir);
-    const auto it = c.file_sha256.find(c.file);
-    return it == c.file_sha256.end() ? "" : it->second;
+    const auto sha = [](const auto& c) {
+      const auto it = c.file_sha256.find(c.file);
+      return it == c.file_sha256.end() ? std::string() : it->second;
+    };
+    return kind == "upscaler" ? sha(load_upscaler_config(dir)) : sha(load_detector_config(dir));
   } catch (const ModelError&) {
     return "";  // folder_problem said why
   }

@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "model/detector_config.h"
 #include "model/upscaler_config.h"
 
 namespace sdxl {
@@ -36,12 +37,14 @@ void verify_task_folders(const std::vector<const GenerationParams*>& params) {
     if (p->ip_adapter.on()) folders.emplace("ip_adapter", p->ip_adapter.model);
     if (p->upscale.uses_model()) folders.emplace("upscaler", p->upscale.model);
     if (p->hires_uses_model()) folders.emplace("upscaler", p->hires.upscaler);
+    for (const DetailerUse& d : p->detailer) folders.emplace("detector", d.detector);
   }
   int files = 0;
   for (const auto& [kind, dir] : folders) {
     const std::map<std::string, std::string> sums = kind == "vae"          ? load_vae_config(dir).file_sha256
                                                     : kind == "controlnet" ? load_controlnet_config(dir).file_sha256
                                                     : kind == "upscaler"   ? load_upscaler_config(dir).file_sha256
+                                                    : kind == "detector"   ? load_detector_config(dir).file_sha256
                                                                            : load_ip_adapter_config(dir).file_sha256;
     ModelConfig folder;  // verify_model_files reads only the folder and its sums
     folder.dir = dir;

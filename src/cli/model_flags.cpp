@@ -69,6 +69,9 @@ void add_model_options(CLI::App& cmd, ModelFlags& f, bool model_required) {
   cache_option("--upscaler-cache", o.upscaler_cache,
                "How many upscaler folders that tasks name for frames (\"upscale\") and the hires fix stay loaded "
                "(least recently used evicted)", 64u);
+  cache_option("--detector-cache", o.detector_cache,
+               "How many detector folders that tasks' detailers name (\"detailer\") stay loaded (least recently used "
+               "evicted)", 64u);
   cache_option("--ip-image-cache", o.ip_image_cache,
                "How many reference images' IP-Adapter tokens stay cached (each is encoded once while cached)", 100000u);
   cmd.add_option("--lora-dir", o.lora_dirs, "Directory where <lora:NAME:W> prompt tags find NAME.safetensors (repeatable)");

@@ -38,6 +38,9 @@
 #include "core/error.h"
 #include "device/device_errors.h"
 #include "image/mask.h"
+#include "detect/detector.h"
+#include "core/lru_cache.h"
+#include "pipeline/detailer.h"
 #include "image/png_reader.h"
 #include "sampling/sampler_plan.h"
 #include "pipeline/text_encode.h"
@@ -90,6 +93,7 @@ struct Generator::Impl {
   std::unique_ptr<ControlNetCache> controlnets;
   std::unique_ptr<IpAdapterCache> ip_adapters;
   std::unique_ptr<UpscalerCache> upscalers;  // the upscaler folders of frames ("upscale") and the hires fix
+  std::unique_ptr<LruCache<Detector>> detectors;  // the detailer's detector folders (decode stage)
   Clock::time_point trace_last_call_end;  // SDXL_TRACE_STEPS (sampling stage only)
   VaeTiling vae_tiling = VaeTiling::kAuto;
   double load_s = 0;
@@ -184,6 +188,7 @@ Generator::Generator(const std::filesystem::path& model_dir, const RuntimeOption
   impl_->controlnets = std::make_unique<ControlNetCache>(*impl_->model, opts.controlnet_cache);
   impl_->ip_adapters = std::make_unique<IpAdapterCache>(*impl_->model, opts.ip_adapter_cache, opts.ip_image_cache);
   impl_->upscalers = std::make_unique<UpscalerCache>(device, opts.upscaler_cache);
+  impl_->detectors = std::make_unique<LruCache<Detector>>(opts.detector_cache);
   device_synchronize(device);
   impl_->load_s = seconds_since(t0);
   spdlog::info("loaded model '{}' ({}, {}{}) on {} in {:.2f} s", cfg.name, cfg.source, dtype_name(impl_->model->dtype),
@@ -210,6 +215,7 @@ void add_image_sources(ImageSources& sources, const GenerationParams& p, const G
   sources.ip_adapter_hash = img.ip_adapter_hash;
   sources.ip_images = img.ip_images;
   sources.upscaler_name = img.upscaler_name;
+  sources.detailer_models = img.detailer_models;
   if (p.vae.empty()) return;
   sources.vae_name = img.vae_name;
   sources.vae_hash = img.vae_hash;
@@ -258,6 +264,7 @@ std::map<std::string, double> Generator::engine_counters() const {
   add_cache_counters(c, "ip_adapter_cache", impl_->ip_adapters->adapter_stats());
   add_cache_counters(c, "ip_image_cache", impl_->ip_adapters->image_stats());  // loads: reference images encoded
   add_cache_counters(c, "upscaler_cache", impl_->upscalers->stats());
+  add_cache_counters(c, "detector_cache", impl_->detectors->stats());
   return c;
 }
 
@@ -482,7 +489,8 @@ void read_inpaint_masks(const ModelConfig& cfg, EncodedBatch& eb) {
   eb.overlays.resize(eb.params.size());
   for (size_t i = 0; i < eb.params.size(); ++i) {
     const GenerationParams& p = eb.params[i];
-    RgbImage mask = read_png_rgb(p.mask, "mask");
+    RgbImage mask = p.mask_pixels ? RgbImage{p.mask_pixels->width, p.mask_pixels->height, p.mask_pixels->rgb}
+                                  : read_png_rgb(p.mask, "mask");
     int blur = p.mask_blur;
     if (p.inpaint_masked()) {
       mask = crop_for_inpainting(p, mask, eb.init_images[i], eb.overlays[i]);
@@ -516,7 +524,8 @@ void plan_batch_sampling(const ModelConfig& cfg, EncodedBatch& eb) {
     eb.init_images.resize(ps.size());
     for (size_t i = 0; i < ps.size(); ++i) {
       const GenerationParams& p = ps[i];
-      eb.init_images[i] = read_png_rgb(p.init_image);
+      eb.init_images[i] = p.init_pixels ? RgbImage{p.init_pixels->width, p.init_pixels->height, p.init_pixels->rgb}
+                                        : read_png_rgb(p.init_image);
       if (eb.init_images[i].width != p.width || eb.init_images[i].height != p.height)
         throw UsageError("init image '" + p.init_image + "' is " + std::to_string(eb.init_images[i].width) + "x" +
                          std::to_string(eb.init_images[i].height) + " but the task asks for " +
@@ -871,11 +880,13 @@ torch::Tensor initial_latents(SubSampling& s, std::vector<at::Generator>& gens) 
 
 // The pipeline's step-end blend for a 4-channel UNet: the known region (mask 0)
 // re-noised to the next model call's timestep with the first noise, the rest
-// as sampled: (1 - mask) * add_noise(image_latents, noise, t_next) + mask * latents.
+// as sampled: (1 - mask) * add_noise(image_latents, noise, t_next) + mask * latents;
+// after the last call the known region is image_latents itself (diffusers' loop).
 StepBlend inpaint_blend(SubSampling& s, const SamplerPlan& plan) {
   if (!s.eb.inpaint || s.eb.inpaint_unet) return {};  // a 9-channel UNet sees the mask instead
   return [&s, &plan](const torch::Tensor& x, size_t call) {
-    const torch::Tensor known = add_noise_at(plan, s.image_latents, s.noise, call + 1);
+    const torch::Tensor known = call + 1 < plan.timesteps.size() ? add_noise_at(plan, s.image_latents, s.noise, call + 1)
+                                                                  : s.image_latents;
     return ((1 - s.mask) * known + s.mask * x).to(x.scalar_type());
   };
 }
@@ -1020,7 +1031,7 @@ std::vector<GeneratedImage> Generator::decode_batch(const std::shared_ptr<Sample
           g.vae_name = vae->config.vae_file.recorded() ? vae->config.vae_file.name : vae->config.name;
           g.vae_hash = vae->config.vae_file.recorded() ? vae->config.vae_file.short_hash() : "";
         }
-        if (p.upscale.on()) make_frame(*im.upscalers, p, g);
+        if (p.upscale.on() && p.detailer.empty()) make_frame(*im.upscalers, p, g);  // a detailer's: after it
       }
       sub.latents = torch::Tensor();
     }
@@ -1028,6 +1039,54 @@ std::vector<GeneratedImage> Generator::decode_batch(const std::shared_ptr<Sample
     return 0;
   });
   return std::move(eb.out);
+}
+
+void Generator::make_deferred_frame(const GenerationParams& p, GeneratedImage& g) {
+  Impl& im = *impl_;
+  if (!p.upscale.on()) return;
+  apply_thread_settings(im.opts);
+  const StageStream::Scope on(im.decode_stream);
+  std::shared_lock device_lock(im.device_mu);
+  translate_device_errors(nullptr, [&] {
+    c10::InferenceMode inference;
+    make_frame(*im.upscalers, p, g);
+    return 0;
+  });
+}
+
+std::vector<DetailerRegion> Generator::detailer_regions(const DetailerUse& unit, const PixelImage& image,
+                                                        std::string& model_name) {
+  Impl& im = *impl_;
+  apply_thread_settings(im.opts);
+  const StageStream::Scope on(im.decode_stream);
+  std::shared_lock device_lock(im.device_mu);  // not while a CUDA graph is being captured
+  std::vector<Detection> found;
+  translate_device_errors(nullptr, [&] {
+    c10::InferenceMode inference;
+    std::shared_ptr<Detector> det;
+    try {
+      det = im.detectors->get(
+          unit.detector, [&] { return std::make_shared<Detector>(unit.detector, im.model->device); },
+          [](const std::string&) {});
+    } catch (const ModelError& e) {
+      throw UsageError(std::string("detailer: ") + e.what());  // the task's failure, not the run's
+    }
+    const DetectorConfig& dc = det->config();
+    model_name = dc.source_file.recorded() ? dc.source_file.name : dc.display_name();  // ADetailer: "face_yolov8n.pt"
+    DetectSettings settings;
+    settings.confidence = unit.confidence;
+    found = det->detect(image.rgb.data(), image.width, image.height, settings, det->config().task == "segment");
+    return 0;
+  });
+  std::vector<DetailerRegion> regions = sdxl::detailer_regions(found, image.width, image.height, unit);
+  // A region whose mask the blur and the latent grid leave empty would be refused by the inpainting
+  // pass ("marks nothing to repaint"): it is left as it is.
+  const int down = im.model->config.vae_downsample;
+  std::erase_if(regions, [&](const DetailerRegion& r) {
+    const RgbImage m{r.mask->width, r.mask->height, r.mask->rgb};
+    return !mask_survives_blur(m, unit.blur, true, unit.padding, image.width, image.height, down);
+  });
+  return regions;
 }
 
 std::vector<GeneratedImage> Generator::generate_batch(const std::vector<GenerationParams>& ps, const StepHook& hook) {

@@ -20,6 +20,7 @@
 #include "model/model_config.h"
 #include "core/memory.h"
 #include "device/cuda_allocator.h"
+#include "pipeline/detailer.h"
 
 namespace sdxl {
 
@@ -72,6 +73,8 @@ struct RuntimeOptions {
   // Upscaler folders tasks name for their frames ("upscale"; --upscale-model) and hires fix
   // ("hires": {"upscaler": DIR}; --hires-upscaler): how many stay loaded.
   std::size_t upscaler_cache = 1;
+  // Detector folders tasks' detailers name ("detailer"): how many stay loaded.
+  std::size_t detector_cache = 2;
   // LoRAs: where prompt tags <lora:NAME:W> are looked up (after the registry),
   // the factor cache's budget (0 = 30% of the memory free after the weights),
   // and whether keys that map to no weight are an error instead of a warning.
@@ -116,6 +119,8 @@ struct GeneratedImage {
   std::vector<std::pair<std::string, std::string>> ip_images;
   // Its final upscale's upscaler as images name it ("" = none): rgb, width and height are the frame.
   std::string upscaler_name;
+  // Its detailer units' detectors as images name them (ADetailer model), in the task's order.
+  std::vector<std::string> detailer_models;
 };
 
 // The model's part of an image's PNG sources (name, and the hashes model.json records).
@@ -156,6 +161,14 @@ class Generator {
   std::shared_ptr<SampledBatch> sample_batch(const std::shared_ptr<EncodedBatch>& encoded, const StepHook& hook = {});
   //  3. VAE decode and the copy to host memory: one image per params entry.
   std::vector<GeneratedImage> decode_batch(const std::shared_ptr<SampledBatch>& sampled);
+  // The detailer (docs/detailer.md), on the decode stage's thread and stream: the regions detector
+  // folder unit.detector finds in `image` (its masks made as detailer_regions makes them; regions the
+  // blur leaves empty dropped), the folder loaded once into a cache; model_name: the detector's name
+  // as images give it. A folder that does not load throws UsageError (the task fails).
+  std::vector<DetailerRegion> detailer_regions(const DetailerUse& unit, const PixelImage& image, std::string& model_name);
+  // The frame ("upscale") of an image of a task with a detailer: decode_batch leaves it to be made
+  // after the detailer (no-op without "upscale").
+  void make_deferred_frame(const GenerationParams& p, GeneratedImage& g);
   // Loads the LoRA files `params` will need into the cache ahead of
   // encode_batch (no weight changes: safe while another batch samples).
   void prefetch_loras(const std::vector<GenerationParams>& params);

@@ -231,6 +231,8 @@ a.stat{text-decoration:none;color:inherit}
 .card .prompt{color:#374151;display:-webkit-box;-webkit-line-clamp:2;-webkit-box-orient:vertical;overflow:hidden}
 .card.missing .thumb{background:#e5e7eb;color:#4b5563;flex-direction:column;font-size:13px;padding:8px;
  text-align:center}
+.boxed{position:relative;display:inline-block;line-height:0}
+.boxed i{position:absolute;border:2px solid #f59e0b;box-sizing:border-box;pointer-events:none}
 .card.failed{border-color:#fca5a5;background:#fef2f2}
 .card.failed .thumb{background:#fee2e2;color:#991b1b;flex-direction:column;align-items:stretch;
  justify-content:flex-start;padding:10px;font-size:12px;overflow:auto;white-space:pre-wrap;overflow-wrap:anywhere}
@@ -299,6 +301,24 @@ std::string id_label(const json& e) {
   return s;
 }
 
+// The detailer's regions of an image as boxes over its thumbnail (percentages of the image detailed).
+std::string detailer_boxes(const json& regions) {
+  std::string h;
+  for (const json& d : regions) {
+    if (!d.is_object() || !d.contains("box") || !d["box"].is_array() || d["box"].size() != 4) continue;
+    const double w = num(d, "image_width"), ht = num(d, "image_height");
+    if (!(w > 0 && ht > 0) || !d["box"][0].is_number() || !d["box"][1].is_number() || !d["box"][2].is_number() ||
+        !d["box"][3].is_number())
+      continue;
+    const double x1 = d["box"][0].get<double>(), y1 = d["box"][1].get<double>(), x2 = d["box"][2].get<double>(),
+                 y2 = d["box"][3].get<double>();
+    h += fmt("<i style=\"left:%.2f%%;top:%.2f%%;width:%.2f%%;height:%.2f%%\"", 100 * x1 / w, 100 * y1 / ht,
+             100 * (x2 - x1) / w, 100 * (y2 - y1) / ht) +
+         " title=\"" + escape(text(d, "detector") + fmt(" %.2f", num(d, "score"))) + "\"></i>";
+  }
+  return h;
+}
+
 void render_sheet(std::string& h, const json& r, const std::vector<std::string>& uris) {
   std::vector<Card> cards;
   const json& images = array_field(r, "images");
@@ -341,7 +361,9 @@ void render_sheet(std::string& h, const json& r, const std::vector<std::string>&
     } else if (c.uri.empty()) {
       h += "<strong>file missing</strong><span>" + escape(file) + "</span>";
     } else {
-      const std::string img = "<img src=\"" + escape(c.uri) + "\" alt=\"" + escape(truncate_utf8(prompt, 80)) + "\">";
+      std::string img = "<img src=\"" + escape(c.uri) + "\" alt=\"" + escape(truncate_utf8(prompt, 80)) + "\">";
+      if (e.contains("detailer") && e["detailer"].is_array() && !e["detailer"].empty())
+        img = "<span class=\"boxed\">" + img + detailer_boxes(e["detailer"]) + "</span>";
       h += file.empty() ? img : "<a href=\"" + escape(url_path(file)) + "\">" + img + "</a>";
     }
     h += "</div><figcaption><span class=\"id\">" + escape(id_label(e)) + "</span> <span class=\"meta\">" +

@@ -31,9 +31,9 @@ class Progress {
  public:
   Progress(const SamplerPlan& plan, const StepHook& hook, const StepBlend& blend)
       : hook_(hook), blend_(blend), total_(plan_model_calls(plan)), calls_(plan.timesteps.size()) {}
-  // After the step of model call `call`: the blend (but after the last call), then the hook.
+  // After the step of model call `call`: the blend (the last call's too), then the hook.
   torch::Tensor done(torch::Tensor x, size_t call) {
-    if (blend_ && call + 1 < calls_) x = blend_(x, call);
+    if (blend_) x = blend_(x, call);
     ++done_;
     if (hook_) hook_(done_, total_);
     return x;

@@ -24,9 +24,9 @@ using ModelFn = std::function<torch::Tensor(const torch::Tensor& model_input, do
 // Called after each model call with (calls done, calls total); may throw to stop.
 using StepHook = std::function<void(int step, int total)>;
 
-// Called after the step of model call `call` (but the last) with its result;
-// returns the latents the next call starts from (inpainting blends the known
-// region back, noised to timesteps[call + 1]).
+// Called after the step of model call `call` with its result (the last call's too);
+// returns the latents the next call starts from, or the result (inpainting blends
+// the known region back, noised to timesteps[call + 1]; after the last call not noised).
 using StepBlend = std::function<torch::Tensor(const torch::Tensor& latents, size_t call)>;
 
 // Runs plan.timesteps[plan.begin..] on `latents` (already noised: initial noise

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "batch/generation_params.h"
+#include "core/error.h"
 #include "core/memory.h"
 #include "lora/lora_stats.h"
 #include "pipeline/generator.h"
@@ -42,6 +43,14 @@ class DeviceLane {
   virtual StageHandle encode(const std::vector<GenerationParams>& params) = 0;
   virtual StageHandle sample(const StageHandle& encoded, const StepHook& hook) = 0;
   virtual std::vector<GeneratedImage> decode(const StageHandle& sampled) = 0;
+
+  // The detailer, on the decode thread (docs/detailer.md): the regions of one unit in an image, and
+  // the frame of a task with a detailer, made after it. A lane without a detector cannot detail.
+  virtual std::vector<DetailerRegion> detailer_regions(const DetailerUse& unit, const PixelImage& /*image*/,
+                                                       std::string& /*model_name*/) {
+    throw TaskError("device " + name() + " cannot run the detailer of '" + unit.detector + "'");
+  }
+  virtual void make_deferred_frame(const GenerationParams& /*p*/, GeneratedImage& /*image*/) {}
 
   // Loads a batch's LoRA files ahead of its encode, without changing weights
   // (safe while another batch samples). can_prefetch: whether prefetch does anything.

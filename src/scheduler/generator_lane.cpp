@@ -33,6 +33,14 @@ std::vector<GeneratedImage> GeneratorLane::decode(const StageHandle& sampled) {
   return gen_->decode_batch(std::static_pointer_cast<SampledBatch>(sampled));
 }
 
+std::vector<DetailerRegion> GeneratorLane::detailer_regions(const DetailerUse& unit, const PixelImage& image,
+                                                            std::string& model_name) {
+  return gen_->detailer_regions(unit, image, model_name);
+}
+void GeneratorLane::make_deferred_frame(const GenerationParams& p, GeneratedImage& image) {
+  gen_->make_deferred_frame(p, image);
+}
+
 void GeneratorLane::prefetch(const std::vector<GenerationParams>& params) { gen_->prefetch_loras(params); }
 
 std::optional<MemorySnapshot> GeneratorLane::memory() { return gen_->memory(); }

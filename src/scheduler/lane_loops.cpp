@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "scheduler/detailer_flow.h"
 #include "scheduler/dispatcher.h"
 #include "scheduler/failure_policy.h"
 
@@ -185,6 +186,18 @@ bool finish_batch(RunState& run, LaneState& l, const BatchPtr& bp, std::vector<G
     j.device = l.device.name();
     jobs.push_back(std::move(j));
   }
+  // Detailer passes (they may share a batch with inpainting tasks of the same settings).
+  const auto passes = std::count_if(jobs.begin(), jobs.end(), [](const WriteJob& j) { return j.item.detailer != nullptr; });
+  run.res.detailer_regions += static_cast<int>(passes);
+  run.res.detailer_batches += passes > 0 ? 1 : 0;
+  for (const auto& q : b.picked) {  // a finished pass's pixels live on in its job only
+    WorkItem& w = run.work[q.handle];
+    if (!w.detailer) continue;
+    w.params.init_pixels.reset();
+    w.params.mask_pixels.reset();
+    w.detailer.reset();
+  }
+  for (const auto& j : jobs) run.detailing += detailer_involved(j.item) ? 1 : 0;
   run.images_since_release += b.n;
   run.cv.notify_all();
   if (run.opts.release_every > 0 && run.images_since_release >= run.opts.release_every) {
@@ -192,6 +205,33 @@ bool finish_batch(RunState& run, LaneState& l, const BatchPtr& bp, std::vector<G
     return true;
   }
   return false;
+}
+
+// The images of a finished batch that belong to a detailer take its next step (detectors on this
+// thread, without mu): a region's pass is queued, a detailed image joins `jobs`, a failure is
+// recorded; the others stay in `jobs` as they are.
+void route_detailers(RunState& run, LaneState& l, std::vector<WriteJob>& jobs) {
+  std::vector<WorkItem> items;
+  for (const auto& j : jobs) items.push_back(j.item);
+  bool any = false;
+  for (const auto& w : items) any |= detailer_involved(w);
+  if (!any) return;
+  std::vector<DetailerOutcome> steps = advance_detailers(l.device, items, jobs);
+  std::vector<WriteJob> keep;
+  std::lock_guard lk(run.mu);
+  for (size_t k = 0; k < jobs.size(); ++k) {
+    DetailerOutcome& o = steps[k];
+    if (!o.involved) {
+      keep.push_back(std::move(jobs[k]));
+      continue;
+    }
+    --run.detailing;
+    if (o.pass) queue_detailer_pass(run, std::move(*o.pass));
+    else if (o.done) keep.push_back(std::move(*o.done));
+    else run.record_failure(items[k], o.error);
+  }
+  jobs = std::move(keep);
+  run.cv.notify_all();
 }
 
 }  // namespace
@@ -227,6 +267,7 @@ void decode_loop(RunState& run, LaneState& l, WriterPool& writers) {
       b->decode_s[1] = run.elapsed();
       release = finish_batch(run, l, b, out, jobs);
     }
+    route_detailers(run, l, jobs);
     for (auto& j : jobs) writers.push(std::move(j));
     if (release) l.device.release_cached();
   }

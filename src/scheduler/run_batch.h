@@ -141,6 +141,7 @@ struct RunResult {
   int total = 0, done = 0, skipped = 0, failed = 0, not_started = 0;
   int batches = 0, oom_recoveries = 0, retries = 0, deadlines_missed = 0;
   int devices_failed = 0;
+  int detailer_regions = 0, detailer_batches = 0;  // region passes made, and the UNet batches they went in
   std::string stop_reason;  // "" when every image was attempted
   std::filesystem::path report_path;
   ExitCode exit_code() const {

@@ -138,6 +138,7 @@ nlohmann::json report_json(const RunState& run, const DeviceTotals& t, const nlo
                      {"oom_recoveries", res.oom_recoveries},
                      {"retries", res.retries},
                      {"deadlines_missed", res.deadlines_missed}}},
+          {"detailer", {{"regions", res.detailer_regions}, {"batches", res.detailer_batches}}},
           {"pipeline", {{"overlap", o.overlap}}},
           {"devices", devices},
           {"device_events", run.rec.device_events},

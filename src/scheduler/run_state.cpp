@@ -1,5 +1,7 @@
 #include "scheduler/run_state.h"
 
+#include "scheduler/detailer_flow.h"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -42,6 +44,7 @@ int RunState::alive_lanes() const {
 }
 
 bool RunState::anything_in_flight() const {
+  if (detailing > 0) return true;  // a decode thread may still queue a detailer's region
   for (const auto& l : lanes)
     if (!l->in_flight.empty()) return true;
   return false;
@@ -57,11 +60,16 @@ std::string RunState::stop_reason_now() const {
 }
 
 void RunState::record_failure(const WorkItem& w, const std::string& error) {
-  spdlog::error("{} failed: {}", image_label(w), error);
-  rec.failures.push_back({{"task", w.task->id}, {"index", w.index}, {"seed", w.params.seed}, {"error", error},
+  // A detailer region's pass fails its image: recorded with the image's seed, the region named.
+  const WorkItem& img = w.detailer ? w.detailer->base : w;
+  const std::string why = w.detailer ? "detailer unit " + std::to_string(w.detailer->unit + 1) + " region " +
+                                           std::to_string(w.detailer->next) + ": " + error
+                                     : error;
+  spdlog::error("{} failed: {}", image_label(img), why);
+  rec.failures.push_back({{"task", img.task->id}, {"index", img.index}, {"seed", img.params.seed}, {"error", why},
                           {"attempts", w.attempts + 1}});
   ++res.failed;
-  if (opts.on_failure) opts.on_failure({w.task->id, w.index, w.params.seed, error});
+  if (opts.on_failure) opts.on_failure({img.task->id, img.index, img.params.seed, why});
 }
 
 void RunState::progress(const std::string& file, std::uint64_t memory_bytes) {

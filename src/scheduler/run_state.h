@@ -114,6 +114,7 @@ struct RunState {
   std::exception_ptr model_error;      // a model that cannot load on the last device: rethrown (mu)
   int dropped = 0;                     // generated but not written after an output error (mu)
   int images_since_release = 0;        // (mu)
+  int detailing = 0;                   // images between their batch and their detailer's next step (mu)
 
   // Seconds since the run started.
   double elapsed() const;

@@ -42,7 +42,7 @@ bool same_settings(const GenerationParams& a, const GenerationParams& b) {
          (!a.hires_on() || (a.hires.upscaler == b.hires.upscaler && a.hires.steps == b.hires.steps &&
                             a.hires.denoise == b.hires.denoise && a.hires.weights_sha256 == b.hires.weights_sha256)) &&
          a.loras == b.loras && a.vae == b.vae && a.controlnets == b.controlnets && a.ip_adapter == b.ip_adapter &&
-         a.upscale == b.upscale;
+         a.upscale == b.upscale && a.detailer == b.detailer;
 }
 
 std::string image_label(const WorkItem& w) { return w.task->id + "#" + std::to_string(w.index); }
@@ -83,7 +83,7 @@ WorkList build_work(const BatchFile& batch, const WorkListOptions& o, const Mani
     const Priority prio = parse_priority(task.priority).value_or(Priority::kMid);
     const double deadline = task.deadline.empty() ? -1.0 : parse_deadline_unix(task.deadline, start_unix);
     for (int i = 0; i < task.count; ++i) {
-      WorkItem w{&task, i, task.params, "", prio, deadline, 0, 0, {}};
+      WorkItem w{&task, i, task.params, "", prio, deadline, 0, 0, {}, nullptr};
       w.params.seed = base + i;
       ImagePrompt ip = task_image_prompt(task, i, w.params.seed, lib);  // wildcards: from the seed, or "all"'s index
       w.params.prompt = std::move(ip.prompt);

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,8 @@
 
 namespace sdxl {
 
+struct DetailerProgress;  // scheduler/detailer_flow.h
+
 struct WorkItem {
   const BatchTask* task = nullptr;
   int index = 0;
@@ -30,6 +33,8 @@ struct WorkItem {
   int attempts = 0;          // failed attempts so far (retries)
   double not_before_s = 0;   // run clock: retry backoff
   std::vector<std::string> wildcard_choices;  // what the prompt's wildcards picked for this image
+  // A detailer region's pass (params: the region's inpainting): the image it details.
+  std::shared_ptr<DetailerProgress> detailer;
 };
 
 struct WorkList {

@@ -41,6 +41,7 @@ nlohmann::json image_record(RunState& run, const WriteJob& j, const ManifestEntr
     }
   }
   if (p.clip_skip != 0) rec["clip_skip"] = p.clip_skip;
+  if (!p.detailer.empty()) rec["detailer"] = j.detailer.is_null() ? nlohmann::json::array() : j.detailer;
   if (!j.image.lora_hashes.empty()) {
     nlohmann::json l = nlohmann::json::array();
     for (const auto& [name, hash] : j.image.lora_hashes) l.push_back({{"name", name}, {"hash", hash}});

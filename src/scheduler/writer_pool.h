@@ -28,6 +28,8 @@ struct WriteJob {
   int batch_size = 1;
   std::uint64_t memory_bytes = 0;
   std::string device;
+  // A detailed image: each region passed (unit, detector, box, score, class), for the report.
+  nlohmann::json detailer;
 };
 
 // Writes one image and records it in `run` (takes run.mu itself).

@@ -162,6 +162,22 @@ def _save(model, path: Path, task: str) -> None:
                 "train_results": None}, path)
 
 
+def write_face_detector(out: Path) -> dict[str, Path]:
+    """The test images and face_yolov8n.pt alone (the same checkpoint write_fixtures makes), for the
+    detailer's tests: {name: path}."""
+    offline_env()
+    import torch
+
+    torch.set_num_threads(1)
+    out.mkdir(parents=True, exist_ok=True)
+    images = make_images(out)
+    yaml, names = DETECT["face_yolov8n.pt"]
+    model = _build(yaml, names, seed=10, task="detect")
+    _calibrate(model, images)
+    _save(model, out / "face_yolov8n.pt", "detect")
+    return {**{p.name: p for p in images}, "face_yolov8n.pt": out / "face_yolov8n.pt"}
+
+
 def write_fixtures(out: Path) -> dict[str, Path]:
     """Every checkpoint, refused file and test image into out; {name: path}."""
     offline_env()
@@ -201,5 +217,6 @@ def write_fixtures(out: Path) -> dict[str, Path]:
 if __name__ == "__main__":
     import sys
 
-    for k, v in write_fixtures(Path(sys.argv[1])).items():
+    write = write_face_detector if "--face-only" in sys.argv[2:] else write_fixtures
+    for k, v in write(Path(sys.argv[1])).items():
         print(k, v.stat().st_size)

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "pipeline/detailer.h"
 #include "scheduler/run_batch.h"
 #include "scheduler/work_list.h"
 #include "batch/manifest.h"
@@ -621,6 +622,9 @@ struct StagedFake {
   std::vector<std::string> encode_order, sample_order, decode_order;
   std::vector<std::pair<double, double>> sample_times, decode_times;
   std::function<void(const std::vector<sdxl::GenerationParams>&)> fail_sample;  // may throw
+  // The detailer's detector: regions of an image (may throw); unset = the lane cannot detail.
+  std::function<std::vector<sdxl::DetailerRegion>(const sdxl::DetailerUse&, const sdxl::PixelImage&)> detect;
+  std::vector<std::vector<sdxl::GenerationParams>> sampled;  // every batch's params, in order
   std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
   int prefetches = 0;
   std::vector<std::pair<double, std::string>> prefetch_log;  // when, and the first prompt
@@ -682,6 +686,10 @@ class FakeLane final : public sdxl::DeviceLane {
       }
     } done{&f_};
     if (f_.fail_sample) f_.fail_sample(hd->ps);
+    {
+      std::lock_guard lk(f_.mu);
+      f_.sampled.push_back(hd->ps);
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(f_.stage_ms[1]));
     if (hook) hook(1, 1);
     std::lock_guard lk(f_.mu);
@@ -696,6 +704,12 @@ class FakeLane final : public sdxl::DeviceLane {
     f_.decode_times.emplace_back(start, f_.now());
     f_.decode_order.push_back(hd->ps[0].prompt);
     return grey_images(hd->ps, static_cast<std::uint8_t>(hd->ps[0].seed * 7 + 3));
+  }
+  std::vector<sdxl::DetailerRegion> detailer_regions(const sdxl::DetailerUse& u, const sdxl::PixelImage& image,
+                                                     std::string& model_name) override {
+    if (!f_.detect) return DeviceLane::detailer_regions(u, image, model_name);
+    model_name = fs::path(u.detector).filename().string() + ".pt";
+    return f_.detect(u, image);
   }
 
  private:
@@ -874,4 +888,96 @@ TEST_F(Fixture, ADeviceThatKeepsRunningOutOfMemoryIsGivenUp) {
   auto report = nlohmann::json::parse(std::ifstream(dir / "out" / "report.json"));
   EXPECT_TRUE(report["devices"][1]["failed"].get<bool>());
   EXPECT_EQ(report["devices"][1]["images"], 0);
+}
+
+// The detailer through the run loop: each image's regions become passes that go through the queue,
+// in order per image (seed + j, each from the previous result), batched across images; a detector
+// that fails fails its image only; the report counts regions and detailer batches.
+TEST_F(Fixture, DetailerRegionsArePassesBatchedAcrossImages) {
+  StagedFake dev;
+  dev.stage_ms[0] = dev.stage_ms[1] = dev.stage_ms[2] = 1;
+  dev.detect = [](const sdxl::DetailerUse& u, const sdxl::PixelImage& img) {
+    if (u.detector.ends_with("bad")) throw sdxl::ModelError("detector.ts is damaged");
+    const int n = u.detector.back() - '0';  // ".../det2": two regions
+    std::vector<sdxl::DetailerRegion> out;
+    for (int j = 0; j < n; ++j) {
+      auto m = std::make_shared<sdxl::PixelImage>(sdxl::PixelImage{img.width, img.height, {}});
+      m->rgb.assign(img.rgb.size(), 255);
+      out.push_back({1.0f * j, 0, 4.0f + j, 4, 0.9f, 0, m});
+    }
+    return out;
+  };
+  const auto bf = batch(R"({"version": 1, "tasks": [
+      {"id": "a", "prompt": "alpha", "seed": 10, "detailer": [{"detector": "det1"}]},
+      {"id": "b", "prompt": "beta", "seed": 20, "detailer": [{"detector": "det2", "prompt": "[PROMPT] face"}]},
+      {"id": "c", "prompt": "gamma", "seed": 30, "detailer": [{"detector": "det3"}, {"detector": "det1"}]},
+      {"id": "d", "prompt": "delta", "seed": 40, "detailer": [{"detector": "bad"}]},
+      {"id": "e", "prompt": "plain", "seed": 50}]})");
+  sdxl::RunOptions o;
+  o.queue.max_batch = 8;
+  o.out_dir = dir / "out";
+  o.model_name = "fake";
+  auto lane = dev.lane();
+  const auto r = sdxl::run_batch(bf, o, {lane.get()});
+  EXPECT_EQ(r.done, 4);
+  EXPECT_EQ(r.failed, 1) << "the bad detector fails its image alone";
+  EXPECT_EQ(r.detailer_regions, 1 + 2 + 3 + 1);
+  EXPECT_LT(r.detailer_batches, r.detailer_regions);
+  // Per image, its passes in order: seeds seed + j, each unit's from 0; b's prompt per [PROMPT].
+  std::map<std::string, std::vector<std::int64_t>> seeds;
+  for (const auto& batch : dev.sampled)
+    for (const auto& p : batch)
+      if (p.inpaint()) {
+        EXPECT_TRUE(p.init_pixels && p.mask_pixels && p.inpaint_masked());
+        EXPECT_EQ(p.strength, 0.4);
+        seeds[p.prompt].push_back(p.seed);
+      }
+  EXPECT_EQ(seeds["alpha"], (std::vector<std::int64_t>{10}));
+  EXPECT_EQ(seeds["beta face"], (std::vector<std::int64_t>{20, 21}));
+  EXPECT_EQ(seeds["gamma"], (std::vector<std::int64_t>{30, 31, 32, 30}));
+  EXPECT_EQ(dev.sampled[1].size(), 3u) << "the first regions of a, b and c share a call";
+  auto report = nlohmann::json::parse(std::ifstream(dir / "out" / "report.json"));
+  EXPECT_EQ(report["detailer"]["regions"], 7);
+  for (const auto& img : report["images"]) {
+    const std::string t = img["task"];
+    const size_t want = t == "a" ? 1 : t == "b" ? 2 : t == "c" ? 4 : 0;
+    EXPECT_EQ(img.contains("detailer") ? img["detailer"].size() : 0u, want) << t;
+  }
+  ASSERT_EQ(report["failures"].size(), 1u);
+  EXPECT_NE(report["failures"][0]["error"].get<std::string>().find("detector.ts is damaged"), std::string::npos);
+  EXPECT_EQ(report["failures"][0]["task"], "d");
+}
+
+TEST_F(Fixture, AFailedDetailerPassFailsItsImageWithTheImagesSeed) {
+  StagedFake dev;
+  dev.stage_ms[0] = dev.stage_ms[1] = dev.stage_ms[2] = 1;
+  dev.detect = [](const sdxl::DetailerUse&, const sdxl::PixelImage& img) {
+    auto m = std::make_shared<sdxl::PixelImage>(sdxl::PixelImage{img.width, img.height, {}});
+    m->rgb.assign(img.rgb.size(), 255);
+    return std::vector<sdxl::DetailerRegion>{{0, 0, 4, 4, 0.9f, 0, m}, {0, 0, 4, 4, 0.8f, 0, m}};
+  };
+  dev.fail_sample = [](const std::vector<sdxl::GenerationParams>& ps) {
+    for (const auto& p : ps)
+      if (p.inpaint() && p.prompt == "zeta" && p.seed == 61) throw sdxl::TaskError("injected failure of a region");
+  };
+  const auto bf = batch(R"({"version": 1, "tasks": [
+      {"id": "a", "prompt": "alpha", "seed": 10, "detailer": [{"detector": "det"}]},
+      {"id": "f", "prompt": "zeta", "seed": 60, "detailer": [{"detector": "det"}]}]})");
+  sdxl::RunOptions o;
+  o.queue.max_batch = 8;
+  o.out_dir = dir / "out";
+  o.model_name = "fake";
+  auto lane = dev.lane();
+  const auto r = sdxl::run_batch(bf, o, {lane.get()});
+  EXPECT_EQ(r.done, 1);
+  EXPECT_EQ(r.failed, 1);
+  auto report = nlohmann::json::parse(std::ifstream(dir / "out" / "report.json"));
+  ASSERT_EQ(report["failures"].size(), 1u);
+  const auto& f = report["failures"][0];
+  EXPECT_EQ(f["task"], "f");
+  EXPECT_EQ(f["seed"], 60) << "the image's seed, not its region's";
+  EXPECT_NE(f["error"].get<std::string>().find("detailer unit 1 region 1: injected failure"), std::string::npos)
+      << f["error"];
+  EXPECT_FALSE(fs::exists(dir / "out" / "f-0-60.png"));
+  EXPECT_TRUE(fs::exists(dir / "out" / "a-0-10.png"));
 }

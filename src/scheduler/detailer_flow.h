@@ -1,0 +1,53 @@
+// The detailer in a run (docs/detailer.md): an image of a task with a "detailer" does not go to the
+// writers after its decode. Its first unit's detector runs on the lane (decode thread), and each
+// region found becomes a work item of its own — an only-masked inpainting of the image in memory —
+// that goes through the queue like any image, so regions of different panels with the same settings
+// share UNet calls. When region j's pass is decoded, the image is updated and region j + 1 is queued
+// (then the next unit's detector runs on the result); after the last, the frame is made and the
+// detailed image is written. torch-free.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "pipeline/detailer.h"
+#include "scheduler/run_state.h"
+#include "scheduler/writer_pool.h"
+
+namespace sdxl {
+
+// One image on its way through its detailer.
+struct DetailerProgress {
+  WorkItem base;          // the image's own item (its params hold the detailer)
+  WriteJob job;           // what is written at the end: the image (rgb updated by each pass), its times
+  int unit = -1;          // the unit whose regions are passed now (-1 before the first)
+  std::vector<DetailerRegion> regions;
+  int next = 0;           // the region whose pass comes next
+  std::string model_name;
+  nlohmann::json boxes = nlohmann::json::array();  // each region passed
+};
+
+// What comes of one image of a decoded batch.
+struct DetailerOutcome {
+  bool involved = false;        // false: not a detailer's image (written as it is)
+  std::optional<WorkItem> pass; // the next region's pass, to queue
+  std::optional<WriteJob> done; // the detailed image, to write
+  std::string error;            // the detailer failed: the image fails
+};
+
+// Whether `w` is a region pass or an image whose task has a detailer.
+bool detailer_involved(const WorkItem& w);
+
+// For each image of a decoded batch (`items` its work items, `base` the write job each would get):
+// the detailer's next step. Runs detectors and frames on `lane` (the decode thread; run.mu not held).
+std::vector<DetailerOutcome> advance_detailers(DeviceLane& lane, const std::vector<WorkItem>& items,
+                                               std::vector<WriteJob>& base);
+
+// Queues a region's pass (mu held): a new work item and its queue entry.
+void queue_detailer_pass(RunState& run, WorkItem pass);
+
+}  // namespace sdxl
