@@ -35,8 +35,10 @@ class ExampleBatch(unittest.TestCase):
                 seed = task["seed"] + i
                 png = out / f"{task['id']}-{i}-{seed}.png"
                 self.assertTrue(png.is_file(), f"missing {png}")
+                size = (task.get("width", model["defaults"]["width"]), task.get("height", model["defaults"]["height"]))
+                frame = task.get("upscale", {}).get("size")  # the two last panels are written as 1080x1920 frames
                 with Image.open(png) as im:
-                    self.assertEqual(im.size, (model["defaults"]["width"], model["defaults"]["height"]))
+                    self.assertEqual(im.size, tuple(int(v) for v in frame.split("x")) if frame else size)
                     params = im.info["parameters"]
                 lines = params.split("\n")
                 self.assertEqual(lines[0], task["prompt"])
@@ -48,9 +50,12 @@ class ExampleBatch(unittest.TestCase):
                 self.assertEqual(settings["Schedule type"], "Automatic")
                 self.assertEqual(float(settings["CFG scale"]), task.get("cfg", model["defaults"]["cfg"]))
                 self.assertEqual(settings["Seed"], str(seed))
-                self.assertEqual(settings["Size"], f"{model['defaults']['width']}x{model['defaults']['height']}")
+                self.assertEqual(settings["Size"], f"{size[0]}x{size[1]}")
                 self.assertEqual(settings["Model"], model["name"])
                 self.assertTrue(settings["Version"].startswith("sdxl-batch "))
+                if frame:
+                    self.assertIn(f"Postprocess upscale to: {frame}", lines[2])
+                    self.assertIn("Postprocess upscaler: Lanczos", lines[2])
         report = read_report(out)
         self.assertEqual(report["images_done"], expected)
         self.assertEqual(report["images_failed"], 0)
