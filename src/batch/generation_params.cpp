@@ -173,10 +173,17 @@ std::string a1111_parameters(const GenerationParams& p, const std::string& model
   return a1111_parameters(p, src);
 }
 
+namespace {
+
+std::string lower_ascii(std::string v) {
+  for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return v;
+}
+
+}  // namespace
+
 std::string canonical_upscale_model(const std::string& name) {
-  std::string lower = name;
-  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return lower == "lanczos" ? UpscaleUse::kLanczosUpscaler : name;
+  return lower_ascii(name) == "lanczos" ? UpscaleUse::kLanczosUpscaler : name;
 }
 
 std::pair<int, int> upscale_frame_size(const UpscaleUse& u, int width, int height) {
@@ -233,12 +240,9 @@ const std::vector<std::string>& hires_upscaler_names() {
 }
 
 std::string hires_upscaler_name_of(const std::string& name) {
-  auto lower = [](std::string v) {
-    for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return v;
-  };
+  const std::string want = lower_ascii(name);
   for (const auto& n : hires_upscaler_names())
-    if (lower(n) == lower(name)) return n;
+    if (lower_ascii(n) == want) return n;
   return "";
 }
 

@@ -119,6 +119,7 @@ constexpr int kDeflateLevel = 6;  // zlib's default, PIL's too
 struct DeflatedPart {
   std::vector<std::uint8_t> bytes;
   uLong adler = 0, raw_bytes = 0;
+  bool ok = false;
 };
 
 DeflatedPart deflate_part(const std::uint8_t* data, size_t n, bool last) {
@@ -133,10 +134,9 @@ DeflatedPart deflate_part(const std::uint8_t* data, size_t n, bool last) {
   z.next_out = part.bytes.data();
   z.avail_out = static_cast<uInt>(part.bytes.size());
   const int rc = deflate(&z, last ? Z_FINISH : Z_SYNC_FLUSH);
-  const bool ok = last ? rc == Z_STREAM_END : (rc == Z_OK && z.avail_in == 0);
-  part.bytes.resize(ok ? part.bytes.size() - z.avail_out : 0);
+  part.ok = last ? rc == Z_STREAM_END : (rc == Z_OK && z.avail_in == 0);
+  part.bytes.resize(part.bytes.size() - z.avail_out);
   deflateEnd(&z);
-  if (!ok) part.raw_bytes = 0;
   return part;
 }
 
@@ -155,7 +155,7 @@ unsigned char* deflate_for_stb(unsigned char* data, int data_len, int* out_len, 
   std::vector<std::uint8_t> z = {0x78, 0x9C};  // deflate, 32 KiB window, default level
   uLong adler = adler32(0L, Z_NULL, 0);
   for (const DeflatedPart& p : parts) {
-    if (p.bytes.empty() && p.raw_bytes == 0 && n > 0) return nullptr;
+    if (!p.ok) return nullptr;  // stb reports the failure
     z.insert(z.end(), p.bytes.begin(), p.bytes.end());
     adler = adler32_combine(adler, p.adler, static_cast<z_off_t>(p.raw_bytes));
   }

@@ -8,6 +8,7 @@
 #include <torch/script.h>
 
 #include <chrono>
+#include <functional>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -1041,28 +1042,36 @@ std::vector<GeneratedImage> Generator::decode_batch(const std::shared_ptr<Sample
   return std::move(eb.out);
 }
 
+namespace {
+
+// Work of the decode stage outside decode_batch (a detailer's detector, a frame made after the
+// detailer): on the decode stream with the decode thread's settings, under the device lock (not while
+// a CUDA graph is being captured), in inference mode, device errors translated.
+void on_decode_stage(const RuntimeOptions& opts, StageStream& stream, std::shared_mutex& device_mu,
+                     const std::function<void()>& body) {
+  apply_thread_settings(opts);
+  const StageStream::Scope on(stream);
+  std::shared_lock device_lock(device_mu);
+  translate_device_errors(nullptr, [&] {
+    c10::InferenceMode inference;
+    body();
+    return 0;
+  });
+}
+
+}  // namespace
+
 void Generator::make_deferred_frame(const GenerationParams& p, GeneratedImage& g) {
   Impl& im = *impl_;
   if (!p.upscale.on()) return;
-  apply_thread_settings(im.opts);
-  const StageStream::Scope on(im.decode_stream);
-  std::shared_lock device_lock(im.device_mu);
-  translate_device_errors(nullptr, [&] {
-    c10::InferenceMode inference;
-    make_frame(*im.upscalers, p, g);
-    return 0;
-  });
+  on_decode_stage(im.opts, im.decode_stream, im.device_mu, [&] { make_frame(*im.upscalers, p, g); });
 }
 
 std::vector<DetailerRegion> Generator::detailer_regions(const DetailerUse& unit, const PixelImage& image,
                                                         std::string& model_name) {
   Impl& im = *impl_;
-  apply_thread_settings(im.opts);
-  const StageStream::Scope on(im.decode_stream);
-  std::shared_lock device_lock(im.device_mu);  // not while a CUDA graph is being captured
   std::vector<Detection> found;
-  translate_device_errors(nullptr, [&] {
-    c10::InferenceMode inference;
+  on_decode_stage(im.opts, im.decode_stream, im.device_mu, [&] {
     std::shared_ptr<Detector> det;
     try {
       det = im.detectors->get(
@@ -1075,8 +1084,7 @@ std::vector<DetailerRegion> Generator::detailer_regions(const DetailerUse& unit,
     model_name = dc.source_file.recorded() ? dc.source_file.name : dc.display_name();  // ADetailer: "face_yolov8n.pt"
     DetectSettings settings;
     settings.confidence = unit.confidence;
-    found = det->detect(image.rgb.data(), image.width, image.height, settings, det->config().task == "segment");
-    return 0;
+    found = det->detect(image.rgb.data(), image.width, image.height, settings, dc.task == "segment");
   });
   std::vector<DetailerRegion> regions = sdxl::detailer_regions(found, image.width, image.height, unit);
   // A region whose mask the blur and the latent grid leave empty would be refused by the inpainting

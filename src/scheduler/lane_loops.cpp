@@ -211,11 +211,9 @@ bool finish_batch(RunState& run, LaneState& l, const BatchPtr& bp, std::vector<G
 // thread, without mu): a region's pass is queued, a detailed image joins `jobs`, a failure is
 // recorded; the others stay in `jobs` as they are.
 void route_detailers(RunState& run, LaneState& l, std::vector<WriteJob>& jobs) {
-  std::vector<WorkItem> items;
+  if (std::none_of(jobs.begin(), jobs.end(), [](const WriteJob& j) { return detailer_involved(j.item); })) return;
+  std::vector<WorkItem> items;  // the jobs' own move to the detailers
   for (const auto& j : jobs) items.push_back(j.item);
-  bool any = false;
-  for (const auto& w : items) any |= detailer_involved(w);
-  if (!any) return;
   std::vector<DetailerOutcome> steps = advance_detailers(l.device, items, jobs);
   std::vector<WriteJob> keep;
   std::lock_guard lk(run.mu);
