@@ -31,10 +31,18 @@ void check_png(const std::string& flag, const std::string& file, int& w, int& h)
   if (const std::string why = png_size(file, w, h); !why.empty()) throw UsageError(flag + " '" + file + "' " + why);
 }
 
+// A folder or file a flag names, absolute and normal; UsageError "FLAG must not be empty" for "".
+std::string flag_path(const std::string& flag, const std::string& path) {
+  if (path.empty()) throw UsageError(flag + " must not be empty (a file or folder)");
+  std::error_code ec;
+  const std::filesystem::path abs = std::filesystem::absolute(path, ec);
+  return (ec ? std::filesystem::path(path) : abs).lexically_normal().string();
+}
+
 std::vector<ControlNetUse> controlnets_of(const sdxl_batch::ImageRequest& r, const ModelConfig& config) {
   std::vector<ControlNetUse> out;
   for (const sdxl_batch::ControlNet& c : r.controlnets) {
-    out.push_back({std::filesystem::absolute(c.model).lexically_normal().string(), c.image, c.strength, c.start, c.end});
+    out.push_back({flag_path("--controlnet", c.model), c.image, c.strength, c.start, c.end});
     const size_t k = out.size() - 1;
     if (c.image.empty())
       throw UsageError("ControlNet " + std::to_string(k) + " (" + out[k].model + ") has no --control-image FILE after it");
@@ -56,12 +64,12 @@ IpAdapterUse ip_adapter_of(const sdxl_batch::IpAdapter& a, const ModelConfig& co
     return ip;
   }
   if (a.images.empty()) throw UsageError("--ip-adapter needs at least one --ip-image FILE (a reference PNG)");
-  ip.model = std::filesystem::absolute(a.model).lexically_normal().string();
+  ip.model = flag_path("--ip-adapter", a.model);
   check_ip_adapter_fits(load_ip_adapter_config(ip.model), config);
   for (const std::string& f : a.images) {
     int w = 0, h = 0;
     check_png("--ip-image", f, w, h);
-    ip.images.push_back(std::filesystem::absolute(f).lexically_normal().string());
+    ip.images.push_back(flag_path("--ip-image", f));
   }
   ip.scale = a.scale;
   return ip;
@@ -84,7 +92,7 @@ UpscaleUse upscale_of(const sdxl_batch::Upscale& u) {
     out.model = UpscaleUse::kLanczosUpscaler;
     return out;
   }
-  out.model = std::filesystem::absolute(u.model).lexically_normal().string();
+  out.model = flag_path("--upscale-model", u.model);
   FileInputChecks files;
   if (const std::string why = files.folder_problem("upscaler", out.model); !why.empty())
     throw UsageError("--upscale-model: " + why);
@@ -98,7 +106,7 @@ void hires_upscaler_of(const std::string& upscaler, GenerationParams::Hires& h) 
     h.upscaler = name;
     return;
   }
-  h.upscaler = std::filesystem::absolute(upscaler).lexically_normal().string();
+  h.upscaler = flag_path("--hires-upscaler", upscaler);
   FileInputChecks files;
   if (const std::string why = files.folder_problem("upscaler", h.upscaler); !why.empty())
     throw UsageError("--hires-upscaler '" + upscaler + "': not a hires upscaler name (" +
@@ -147,7 +155,7 @@ GenerationParams checked_params(const sdxl_batch::Session::Impl& s, const sdxl_b
       throw UsageError("--mask '" + r.mask + "' " + why);
     if (r.inpaint_area != "whole" && r.inpaint_area != "masked")
       throw UsageError("--inpaint-area '" + r.inpaint_area + "' is not an inpaint area (whole or masked)");
-    p.mask = std::filesystem::absolute(r.mask).lexically_normal().string();
+    p.mask = flag_path("--mask", r.mask);
     p.mask_sha256 = sha256_file_hex(p.mask).value_or("");
     p.mask_blur = r.mask_blur;
     p.inpaint_area = r.inpaint_area;
@@ -171,7 +179,7 @@ GenerationParams checked_params(const sdxl_batch::Session::Impl& s, const sdxl_b
     throw UsageError("no --init-image and --mask: " + unmasked_task_on_inpainting_unet(config));
   if (p.clip_skip != 0) check_clip_skip(config, p.clip_skip);
   if (!s.options.vae_dir.empty()) {  // ModelError naming the folder
-    p.vae = std::filesystem::absolute(s.options.vae_dir).lexically_normal().string();
+    p.vae = flag_path("--vae", s.options.vae_dir);
     check_vae_fits(load_vae_config(p.vae), config);
   }
   p.controlnets = controlnets_of(r, config);

@@ -81,6 +81,13 @@ struct Checker {
     out = obj[key].get<std::string>();
     return true;
   }
+  // A file or folder named by the batch file: a string that is not empty.
+  bool get_path(const json& obj, const std::string& pointer, const char* key, std::string& out) {
+    if (!get_string(obj, pointer, key, out)) return false;
+    if (!out.empty()) return true;
+    add(pointer + "/" + key, "must not be empty (a path relative to the batch file)");
+    return false;
+  }
   bool get_int(const json& obj, const std::string& pointer, const char* key, long long lo, long long hi, long long& out) {
     if (!obj.contains(key)) return false;
     const json& v = obj[key];
@@ -116,11 +123,9 @@ struct Checker {
   // "vae": a VAE folder (export_sdxl.py --vae-only), relative to the batch file.
   void read_vae(const json& obj, const std::string& pointer, GenerationParams& p) {
     std::string rel;
-    if (!get_string(obj, pointer, "vae", rel)) return;
-    std::filesystem::path path(rel);
-    if (path.is_relative()) path = base_dir / path;
-    path = std::filesystem::absolute(path).lexically_normal();
-    if (check_folder("vae", path.string(), pointer + "/vae")) p.vae = path.string();
+    if (!get_path(obj, pointer, "vae", rel)) return;
+    const std::string path = resolve(rel);
+    if (check_folder("vae", path, pointer + "/vae")) p.vae = path;
   }
 
   // The confinement rule (core/input_file.h) for a file the batch file names
@@ -137,11 +142,14 @@ struct Checker {
     return why.empty();
   }
 
-  // A path of the batch file (relative to its folder), absolute and normal.
+  // A path of the batch file (relative to its folder), absolute and normal; never throws
+  // (an empty path, refused by get_path, stays empty).
   std::string resolve(const std::string& rel) const {
     std::filesystem::path path(rel);
     if (path.is_relative()) path = base_dir / path;
-    return std::filesystem::absolute(path).lexically_normal().string();
+    std::error_code ec;
+    const std::filesystem::path abs = std::filesystem::absolute(path, ec);
+    return (ec ? path : abs).lexically_normal().string();
   }
 
   // One entry of "controlnets": a ControlNet folder and a readable PNG, strength and window.
@@ -149,13 +157,13 @@ struct Checker {
     check_keys(c, cp, {"model", "image", "strength", "start", "end"});
     ControlNetUse u;
     std::string rel;
-    if (get_string(c, cp, "model", rel)) {
+    if (get_path(c, cp, "model", rel)) {
       u.model = resolve(rel);
       check_folder("controlnet", u.model, cp + "/model");
     } else if (!c.contains("model")) {
       add(cp + "/model", "is missing (a ControlNet folder made by scripts/export_sdxl.py --controlnet)");
     }
-    if (get_string(c, cp, "image", rel)) {
+    if (get_path(c, cp, "image", rel)) {
       u.image = resolve(rel);
       int w = 0, h = 0;
       const bool inside = stays_inside(cp + "/image", rel, u.image);
@@ -202,7 +210,7 @@ struct Checker {
     }
     check_keys(ip, ptr, {"model", "images", "scale"});
     std::string rel;
-    if (get_string(ip, ptr, "model", rel)) {
+    if (get_path(ip, ptr, "model", rel)) {
       p.ip_adapter.model = resolve(rel);
       check_folder("ip_adapter", p.ip_adapter.model, ptr + "/model");
     } else if (!ip.contains("model")) {
@@ -214,7 +222,7 @@ struct Checker {
     } else {
       for (size_t k = 0; k < images->size(); ++k) {
         const std::string ip_k = ptr + "/images/" + std::to_string(k);
-        if (!(*images)[k].is_string()) {
+        if (!(*images)[k].is_string() || (*images)[k].get<std::string>().empty()) {
           add(ip_k, "must be a PNG file name");
           continue;
         }
@@ -246,7 +254,7 @@ struct Checker {
     const size_t before = problems.size();
     check_keys(u, ptr, {"model", "scale", "size", "fit"});
     std::string rel;
-    if (get_string(u, ptr, "model", rel)) {
+    if (get_path(u, ptr, "model", rel)) {
       if (canonical_upscale_model(rel) == UpscaleUse::kLanczosUpscaler) {
         p.upscale.model = UpscaleUse::kLanczosUpscaler;
       } else {
@@ -288,7 +296,7 @@ struct Checker {
     check_keys(d, dp, {"detector", "prompt", "negative", "confidence", "dilate", "blur", "denoise", "padding", "max",
                        "steps"});
     std::string rel;
-    if (get_string(d, dp, "detector", rel)) {
+    if (get_path(d, dp, "detector", rel)) {
       u.detector = resolve(rel);
       if (check_folder("detector", u.detector, dp + "/detector") && checks)
         u.weights_sha256 = checks->folder_weights_sha256("detector", u.detector);
@@ -385,7 +393,7 @@ struct Checker {
     if (get_int(h, hp, "steps", 0, kMaxSteps, hs)) p.hires.steps = static_cast<int>(hs);
     get_number(h, hp, "denoise", 0.0, 1.0, p.hires.denoise);
     std::string up;
-    if (get_string(h, hp, "upscaler", up)) read_hires_upscaler(up, hp + "/upscaler", p.hires);
+    if (get_path(h, hp, "upscaler", up)) read_hires_upscaler(up, hp + "/upscaler", p.hires);
     return true;
   }
 
@@ -411,7 +419,7 @@ struct Checker {
   // task's unless the task sets width/height, which must then match.
   void read_init_image(const json& t, const std::string& ptr, const std::filesystem::path& origin, GenerationParams& p) {
     std::string rel;
-    if (!get_string(t, ptr, "init_image", rel)) return;
+    if (!get_path(t, ptr, "init_image", rel)) return;
     std::filesystem::path path(rel);
     if (path.is_relative()) path = origin.parent_path() / path;
     if (!stays_inside(ptr + "/init_image", rel, path)) return;
@@ -435,7 +443,7 @@ struct Checker {
   // file, a PNG that marks something to repaint; its sha256 recorded.
   void read_mask(const json& obj, const std::string& pointer, GenerationParams& p) {
     std::string rel;
-    if (!get_string(obj, pointer, "mask", rel)) return;
+    if (!get_path(obj, pointer, "mask", rel)) return;
     const std::filesystem::path path = base_dir / rel;
     if (!stays_inside(pointer + "/mask", rel, path)) return;
     const std::string why = checks ? checks->mask_problem(path.string()) : std::string();

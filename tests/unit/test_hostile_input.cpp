@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "batch/batch_file.h"
@@ -135,6 +136,27 @@ TEST(HostileInput, BatchFileWithCollidingIdsIsInvalid) {
   ASSERT_EQ(p.size(), 1u);
   EXPECT_EQ(p[0].pointer, "/tasks/1/id");
   EXPECT_TRUE(has(p[0].message, "a_b-0-1.png")) << p[0].message;
+}
+
+// Rule: an empty file or folder name is a problem at its pointer, never an exception, also for a
+// batch file named without a folder (fuzz_batch_file found `"model": ""` ending the process).
+TEST(HostileInput, EmptyPathsAreProblemsAtTheirPointers) {
+  const auto p = parse_problems(
+      R"({"version": 1, "defaults": {"vae": "", "mask": "", "upscale": {"model": "", "scale": 2}},
+          "tasks": [{"id": "t", "prompt": "a", "init_image": "", "hires": {"scale": 2, "upscaler": ""},
+                     "detailer": [{"detector": ""}], "controlnets": [{"model": "", "image": ""}],
+                     "ip_adapter": {"model": "", "images": [""]}}]})",
+      "b.json");
+  std::set<std::string> pointers;
+  for (const auto& q : p) pointers.insert(q.pointer);
+  for (const char* want : {"/defaults/vae", "/defaults/mask", "/defaults/upscale/model", "/tasks/0/init_image",
+                           "/tasks/0/hires/upscaler", "/tasks/0/detailer/0/detector", "/tasks/0/controlnets/0/model",
+                           "/tasks/0/controlnets/0/image", "/tasks/0/ip_adapter/model", "/tasks/0/ip_adapter/images/0"})
+    EXPECT_TRUE(pointers.count(want)) << want;
+  for (const auto& q : p) {
+    if (q.pointer == "/tasks/0/ip_adapter/images/0") continue;
+    EXPECT_TRUE(has(q.message, "must not be empty")) << q.pointer << ": " << q.message;
+  }
 }
 
 // Rule: an exponential chain of wildcard files is refused at once, naming the chain; expansion stops at the budget.
