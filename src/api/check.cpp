@@ -8,6 +8,7 @@
 #include "api/session_impl.h"
 #include "batch/generation_params.h"
 #include "batch/story.h"
+#include "core/input_file.h"
 #include "core/units.h"
 
 namespace sdxl::api {
@@ -18,7 +19,7 @@ BatchCheckInputs check_inputs(const ModelConfig* model, const std::vector<std::s
   BatchCheckInputs in;
   if (model) in.fallback = defaults_of(*model);
   in.fallback.clip_skip = clip_skip;
-  if (!vae_dir.empty()) in.fallback.vae = std::filesystem::absolute(vae_dir).lexically_normal().string();
+  if (!vae_dir.empty()) in.fallback.vae = absolute_normal(vae_dir).string();
   in.wildcard_dirs.assign(wildcard_dirs.begin(), wildcard_dirs.end());
   in.embedding_dirs.assign(embedding_dirs.begin(), embedding_dirs.end());
   in.lora_dirs.assign(lora_dirs.begin(), lora_dirs.end());

@@ -14,6 +14,7 @@
 #include "check/model_files.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/input_file.h"
 #include "core/input_text.h"
 #include "core/npy.h"
 #include "core/sha256.h"
@@ -34,9 +35,7 @@ void check_png(const std::string& flag, const std::string& file, int& w, int& h)
 // A folder or file a flag names, absolute and normal; UsageError "FLAG must not be empty" for "".
 std::string flag_path(const std::string& flag, const std::string& path) {
   if (path.empty()) throw UsageError(flag + " must not be empty (a file or folder)");
-  std::error_code ec;
-  const std::filesystem::path abs = std::filesystem::absolute(path, ec);
-  return (ec ? std::filesystem::path(path) : abs).lexically_normal().string();
+  return absolute_normal(path).string();
 }
 
 std::vector<ControlNetUse> controlnets_of(const sdxl_batch::ImageRequest& r, const ModelConfig& config) {

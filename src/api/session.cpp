@@ -7,6 +7,7 @@
 #include "api/boundary.h"
 #include "api/session_impl.h"
 #include "check/model_files.h"
+#include "core/input_file.h"
 #include "lora/embedding_files.h"
 #include "text/clip_tokenizer.h"
 #include "text/prompt_chunks.h"
@@ -147,7 +148,7 @@ std::string tasks_document(const std::vector<sdxl_batch::Task>& tasks) {
     if (t.height) j["height"] = *t.height;
     for (const sdxl_batch::Lora& l : t.loras)
       j["loras"].push_back(
-          {{"path", std::filesystem::absolute(l.path).lexically_normal().string()}, {"weight", l.weight}});
+          {{"path", absolute_normal(l.path).string()}, {"weight", l.weight}});
     arr.push_back(std::move(j));
   }
   return nlohmann::json{{"version", 1}, {"tasks", std::move(arr)}}.dump(1);

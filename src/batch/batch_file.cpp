@@ -145,11 +145,8 @@ struct Checker {
   // A path of the batch file (relative to its folder), absolute and normal; never throws
   // (an empty path, refused by get_path, stays empty).
   std::string resolve(const std::string& rel) const {
-    std::filesystem::path path(rel);
-    if (path.is_relative()) path = base_dir / path;
-    std::error_code ec;
-    const std::filesystem::path abs = std::filesystem::absolute(path, ec);
-    return (ec ? path : abs).lexically_normal().string();
+    const std::filesystem::path path(rel);
+    return absolute_normal(path.is_relative() ? base_dir / path : path).string();
   }
 
   // One entry of "controlnets": a ControlNet folder and a readable PNG, strength and window.
@@ -504,9 +501,7 @@ struct Checker {
   // started from other folders.
   std::filesystem::path lora_path(const std::string& raw) const {
     const std::filesystem::path p(raw);
-    std::error_code ec;
-    const std::filesystem::path abs = std::filesystem::absolute(p.is_absolute() ? p : base_dir / p, ec);
-    return (ec ? p : abs).lexically_normal();
+    return absolute_normal(p.is_absolute() ? p : base_dir / p);
   }
   bool check_file(const std::string& pointer, const std::string& raw, const std::filesystem::path& p) {
     if (!stays_inside(pointer, raw, p)) return false;

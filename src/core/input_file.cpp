@@ -106,6 +106,12 @@ std::string outside_folder_problem(int fd, const std::filesystem::path& root) {
          "'): inputs are read only inside the folder they are named relative to";
 }
 
+std::filesystem::path absolute_normal(const std::filesystem::path& path) {
+  std::error_code ec;
+  const std::filesystem::path abs = std::filesystem::absolute(path, ec);
+  return (ec ? path : abs).lexically_normal();
+}
+
 std::string outside_folder_problem(const std::filesystem::path& path, const std::filesystem::path& root) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return "";

@@ -31,6 +31,10 @@ std::string input_file_problem(const std::filesystem::path& path, std::uint64_t 
 std::string input_file_problem(const std::filesystem::path& path, std::uint64_t max_bytes,
                                const std::filesystem::path& root);
 
+// `path` made absolute (against the current folder) and lexically normal; never throws: a
+// path the system cannot make absolute (the empty one) comes back only normalised.
+std::filesystem::path absolute_normal(const std::filesystem::path& path);
+
 // Why the file opened as `fd` is not inside `root` once links are resolved, or "".
 std::string outside_folder_problem(int fd, const std::filesystem::path& root);
 // The same for `path`; "" too when it cannot be opened (other checks say why).
