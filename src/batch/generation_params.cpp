@@ -216,7 +216,8 @@ std::string upscale_problem(const UpscaleUse& u, int width, int height, std::str
 
 bool parse_frame_size(const std::string& text, int& width, int& height) {
   const auto x = text.find('x');
-  if (x == std::string::npos || x == 0 || x + 1 >= text.size() || text.size() > 12) return false;
+  // At most 6 digits a side: far above any frame limit, far below int's range.
+  if (x == std::string::npos || x == 0 || x > 6 || x + 1 >= text.size() || text.size() - x - 1 > 6) return false;
   for (size_t i = 0; i < text.size(); ++i)
     if (i != x && !std::isdigit(static_cast<unsigned char>(text[i]))) return false;
   width = std::stoi(text.substr(0, x));

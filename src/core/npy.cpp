@@ -69,8 +69,11 @@ std::vector<float> read_npy_f32(const std::filesystem::path& path, std::vector<s
     const char c = header[i];
     if (c >= '0' && c <= '9') {
       num.push_back(c);
+      if (num.size() > 12) throw fail("has a shape beyond any file's size");
     } else if (!num.empty()) {
       dims.push_back(std::stoll(num));
+      if (dims.back() > 0 && n > static_cast<std::int64_t>(bytes.size()) / dims.back())
+        throw fail("has a shape beyond its file's size");
       n *= dims.back();
       num.clear();
     }

@@ -624,7 +624,8 @@ TEST(BatchFile, UpscaleIsCheckedAgainstTheTaskAndRelativeToTheBatchFile) {
       {"id": "h", "prompt": "x", "upscale": {"model": "Lanczos", "size": "1080 x 1920"}},
       {"id": "i", "prompt": "x", "upscale": {"model": "Lanczos"}},
       {"id": "j", "prompt": "x", "upscale": {"scale": 2, "tile": 64}},
-      {"id": "k", "prompt": "x", "upscale": "Lanczos"}]})",
+      {"id": "k", "prompt": "x", "upscale": "Lanczos"},
+      {"id": "l", "prompt": "x", "upscale": {"model": "Lanczos", "size": "9999999999x1"}}]})",
                 dir / "b.json", sdxl::GenerationParams{}, &p);
   EXPECT_TRUE(has(p, "/tasks/0/upscale/model"));
   EXPECT_TRUE(has(p, "/tasks/1/upscale/model"));
@@ -638,6 +639,7 @@ TEST(BatchFile, UpscaleIsCheckedAgainstTheTaskAndRelativeToTheBatchFile) {
   EXPECT_TRUE(has(p, "/tasks/9/upscale/model"));
   EXPECT_TRUE(has(p, "/tasks/9/upscale/tile"));
   EXPECT_TRUE(has(p, "/tasks/10/upscale"));
+  EXPECT_TRUE(has(p, "/tasks/11/upscale/size")) << "digits beyond int's range are a problem, not an exception";
   fs::remove_all(dir);
 }
 

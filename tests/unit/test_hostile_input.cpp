@@ -23,6 +23,7 @@
 #include "core/error.h"
 #include "core/input_file.h"
 #include "core/input_text.h"
+#include "core/npy.h"
 #include "image/png_reader.h"
 #include "image/png_writer.h"
 #include "lora/embedding_files.h"
@@ -156,6 +157,26 @@ TEST(HostileInput, EmptyPathsAreProblemsAtTheirPointers) {
   for (const auto& q : p) {
     if (q.pointer == "/tasks/0/ip_adapter/images/0") continue;
     EXPECT_TRUE(has(q.message, "must not be empty")) << q.pointer << ": " << q.message;
+  }
+}
+
+// Rule: a .npy whose shape is beyond its file's size is an IoError naming the file (no overflow, no
+// std::out_of_range from the digits).
+TEST(HostileInput, NpyShapesBeyondTheFileAreRefused) {
+  TempDir d("npy");
+  const auto npy = [&](const std::string& name, const std::string& shape) {
+    std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + shape + "), }";
+    header.resize(118, ' ');
+    header += '\n';
+    std::string bytes = std::string("\x93NUMPY\x01\x00", 8) + static_cast<char>(header.size()) + '\0' + header;
+    bytes += std::string(8, '\0');  // two floats
+    spit(d.root / name, bytes);
+    return d.root / name;
+  };
+  EXPECT_EQ(sdxl::read_npy_f32(npy("ok.npy", "1, 2"), nullptr).size(), 2u);
+  for (const char* shape : {"99999999999999999999999,", "4294967296, 4294967296, 4294967296", "3, 1"}) {
+    const std::string e = error_of([&] { sdxl::read_npy_f32(npy("bad.npy", shape), nullptr); });
+    EXPECT_TRUE(has(e, "bad.npy") && (has(e, "shape") || has(e, "size"))) << shape << ": " << e;
   }
 }
 
