@@ -37,6 +37,7 @@
 #                upscale   a full-size 4x RRDBNet, 1024² -> 2048²: sdxl-batch upscale vs spandrel + ComfyUI's loop
 #                frames    16 panels of 768x1344 written as 1080x1920 frames (per-task "upscale") vs plain panels
 #                detect    sdxl-batch detect with a 640-px YOLOv8n detector, 48 panels, cuda vs cpu
+#                detailer  50 panels without / with a per-task detailer (1-3 regions each): s per region and per panel
 # Knobs of every mode: OUT (results, bench/tmp), WORK (/tmp/sdxl-gpu), RUN_TIMEOUT
 # (400 s a run), RUN_LOG_LEVEL (warn), gpu_prepare.sh's SDXL_*; a mode's own knobs
 # are in its family's script.
@@ -51,11 +52,11 @@ case "$MODE" in
   single-file | vae-switch | controlnet | ip-adapter) family=models ;;
   trace) family=trace ;;
   fp8 | fp8-aoti | fp16-aoti | fp8-tiny) family=precision ;;
-  inpaint | upscale | frames | detect) family=finish ;;
+  inpaint | upscale | frames | detect | detailer) family=finish ;;
   *)
     echo "usage: [OUT=DIR] bash bench/gpu_runtime.sh MODE; MODE: check | order | mixed | caps | pipeline | single |" \
          "defaults | multi | x2 | scale | capmerge | wscap | alloc | loop | trace | single-file | vae-switch | controlnet |" \
-         "ip-adapter | fp8 | fp8-aoti | fp16-aoti | fp8-tiny | inpaint | upscale | frames | detect" >&2
+         "ip-adapter | fp8 | fp8-aoti | fp16-aoti | fp8-tiny | inpaint | upscale | frames | detect | detailer" >&2
     exit 2 ;;
 esac
 exec bash "$(dirname "$0")/runtime/$family.sh" "$MODE"

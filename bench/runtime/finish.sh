@@ -18,11 +18,17 @@
 # detect: `sdxl-batch detect` with an ADetailer-size detector (DETECTOR, default .deps/det/face640: made
 #        here by bench/tools/make_detector.py + export_sdxl.py --detector, carried) on 48 panels of 1024²
 #        and on 1 of them, on cuda and on the CPU: s/image from the difference (the load cancels out).
+# detailer: the detailer's cost on the full-size random SDXL (1024², 28 steps, CFG 7, --max-batch 8): 50 panels
+#        without and with a per-task "detailer" (DETECTOR as in detect; "max" 1, 2, 3 in turn: 1-3 regions a
+#        panel, ADetailer's other defaults: denoise 0.4, padding 32, only masked): the report's regions and
+#        detailer batches (UNet batches shared across panels), and the run's extra seconds per region and
+#        per panel (run_s of the report, after load, the same panels in both runs).
 # Results: $OUT/summary.txt (+ the logs and reports).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 MODE=${1:-}
-case "$MODE" in inpaint | upscale | frames | detect) ;; *) echo "usage: [OUT=DIR] bash bench/runtime/finish.sh inpaint|upscale|frames|detect" >&2; exit 2 ;; esac
+case "$MODE" in inpaint | upscale | frames | detect | detailer) ;;
+  *) echo "usage: [OUT=DIR] bash bench/runtime/finish.sh inpaint|upscale|frames|detect|detailer" >&2; exit 2 ;; esac
 source bench/lib/gpu_prepare.sh  # build + export; sets OUT WORK SDXL MODEL
 source bench/lib/runtime.sh
 
@@ -97,6 +103,44 @@ for dt in ("fp32", "fp16"):
         ps.append(10 * np.log10(255 ** 2 / max(((a - b) ** 2).mean(), 1e-12)))
     print(f"frames: ours vs the loop in {dt}: PSNR {min(ps):.1f}..{max(ps):.1f} dB over {len(ps)}")
 PY
+  exit 0
+fi
+
+if [ "$MODE" = detailer ]; then
+  det=$(realpath "${DETECTOR:-.deps/det/face640}")
+  python3 - "$WORK" "$det" <<'PY'
+import json, sys
+w, det = sys.argv[1], sys.argv[2]
+scenes = ["the keeper's face at the window", "two kids laughing on the pier", "a fisherman's weathered face",
+          "the keeper and the girl, close-up"]
+tasks = [{"id": f"p{i:02d}", "prompt": f"comic panel {i}, {scenes[i % 4]}, bold ink lines", "seed": 900 + i}
+         for i in range(50)]
+base = {"version": 1, "defaults": {"steps": 28, "cfg": 7.0, "width": 1024, "height": 1024}}
+json.dump(dict(base, tasks=tasks), open(f"{w}/det-plain.json", "w"), indent=1)
+detailed = [dict(t, detailer=[{"detector": det, "prompt": "[PROMPT], detailed face", "max": 1 + i % 3}])
+            for i, t in enumerate(tasks)]
+json.dump(dict(base, tasks=detailed), open(f"{w}/det-detailed.json", "w"), indent=1)
+PY
+  run det-plain "$WORK/det-plain.json" --max-batch 8
+  run det-detailed "$WORK/det-detailed.json" --max-batch 8
+  python3 - "$WORK" <<'PY' | tee -a "$OUT/summary.txt"
+import json, sys
+from pathlib import Path
+w = Path(sys.argv[1])
+plain, det = (json.loads((w / n / "report.json").read_text()) for n in ("det-plain", "det-detailed"))
+d = det.get("detailer", {})
+regions, batches = d.get("regions", 0), d.get("batches", 0)
+extra = det["run_s"] - plain["run_s"]
+per_panel = {}
+for im in det.get("images", []):
+    per_panel[len(im.get("detailer", []))] = per_panel.get(len(im.get("detailer", [])), 0) + 1
+print(f"detailer: {det['images_done']} panels, {regions} regions in {batches} detailer batches "
+      f"(panels by regions: {dict(sorted(per_panel.items()))}); run {plain['run_s']:.1f} s without, "
+      f"{det['run_s']:.1f} s with -> +{extra:.1f} s: {extra / max(1, regions):.3f} s per region, "
+      f"{extra / max(1, det['images_done']):.3f} s per panel; peak allocated "
+      f"{plain['memory']['peak_allocated_bytes'] / 2**30:.2f} / {det['memory']['peak_allocated_bytes'] / 2**30:.2f} GiB")
+PY
+  log_warnings
   exit 0
 fi
 
