@@ -289,6 +289,22 @@ struct Upscale {
   std::string fit = "stretch";  // with a size: stretch | crop | pad
 };
 
+// One detailer unit (docs/detailer.md; a batch file's "detailer" entry, ADetailer's settings and
+// defaults): after the decode, the detector folder's regions are redrawn one by one ("only masked"
+// inpaintings, seed + the region's index), before the final upscale. Checked as a batch file's
+// entry; each value's problem names its flag (--detailer, --detailer-confidence, ...).
+struct Detailer {
+  std::string detector{};            // a detector folder (scripts/export_sdxl.py --detector)
+  std::string prompt{}, negative{};  // "" = the image's; "[PROMPT]" stands for it
+  double confidence = 0.3;           // detections scoring above it, in (0, 1]
+  int dilate = 4;                    // px of dilation (negative: erosion) of each mask, -128..128
+  int blur = 4;                      // the inpainting's mask blur, 0..64
+  double denoise = 0.4;              // the inpainting's strength, in (0, 1]
+  int padding = 32;                  // "only masked" padding, 0..256
+  int max = 0;                       // only the k largest regions (0 = all)
+  std::optional<int> steps{};        // the regions' steps, 1..200 (empty = the image's)
+};
+
 // A task's settings (its id, count and priority are not used) and what one
 // image made outside a run takes. Flag names in error messages are the CLI's.
 struct ImageRequest {
@@ -306,7 +322,8 @@ struct ImageRequest {
   Hires hires{};
   std::vector<ControlNet> controlnets{};
   IpAdapter ip_adapter{};
-  Upscale upscale{};           // the PNG written is this frame
+  std::vector<Detailer> detailer{};  // applied in order after the decode (faces, then hands ...)
+  Upscale upscale{};           // the PNG written is this frame (made after the detailer)
   std::string out_path{};      // "" = sdxl-<seed>.png
   std::string latents_path{};  // also the final latents, float32 .npy ("" = none)
   std::string timings_path{};  // stage timings and peak memory as JSON ("" = none)
@@ -404,11 +421,24 @@ struct PlannedBatch {
   double est_seconds = -1;            // -1: unknown
   bool time_measured = false;         // false: est_seconds is extrapolated
 };
+// A task's detailer (docs/detailer.md): its units and the region passes its images need. Regions
+// exist only once an image is decoded, so they come from what earlier runs into the folder found
+// per image with each detector folder (estimates.json).
+struct PlannedDetailer {
+  std::string task_id{};
+  int images = 0;                            // the task's images to make
+  std::vector<std::string> detectors{};      // its units' detector folders, in order
+  std::vector<double> regions_per_image{};   // per unit (at most its "max"); -1: unknown until detection
+  double est_regions = -1;                   // passes of its images; -1: a unit is unknown
+  double est_seconds = -1;                   // their time; -1: unknown
+};
 struct Plan {
   std::string model_name{}, out_dir{};
   int total = 0, to_make = 0, skipped = 0;
   std::vector<PlannedBatch> batches{};  // in queue order
-  double est_seconds = -1;              // -1: unknown for at least one batch
+  std::vector<PlannedDetailer> detailers{};  // tasks with a detailer; their passes go through the queue too
+  bool detailer_unknown = false;        // some passes are unknown until detection: not in est_seconds
+  double est_seconds = -1;              // -1: unknown for at least one batch; counts the known passes
   bool estimates_measured = false;      // earlier runs into the folder measured this device
   std::string estimates_device{}, why_no_estimates{};
   std::uint64_t vram_limit_bytes = 0, weights_bytes = 0, free_bytes = 0;

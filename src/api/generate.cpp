@@ -3,6 +3,7 @@
 #include <sdxl_batch/sdxl_batch.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "api/boundary.h"
@@ -21,6 +22,8 @@
 #include "core/units.h"
 #include "image/png_reader.h"
 #include "image/png_writer.h"
+#include "scheduler/detailer_flow.h"
+#include "scheduler/generator_lane.h"
 
 namespace sdxl::api {
 namespace {
@@ -122,6 +125,44 @@ void check_upscale(const GenerationParams& p) {
   if (!why.empty()) throw UsageError(flag + " " + why);
 }
 
+// A detailer problem of read_detailer_list ("/detailer/K/KEY") with the flag that set the value.
+std::string detailer_flag_problem(const BatchProblem& pr, const std::vector<sdxl_batch::Detailer>& units) {
+  const std::string prefix = "/detailer/";
+  size_t k = 0;
+  std::string key;
+  if (pr.pointer.rfind(prefix, 0) == 0) {
+    const std::string rest = pr.pointer.substr(prefix.size());
+    const size_t slash = rest.find('/');
+    k = static_cast<size_t>(std::strtoul(rest.substr(0, slash).c_str(), nullptr, 10));
+    if (slash != std::string::npos) key = rest.substr(slash + 1);
+  }
+  const std::string flag = key.empty() || key == "detector" ? "--detailer" : "--detailer-" + key;
+  const std::string dir = k < units.size() ? units[k].detector : "";
+  return flag + " of detailer " + std::to_string(k) + " (" + dir + "): " + pr.message;
+}
+
+// The detailer units (--detailer and its flags) checked by the batch file's own rules and messages
+// (read_detailer_list), relative folders from the current one; UsageError naming each bad flag.
+std::vector<DetailerUse> detailer_of(const std::vector<sdxl_batch::Detailer>& units) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const sdxl_batch::Detailer& d : units) {
+    nlohmann::json u = {{"detector", d.detector}, {"prompt", d.prompt},   {"negative", d.negative},
+                        {"confidence", d.confidence}, {"dilate", d.dilate}, {"blur", d.blur},
+                        {"denoise", d.denoise},   {"padding", d.padding}, {"max", d.max}};
+    if (d.steps) u["steps"] = *d.steps;
+    list.push_back(std::move(u));
+  }
+  FileInputChecks files;
+  std::vector<BatchProblem> problems;
+  std::error_code ec;
+  const std::filesystem::path cwd = std::filesystem::current_path(ec);
+  std::vector<DetailerUse> out = read_detailer_list(list, cwd, &files, problems);
+  if (problems.empty()) return out;
+  std::string msg;
+  for (const BatchProblem& pr : problems) msg += (msg.empty() ? "" : "; ") + detailer_flag_problem(pr, units);
+  throw UsageError(msg);
+}
+
 // Everything of the request checked that can be before the model loads; the
 // sizes the model's defaults fill in come later. `image_w/h`: the init image's.
 GenerationParams checked_params(const sdxl_batch::Session::Impl& s, const sdxl_batch::ImageRequest& r,
@@ -184,6 +225,7 @@ GenerationParams checked_params(const sdxl_batch::Session::Impl& s, const sdxl_b
   p.controlnets = controlnets_of(r, config);
   p.ip_adapter = ip_adapter_of(r.ip_adapter, config);
   p.upscale = upscale_of(r.upscale);
+  p.detailer = detailer_of(r.detailer);
   if (s.options.verify) verify_task_folders({&p});
   return p;
 }
@@ -210,7 +252,9 @@ sdxl_batch::ImageResult generate_image(sdxl_batch::Session::Impl& s, const sdxl_
   const RuntimeOptions runtime = runtime_options(s.options);
   int image_w = 0, image_h = 0;
   GenerationParams p = checked_params(s, r, runtime, image_w, image_h);
-  Generator gen(s.options.model_dir, runtime);
+  GeneratorLane lane(s.options.model_dir, runtime, {}, 0);  // a lane, so the detailer takes a run's steps
+  lane.start();
+  Generator& gen = lane.generator();
   const ModelConfig& mc = gen.model();
   const sdxl_batch::Task& t = r.task;
   p.prompt = t.prompt;
@@ -225,6 +269,8 @@ sdxl_batch::ImageResult generate_image(sdxl_batch::Session::Impl& s, const sdxl_
 
   const auto t0 = Clock::now();
   GeneratedImage img = gen.generate(p);
+  // The regions' passes and then the frame, as a run makes them (stage times and latents: the image's own).
+  if (!p.detailer.empty()) img = detail_image(lane, p, std::move(img));
   const auto t1 = Clock::now();
   ImageSources sources = model_sources(mc);
   add_image_sources(sources, p, img);

@@ -327,6 +327,9 @@ sdxl_batch::Plan plan_session(const sdxl_batch::Session::Impl& s, const sdxl_bat
   plan.skipped = bp.skipped;
   plan.est_seconds = bp.est_seconds;
   for (const PlannedBatch& b : bp.batches) plan.batches.push_back(public_batch(b));
+  for (const PlannedDetailer& d : bp.detailers)
+    plan.detailers.push_back({d.task, d.images, d.detectors, d.regions_per_image, d.est_regions, d.est_seconds});
+  plan.detailer_unknown = bp.detailer_unknown;
   return plan;
 }
 

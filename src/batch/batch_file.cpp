@@ -857,6 +857,16 @@ std::string read_batch_text(const std::filesystem::path& path) {
   return read_input_file(path, "batch file", kMaxBatchFileBytes);
 }
 
+std::vector<DetailerUse> read_detailer_list(const nlohmann::json& list, const std::filesystem::path& base_dir,
+                                            InputChecks* checks, std::vector<BatchProblem>& problems) {
+  const json obj = {{"detailer", list}};
+  check_batch_strings(obj, problems);
+  Checker ck{problems, base_dir, checks};
+  GenerationParams p;
+  ck.read_detailer(obj, "", p);
+  return p.detailer;
+}
+
 BatchFile parse_batch_text(const std::string& text, const std::filesystem::path& origin,
                            const GenerationParams& fallback, std::vector<BatchProblem>* problems_out,
                            const std::vector<std::filesystem::path>& wildcard_dirs, InputChecks* checks) {

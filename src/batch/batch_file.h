@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <utility>
 #include <vector>
@@ -112,6 +113,13 @@ BatchFile parse_batch_text(const std::string& text, const std::filesystem::path&
                            const GenerationParams& fallback, std::vector<BatchProblem>* problems,
                            const std::vector<std::filesystem::path>& wildcard_dirs = {},
                            InputChecks* checks = nullptr);
+
+// A "detailer" list given outside a batch file (`sdxl-batch generate`'s --detailer flags, as JSON:
+// [{"detector": DIR, "confidence": 0.3, ...}]) read by the batch file's own rules and messages: each
+// unit with ADetailer's defaults for what it leaves out, relative detector folders from `base_dir`,
+// the text rule of batch_strings.h. Problems (pointers "/detailer/K/KEY") are appended, never thrown.
+std::vector<DetailerUse> read_detailer_list(const nlohmann::json& list, const std::filesystem::path& base_dir,
+                                            InputChecks* checks, std::vector<BatchProblem>& problems);
 
 // Checks a file-name template: fields {id} {index} {seed} {date} {steps}
 // {cfg} {width} {height}, ends in .png, relative, no "..". "" when fine, else why.

@@ -35,6 +35,10 @@ struct GenerateArgs {
   // --controlnet and its --control-* flags, grouped by the order they came in (controlnet_flags).
   std::vector<std::string> cn_models, cn_images;
   std::vector<double> cn_strengths, cn_starts, cn_ends;
+  // --detailer and its --detailer-* flags, grouped by the order they came in (detailer_flags).
+  std::vector<std::string> det_dirs, det_prompts, det_negatives;
+  std::vector<double> det_confidences, det_denoises;
+  std::vector<int> det_dilates, det_blurs, det_paddings, det_maxes, det_steps;
   std::string ip_adapter;
   std::vector<std::string> ip_images;
   double ip_scale = 1.0;
@@ -73,6 +77,66 @@ std::vector<sdxl_batch::ControlNet> controlnet_flags(const GenerateArgs& a) {
     else if (flag == "--control-end") c.end = a.cn_ends.at(i);
   }
   return out;
+}
+
+// --detailer DIR [--detailer-prompt P] [--detailer-confidence C] ..., repeatable: each --detailer starts
+// a unit (ADetailer's defaults) and the --detailer-* flags after it set its fields; the values are
+// checked by Session::generate with the batch file's rules (docs/detailer.md).
+std::vector<sdxl_batch::Detailer> detailer_flags(const GenerateArgs& a) {
+  std::vector<sdxl_batch::Detailer> out;
+  std::map<std::string, size_t> taken;      // values used so far per flag
+  std::vector<std::set<std::string>> seen;  // flags given per unit
+  for (const CLI::Option* o : a.cmd->parse_order()) {
+    const std::string flag = o->get_name();
+    if (flag != "--detailer" && flag.rfind("--detailer-", 0) != 0) continue;
+    const size_t i = taken[flag]++;
+    if (flag == "--detailer") {
+      out.push_back({});
+      out.back().detector = a.det_dirs.at(i);
+      seen.emplace_back();
+      continue;
+    }
+    if (out.empty()) throw sdxl_batch::UsageError(flag + " comes before any --detailer DIR (it sets the unit before it)");
+    if (!seen.back().insert(flag).second)
+      throw sdxl_batch::UsageError("detailer " + std::to_string(out.size() - 1) + " (" + out.back().detector +
+                                   ") has " + flag + " twice");
+    sdxl_batch::Detailer& d = out.back();
+    if (flag == "--detailer-prompt") d.prompt = a.det_prompts.at(i);
+    else if (flag == "--detailer-negative") d.negative = a.det_negatives.at(i);
+    else if (flag == "--detailer-confidence") d.confidence = a.det_confidences.at(i);
+    else if (flag == "--detailer-dilate") d.dilate = a.det_dilates.at(i);
+    else if (flag == "--detailer-blur") d.blur = a.det_blurs.at(i);
+    else if (flag == "--detailer-denoise") d.denoise = a.det_denoises.at(i);
+    else if (flag == "--detailer-padding") d.padding = a.det_paddings.at(i);
+    else if (flag == "--detailer-max") d.max = a.det_maxes.at(i);
+    else if (flag == "--detailer-steps") d.steps = a.det_steps.at(i);
+  }
+  return out;
+}
+
+void add_detailer_flags(CLI::App& cmd, GenerateArgs& a) {
+  // One value per occurrence, so that the flags group by their order (detailer_flags).
+  const auto one = [](CLI::Option* o) { o->allow_extra_args(false); };
+  one(cmd.add_option("--detailer", a.det_dirs,
+                     "Detailer (ADetailer): a detector folder (export_sdxl.py --detector) whose regions are redrawn "
+                     "after the decode; repeatable, units in order, each followed by its --detailer-* flags"));
+  one(cmd.add_option("--detailer-prompt", a.det_prompts,
+                     "Prompt of the --detailer before it (default \"\": the image's; [PROMPT] stands for it)"));
+  one(cmd.add_option("--detailer-negative", a.det_negatives,
+                     "Negative prompt of the --detailer before it (default \"\": the image's; [PROMPT] stands for it)"));
+  one(cmd.add_option("--detailer-confidence", a.det_confidences,
+                     "Detections scoring above it, in (0, 1], of the --detailer before it (default 0.3)"));
+  one(cmd.add_option("--detailer-dilate", a.det_dilates,
+                     "Px of dilation (negative: erosion) of each mask, -128..128, of the --detailer before it (default 4)"));
+  one(cmd.add_option("--detailer-blur", a.det_blurs, "Mask blur, 0..64, of the --detailer before it (default 4)"));
+  one(cmd.add_option("--detailer-denoise", a.det_denoises,
+                     "Denoising strength, in (0, 1], of the --detailer before it (default 0.4)"));
+  one(cmd.add_option("--detailer-padding", a.det_paddings,
+                     "\"Only masked\" padding, 0..256, of the --detailer before it (default 32)"));
+  one(cmd.add_option("--detailer-max", a.det_maxes,
+                     "Only the k largest regions (0 = all) of the --detailer before it (default 0)"));
+  one(cmd.add_option("--detailer-steps", a.det_steps,
+                     "Steps of the regions, 1..200, of the --detailer before it (default: the image's)"));
 }
 
 }  // namespace
@@ -141,6 +205,7 @@ CLI::App* add_generate(CLI::App& app, std::shared_ptr<GenerateArgs>& args) {
   cmd->add_option("--control-end", args->cn_ends,
                   "Fraction of the steps where the --controlnet before it stops acting (default 1)")
       ->check(finite_range(0.0, 1.0));
+  add_detailer_flags(*cmd, *args);
   cmd->add_option("--ip-adapter", args->ip_adapter,
                   "IP-Adapter folder (scripts/export_sdxl.py --ip-adapter): steer the image toward --ip-image")
       ->check(CLI::ExistingDirectory);
@@ -181,6 +246,7 @@ int run_generate(const GenerateArgs& a) {
   if (a.hires_scale > 0) r.hires = {a.hires_scale, a.hires_upscaler, a.hires_steps, a.hires_denoise};
   r.controlnets = controlnet_flags(a);
   r.ip_adapter = {a.ip_adapter, a.ip_images, a.ip_scale};
+  r.detailer = detailer_flags(a);
   r.upscale = upscale_of_flags(a.frame);
   r.out_path = a.out;
   r.latents_path = a.save_latents;

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <filesystem>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -153,6 +154,31 @@ std::string batch_images(const std::vector<std::string>& images) {
 
 // --dry-run: the queue's plan with the estimates measured by earlier runs into
 // the same folder; reads model.json only (no weights are loaded).
+// The tasks with a detailer: each unit's detector and the region passes expected (from the regions per
+// image earlier runs into the folder found), or "unknown until detection".
+void print_plan_detailers(const sdxl_batch::Plan& plan) {
+  if (plan.detailers.empty()) return;
+  std::printf("  detailer: %zu task(s) redraw regions after their decode (one pass per region, through the queue)\n",
+              plan.detailers.size());
+  for (const sdxl_batch::PlannedDetailer& d : plan.detailers) {
+    std::string units;
+    for (size_t k = 0; k < d.detectors.size(); ++k) {
+      const double r = k < d.regions_per_image.size() ? d.regions_per_image[k] : -1;
+      char per[64];
+      std::snprintf(per, sizeof per, "%.2f region(s)/image measured", r);
+      units += (units.empty() ? "" : ", ") + std::filesystem::path(d.detectors[k]).filename().string() + " (" +
+               (r >= 0 ? std::string(per) : std::string("unknown until detection")) + ")";
+    }
+    std::string passes = "region passes unknown until detection";
+    if (d.est_regions >= 0) {
+      char n[64];
+      std::snprintf(n, sizeof n, "%.1f region pass(es)", d.est_regions);
+      passes = std::string(n) + ", est. time " + (d.est_seconds >= 0 ? format_eta(d.est_seconds) : "?");
+    }
+    std::printf("    %s (%d image(s)): %s; %s\n", d.task_id.c_str(), d.images, units.c_str(), passes.c_str());
+  }
+}
+
 int print_plan(const std::string& batch_path, const sdxl_batch::Plan& plan) {
   std::printf("plan for %s (model %s, output %s)\n", batch_path.c_str(), plan.model_name.c_str(), plan.out_dir.c_str());
   std::printf("  %d image(s): %d to make, %d already done\n", plan.total, plan.to_make, plan.skipped);
@@ -177,8 +203,10 @@ int print_plan(const std::string& batch_path, const sdxl_batch::Plan& plan) {
     std::printf("  %-4d %-6s %5dx%-5d %5d %6zu %12s %10s  %s\n", ++k, b.priority.c_str(), b.width, b.height, b.steps,
                 b.images.size(), mem.c_str(), time.c_str(), batch_images(b.images).c_str());
   }
-  std::printf("  %zu batch(es); estimated time %s\n", plan.batches.size(),
-              plan.est_seconds >= 0 ? format_eta(plan.est_seconds).c_str() : "unknown until each size is measured");
+  print_plan_detailers(plan);
+  std::printf("  %zu batch(es); estimated time %s%s\n", plan.batches.size(),
+              plan.est_seconds >= 0 ? format_eta(plan.est_seconds).c_str() : "unknown until each size is measured",
+              plan.detailer_unknown ? " + the region passes unknown until detection" : "");
   return 0;
 }
 

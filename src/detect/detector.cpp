@@ -97,6 +97,13 @@ Detector::Detector(const std::filesystem::path& dir, const torch::Device& device
   module_.eval();
 }
 
+std::uint64_t Detector::weight_bytes() const {
+  std::uint64_t n = 0;
+  for (const at::Tensor& p : module_.parameters()) n += p.nbytes();
+  for (const at::Tensor& b : module_.buffers()) n += b.nbytes();
+  return n;
+}
+
 std::vector<Detection> Detector::detect(const std::uint8_t* rgb, int width, int height, const DetectSettings& s,
                                         bool keep_masks) {
   torch::InferenceMode guard;

@@ -25,6 +25,8 @@ class Detector {
   // ModelError when the folder is not a detector folder or its module does not load.
   Detector(const std::filesystem::path& dir, const torch::Device& device);
   const DetectorConfig& config() const { return config_; }
+  // The bytes of the loaded module's parameters and buffers (its weights on the device).
+  std::uint64_t weight_bytes() const;
   // Detections of one 8-bit RGB image, by descending score. keep_masks: fill Detection::mask.
   std::vector<Detection> detect(const std::uint8_t* rgb, int width, int height, const DetectSettings& settings,
                                 bool keep_masks = false);

@@ -39,7 +39,7 @@
 #include "core/error.h"
 #include "device/device_errors.h"
 #include "image/mask.h"
-#include "detect/detector.h"
+#include "detect/detector_cache.h"
 #include "core/lru_cache.h"
 #include "pipeline/detailer.h"
 #include "image/png_reader.h"
@@ -94,7 +94,7 @@ struct Generator::Impl {
   std::unique_ptr<ControlNetCache> controlnets;
   std::unique_ptr<IpAdapterCache> ip_adapters;
   std::unique_ptr<UpscalerCache> upscalers;  // the upscaler folders of frames ("upscale") and the hires fix
-  std::unique_ptr<LruCache<Detector>> detectors;  // the detailer's detector folders (decode stage)
+  std::unique_ptr<DetectorCache> detectors;  // the detailer's detector folders (decode stage)
   Clock::time_point trace_last_call_end;  // SDXL_TRACE_STEPS (sampling stage only)
   VaeTiling vae_tiling = VaeTiling::kAuto;
   double load_s = 0;
@@ -189,7 +189,7 @@ Generator::Generator(const std::filesystem::path& model_dir, const RuntimeOption
   impl_->controlnets = std::make_unique<ControlNetCache>(*impl_->model, opts.controlnet_cache);
   impl_->ip_adapters = std::make_unique<IpAdapterCache>(*impl_->model, opts.ip_adapter_cache, opts.ip_image_cache);
   impl_->upscalers = std::make_unique<UpscalerCache>(device, opts.upscaler_cache);
-  impl_->detectors = std::make_unique<LruCache<Detector>>(opts.detector_cache);
+  impl_->detectors = std::make_unique<DetectorCache>(device, opts.detector_cache);
   device_synchronize(device);
   impl_->load_s = seconds_since(t0);
   spdlog::info("loaded model '{}' ({}, {}{}) on {} in {:.2f} s", cfg.name, cfg.source, dtype_name(impl_->model->dtype),
@@ -1074,9 +1074,7 @@ std::vector<DetailerRegion> Generator::detailer_regions(const DetailerUse& unit,
   on_decode_stage(im.opts, im.decode_stream, im.device_mu, [&] {
     std::shared_ptr<Detector> det;
     try {
-      det = im.detectors->get(
-          unit.detector, [&] { return std::make_shared<Detector>(unit.detector, im.model->device); },
-          [](const std::string&) {});
+      det = im.detectors->get(unit.detector);
     } catch (const ModelError& e) {
       throw UsageError(std::string("detailer: ") + e.what());  // the task's failure, not the run's
     }

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <utility>
@@ -52,6 +53,14 @@ nlohmann::json box_record(const DetailerProgress& pr) {
           {"image_width", pr.job.image.width}, {"image_height", pr.job.image.height}};
 }
 
+// Region pr.next's pass is done: its result (the image with the region pasted back) is the image now.
+void absorb_pass(DetailerProgress& pr, std::vector<std::uint8_t> rgb, double generate_s) {
+  pr.job.image.rgb = std::move(rgb);
+  pr.job.generate_s += generate_s;
+  pr.boxes.push_back(box_record(pr));
+  ++pr.next;
+}
+
 }  // namespace
 
 bool detailer_involved(const WorkItem& w) { return w.detailer != nullptr || !w.params.detailer.empty(); }
@@ -65,10 +74,7 @@ std::vector<DetailerOutcome> advance_detailers(DeviceLane& lane, const std::vect
     std::shared_ptr<DetailerProgress> prog = w.detailer;
     try {
       if (prog) {  // a region's pass: the image now holds it
-        prog->job.image.rgb = std::move(base[k].image.rgb);
-        prog->job.generate_s += base[k].generate_s;
-        prog->boxes.push_back(box_record(*prog));
-        ++prog->next;
+        absorb_pass(*prog, std::move(base[k].image.rgb), base[k].generate_s);
       } else {  // the image itself: its first unit's detector runs on it
         prog = std::make_shared<DetailerProgress>();
         prog->base = w;
@@ -83,6 +89,15 @@ std::vector<DetailerOutcome> advance_detailers(DeviceLane& lane, const std::vect
   return out;
 }
 
+void observe_detailer_regions(WorkEstimator& est, const WriteJob& done) {
+  const std::vector<DetailerUse>& units = done.item.params.detailer;
+  for (size_t k = 0; k < units.size(); ++k) {
+    const auto n = std::count_if(done.detailer.begin(), done.detailer.end(),
+                                 [&](const nlohmann::json& b) { return b.value("unit", -1) == static_cast<int>(k); });
+    est.observe_detailer_regions(units[k].detector, static_cast<int>(n));
+  }
+}
+
 void queue_detailer_pass(RunState& run, WorkItem pass) {
   QueuedImage q;
   q.handle = run.work.size();
@@ -93,6 +108,27 @@ void queue_detailer_pass(RunState& run, WorkItem pass) {
   q.enqueued_s = run.elapsed();
   run.work.push_back(std::move(pass));
   run.queue.push(q);
+}
+
+GeneratedImage detail_image(DeviceLane& lane, const GenerationParams& params, GeneratedImage image,
+                            nlohmann::json* boxes) {
+  BatchTask task;  // the logs' label ("generate#0")
+  task.id = "generate";
+  auto prog = std::make_shared<DetailerProgress>();
+  prog->base.task = &task;
+  prog->base.params = params;
+  prog->job.image = std::move(image);
+  for (;;) {
+    DetailerOutcome o = next_step(lane, prog);
+    if (o.done) {
+      if (boxes) *boxes = std::move(o.done->detailer);
+      return std::move(o.done->image);
+    }
+    // The pass alone, through the three stages as a batch of one (a run's at --max-batch 1).
+    std::vector<GeneratedImage> made = lane.decode(lane.sample(lane.encode({o.pass->params}), {}));
+    const StageSeconds st = made.front().seconds;
+    absorb_pass(*prog, std::move(made.front().rgb), st.text + st.sample + st.decode);
+  }
 }
 
 }  // namespace sdxl

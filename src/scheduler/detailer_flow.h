@@ -47,6 +47,18 @@ bool detailer_involved(const WorkItem& w);
 std::vector<DetailerOutcome> advance_detailers(DeviceLane& lane, const std::vector<WorkItem>& items,
                                                std::vector<WriteJob>& base);
 
+// The detailer of one image made outside a run (`sdxl-batch generate`): the steps advance_detailers
+// takes for it, in the same order on `lane` (detector, each region's pass, the next unit, the deferred
+// frame), each pass made alone: the image a run at --max-batch 1 writes for the same task and seed.
+// `params`: the image's (its detailer units); `image`: its decode. boxes (when given): each region
+// passed, as the report records them. Throws what the lane's stages throw.
+GeneratedImage detail_image(DeviceLane& lane, const GenerationParams& params, GeneratedImage image,
+                            nlohmann::json* boxes = nullptr);
+
+// Each unit's regions in a detailed image (`done`: advance_detailers' outcome, its boxes), observed
+// by `est` so that --dry-run plans the region passes of the next run (mu held).
+void observe_detailer_regions(WorkEstimator& est, const WriteJob& done);
+
 // Queues a region's pass (mu held): a new work item and its queue entry.
 void queue_detailer_pass(RunState& run, WorkItem pass);
 

@@ -24,6 +24,8 @@ class GeneratorLane final : public DeviceLane {
                 std::uint64_t vram_limit);
 
   std::string name() const override { return runtime_.device; }
+  // The lane's Generator once start() has loaded it (`generate` makes its image on it directly).
+  Generator& generator() { return *gen_; }
   void start() override;
   StageHandle encode(const std::vector<GenerationParams>& params) override;
   StageHandle sample(const StageHandle& encoded, const StepHook& hook) override;

@@ -225,7 +225,10 @@ void route_detailers(RunState& run, LaneState& l, std::vector<WriteJob>& jobs) {
     }
     --run.detailing;
     if (o.pass) queue_detailer_pass(run, std::move(*o.pass));
-    else if (o.done) keep.push_back(std::move(*o.done));
+    else if (o.done) {
+      if (run.opts.estimator) observe_detailer_regions(*run.opts.estimator, *o.done);
+      keep.push_back(std::move(*o.done));
+    }
     else run.record_failure(items[k], o.error);
   }
   jobs = std::move(keep);

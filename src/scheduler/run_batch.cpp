@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <map>
+#include <optional>
 #include <string>
 
 #include "batch/manifest.h"
@@ -132,6 +134,57 @@ RunResult run_batch(const BatchFile& batch, const RunOptions& o, const std::vect
   return res;
 }
 
+namespace {
+
+// The region passes of one task's `images` images (params: its first image's): per unit the regions
+// per image measured before (capped by the unit's "max"), each pass timed as an image of the decoded
+// size at the unit's steps (an only-masked inpainting, batch of one).
+PlannedDetailer plan_detailer(const std::string& task, const GenerationParams& p, int images,
+                              const WorkEstimator* est) {
+  PlannedDetailer d;
+  d.task = task;
+  d.images = images;
+  double regions = 0, seconds = 0;
+  bool timed = true;
+  const auto [w, h] = decoded_size(p);
+  for (const DetailerUse& u : p.detailer) {
+    d.detectors.push_back(u.detector);
+    std::optional<double> per = est ? est->detailer_regions_per_image(u.detector) : std::nullopt;
+    if (per && u.max > 0) per = std::min(*per, static_cast<double>(u.max));
+    d.regions_per_image.push_back(per.value_or(-1.0));
+    if (!per) {
+      regions = -1;
+      continue;
+    }
+    if (regions >= 0) regions += *per * images;
+    const auto t = est->seconds_per_image(w, h, 1, u.steps > 0 ? u.steps : p.steps, 0);
+    if (t) seconds += *per * images * t->seconds_per_image;
+    else timed = false;
+  }
+  d.est_regions = regions;
+  d.est_seconds = regions >= 0 && timed ? seconds : -1;
+  return d;
+}
+
+// Each task with a detailer among the work, in the order of its first image.
+void plan_detailers(const WorkList& wl, const WorkEstimator* est, BatchPlan& plan) {
+  std::vector<std::string> order;
+  std::map<std::string, std::pair<const WorkItem*, int>> tasks;  // id -> first image, images
+  for (const WorkItem& w : wl.work) {
+    if (w.params.detailer.empty()) continue;
+    auto [it, fresh] = tasks.try_emplace(w.task->id, &w, 0);
+    if (fresh) order.push_back(w.task->id);
+    ++it->second.second;
+  }
+  for (const std::string& id : order) {
+    const auto& [w, n] = tasks[id];
+    plan.detailers.push_back(plan_detailer(id, w->params, n, est));
+    plan.detailer_unknown |= plan.detailers.back().est_seconds < 0;
+  }
+}
+
+}  // namespace
+
 BatchPlan plan_batch(const BatchFile& batch, const RunOptions& o, std::uint64_t free_bytes) {
   BatchPlan plan;
   plan.free_bytes = free_bytes;
@@ -180,6 +233,8 @@ BatchPlan plan_batch(const BatchFile& batch, const RunOptions& o, std::uint64_t 
     clock += pb.est_seconds > 0 ? pb.est_seconds : 0;
     plan.batches.push_back(std::move(pb));
   }
+  plan_detailers(wl, o.estimator, plan);
+  for (const PlannedDetailer& d : plan.detailers) total_s += std::max(0.0, d.est_seconds);
   plan.est_seconds = all_timed ? total_s : -1;
   return plan;
 }

@@ -169,10 +169,22 @@ struct PlannedBatch {
   double est_seconds = -1;           // -1: unknown
   bool time_measured = false;
 };
+// A task's detailer in the plan: its units and the region passes its images will need, from the
+// regions per image that earlier runs into the folder measured per detector folder (WorkEstimator).
+struct PlannedDetailer {
+  std::string task;
+  int images = 0;                          // the task's images to make
+  std::vector<std::string> detectors;      // its units' detector folders, in order
+  std::vector<double> regions_per_image;   // per unit (at most its "max"); -1: unknown until detection
+  double est_regions = -1;                 // passes of its images; -1: a unit is unknown
+  double est_seconds = -1;                 // their time; -1: unknown
+};
 struct BatchPlan {
   int total = 0, skipped = 0, to_make = 0;
   std::vector<PlannedBatch> batches;
-  double est_seconds = -1;  // -1: unknown for at least one batch
+  std::vector<PlannedDetailer> detailers;  // tasks with a detailer, in the order of their first image
+  bool detailer_unknown = false;           // some region passes are unknown until detection (not in est_seconds)
+  double est_seconds = -1;  // -1: unknown for at least one batch; counts the known region passes
   std::uint64_t free_bytes = 0;
 };
 BatchPlan plan_batch(const BatchFile& batch, const RunOptions& opts, std::uint64_t free_bytes);

@@ -33,6 +33,18 @@ void WorkEstimator::observe_time(int width, int height, int batch, int steps, do
   if (v.size() > kTimeWindow) v.erase(v.begin());
 }
 
+void WorkEstimator::observe_detailer_regions(const std::string& detector, int regions) {
+  auto& [images, total] = detailer_[detector];
+  ++images;
+  total += std::max(0, regions);
+}
+
+std::optional<double> WorkEstimator::detailer_regions_per_image(const std::string& detector) const {
+  const auto it = detailer_.find(detector);
+  if (it == detailer_.end() || it->second.first <= 0) return std::nullopt;
+  return static_cast<double>(it->second.second) / static_cast<double>(it->second.first);
+}
+
 std::optional<std::uint64_t> WorkEstimator::peak_bytes(int width, int height, int batch, int controlnets) const {
   auto it = memory_.find({width, height, controlnets});
   if (it == memory_.end() || it->second.empty() || batch < 1) return std::nullopt;
@@ -155,6 +167,10 @@ std::string WorkEstimator::to_json() const {
     }
   j["memory"] = mem;
   j["time"] = tim;
+  nlohmann::json det = nlohmann::json::array();
+  for (const auto& [detector, counts] : detailer_)
+    det.push_back({{"detector", detector}, {"images", counts.first}, {"regions", counts.second}});
+  if (!det.empty()) j["detailer"] = det;
   return j.dump(1) + "\n";
 }
 
@@ -189,6 +205,11 @@ WorkEstimator WorkEstimator::load(const std::filesystem::path& path, const std::
       }
       if (v.size() > kTimeWindow) v.erase(v.begin(), v.end() - static_cast<std::ptrdiff_t>(kTimeWindow));
     }
+    if (j.contains("detailer"))
+      for (const auto& d : j.at("detailer")) {
+        const long long images = d.at("images").get<long long>(), regions = d.at("regions").get<long long>();
+        if (images > 0 && regions >= 0) e.detailer_[d.at("detector").get<std::string>()] = {images, regions};
+      }
   } catch (const std::exception& ex) {
     if (why_not) *why_not = path.string() + " is not a valid estimates file (" + ex.what() + "); starting afresh";
     return WorkEstimator(device, model);

@@ -76,6 +76,12 @@ class WorkEstimator {
 
   std::optional<TimeEstimate> seconds_per_image(int width, int height, int batch, int steps, int controlnets = 0) const;
 
+  // The detailer: `regions` found by one unit's detector folder `detector` in one image (the run
+  // observes each detailed image), and the mean per image so far (nullopt: never measured), which
+  // --dry-run's plan counts region passes by. Saved as "detailer": [{"detector", "images", "regions"}].
+  void observe_detailer_regions(const std::string& detector, int regions);
+  std::optional<double> detailer_regions_per_image(const std::string& detector) const;
+
   bool empty() const { return memory_.empty() && time_.empty(); }
   const std::string& device() const { return device_; }
   const std::string& model() const { return model_; }
@@ -93,6 +99,7 @@ class WorkEstimator {
   std::map<Res, std::map<int, std::uint64_t>> memory_;         // resolution -> batch -> max observed peak
   std::map<Res, std::map<int, std::uint64_t>> sample_memory_;  // the same for the sampling stage (when measured)
   std::map<Res, std::map<int, std::vector<double>>> time_;     // resolution -> batch -> s/image/step (newest last)
+  std::map<std::string, std::pair<long long, long long>> detailer_;  // detector folder -> images, regions
 };
 
 }  // namespace sdxl

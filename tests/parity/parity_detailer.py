@@ -188,6 +188,9 @@ def check_report(det_dir: Path) -> list[str]:
         n = len(r.get("detailer", []))
         if not 1 <= n <= PANELS[r["task"]][3]:
             errs.append(f"{r['task']}: {n} regions, expected 1..{PANELS[r['task']][3]}")
+    mib = [dev.get("engine", {}).get("detector_cache_resident_mib", 0) for dev in rep.get("devices", [])]
+    if not mib or not all(m > 0 for m in mib):
+        errs.append(f"report.json's detector_cache_resident_mib is {mib}: the loaded detector's weights not counted")
     html = (det_dir / "report.html").read_text()
     if html.count('class="boxed"') != len(PANELS) or html.count("<i style=\"left:") != regions:
         errs.append("report.html does not draw every image's boxes")
@@ -237,6 +240,58 @@ def check_resume_and_refusals(a, work: Path, detector: Path, det_dir: Path) -> l
     return errs
 
 
+def check_generate_and_plan(a, work: Path, detector: Path) -> list[str]:
+    """`generate --detailer ...` writes, byte for byte, the PNG a run of the same task writes (one task,
+    --max-batch 1: each pass alone, as generate makes it); a bad --detailer-* value is refused naming
+    the flag; --dry-run plans the task's region passes: unknown before a run, measured after it."""
+    errs = []
+    tag = "p2"
+    seed, _, conf, k, _, _ = PANELS[tag]
+    one = json.loads(write_batch(work, detector, "detailed", True).read_text())
+    one["tasks"] = [t for t in one["tasks"] if t["id"] == tag]
+    bf = work / "one.json"
+    bf.write_text(json.dumps(one, indent=1))
+    out = work / "one-run"
+    shutil.rmtree(out, ignore_errors=True)
+    plan_cmd = [a.binary, "run", str(bf), "--model", a.model, "--out", str(out), "--dry-run", "--force"]
+    before = run_ok(plan_cmd, "dry run before the run").stdout
+    if f"{tag} (1 image(s)): face (unknown until detection)" not in before or \
+            "region passes unknown until detection" not in before:
+        errs.append(f"the dry run before any run does not say the regions are unknown:\n{before}")
+    run_ok([a.binary, "run", str(bf), "--model", a.model, "--out", str(out), "--threads", "1", "--no-progress",
+            "--max-batch", "1"], "sdxl-batch run one.json")
+    regions = len(read_report(out)["images"][0].get("detailer", []))
+    after = run_ok(plan_cmd, "dry run after the run").stdout
+    want = f"{tag} (1 image(s)): face ({regions:.2f} region(s)/image measured); {regions:.1f} region pass(es), est. time"
+    if want not in after or "unknown until detection" in after:
+        errs.append(f"the dry run after a run does not count its {regions} region(s) ({want!r}):\n{after}")
+    flags = ["generate", "--model", a.model, "--threads", "1", "--prompt", PROMPT, "--negative", NEGATIVE,
+             "--seed", seed, "--steps", STEPS, "--cfg", CFG, "--init-image", work / "small.png",
+             "--mask", work / f"mask-{tag}.png", "--mask-blur", 0, "--strength", 1.0, "--inpaint-area", "masked",
+             "--inpaint-padding", 8, "--detailer", detector]
+    t = time.time()
+    run_ok([a.binary, *flags, "--detailer-confidence", conf, "--detailer-max", k, "--detailer-denoise", DENOISE,
+            "--out", work / "generated.png"], "sdxl-batch generate --detailer")
+    same = (work / "generated.png").read_bytes() == (out / f"{tag}-0.png").read_bytes()
+    print(f"generate --detailer: {time.time() - t:.1f} s, {regions} region(s), the run's PNG byte for byte {same}",
+          flush=True)
+    if not same:
+        errs.append(f"generate's PNG differs from the run's:\n{parameters(work / 'generated.png')}\n"
+                    f"{parameters(out / f'{tag}-0.png')}")
+    for bad, named in ((["--detailer-confidence", 0], "--detailer-confidence"),
+                       (["--detailer-dilate", 500], "--detailer-dilate"),
+                       (["--detailer-steps", 1, "--detailer-steps", 2], "--detailer-steps twice")):
+        r = run([a.binary, *flags, *bad, "--out", work / "bad.png"], timeout=120)
+        if r.returncode != 2 or named not in r.stderr + r.stdout:
+            errs.append(f"generate {bad}: exit {r.returncode}, not refused naming {named}:\n{r.stderr[-1000:]}")
+    r = run([a.binary, *flags[:-2], "--detailer-blur", 2, *flags[-2:], "--out", work / "bad.png"], timeout=120)
+    if r.returncode != 2 or "--detailer-blur comes before any --detailer" not in r.stderr:
+        errs.append(f"--detailer-blur before --detailer: exit {r.returncode}\n{r.stderr[-1000:]}")
+    if (work / "bad.png").exists():
+        errs.append("a refused generate wrote its PNG")
+    return errs
+
+
 def main() -> int:
     def extra(ap):
         ap.add_argument("--detector", required=True, help="the fixture's exported face detector folder")
@@ -259,6 +314,7 @@ def main() -> int:
     rows = parity_rows(a, work, base_dir, det_dir, read_report(det_dir))
     print(f"reference {time.time() - t0:.1f} s", flush=True)
     errs += check_resume_and_refusals(a, work, detector, det_dir)
+    errs += check_generate_and_plan(a, work, detector)
     for e in errs:
         print("FAIL:", e)
     rows.append({"case": "e2e", "what": "report, metadata, manifest, resume, refusals", "ok": not errs,

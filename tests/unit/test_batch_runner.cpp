@@ -12,6 +12,7 @@
 #include <set>
 
 #include "pipeline/detailer.h"
+#include "scheduler/detailer_flow.h"
 #include "scheduler/run_batch.h"
 #include "scheduler/work_list.h"
 #include "batch/manifest.h"
@@ -946,6 +947,107 @@ TEST_F(Fixture, DetailerRegionsArePassesBatchedAcrossImages) {
   ASSERT_EQ(report["failures"].size(), 1u);
   EXPECT_NE(report["failures"][0]["error"].get<std::string>().find("detector.ts is damaged"), std::string::npos);
   EXPECT_EQ(report["failures"][0]["task"], "d");
+}
+
+// --dry-run's plan of the detailer: before any run each task's units are "unknown until detection";
+// a run measures the regions per image per detector folder (estimates.json), and the next plan counts
+// the passes (capped by "max") and their time in its estimate.
+TEST_F(Fixture, DetailerPlanCountsTheRegionsEarlierRunsMeasured) {
+  StagedFake dev;
+  dev.stage_ms[0] = dev.stage_ms[1] = dev.stage_ms[2] = 1;
+  dev.detect = [](const sdxl::DetailerUse& u, const sdxl::PixelImage& img) {
+    const int n = u.detector.back() - '0';  // ".../det2": two regions
+    std::vector<sdxl::DetailerRegion> out;
+    for (int j = 0; j < n; ++j) {
+      auto m = std::make_shared<sdxl::PixelImage>(sdxl::PixelImage{img.width, img.height, {}});
+      m->rgb.assign(img.rgb.size(), 255);
+      out.push_back({1.0f * j, 0, 4.0f + j, 4, 0.9f, 0, m});
+    }
+    return out;
+  };
+  const auto bf = batch(R"({"version": 1, "tasks": [
+      {"id": "a", "prompt": "alpha", "seed": 10, "count": 2, "detailer": [{"detector": "det3", "max": 2}]},
+      {"id": "b", "prompt": "beta", "seed": 20, "detailer": [{"detector": "det2"}, {"detector": "det1"}]},
+      {"id": "e", "prompt": "plain", "seed": 50}]})");
+  sdxl::WorkEstimator est("fake", "fake");
+  sdxl::RunOptions o;
+  o.out_dir = dir / "out";
+  o.model_name = "fake";
+  o.estimator = &est;
+  const auto before = sdxl::plan_batch(bf, o, UINT64_MAX);
+  ASSERT_EQ(before.detailers.size(), 2u) << "the plain task has none";
+  EXPECT_EQ(before.detailers[0].task, "a");
+  EXPECT_EQ(before.detailers[0].images, 2);
+  EXPECT_EQ(before.detailers[1].detectors, (std::vector<std::string>{(dir / "det2").string(), (dir / "det1").string()}));
+  EXPECT_EQ(before.detailers[1].regions_per_image, (std::vector<double>{-1, -1}));
+  EXPECT_LT(before.detailers[1].est_regions, 0);
+  EXPECT_TRUE(before.detailer_unknown);
+
+  auto lane = dev.lane();
+  ASSERT_EQ(sdxl::run_batch(bf, o, {lane.get()}).done, 4);
+  // The figures survive estimates.json.
+  est.save(dir / "estimates.json");
+  sdxl::WorkEstimator back = sdxl::WorkEstimator::load(dir / "estimates.json", "fake", "fake");
+  EXPECT_EQ(back.detailer_regions_per_image((dir / "det3").string()), 3.0) << "measured: 3 per image";
+  EXPECT_EQ(back.detailer_regions_per_image((dir / "det1").string()), 1.0);
+  EXPECT_FALSE(back.detailer_regions_per_image((dir / "det9").string()));
+  o.estimator = &back;
+  o.force = true;
+  const auto after = sdxl::plan_batch(bf, o, UINT64_MAX);
+  ASSERT_EQ(after.detailers.size(), 2u);
+  EXPECT_EQ(after.detailers[0].regions_per_image, (std::vector<double>{2}));
+  EXPECT_EQ(after.detailers[0].est_regions, 4) << "2 images x the 2 largest";
+  EXPECT_EQ(after.detailers[1].regions_per_image, (std::vector<double>{2, 1}));
+  EXPECT_EQ(after.detailers[1].est_regions, 3);
+  EXPECT_FALSE(after.detailer_unknown);
+  ASSERT_GE(after.est_seconds, 0);
+  double batches_s = 0, passes_s = 0;
+  for (const auto& b : after.batches) batches_s += b.est_seconds;
+  for (const auto& d : after.detailers) {
+    EXPECT_GT(d.est_seconds, 0) << d.task;
+    passes_s += d.est_seconds;
+  }
+  EXPECT_NEAR(after.est_seconds, batches_s + passes_s, 1e-9) << "the plan's time counts the passes";
+}
+
+// generate's detailer (detail_image): the run's steps on one image, each pass alone — detector, the
+// regions in order with seed + j, each from the previous result, the next unit, the boxes.
+TEST_F(Fixture, DetailImageTakesTheRunsStepsOnOneImage) {
+  StagedFake dev;
+  dev.stage_ms[0] = dev.stage_ms[1] = dev.stage_ms[2] = 1;
+  std::vector<std::uint8_t> seen_first;  // the image each detector call saw: its first byte
+  dev.detect = [&](const sdxl::DetailerUse& u, const sdxl::PixelImage& img) {
+    seen_first.push_back(img.rgb.front());
+    const int n = u.detector.back() - '0';
+    std::vector<sdxl::DetailerRegion> out;
+    for (int j = 0; j < n; ++j) {
+      auto m = std::make_shared<sdxl::PixelImage>(sdxl::PixelImage{img.width, img.height, {}});
+      m->rgb.assign(img.rgb.size(), 255);
+      out.push_back({1.0f * j, 0, 4.0f + j, 4, 0.9f, 0, m});
+    }
+    return out;
+  };
+  const auto bf = batch(R"({"version": 1, "tasks": [
+      {"id": "b", "prompt": "beta", "seed": 20, "detailer": [{"detector": "det2", "prompt": "[PROMPT] face"},
+                                                             {"detector": "det1", "steps": 5}]}]})");
+  const sdxl::GenerationParams& p = bf.tasks[0].params;
+  auto lane = dev.lane();
+  sdxl::GeneratedImage base = lane->decode(lane->sample(lane->encode({p}), {})).front();
+  nlohmann::json boxes;
+  const sdxl::GeneratedImage out = sdxl::detail_image(*lane, p, base, &boxes);
+  ASSERT_EQ(dev.sampled.size(), 4u) << "the image, then one call per region";
+  std::vector<std::string> passes;
+  for (size_t k = 1; k < dev.sampled.size(); ++k) {
+    const auto& q = dev.sampled[k].front();
+    EXPECT_TRUE(q.inpaint_masked());
+    passes.push_back(q.prompt + "#" + std::to_string(q.seed) + "/" + std::to_string(q.steps));
+  }
+  EXPECT_EQ(passes, (std::vector<std::string>{"beta face#20/2", "beta face#21/2", "beta#20/5"}));
+  EXPECT_EQ(seen_first, (std::vector<std::uint8_t>{20 * 7 + 3, 21 * 7 + 3})) << "unit 2 sees unit 1's result";
+  EXPECT_EQ(out.rgb, std::vector<std::uint8_t>(base.rgb.size(), 20 * 7 + 3)) << "the last pass's pixels";
+  EXPECT_EQ(out.detailer_models, (std::vector<std::string>{"det2.pt", "det1.pt"}));
+  ASSERT_EQ(boxes.size(), 3u);
+  EXPECT_EQ(boxes[2]["unit"], 1);
 }
 
 TEST_F(Fixture, AFailedDetailerPassFailsItsImageWithTheImagesSeed) {
