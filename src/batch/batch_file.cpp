@@ -463,6 +463,20 @@ struct Checker {
     add(ptr + (t.contains("mask") ? "/mask" : ""), "'" + p.mask + "'" + from + " " + why);
   }
 
+  // Every denoising pass of a task (img2img, the hires fix's second pass, each detailer unit's regions)
+  // leaves at least one sampler step (strength_steps_problem); the values may come from /defaults.
+  void check_step_counts(const json& t, const std::string& ptr, const GenerationParams& p) {
+    const auto check = [&](bool own, const std::string& where, int steps, double strength) {
+      const std::string why = strength_steps_problem(steps, strength);
+      if (!why.empty()) add(own ? ptr + where : ptr, (own ? "" : "its " + where.substr(1) + " (from /defaults) ") + why);
+    };
+    if (!p.init_image.empty()) check(t.contains("strength"), "/strength", p.steps, p.strength);
+    if (p.hires_on()) check(t.contains("hires"), "/hires/denoise", p.hires_steps(), p.hires.denoise);
+    for (size_t k = 0; k < p.detailer.size(); ++k)
+      check(t.contains("detailer"), "/detailer/" + std::to_string(k) + "/denoise",
+            p.detailer[k].steps > 0 ? p.detailer[k].steps : p.steps, p.detailer[k].denoise);
+  }
+
   // Sampler and schedule are checked together (a task may set one, the defaults the other).
   void check_sampler(const json& obj, const std::string& pointer, GenerationParams& p) {
     if (!checks) return;
@@ -834,6 +848,7 @@ bool read_task(Checker& ck, const json& t, const std::string& ptr, const TaskDef
   if (t.contains("sampler") || t.contains("schedule")) ck.check_sampler(t, ptr, task.params);
   ck.read_init_image(t, ptr, origin, task.params);
   ck.check_mask(t, ptr, task.params);
+  ck.check_step_counts(t, ptr, task.params);
   ck.check_task_upscale(t, ptr, task.params);
   read_task_schedule(ck, t, ptr, td, task);
   apply_task_story(ck, t, ptr, td, book, lib, task);
@@ -841,6 +856,12 @@ bool read_task(Checker& ck, const json& t, const std::string& ptr, const TaskDef
 }
 
 }  // namespace
+
+std::string strength_steps_problem(int steps, double strength) {
+  if (!(strength > 0) || static_cast<int>(steps * strength) >= 1) return "";
+  return "leaves no step to run: int(steps * strength) = int(" + std::to_string(steps) + " * " +
+         format_number(strength) + ") = 0 (raise it or the steps)";
+}
 
 std::string mask_settings_problem(const GenerationParams& p, int mask_w, int mask_h) {
   if (p.init_image.empty()) return "is a mask but the task has no init image (a mask marks what to repaint of one)";

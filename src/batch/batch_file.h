@@ -97,6 +97,11 @@ std::string describe_problems(const std::filesystem::path& path, const std::vect
 // (a sentence to follow the mask's name). Batch files and `generate` share it.
 std::string mask_settings_problem(const GenerationParams& p, int mask_w, int mask_h);
 
+// A denoising strength that leaves no sampler step: img2img and inpainting run int(steps *
+// strength) of `steps` (sampling's plan_apply_strength, diffusers' rule), so that must be at least 1.
+// "" when fine, else why not (a sentence after the key's pointer).
+std::string strength_steps_problem(int steps, double strength);
+
 // The text of a batch file: a regular file of at most 64 MiB (UsageError otherwise).
 inline constexpr std::uint64_t kMaxBatchFileBytes = 64ull << 20;
 std::string read_batch_text(const std::filesystem::path& path);

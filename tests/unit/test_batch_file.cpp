@@ -278,6 +278,26 @@ TEST(BatchFile, HiresAndImg2ImgParameters) {
             "Size: 1024x1024, Model: m, Denoising strength: 0.6, Init image: start.png, Version: sdxl-batch 0.1.0");
 }
 
+// Every denoising pass leaves a sampler step (int(steps * strength) >= 1), checked before the run: img2img's
+// strength, the hires fix's denoise, each detailer unit's denoise at its own steps; from /defaults too.
+TEST(BatchFile, StrengthsThatLeaveNoStepAreProblems) {
+  std::vector<sdxl::BatchProblem> p;
+  sdxl::parse_batch_text(R"({"version": 1, "defaults": {"steps": 20, "detailer": [{"detector": "d", "denoise": 0.04}]},
+      "tasks": [{"id": "a", "prompt": "x", "init_image": "i.png", "strength": 0.04, "detailer": null},
+                {"id": "b", "prompt": "x", "hires": {"scale": 2, "denoise": 0.01}, "detailer": null},
+                {"id": "c", "prompt": "x", "detailer": [{"detector": "d", "denoise": 0.4, "steps": 2}]},
+                {"id": "d", "prompt": "x"},
+                {"id": "e", "prompt": "x", "init_image": "i.png", "strength": 0.05, "detailer": null}]})",
+                         "b.json", sdxl::GenerationParams{}, &p);
+  EXPECT_TRUE(has(p, "/tasks/0/strength"));
+  EXPECT_TRUE(has(p, "/tasks/1/hires/denoise"));
+  EXPECT_TRUE(has(p, "/tasks/2/detailer/0/denoise")) << "int(2 * 0.4) = 0";
+  EXPECT_TRUE(has(p, "/tasks/3")) << "the defaults' detailer, named at the task";
+  EXPECT_FALSE(has(p, "/tasks/4/strength")) << "int(20 * 0.05) = 1 step";
+  EXPECT_EQ(p.size(), 4u);
+  for (const auto& q : p) EXPECT_NE(q.message.find("leaves no step"), std::string::npos) << q.pointer << ": " << q.message;
+}
+
 TEST(BatchFile, ClipSkipFromTheFallbackDefaultsAndTasks) {
   sdxl::GenerationParams fallback;
   fallback.clip_skip = 4;  // run --clip-skip 4: below the file's defaults and tasks
