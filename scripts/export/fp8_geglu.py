@@ -15,7 +15,8 @@ Contract of the op (the first layer is an Fp8Linear of K inputs and 2I outputs, 
   w_scale    float32 [] or [1]                 its weight_scale (per tensor)
   bias       [2I] (any float dtype) or None    its bias
   out_scale  float32 [] or [1], or None        the output layer's static input_scale
-  p = (x8 * x_scale) @ (w8 * w_scale)^T + bias       products of e4m3 values accumulated in fp32
+  p = (x8 * x_scale) @ (w8 * w_scale)^T + bias       products of e4m3 values accumulated in fp32 (on sm_90
+                                                     Triton's fp8 dot accumulates as _scaled_mm's use_fast_accum)
   y = p[:, :I] * gelu(p[:, I:])                      gelu(g) = g/2 * (1 + erf(g / sqrt 2)), fp32
   returns fp16 [M, I] (y rounded once) when out_scale is None, else e4m3 [M, I] = sat(y / out_scale)
   (the division in fp32, then one round-to-nearest-even to e4m3; sat() clamps to +-448).
