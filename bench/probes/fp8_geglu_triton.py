@@ -6,9 +6,10 @@ Today (fp8_quant.Fp8Linear in unet_fp8.pt2): torch._scaled_mm (e4m3 x [M, K] @ e
 per-tensor scales, bias, fast accumulation) writes fp16 [M, 2I]; one Inductor kernel then computes
 hidden * gelu(gate) (diffusers' GEGLU, exact erf) and quantises it for the output layer (x / s, clamp
 +-448, e4m3). Here: `scaled_mm` alone, `geglu_quant` (torch.compile, static shapes) alone, both in
-sequence (`today`), against the fused Triton kernel writing fp16 (`fused_fp16`; then Inductor's
-quantise, `fused_fp16+quant`) and e4m3 (`fused_e4m3`: nothing else left), autotuned over HOPPER_TILES,
-and the op's own provisional configuration (fp8_geglu.kernel_config; `op`).
+sequence (`today`), against the fused Triton kernel writing fp16 (`fused_fp16_V`; then Inductor's
+quantise, `fused_fp16+quant_V`) and e4m3 (`fused_e4m3_V`: nothing else left), for each variant V of
+--impls (fp8_geglu.KERNELS: `ptr` pointer loads, `tma` TMA descriptors), autotuned over HOPPER_TILES,
+and the op as unet_fp8.pt2 would call it (`ptr` with its provisional fp8_geglu.kernel_config; `op`).
 
 For SDXL's two feed-forward shapes (CASES: K=640, I=2560 at 4096 tokens a row, 10 blocks a step;
 K=1280, I=5120 at 1024 tokens, 60 blocks) at --rows rows (CFG: 2 per image): the median of --iters
@@ -17,14 +18,14 @@ against a float64 reference of the contract (dequantised e4m3 x and W, float64 m
 of each output (e4m3 ones dequantised), the fused kernel's fp16 output in fp16 steps, its e4m3 bytes
 against torch's cast of the float64 reference and against Inductor's e4m3 of today's path; every
 output poisoned (NaN) first and checked written; the autotuned best configuration; ms per UNet step
-saved (today - fused_e4m3, times the blocks per step); checks (`check_failures`, exit 1 when one
+saved (today - the best fused_e4m3, times the blocks per step); checks (`check_failures`, exit 1 when one
 fails): all written, fp16 out rel. L2 < 2e-3 and within 1.5x today's fp16 GEGLU's, e4m3 out within one
 e4m3 step of the float64 reference's cast with < 1 % of its bytes differing and rel. L2 no worse than
 today's (x 1.05). Inputs: x ~ N(0, 1) fp16, W ~ N(0, 1/K),
 bias ~ 0.1 N(0, 1); per-tensor scales from amax / 448; the output scale from the reference's amax.
 Results: --out/fp8-geglu-triton.json (rewritten after each case) and fp8-geglu-triton.md.
 
-    python3 bench/probes/fp8_geglu_triton.py --out DIR [--rows 16] [--iters 30] [--deadline-s 500]
+    python3 bench/probes/fp8_geglu_triton.py --out DIR [--rows 16] [--iters 30] [--impls ptr,tma] [--deadline-s 500]
     python3 bench/probes/fp8_geglu_triton.py --smoke-cpu --out DIR   # CPU: the whole probe at tiny shapes
         under TRITON_INTERPRET=1 (autotuner included, CPU-timed: the numbers mean nothing) [--smoke-inductor]
 """
@@ -50,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 from fp8_compile_probe import timed  # noqa: E402
 
 from export import fp8_geglu as G  # noqa: E402
+from export.fp8_conv import _ensure_allocator  # noqa: E402
 from export.fp8_quant import E4M3_MAX, quantize_tensor  # noqa: E402
 
 E4M3 = torch.float8_e4m3fn
@@ -95,31 +97,34 @@ def _prune(configs, named_args, **kwargs):
     return keep or configs[:1]
 
 
-_TUNED = []
+_TUNED: dict = {}
 
 
-def tuned():
-    if not _TUNED:
+def tuned(impl: str):
+    if impl not in _TUNED:
         tiles = SMOKE_TILES if SMOKE else HOPPER_TILES
         configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": 8}, num_stages=s, num_warps=w)
                    for m, n, k, s, w in tiles]
-        _TUNED.append(triton.autotune(configs=configs, key=["M", "K", "I", "HAS_BIAS", "OUT_FP8"],
-                                      prune_configs_by={"early_config_prune": _prune},
-                                      do_bench=cpu_bench if SMOKE else None)(G._fp8_geglu_kernel))
-    return _TUNED[0]
+        _TUNED[impl] = triton.autotune(configs=configs, key=["M", "K", "I", "HAS_BIAS", "OUT_FP8"],
+                                       prune_configs_by={"early_config_prune": _prune},
+                                       do_bench=cpu_bench if SMOKE else None)(G.KERNELS[impl])
+    return _TUNED[impl]
 
 
-def fused_tuned(x8, xs, w8, ws, bias, out_scale, out) -> None:
-    """The fused kernel, autotuned (per M, K, I, output kind)."""
+def fused_tuned(impl: str, x8, xs, w8, ws, bias, out_scale, out) -> None:
+    """Fused kernel impl (fp8_geglu.KERNELS: ptr, tma), autotuned (per M, K, I, output kind)."""
     m, k = x8.shape
     i = w8.shape[0] // 2
+    if impl != "ptr" and DEVICE == "cuda":
+        _ensure_allocator()  # device-side TMA descriptors, run eagerly
     grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(i, meta["BLOCK_N"]),)  # noqa: E731
-    tuned()[grid](x8, w8, out, bias, ws, xs, ws if out_scale is None else out_scale, m, k, i,
-                  HAS_BIAS=True, OUT_FP8=out_scale is not None)
+    tuned(impl)[grid](x8, w8, out, bias, ws, xs, ws if out_scale is None else out_scale, m, k, i,
+                      HAS_BIAS=True, OUT_FP8=out_scale is not None)
 
 
-def best_config() -> str | None:
-    cfg = _TUNED[0].best_config if _TUNED else None
+def best_config(impl: str) -> str | None:
+    """The configuration the autotuner chose at impl's last call."""
+    cfg = _TUNED[impl].best_config if impl in _TUNED else None
     return None if cfg is None else str(cfg)
 
 
@@ -201,7 +206,7 @@ def all_written(t) -> bool:
 # --------------------------------------------------------------------------------------------- case
 
 
-def geglu_case(case, rows: int, iters: int, seed: int, inductor: bool) -> dict:
+def geglu_case(case, rows: int, iters: int, seed: int, inductor: bool, impls: list[str]) -> dict:
     name, k, i, tokens, per_step = case
     m = rows * tokens
     gen = torch.Generator(device=DEVICE).manual_seed(seed)
@@ -232,43 +237,48 @@ def geglu_case(case, rows: int, iters: int, seed: int, inductor: bool) -> dict:
     res["today"]["vs_cast_of_fp64"] = e4m3_diff(today8[:rr], want8)
     del p
 
-    # fused, autotuned: fp16 out (+ Inductor's quantise) and e4m3 out
-    out16 = poisoned((m, i), torch.float16, DEVICE)
-    fused_tuned(x8, xs, w8, ws, bias, None, out16)
-    res["fused_fp16"] = {"written": all_written(out16), "config": best_config(),
-                         "rel_l2": rel_l2(out16[:rr], ref), "worst_fp16_steps": fp16_steps(out16[:rr], ref)}
-    res["fused_fp16"]["ms"] = median_of(lambda: fused_tuned(x8, xs, w8, ws, bias, None, out16), iters)
-    res["fused_fp16+quant"] = {"ms": median_of(lambda: (fused_tuned(x8, xs, w8, ws, bias, None, out16),
-                                                        qo(out16, os_)), iters)}
-    out8 = poisoned((m, i), E4M3, DEVICE)
-    fused_tuned(x8, xs, w8, ws, bias, os_, out8)
-    res["fused_e4m3"] = {"written": all_written(out8), "config": best_config(),
-                         "rel_l2": rel_l2(out8[:rr].double() * os_.double(), ref),
-                         "vs_cast_of_fp64": e4m3_diff(out8[:rr], want8), "vs_today": e4m3_diff(out8, today8)}
-    res["fused_e4m3"]["ms"] = median_of(lambda: fused_tuned(x8, xs, w8, ws, bias, os_, out8), iters)
-    del out16, today8
+    # fused, autotuned, per variant: fp16 out (+ Inductor's quantise) and e4m3 out
+    out16, out8 = poisoned((m, i), torch.float16, DEVICE), poisoned((m, i), E4M3, DEVICE)
+    for impl in impls:
+        f16, f8, fq = f"fused_fp16_{impl}", f"fused_e4m3_{impl}", f"fused_fp16+quant_{impl}"
+        out16.fill_(float("nan"))
+        fused_tuned(impl, x8, xs, w8, ws, bias, None, out16)
+        res[f16] = {"written": all_written(out16), "config": best_config(impl),
+                    "rel_l2": rel_l2(out16[:rr], ref), "worst_fp16_steps": fp16_steps(out16[:rr], ref)}
+        res[f16]["ms"] = median_of(lambda: fused_tuned(impl, x8, xs, w8, ws, bias, None, out16), iters)
+        res[fq] = {"ms": median_of(lambda: (fused_tuned(impl, x8, xs, w8, ws, bias, None, out16),
+                                            qo(out16, os_)), iters)}
+        out8.view(torch.uint8).fill_(0x7F)  # e4m3fn NaN
+        fused_tuned(impl, x8, xs, w8, ws, bias, os_, out8)
+        res[f8] = {"written": all_written(out8), "config": best_config(impl),
+                   "rel_l2": rel_l2(out8[:rr].double() * os_.double(), ref),
+                   "vs_cast_of_fp64": e4m3_diff(out8[:rr], want8), "vs_today": e4m3_diff(out8, today8)}
+        res[f8]["ms"] = median_of(lambda: fused_tuned(impl, x8, xs, w8, ws, bias, os_, out8), iters)
+    best = min(impls, key=lambda n: res[f"fused_e4m3_{n}"]["ms"])
+    del out16, out8, today8
 
     # the op as unet_fp8.pt2 would run it: the provisional kernel_config, its own output allocation
     op8 = G.fp8_geglu(x8, xs, w8, ws, bias, os_)
-    res["op"] = {"config": str(G.kernel_config(k, i)), "vs_fused_e4m3": e4m3_diff(op8, out8),
+    res["op"] = {"config": str(G.kernel_config(k, i)), "vs_cast_of_fp64": e4m3_diff(op8[:rr], want8),
                  "rel_l2": rel_l2(op8[:rr].double() * os_.double(), ref)}
     del op8
     res["op"]["ms"] = median_of(lambda: G.fp8_geglu(x8, xs, w8, ws, bias, os_), iters)
     for v in res.values():
         v["tflops"] = round(r["gflop"] / v["ms"], 1) if v.get("ms") else None
     r.update(res)
-    r["check_failures"] = checks(res)
-    today, fused = res["today"]["ms"], res["fused_e4m3"]["ms"]
+    r["check_failures"] = [f"{n}: {f}" for n in impls for f in checks(res, n)]
+    today, fused = res["today"]["ms"], res[f"fused_e4m3_{best}"]["ms"]
+    r["best_impl"] = best
     r["speedup"] = round(today / fused, 3)
     r["saving_ms_per_step"] = round((today - fused) * per_step, 3)
     r["saving_ms_per_step_op_config"] = round((today - res["op"]["ms"]) * per_step, 3)
     return r
 
 
-def checks(res: dict) -> list[str]:
-    """What must hold of the fused kernel (the GPU's cast; under the interpreter (smoke) its e4m3 cast
+def checks(res: dict, impl: str) -> list[str]:
+    """What must hold of fused kernel impl (the GPU's cast; under the interpreter (smoke) its e4m3 cast
     is known to drop some mantissa carries, so the e4m3 bounds are not checked there)."""
-    f16, f8 = res["fused_fp16"], res["fused_e4m3"]
+    f16, f8 = res[f"fused_fp16_{impl}"], res[f"fused_e4m3_{impl}"]
     bad = [] if f16["written"] and f8["written"] else ["an output element not written"]
     # Triton's fp8 dot on sm_90 accumulates as _scaled_mm's use_fast_accum (max_num_imprecise_acc 2^30): near
     # zero that exceeds one fp16 step, so worst_fp16_steps is reported, and rel. L2 checked (fp16 rounding:
@@ -290,19 +300,23 @@ def fmt(v, nd: int = 3) -> str:
     return "—" if v is None else (f"{v:.{nd}f}" if isinstance(v, float) else str(v))
 
 
-KEYS = ("scaled_mm", "geglu_quant", "today", "fused_fp16", "fused_fp16+quant", "fused_e4m3", "op")
+def keys(impls: list[str]) -> list[str]:
+    fused = [f"{kind}_{impl}" for impl in impls for kind in ("fused_fp16", "fused_fp16+quant", "fused_e4m3")]
+    return ["scaled_mm", "geglu_quant", "today", *fused, "op"]
 
 
-def table(cases: list[dict], rows: int) -> list[str]:
-    head = ["shape", "per step"] + [f"{k} ms" for k in KEYS] + [
-        "today / fused_e4m3", "rel. L2 today / fused e4m3 (fp64 ref.)", "ms saved per step (op config)"]
+def table(cases: list[dict], rows: int, impls: list[str]) -> list[str]:
+    head = ["shape", "per step"] + [f"{k} ms" for k in keys(impls)] + [
+        "today / best fused_e4m3", "rel. L2 today / best fused e4m3 (fp64 ref.)", "ms saved per step (op config)"]
     lines = [f"{rows} rows", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in cases:
         if "today" not in r:
             lines.append(f"| {r.get('case')} | {str(r.get('error', ''))[:200]} |")
             continue
-        cells = [r["case"], str(r["per_step"])] + [fmt(r[k].get("ms")) for k in KEYS]
-        cells += [fmt(r["speedup"], 2), f"{fmt(r['today']['rel_l2'], 4)} / {fmt(r['fused_e4m3']['rel_l2'], 4)}",
+        best = r[f"fused_e4m3_{r['best_impl']}"]
+        cells = [r["case"], str(r["per_step"])] + [fmt(r.get(k, {}).get("ms")) for k in keys(impls)]
+        cells += [f"{fmt(r['speedup'], 2)} ({r['best_impl']})",
+                  f"{fmt(r['today']['rel_l2'], 4)} / {fmt(best['rel_l2'], 4)}",
                   f"{fmt(r['saving_ms_per_step'], 2)} ({fmt(r['saving_ms_per_step_op_config'], 2)})"]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
@@ -313,14 +327,17 @@ def write_out(res: dict, out: Path) -> None:
     res["saving_ms_per_step"] = round(sum(r["saving_ms_per_step"] for r in done), 3)
     res["saving_ms_per_step_op_config"] = round(sum(r["saving_ms_per_step_op_config"] for r in done), 3)
     (out / "fp8-geglu-triton.json").write_text(json.dumps(res, indent=1))
-    md = ["## FP8 feed-forward: GEGLU fused into the first GEMM", *table(res["cases"], res["rows"]), ""]
+    md = ["## FP8 feed-forward: GEGLU fused into the first GEMM", *table(res["cases"], res["rows"], res["impls"]), ""]
     for r in done:
-        f16, f8 = r["fused_fp16"], r["fused_e4m3"]
-        md += [f"- {r['case']}: best fp16 {f16['config']}, best e4m3 {f8['config']}; fp16 out worst "
-               f"{fmt(f16['worst_fp16_steps'], 2)} fp16 steps, written {f16['written']}; e4m3 out vs the fp64 "
-               f"reference's cast {json.dumps(f8['vs_cast_of_fp64'])}, vs today's e4m3 {json.dumps(f8['vs_today'])}, "
-               f"written {f8['written']} (today's e4m3 vs the cast: {json.dumps(r['today']['vs_cast_of_fp64'])}); "
-               f"op ({r['op']['config']}) vs the tuned e4m3 {json.dumps(r['op']['vs_fused_e4m3'])}"]
+        md.append(f"- {r['case']}: today's e4m3 vs the fp64 reference's cast "
+                  f"{json.dumps(r['today']['vs_cast_of_fp64'])}; "
+                  f"op ({r['op']['config']}) vs the cast {json.dumps(r['op']['vs_cast_of_fp64'])}")
+        for impl in res["impls"]:
+            f16, f8 = r[f"fused_fp16_{impl}"], r[f"fused_e4m3_{impl}"]
+            md.append(f"  - {impl}: best fp16 {f16['config']}, best e4m3 {f8['config']}; fp16 out worst "
+                      f"{fmt(f16['worst_fp16_steps'], 2)} fp16 steps, written {f16['written']}; e4m3 out vs the "
+                      f"cast {json.dumps(f8['vs_cast_of_fp64'])}, vs today's e4m3 {json.dumps(f8['vs_today'])}, "
+                      f"written {f8['written']}")
     fails = {r["case"]: r["check_failures"] for r in done if r["check_failures"]}
     md += ["", f"checks (fp16 out: rel. L2 against float64 < 2e-3 and at most 1.5x today's fp16 GEGLU's; "
                f"e4m3 out within one e4m3 step of the float64 reference's cast, < 1 % of its bytes differing, "
@@ -339,13 +356,18 @@ def parse_args():
     ap.add_argument("--out", required=True, help="result folder (fp8-geglu-triton.json and .md)")
     ap.add_argument("--rows", type=int, default=16, help="batch rows (CFG: 2 per image), default 16")
     ap.add_argument("--iters", type=int, default=30, help="timed calls per measurement (median), default 30")
+    ap.add_argument("--impls", default="ptr,tma", help="fused kernel variants (fp8_geglu.KERNELS), default ptr,tma")
     ap.add_argument("--no-inductor", action="store_true", help="eager GEGLU + quantise instead of torch.compile")
     ap.add_argument("--deadline-s", type=float, default=500, help="skip what is left after this many seconds")
     ap.add_argument("--smoke-cpu", action="store_true",
                     help="CPU, under TRITON_INTERPRET=1: the whole probe at tiny shapes "
                          "(eager unless --smoke-inductor)")
     ap.add_argument("--smoke-inductor", action="store_true", help="with --smoke-cpu: torch.compile on the CPU too")
-    return ap.parse_args()
+    a = ap.parse_args()
+    a.impls = [n.strip() for n in a.impls.split(",") if n.strip()]
+    if not a.impls or set(a.impls) - set(G.KERNELS):
+        ap.error(f"--impls takes {sorted(G.KERNELS)}")
+    return a
 
 
 def main() -> int:
@@ -364,14 +386,14 @@ def main() -> int:
     torch.backends.cuda.matmul.allow_tf32 = False
     res = {"gpu": torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu (smoke: timings mean nothing)",
            "torch": torch.__version__, "cuda": torch.version.cuda, "triton": triton.__version__, "rows": a.rows,
-           "iters": a.iters, "inductor": not a.no_inductor, "argv": sys.argv[1:], "cases": []}
+           "iters": a.iters, "impls": a.impls, "inductor": not a.no_inductor, "argv": sys.argv[1:], "cases": []}
     for n, case in enumerate(cases):
         if time.time() - t_start > a.deadline_s:
             res.setdefault("skipped_by_deadline", []).append(case[0])
             continue
         t0 = time.time()
         try:
-            r = geglu_case(case, a.rows, a.iters, 100 + n, not a.no_inductor)
+            r = geglu_case(case, a.rows, a.iters, 100 + n, not a.no_inductor, a.impls)
         except Exception as e:  # noqa: BLE001
             r = {"case": case[0], "error": f"{type(e).__name__}: {str(e)[:600]}"}
         r["seconds"] = round(time.time() - t0, 1)

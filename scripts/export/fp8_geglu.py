@@ -28,6 +28,9 @@ hidden columns n and one for the gate columns I + n, fed by the same A tile (one
 two wgmma). The weight keeps Fp8Linear's layout (LoRAs patch that tensor in place; an interleaved copy
 would have to be rebuilt after every patch). Two BLOCK_N-wide accumulators cost the registers of one
 2*BLOCK_N tile. K must be a multiple of BLOCK_K (SDXL: 640 and 1280); M and I may end in partial tiles.
+Two variants (KERNELS): `ptr` loads the tiles with masked pointer loads, `tma` through TMA descriptors
+(as fp8_conv's tma_w); the op launches `ptr` with a provisional configuration (kernel_config) until the
+probe has measured both.
 
 On the CPU the op runs geglu_reference (the contract in torch, fp32). Traced by torch.jit (unet_fp8.ts
 cannot hold a Triton kernel) the swapped module runs geglu_reference in the model dtype on CUDA.
@@ -50,9 +53,32 @@ FORMAT = ("e4m3fn feed-forward: GEGLU fused into the first GEMM (static per-tens
 
 
 @triton.jit
+def _geglu_epilogue(acc_h, acc_g, out_ptr, bias_ptr, wscale_ptr, xscale_ptr, oscale_ptr, offs_m, offs_n, M, I,
+                    HAS_BIAS: tl.constexpr, OUT_FP8: tl.constexpr):
+    """Scales, biases, h * gelu(g) in fp32, then fp16 or sat(y / out_scale) as e4m3 into out [M, I]."""
+    m_ok = offs_m < M
+    n_ok = offs_n < I
+    scale = tl.load(xscale_ptr) * tl.load(wscale_ptr)
+    h = acc_h * scale
+    g = acc_g * scale
+    if HAS_BIAS:
+        h += tl.load(bias_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+        g += tl.load(bias_ptr + I + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+    y = h * (0.5 * g * (1.0 + tl.erf(g * 0.7071067811865476)))
+    ptrs = out_ptr + offs_m.to(tl.int64)[:, None] * I + offs_n[None, :]
+    mask = m_ok[:, None] & n_ok[None, :]
+    if OUT_FP8:
+        q = tl.minimum(tl.maximum(y / tl.load(oscale_ptr), -448.0), 448.0)
+        tl.store(ptrs, q.to(tl.float8e4nv), mask=mask)
+    else:
+        tl.store(ptrs, y.to(tl.float16), mask=mask)
+
+
+@triton.jit
 def _fp8_geglu_kernel(x_ptr, w_ptr, out_ptr, bias_ptr, wscale_ptr, xscale_ptr, oscale_ptr, M, K, I,
                       HAS_BIAS: tl.constexpr, OUT_FP8: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """`ptr`: A and both weight tiles by masked pointer loads (pipelined by Triton into wgmma)."""
     pid_m, pid_n = _tile_ids(tl.program_id(0), M, I, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -70,20 +96,34 @@ def _fp8_geglu_kernel(x_ptr, w_ptr, out_ptr, bias_ptr, wscale_ptr, xscale_ptr, o
         bg = tl.load(g_ptrs + k, mask=n_ok[None, :], other=0.0)
         acc_h = tl.dot(a, bh, acc_h)
         acc_g = tl.dot(a, bg, acc_g)
-    scale = tl.load(xscale_ptr) * tl.load(wscale_ptr)
-    h = acc_h * scale
-    g = acc_g * scale
-    if HAS_BIAS:
-        h += tl.load(bias_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-        g += tl.load(bias_ptr + I + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-    y = h * (0.5 * g * (1.0 + tl.erf(g * 0.7071067811865476)))
-    ptrs = out_ptr + offs_m.to(tl.int64)[:, None] * I + offs_n[None, :]
-    mask = m_ok[:, None] & n_ok[None, :]
-    if OUT_FP8:
-        q = tl.minimum(tl.maximum(y / tl.load(oscale_ptr), -448.0), 448.0)
-        tl.store(ptrs, q.to(tl.float8e4nv), mask=mask)
-    else:
-        tl.store(ptrs, y.to(tl.float16), mask=mask)
+    _geglu_epilogue(acc_h, acc_g, out_ptr, bias_ptr, wscale_ptr, xscale_ptr, oscale_ptr, offs_m, offs_n, M, I,
+                    HAS_BIAS, OUT_FP8)
+
+
+@triton.jit
+def _fp8_geglu_tma(x_ptr, w_ptr, out_ptr, bias_ptr, wscale_ptr, xscale_ptr, oscale_ptr, M, K, I,
+                   HAS_BIAS: tl.constexpr, OUT_FP8: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """`tma`: A and the weight tiles through TMA descriptors (the copy engine zero-fills past M and 2I; a
+    partial last hidden tile reads gate rows into columns the epilogue does not store)."""
+    pid_m, pid_n = _tile_ids(tl.program_id(0), M, I, BLOCK_M, BLOCK_N, GROUP_M)
+    x_desc = tl.make_tensor_descriptor(x_ptr, shape=[M, K], strides=[K, 1], block_shape=[BLOCK_M, BLOCK_K])
+    w_desc = tl.make_tensor_descriptor(w_ptr, shape=[2 * I, K], strides=[K, 1], block_shape=[BLOCK_N, BLOCK_K])
+    acc_h = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    acc_g = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):
+        a = x_desc.load([pid_m * BLOCK_M, k])
+        bh = w_desc.load([pid_n * BLOCK_N, k])
+        bg = w_desc.load([I + pid_n * BLOCK_N, k])
+        acc_h = tl.dot(a, bh.T, acc_h)
+        acc_g = tl.dot(a, bg.T, acc_g)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    _geglu_epilogue(acc_h, acc_g, out_ptr, bias_ptr, wscale_ptr, xscale_ptr, oscale_ptr, offs_m, offs_n, M, I,
+                    HAS_BIAS, OUT_FP8)
+
+
+KERNELS = {"ptr": _fp8_geglu_kernel, "tma": _fp8_geglu_tma}
 
 
 def _cdiv(a, b):
@@ -103,17 +143,17 @@ def kernel_config(k: int, i: int) -> dict:
                 num_warps=8, num_stages=3)
 
 
-def launch(x8, x_scale, w8, w_scale, bias, out_scale, out, cfg: dict, wrap=None) -> None:
-    """Runs the kernel with configuration cfg ({BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages[,
+def launch(x8, x_scale, w8, w_scale, bias, out_scale, out, cfg: dict, wrap=None, impl: str = "ptr") -> None:
+    """Runs kernel impl (KERNELS) with configuration cfg ({BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages[,
     GROUP_M]}) into out ([M, I], fp16 when out_scale is None, else e4m3); wrap: torch.library.wrap_triton
-    inside the op."""
+    inside the op. `tma` run eagerly on a GPU needs Triton's scratch allocator (fp8_conv._ensure_allocator)."""
     m, k = x8.shape
     i = w8.shape[0] // 2
     cfg = dict(cfg)
     nw, ns = cfg.pop("num_warps"), cfg.pop("num_stages")
     cfg.setdefault("GROUP_M", 8)
     grid = (_cdiv(m, cfg["BLOCK_M"]) * _cdiv(i, cfg["BLOCK_N"]),)
-    kernel = _fp8_geglu_kernel if wrap is None else wrap(_fp8_geglu_kernel)
+    kernel = KERNELS[impl] if wrap is None else wrap(KERNELS[impl])
     # Unused pointer arguments (no bias, fp16 out) get w_scale: never read.
     kernel[grid](x8, w8, out, w_scale if bias is None else bias, w_scale, x_scale,
                  w_scale if out_scale is None else out_scale, m, k, i,
