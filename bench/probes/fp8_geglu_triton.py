@@ -206,7 +206,10 @@ def all_written(t) -> bool:
 # --------------------------------------------------------------------------------------------- case
 
 
-def geglu_case(case, rows: int, iters: int, seed: int, inductor: bool, impls: list[str]) -> dict:
+def geglu_case(case, rows: int, iters: int, seed: int, inductor: bool, impls: list[str], save=None,
+               deadline: float | None = None) -> dict:
+    """One shape; save(partial result) after each part (a run cut short keeps them); no further variant
+    starts after the time deadline."""
     name, k, i, tokens, per_step = case
     m = rows * tokens
     gen = torch.Generator(device=DEVICE).manual_seed(seed)
@@ -236,10 +239,15 @@ def geglu_case(case, rows: int, iters: int, seed: int, inductor: bool, impls: li
     want8 = (ref / os_.double()).clamp(-E4M3_MAX, E4M3_MAX).float().to(E4M3)  # torch's cast of the fp64 ref.
     res["today"]["vs_cast_of_fp64"] = e4m3_diff(today8[:rr], want8)
     del p
+    if save is not None:
+        save(dict(r, **res, partial=True))
 
     # fused, autotuned, per variant: fp16 out (+ Inductor's quantise) and e4m3 out
     out16, out8 = poisoned((m, i), torch.float16, DEVICE), poisoned((m, i), E4M3, DEVICE)
     for impl in impls:
+        if deadline is not None and time.time() > deadline:
+            res["skipped_by_deadline"] = impls[impls.index(impl):]
+            break
         f16, f8, fq = f"fused_fp16_{impl}", f"fused_e4m3_{impl}", f"fused_fp16+quant_{impl}"
         out16.fill_(float("nan"))
         fused_tuned(impl, x8, xs, w8, ws, bias, None, out16)
@@ -254,6 +262,11 @@ def geglu_case(case, rows: int, iters: int, seed: int, inductor: bool, impls: li
                    "rel_l2": rel_l2(out8[:rr].double() * os_.double(), ref),
                    "vs_cast_of_fp64": e4m3_diff(out8[:rr], want8), "vs_today": e4m3_diff(out8, today8)}
         res[f8]["ms"] = median_of(lambda: fused_tuned(impl, x8, xs, w8, ws, bias, os_, out8), iters)
+        if save is not None:
+            save(dict(r, **res, partial=True))
+    impls = [n for n in impls if f"fused_e4m3_{n}" in res]  # those measured
+    if not impls:
+        return dict(r, **res, partial=True)
     best = min(impls, key=lambda n: res[f"fused_e4m3_{n}"]["ms"])
     del out16, out8, today8
 
@@ -264,7 +277,8 @@ def geglu_case(case, rows: int, iters: int, seed: int, inductor: bool, impls: li
     del op8
     res["op"]["ms"] = median_of(lambda: G.fp8_geglu(x8, xs, w8, ws, bias, os_), iters)
     for v in res.values():
-        v["tflops"] = round(r["gflop"] / v["ms"], 1) if v.get("ms") else None
+        if isinstance(v, dict):
+            v["tflops"] = round(r["gflop"] / v["ms"], 1) if v.get("ms") else None
     r.update(res)
     r["check_failures"] = [f"{n}: {f}" for n in impls for f in checks(res, n)]
     today, fused = res["today"]["ms"], res[f"fused_e4m3_{best}"]["ms"]
@@ -310,8 +324,10 @@ def table(cases: list[dict], rows: int, impls: list[str]) -> list[str]:
         "today / best fused_e4m3", "rel. L2 today / best fused e4m3 (fp64 ref.)", "ms saved per step (op config)"]
     lines = [f"{rows} rows", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in cases:
-        if "today" not in r:
-            lines.append(f"| {r.get('case')} | {str(r.get('error', ''))[:200]} |")
+        if "speedup" not in r:
+            ms = {k: v.get("ms") for k, v in r.items() if isinstance(v, dict)}
+            what = r.get("error") or f"partial (ms): {json.dumps(ms)}"
+            lines.append(f"| {r.get('case')} | {what[:400]} |")
             continue
         best = r[f"fused_e4m3_{r['best_impl']}"]
         cells = [r["case"], str(r["per_step"])] + [fmt(r.get(k, {}).get("ms")) for k in keys(impls)]
@@ -329,10 +345,12 @@ def write_out(res: dict, out: Path) -> None:
     (out / "fp8-geglu-triton.json").write_text(json.dumps(res, indent=1))
     md = ["## FP8 feed-forward: GEGLU fused into the first GEMM", *table(res["cases"], res["rows"], res["impls"]), ""]
     for r in done:
-        md.append(f"- {r['case']}: today's e4m3 vs the fp64 reference's cast "
+        skipped = r.get("skipped_by_deadline")
+        skipped = f" (variants skipped by the deadline: {skipped})" if skipped else ""
+        md.append(f"- {r['case']}{skipped}: today's e4m3 vs the fp64 reference's cast "
                   f"{json.dumps(r['today']['vs_cast_of_fp64'])}; "
                   f"op ({r['op']['config']}) vs the cast {json.dumps(r['op']['vs_cast_of_fp64'])}")
-        for impl in res["impls"]:
+        for impl in [n for n in res["impls"] if f"fused_e4m3_{n}" in r]:
             f16, f8 = r[f"fused_fp16_{impl}"], r[f"fused_e4m3_{impl}"]
             md.append(f"  - {impl}: best fp16 {f16['config']}, best e4m3 {f8['config']}; fp16 out worst "
                       f"{fmt(f16['worst_fp16_steps'], 2)} fp16 steps, written {f16['written']}; e4m3 out vs the "
@@ -392,12 +410,19 @@ def main() -> int:
             res.setdefault("skipped_by_deadline", []).append(case[0])
             continue
         t0 = time.time()
+        res["cases"].append({"case": case[0], "partial": True})
+
+        def save(partial):
+            res["cases"][-1] = partial
+            write_out(res, out)
+
         try:
-            r = geglu_case(case, a.rows, a.iters, 100 + n, not a.no_inductor, a.impls)
+            r = geglu_case(case, a.rows, a.iters, 100 + n, not a.no_inductor, a.impls, save,
+                           t_start + a.deadline_s)
         except Exception as e:  # noqa: BLE001
-            r = {"case": case[0], "error": f"{type(e).__name__}: {str(e)[:600]}"}
+            r = dict(res["cases"][-1], error=f"{type(e).__name__}: {str(e)[:600]}")
         r["seconds"] = round(time.time() - t0, 1)
-        res["cases"].append(r)
+        res["cases"][-1] = r
         if DEVICE == "cuda":
             torch.cuda.empty_cache()
         print(f"[{time.time() - t_start:6.1f}s +{r['seconds']:5.1f}s] {json.dumps(r)[:1500]}", flush=True)
