@@ -20,7 +20,8 @@
 4. the module swap (fp8_geglu.fuse_geglu) on the tiny UNet (random weights, fp32, CPU), calibrated as
    fp8_quant.calibrate does, every feed-forward fused (the op's calls counted): with the op's CPU kernel
    the swapped FP8 UNet equals the unswapped one exactly (an fp32 model: the same fp32 products, GEGLU
-   and quantisation); with the interpreted Triton kernel (fp16 out, quantised by torch) relative L2
+   and quantisation; a fused feed-forward traced by torch.jit, unet_fp8.ts's path, the same without an
+   op call); with the interpreted Triton kernel (fp16 out, quantised by torch) relative L2
    against the unswapped FP8 UNet < 0.05 and below the FP8 UNet's own error against fp32, and the fused
    UNet no farther from fp32 than the unfused one (x 1.2 + 0.01); that distance (about 0.025) is the
    fp16 rounding before the e4m3 one (some e4m3 roundings of the GEGLU output move by one step, about
@@ -263,6 +264,14 @@ def swap_check(g) -> None:
           f"{ratio:.2f}")
     check(0.67 < ratio < 1.5, f"swap: the kernel's rel. L2 is {ratio:.2f}x the fp16 re-rounding's")
     route_cpu_op("cpu")
+    # unet_fp8.ts's path: torch.jit.trace of a fused feed-forward runs geglu_reference, no op call
+    ff = next(m for m in fused.modules() if isinstance(m, G.Fp8GegluFeedForward))
+    h = torch.randn(2, 10, ff.net[0].proj.in_features, generator=g)
+    traced = torch.jit.trace(ff, (h,), check_trace=False)
+    op_calls = sum(nd.kind() == "sdxl::fp8_geglu" for nd in traced.inlined_graph.nodes())
+    same = torch.equal(traced(h), ff(h))
+    print(f"swap: a traced fused feed-forward (unet_fp8.ts's path): {op_calls} op calls, equal to the op path: {same}")
+    check(op_calls == 0 and same, f"swap: traced feed-forward: {op_calls} op calls, equal {same}")
     names8 = [k for k, _ in list(unet8.named_parameters()) + list(unet8.named_buffers())]
     namesf = [k for k, _ in list(fused.named_parameters()) + list(fused.named_buffers())]
     check(names8 == namesf, "swap: tensor names changed")
