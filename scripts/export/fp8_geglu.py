@@ -194,6 +194,7 @@ def _define_op():
         # The CUDA implementation; traced by torch.export (and run on fake tensors for shapes), so
         # torch ops and wrap_triton kernels only.
         _check_args(x8, w8, bias)
+        x8, w8 = x8.contiguous(), w8.contiguous()  # no-ops for the module's tensors
         m, k = x8.shape
         i = w8.shape[0] // 2
         out = x8.new_empty((m, i), dtype=torch.float16 if out_scale is None else FP8)
@@ -268,5 +269,5 @@ def fuse_geglu(unet: nn.Module) -> int:
     return len(names)
 
 
-__all__ = ["E4M3_MAX", "FORMAT", "OP", "Fp8GegluFeedForward", "fp8_geglu", "fuse_geglu", "geglu_reference",
+__all__ = ["E4M3_MAX", "FORMAT", "KERNELS", "OP", "Fp8GegluFeedForward", "fp8_geglu", "fuse_geglu", "geglu_reference",
            "kernel_config", "launch"]
