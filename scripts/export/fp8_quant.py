@@ -73,13 +73,17 @@ class Fp8Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)
         xq = quantize_tensor(rows, self.input_scale).contiguous()
-        if x.is_cuda:
-            y = torch._scaled_mm(xq, self.weight.t(), scale_a=self.input_scale, scale_b=self.weight_scale,
-                                 bias=self.bias, out_dtype=self.out_dtype, use_fast_accum=True)
-        else:  # the same products in an fp32 matmul: the CPU's _scaled_mm is a reference loop (minutes a layer)
-            y = (xq.float() @ self.weight.float().t()) * (self.input_scale * self.weight_scale)
-            y = (y + self.bias.float() if self.bias is not None else y).to(self.out_dtype)
-        return y.reshape(x.shape[:-1] + (self.out_features,))
+        return self.matmul_e4m3(xq).reshape(x.shape[:-1] + (self.out_features,))
+
+    def matmul_e4m3(self, xq: torch.Tensor) -> torch.Tensor:
+        """The layer on an input already quantised with input_scale (e4m3 [M, K], contiguous): [M, N]
+        in the model dtype (fp8_geglu's fused feed-forward hands its output layer e4m3 rows)."""
+        if xq.is_cuda:
+            return torch._scaled_mm(xq, self.weight.t(), scale_a=self.input_scale, scale_b=self.weight_scale,
+                                    bias=self.bias, out_dtype=self.out_dtype, use_fast_accum=True)
+        # the same products in an fp32 matmul: the CPU's _scaled_mm is a reference loop (minutes a layer)
+        y = (xq.float() @ self.weight.float().t()) * (self.input_scale * self.weight_scale)
+        return (y + self.bias.float() if self.bias is not None else y).to(self.out_dtype)
 
     def dequantized(self) -> torch.Tensor:
         """The weight as the matmul sees it, in fp32."""
