@@ -122,7 +122,7 @@ class ReadsStayInTheirFolder(Case):
         self.refused_by_both(b, "/tasks/0/init_image", "leads out of its folder", self.d)
         png(here / "real.png")
         (here / "alias.png").symlink_to("real.png")
-        b = batch(here, [{"id": "a", "prompt": "x", "seed": 1, "init_image": "alias.png"}])
+        b = batch(here, [{"id": "a", "prompt": "x", "seed": 1, "init_image": "alias.png", "strength": 1}])
         v = validate(b)
         self.assertEqual(v.returncode, 0, "a link inside the folder is followed: " + v.stdout)
 

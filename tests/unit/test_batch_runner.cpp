@@ -909,11 +909,11 @@ TEST_F(Fixture, DetailerRegionsArePassesBatchedAcrossImages) {
     return out;
   };
   const auto bf = batch(R"({"version": 1, "tasks": [
-      {"id": "a", "prompt": "alpha", "seed": 10, "detailer": [{"detector": "det1"}]},
-      {"id": "b", "prompt": "beta", "seed": 20, "detailer": [{"detector": "det2", "prompt": "[PROMPT] face"}]},
-      {"id": "c", "prompt": "gamma", "seed": 30, "detailer": [{"detector": "det3"}, {"detector": "det1"}]},
-      {"id": "d", "prompt": "delta", "seed": 40, "detailer": [{"detector": "bad"}]},
-      {"id": "e", "prompt": "plain", "seed": 50}]})");
+      {"id": "a", "prompt": "alpha", "seed": 10, "steps": 3, "detailer": [{"detector": "det1"}]},
+      {"id": "b", "prompt": "beta", "seed": 20, "steps": 3, "detailer": [{"detector": "det2", "prompt": "[PROMPT] face"}]},
+      {"id": "c", "prompt": "gamma", "seed": 30, "steps": 3, "detailer": [{"detector": "det3"}, {"detector": "det1"}]},
+      {"id": "d", "prompt": "delta", "seed": 40, "steps": 3, "detailer": [{"detector": "bad"}]},
+      {"id": "e", "prompt": "plain", "seed": 50, "steps": 3}]})");
   sdxl::RunOptions o;
   o.queue.max_batch = 8;
   o.out_dir = dir / "out";
@@ -966,9 +966,9 @@ TEST_F(Fixture, DetailerPlanCountsTheRegionsEarlierRunsMeasured) {
     return out;
   };
   const auto bf = batch(R"({"version": 1, "tasks": [
-      {"id": "a", "prompt": "alpha", "seed": 10, "count": 2, "detailer": [{"detector": "det3", "max": 2}]},
-      {"id": "b", "prompt": "beta", "seed": 20, "detailer": [{"detector": "det2"}, {"detector": "det1"}]},
-      {"id": "e", "prompt": "plain", "seed": 50}]})");
+      {"id": "a", "prompt": "alpha", "seed": 10, "count": 2, "detailer": [{"detector": "det3", "denoise": 0.5, "max": 2}]},
+      {"id": "b", "prompt": "beta", "seed": 20, "detailer": [{"detector": "det2", "denoise": 0.5}, {"detector": "det1", "denoise": 0.5}]},
+      {"id": "e", "prompt": "plain", "seed": 50, "steps": 3}]})");
   sdxl::WorkEstimator est("fake", "fake");
   sdxl::RunOptions o;
   o.out_dir = dir / "out";
@@ -1028,7 +1028,7 @@ TEST_F(Fixture, DetailImageTakesTheRunsStepsOnOneImage) {
     return out;
   };
   const auto bf = batch(R"({"version": 1, "tasks": [
-      {"id": "b", "prompt": "beta", "seed": 20, "detailer": [{"detector": "det2", "prompt": "[PROMPT] face"},
+      {"id": "b", "prompt": "beta", "seed": 20, "detailer": [{"detector": "det2", "denoise": 0.5, "prompt": "[PROMPT] face"},
                                                              {"detector": "det1", "steps": 5}]}]})");
   const sdxl::GenerationParams& p = bf.tasks[0].params;
   auto lane = dev.lane();
@@ -1063,8 +1063,8 @@ TEST_F(Fixture, AFailedDetailerPassFailsItsImageWithTheImagesSeed) {
       if (p.inpaint() && p.prompt == "zeta" && p.seed == 61) throw sdxl::TaskError("injected failure of a region");
   };
   const auto bf = batch(R"({"version": 1, "tasks": [
-      {"id": "a", "prompt": "alpha", "seed": 10, "detailer": [{"detector": "det"}]},
-      {"id": "f", "prompt": "zeta", "seed": 60, "detailer": [{"detector": "det"}]}]})");
+      {"id": "a", "prompt": "alpha", "seed": 10, "detailer": [{"detector": "det", "steps": 3}]},
+      {"id": "f", "prompt": "zeta", "seed": 60, "detailer": [{"detector": "det", "steps": 3}]}]})");
   sdxl::RunOptions o;
   o.queue.max_batch = 8;
   o.out_dir = dir / "out";
