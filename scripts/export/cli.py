@@ -248,7 +248,11 @@ def check_inputs(a: argparse.Namespace) -> None:
     (inputs.py): each path is what its flag expects, a regular file or a folder of regular files,
     and every safetensors file's header is valid; ExportError (exit 1) naming the first that is not."""
     if a.from_path:
-        file_or_folder(Path(a.from_path), "--from")
+        src = file_or_folder(Path(a.from_path), "--from")
+        if src.is_file():  # a single-file checkpoint of another family: refused before torch loads
+            from .checkpoint_family import check_checkpoint_file  # the standard library only
+
+            check_checkpoint_file(src.resolve())
     if a.vae:
         file_or_folder(Path(a.vae), "--vae")
     if a.config:  # config files only: a diffusers folder's weights are not read
