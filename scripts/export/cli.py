@@ -257,10 +257,14 @@ def check_inputs(a: argparse.Namespace) -> None:
         file_or_folder(Path(a.vae), "--vae")
     if a.config:  # config files only: a diffusers folder's weights are not read
         file_or_folder(Path(a.config), "--config", safetensors=False)
-    if a.controlnet:
-        file_or_folder(Path(a.controlnet), "--controlnet")
-    if a.ip_adapter:
-        read_header(regular_file(Path(a.ip_adapter), "--ip-adapter"))
+    if a.controlnet:  # what is not an SDXL ControlNet: refused before torch loads
+        from .controlnet_family import classify  # the standard library only
+
+        classify(file_or_folder(Path(a.controlnet), "--controlnet").resolve(), a.config)
+    if a.ip_adapter:  # what is not an SDXL IP-Adapter: refused before torch loads
+        from .ip_adapter_family import check_adapter_file  # the standard library only
+
+        check_adapter_file(regular_file(Path(a.ip_adapter), "--ip-adapter").resolve())
     if a.image_encoder:
         folder(Path(a.image_encoder), "--image-encoder")
     if a.fp8:
