@@ -248,23 +248,15 @@ def check_inputs(a: argparse.Namespace) -> None:
     (inputs.py): each path is what its flag expects, a regular file or a folder of regular files,
     and every safetensors file's header is valid; ExportError (exit 1) naming the first that is not."""
     if a.from_path:
-        src = file_or_folder(Path(a.from_path), "--from")
-        if src.is_file():  # a single-file checkpoint of another family: refused before torch loads
-            from .checkpoint_family import check_checkpoint_file  # the standard library only
-
-            check_checkpoint_file(src.resolve())
+        file_or_folder(Path(a.from_path), "--from")
     if a.vae:
         file_or_folder(Path(a.vae), "--vae")
     if a.config:  # config files only: a diffusers folder's weights are not read
         file_or_folder(Path(a.config), "--config", safetensors=False)
-    if a.controlnet:  # what is not an SDXL ControlNet: refused before torch loads
-        from .controlnet_family import classify  # the standard library only
-
-        classify(file_or_folder(Path(a.controlnet), "--controlnet").resolve(), a.config)
-    if a.ip_adapter:  # what is not an SDXL IP-Adapter: refused before torch loads
-        from .ip_adapter_family import check_adapter_file  # the standard library only
-
-        check_adapter_file(regular_file(Path(a.ip_adapter), "--ip-adapter").resolve())
+    if a.controlnet:
+        file_or_folder(Path(a.controlnet), "--controlnet")
+    if a.ip_adapter:
+        read_header(regular_file(Path(a.ip_adapter), "--ip-adapter"))
     if a.image_encoder:
         folder(Path(a.image_encoder), "--image-encoder")
     if a.fp8:
@@ -273,6 +265,26 @@ def check_inputs(a: argparse.Namespace) -> None:
         from .detector import check_file  # the standard library only
 
         check_file(Path(a.detector))
+    check_kinds(a)
+
+
+def check_kinds(a: argparse.Namespace) -> None:
+    """After every path passed check_inputs: a source of another kind than its flag exports (an SD 1.x
+    checkpoint for --from, a T2I-Adapter for --controlnet, a FaceID file for --ip-adapter, ...), read from
+    its headers and config.json, is refused before torch is imported (ExportError naming it); the
+    modules that load them check again."""
+    if a.from_path and Path(a.from_path).is_file():
+        from .checkpoint_family import check_checkpoint_file  # these three: the standard library only
+
+        check_checkpoint_file(Path(a.from_path).resolve())
+    if a.controlnet:
+        from .controlnet_family import classify
+
+        classify(Path(a.controlnet).resolve(), a.config)
+    if a.ip_adapter:
+        from .ip_adapter_family import check_adapter_file
+
+        check_adapter_file(Path(a.ip_adapter).resolve())
 
 
 def main() -> int:
