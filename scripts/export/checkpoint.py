@@ -26,51 +26,9 @@ from pathlib import Path
 
 import torch
 
+from .checkpoint_family import TE1_PREFIX, TE2_PREFIX, UNET_PREFIX, VAE_PREFIXES, not_sdxl_base
 from .inputs import ExportError, read_header
 from .weights import check_finite, check_finite_module, fill_module
-
-UNET_PREFIX = "model.diffusion_model."
-VAE_PREFIXES = ("first_stage_model.", "vae.")
-TE1_PREFIX = "conditioner.embedders.0.transformer."
-TE2_PREFIX = "conditioner.embedders.1.model."
-
-
-def _has(keys, prefix: str) -> bool:
-    return any(k.startswith(prefix) for k in keys)
-
-
-def not_sdxl_base(shapes: dict[str, list[int]]) -> str | None:
-    """What the file is when it is not an SDXL base-shaped checkpoint, else None."""
-    keys = shapes.keys()
-    if any(".joint_blocks." in k or k.startswith("joint_blocks.") for k in keys):
-        return "an SD3 / SD3.5 checkpoint (MMDiT), not SDXL"
-    if any("double_blocks." in k for k in keys):
-        return "a Flux checkpoint, not SDXL"
-    if any(k.startswith(("lora_unet_", "lora_te")) or ".lora_down." in k or ".lora_A." in k for k in keys):
-        return "a LoRA, not a checkpoint (use it with --lora or a task's \"loras\")"
-    if _has(keys, "cond_stage_model.transformer."):
-        return "an SD 1.x checkpoint (one CLIP ViT-L text encoder), not SDXL"
-    if _has(keys, "cond_stage_model.model."):
-        return "an SD 2.x checkpoint (one OpenCLIP ViT-H text encoder), not SDXL"
-    if _has(keys, "conditioner.embedders.0.model."):
-        return "the SDXL refiner (one OpenCLIP text encoder, no CLIP ViT-L), not SDXL base"
-    if not _has(keys, UNET_PREFIX):
-        if "encoder.down.0.block.0.norm1.weight" in keys or "decoder.conv_in.weight" in keys:
-            return "a VAE file, not a checkpoint (give it to --vae)"
-        if _has(keys, "down_blocks.") or _has(keys, "unet.down_blocks."):
-            return "a diffusers-format component file, not a checkpoint (pass the diffusers folder to --from)"
-        prefixes = sorted({k.split(".")[0] for k in keys})[:6]
-        return f"not an SDXL checkpoint: no {UNET_PREFIX}* tensors (top-level names: {', '.join(prefixes)})"
-    conv_in = shapes.get(UNET_PREFIX + "input_blocks.0.0.weight")
-    if conv_in is not None and len(conv_in) == 4 and conv_in[1] not in (4, 9):
-        return f"a UNet with {conv_in[1]} input channels (SDXL base takes 4, an SDXL inpainting UNet 9)"
-    if UNET_PREFIX + "label_emb.0.0.weight" not in keys:
-        return "a UNet without SDXL's size conditioning (label_emb), not SDXL"
-    for prefix, what in ((TE1_PREFIX, "CLIP ViT-L text encoder (conditioner.embedders.0.transformer.*)"),
-                         (TE2_PREFIX, "OpenCLIP ViT-bigG text encoder (conditioner.embedders.1.model.*)")):
-        if not _has(keys, prefix):
-            return f"an SDXL checkpoint without its {what}; export needs both text encoders"
-    return None
 
 
 def unet_in_channels(shapes: dict[str, list[int]]) -> int:

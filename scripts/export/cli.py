@@ -265,6 +265,26 @@ def check_inputs(a: argparse.Namespace) -> None:
         from .detector import check_file  # the standard library only
 
         check_file(Path(a.detector))
+    check_kinds(a)
+
+
+def check_kinds(a: argparse.Namespace) -> None:
+    """After every path passed check_inputs: a source of another kind than its flag exports (an SD 1.x
+    checkpoint for --from, a T2I-Adapter for --controlnet, a FaceID file for --ip-adapter, ...), read from
+    its headers and config.json, is refused before torch is imported (ExportError naming it); the
+    modules that load them check again."""
+    if a.from_path and Path(a.from_path).is_file():
+        from .checkpoint_family import check_checkpoint_file  # these three: the standard library only
+
+        check_checkpoint_file(Path(a.from_path).resolve())
+    if a.controlnet:
+        from .controlnet_family import classify
+
+        classify(Path(a.controlnet).resolve(), a.config)
+    if a.ip_adapter:
+        from .ip_adapter_family import check_adapter_file
+
+        check_adapter_file(Path(a.ip_adapter).resolve())
 
 
 def main() -> int:

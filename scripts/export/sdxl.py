@@ -15,7 +15,6 @@ import torch.nn as nn
 
 from .aoti import export_unet_aoti, export_vae_decoder_aoti, parse_inductor_configs
 from .common import Job, check_names, count_params, dtype_str, file_digests, log, publish, trace_module, tracer_warnings
-from .fp8 import export_unet_fp8
 from .sdxl_checks import check_traces
 from .sdxl_modules import (TextEncoder2TS, TextEncoderTS, UNetTS, VaeDecoderTS, VaeEncoderTS, control_layout,
                            control_residuals, ip_kv_inputs, ip_layout, make_ids, unet_inputs)
@@ -89,6 +88,9 @@ def export(a, job: Job) -> int:
         timings["aoti_vae_decoder"] = time.time() - t0
     fp8_meta = None
     if a.fp8:
+        # Imported here: fp8 brings in Triton and torch._dynamo (about 2 s), which no other export needs.
+        from .fp8 import export_unet_fp8
+
         fp8_meta = export_unet_fp8(a, pipe, tmp, dtype, device, defaults, trace_inputs[:3], timings,
                                    dict(limits=limits, vae_down=d["vae_down"], ctx_dim=d["ctx_dim"], pdim=d["pdim"],
                                         gen=gen))
