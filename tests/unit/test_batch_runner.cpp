@@ -891,6 +891,19 @@ TEST_F(Fixture, ADeviceThatKeepsRunningOutOfMemoryIsGivenUp) {
   EXPECT_EQ(report["devices"][1]["images"], 0);
 }
 
+// A fake detector's regions: as many as the folder name's last digit (".../det2": two), each a 4x4 box
+// (shifted by its index) with a mask of the whole image.
+std::vector<sdxl::DetailerRegion> regions_by_name(const sdxl::DetailerUse& u, const sdxl::PixelImage& img) {
+  const int n = u.detector.back() - '0';
+  std::vector<sdxl::DetailerRegion> out;
+  for (int j = 0; j < n; ++j) {
+    auto m = std::make_shared<sdxl::PixelImage>(sdxl::PixelImage{img.width, img.height, {}});
+    m->rgb.assign(img.rgb.size(), 255);
+    out.push_back({1.0f * j, 0, 4.0f + j, 4, 0.9f, 0, m});
+  }
+  return out;
+}
+
 // The detailer through the run loop: each image's regions become passes that go through the queue,
 // in order per image (seed + j, each from the previous result), batched across images; a detector
 // that fails fails its image only; the report counts regions and detailer batches.
@@ -899,14 +912,7 @@ TEST_F(Fixture, DetailerRegionsArePassesBatchedAcrossImages) {
   dev.stage_ms[0] = dev.stage_ms[1] = dev.stage_ms[2] = 1;
   dev.detect = [](const sdxl::DetailerUse& u, const sdxl::PixelImage& img) {
     if (u.detector.ends_with("bad")) throw sdxl::ModelError("detector.ts is damaged");
-    const int n = u.detector.back() - '0';  // ".../det2": two regions
-    std::vector<sdxl::DetailerRegion> out;
-    for (int j = 0; j < n; ++j) {
-      auto m = std::make_shared<sdxl::PixelImage>(sdxl::PixelImage{img.width, img.height, {}});
-      m->rgb.assign(img.rgb.size(), 255);
-      out.push_back({1.0f * j, 0, 4.0f + j, 4, 0.9f, 0, m});
-    }
-    return out;
+    return regions_by_name(u, img);
   };
   const auto bf = batch(R"({"version": 1, "tasks": [
       {"id": "a", "prompt": "alpha", "seed": 10, "steps": 3, "detailer": [{"detector": "det1"}]},
@@ -955,16 +961,7 @@ TEST_F(Fixture, DetailerRegionsArePassesBatchedAcrossImages) {
 TEST_F(Fixture, DetailerPlanCountsTheRegionsEarlierRunsMeasured) {
   StagedFake dev;
   dev.stage_ms[0] = dev.stage_ms[1] = dev.stage_ms[2] = 1;
-  dev.detect = [](const sdxl::DetailerUse& u, const sdxl::PixelImage& img) {
-    const int n = u.detector.back() - '0';  // ".../det2": two regions
-    std::vector<sdxl::DetailerRegion> out;
-    for (int j = 0; j < n; ++j) {
-      auto m = std::make_shared<sdxl::PixelImage>(sdxl::PixelImage{img.width, img.height, {}});
-      m->rgb.assign(img.rgb.size(), 255);
-      out.push_back({1.0f * j, 0, 4.0f + j, 4, 0.9f, 0, m});
-    }
-    return out;
-  };
+  dev.detect = regions_by_name;
   const auto bf = batch(R"({"version": 1, "tasks": [
       {"id": "a", "prompt": "alpha", "seed": 10, "count": 2, "detailer": [{"detector": "det3", "denoise": 0.5, "max": 2}]},
       {"id": "b", "prompt": "beta", "seed": 20, "detailer": [{"detector": "det2", "denoise": 0.5}, {"detector": "det1", "denoise": 0.5}]},
@@ -1018,14 +1015,7 @@ TEST_F(Fixture, DetailImageTakesTheRunsStepsOnOneImage) {
   std::vector<std::uint8_t> seen_first;  // the image each detector call saw: its first byte
   dev.detect = [&](const sdxl::DetailerUse& u, const sdxl::PixelImage& img) {
     seen_first.push_back(img.rgb.front());
-    const int n = u.detector.back() - '0';
-    std::vector<sdxl::DetailerRegion> out;
-    for (int j = 0; j < n; ++j) {
-      auto m = std::make_shared<sdxl::PixelImage>(sdxl::PixelImage{img.width, img.height, {}});
-      m->rgb.assign(img.rgb.size(), 255);
-      out.push_back({1.0f * j, 0, 4.0f + j, 4, 0.9f, 0, m});
-    }
-    return out;
+    return regions_by_name(u, img);
   };
   const auto bf = batch(R"({"version": 1, "tasks": [
       {"id": "b", "prompt": "beta", "seed": 20, "detailer": [{"detector": "det2", "denoise": 0.5, "prompt": "[PROMPT] face"},
