@@ -116,6 +116,16 @@ void hires_upscaler_of(const std::string& upscaler, GenerationParams::Hires& h) 
   h.weights_sha256 = files.folder_weights_sha256("upscaler", h.upscaler);
 }
 
+// Each detailer unit's regions take at least one sampler step at its denoise (the image's steps now
+// known), before the image is made rather than after it.
+void check_detailer_steps(const GenerationParams& p) {
+  for (size_t k = 0; k < p.detailer.size(); ++k) {
+    const DetailerUse& u = p.detailer[k];
+    if (const std::string why = strength_steps_problem(u.steps > 0 ? u.steps : p.steps, u.denoise); !why.empty())
+      throw UsageError("--detailer-denoise of detailer " + std::to_string(k) + " (" + u.detector + ") " + why);
+  }
+}
+
 void check_upscale(const GenerationParams& p) {
   if (!p.upscale.on()) return;
   const auto [w, h] = decoded_size(p);
@@ -265,6 +275,7 @@ sdxl_batch::ImageResult generate_image(sdxl_batch::Session::Impl& s, const sdxl_
   p.width = t.width.value_or(image_w > 0 ? image_w : mc.defaults.width);
   p.height = t.height.value_or(image_h > 0 ? image_h : mc.defaults.height);
   check_upscale(p);
+  check_detailer_steps(p);
   const std::string out = r.out_path.empty() ? "sdxl-" + std::to_string(p.seed) + ".png" : r.out_path;
 
   const auto t0 = Clock::now();

@@ -858,7 +858,7 @@ bool read_task(Checker& ck, const json& t, const std::string& ptr, const TaskDef
 }  // namespace
 
 std::string strength_steps_problem(int steps, double strength) {
-  if (!(strength > 0) || static_cast<int>(steps * strength) >= 1) return "";
+  if (!(strength > 0) || strength_steps(steps, strength) >= 1) return "";
   return "leaves no step to run: int(steps * strength) = int(" + std::to_string(steps) + " * " +
          format_number(strength) + ") = 0 (raise it or the steps)";
 }

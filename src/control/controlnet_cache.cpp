@@ -20,10 +20,4 @@ std::shared_ptr<ControlNet> ControlNetCache::get(const std::string& dir) {
   return cn;
 }
 
-LruCacheStats ControlNetCache::stats() const {
-  LruCacheStats s = cache_.stats();
-  cache_.for_each([&](const ControlNet& c) { s.resident_bytes += c.weight_bytes(); });
-  return s;
-}
-
 }  // namespace sdxl

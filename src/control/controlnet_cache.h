@@ -22,7 +22,7 @@ class ControlNetCache {
   // it is not one, does not fit the model or does not load.
   std::shared_ptr<ControlNet> get(const std::string& dir);
   // resident_bytes: the weights of the cached ControlNets.
-  LruCacheStats stats() const;
+  LruCacheStats stats() const { return cache_.stats(); }
 
  private:
   const SdxlModel& model_;

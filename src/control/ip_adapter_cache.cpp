@@ -45,12 +45,6 @@ std::shared_ptr<IpImageKv> IpAdapterCache::image(const std::shared_ptr<IpAdapter
       [](const std::string&) {});
 }
 
-LruCacheStats IpAdapterCache::adapter_stats() const {
-  LruCacheStats s = adapters_.stats();
-  adapters_.for_each([&](const IpAdapter& a) { s.resident_bytes += a.weight_bytes(); });
-  return s;
-}
-
 LruCacheStats IpAdapterCache::image_stats() const {
   LruCacheStats s = images_.stats();
   images_.for_each([&](const IpImageKv& k) { s.resident_bytes += k.bytes(); });

@@ -38,7 +38,7 @@ class IpAdapterCache {
 
   // resident_bytes: the cached adapters' weights / the cached images' tensors.
   // The images' loads are the image encoder's runs for references.
-  LruCacheStats adapter_stats() const;
+  LruCacheStats adapter_stats() const { return adapters_.stats(); }
   LruCacheStats image_stats() const;
 
  private:

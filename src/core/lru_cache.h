@@ -2,7 +2,8 @@
 // loads, hits and evictions. Thread-safe: get() holds the cache's lock while
 // it loads, so a key is loaded once even when two stages ask at the same time.
 // A value evicted while a caller still holds it lives until that caller lets
-// it go (shared_ptr). Header-only, torch-free.
+// it go (shared_ptr). A value with weight_bytes() (a model's weights on its device) is counted in
+// stats().resident_bytes. Header-only, torch-free.
 #pragma once
 
 #include <cstddef>
@@ -17,7 +18,7 @@ namespace sdxl {
 
 struct LruCacheStats {
   int loads = 0, hits = 0, evictions = 0;
-  std::uint64_t resident_bytes = 0;  // what the caller counts its values' weights at (LruCache leaves it 0)
+  std::uint64_t resident_bytes = 0;  // the cached values' weight_bytes() (0 when T has none)
 };
 
 template <class T>
@@ -59,7 +60,10 @@ class LruCache {
 
   LruCacheStats stats() const {
     const std::lock_guard lock(mu_);
-    return stats_;
+    LruCacheStats s = stats_;
+    if constexpr (requires(const T& v) { static_cast<std::uint64_t>(v.weight_bytes()); })
+      for (const auto& [key, value] : lru_) s.resident_bytes += value->weight_bytes();
+    return s;
   }
   std::size_t size() const {
     const std::lock_guard lock(mu_);

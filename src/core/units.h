@@ -1,7 +1,9 @@
 // Values users type on the command line and in batch files: durations, byte
-// sizes, shard specs. Pure; each throws UsageError naming the value.
+// sizes, shard specs, and the steps a denoising strength leaves. Pure; the parsers throw UsageError
+// naming the value.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -37,5 +39,12 @@ using EnvLookup = std::function<std::optional<std::string>(const char* name)>;
 // when Slurm's count variables disagree with each other, and when auto/N, the
 // Slurm array and the Kubernetes index disagree.
 std::pair<int, int> parse_shard(const std::string& text, const EnvLookup& env);
+
+// The sampler steps a denoising pass of `steps` at `strength` runs (img2img, inpainting, the hires
+// fix's second pass, a detailer's regions): min(int(steps * strength), steps), as diffusers'
+// StableDiffusionXLImg2ImgPipeline.get_timesteps. Sampling plans with it; checks refuse 0 with it.
+inline int strength_steps(int steps, double strength) {
+  return std::min(static_cast<int>(steps * strength), steps);
+}
 
 }  // namespace sdxl

@@ -19,10 +19,4 @@ std::shared_ptr<Detector> DetectorCache::get(const std::string& dir) {
   return det;
 }
 
-LruCacheStats DetectorCache::stats() const {
-  LruCacheStats s = cache_.stats();
-  cache_.for_each([&](const Detector& d) { s.resident_bytes += d.weight_bytes(); });
-  return s;
-}
-
 }  // namespace sdxl

@@ -24,7 +24,7 @@ class DetectorCache {
   // cache is then left as it was).
   std::shared_ptr<Detector> get(const std::string& dir);
   // resident_bytes: the weights of the cached detectors.
-  LruCacheStats stats() const;
+  LruCacheStats stats() const { return cache_.stats(); }
   std::size_t size() const { return cache_.size(); }
 
  private:

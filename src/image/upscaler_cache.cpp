@@ -21,10 +21,4 @@ std::shared_ptr<Upscaler> UpscalerCache::get(const std::string& dir) {
   return up;
 }
 
-LruCacheStats UpscalerCache::stats() const {
-  LruCacheStats s = cache_.stats();
-  cache_.for_each([&](const Upscaler& u) { s.resident_bytes += u.weight_bytes(); });
-  return s;
-}
-
 }  // namespace sdxl

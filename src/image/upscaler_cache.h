@@ -26,7 +26,7 @@ class UpscalerCache {
   // upscaler folder or does not load.
   std::shared_ptr<Upscaler> get(const std::string& dir);
   // resident_bytes: the weights of the cached upscalers.
-  LruCacheStats stats() const;
+  LruCacheStats stats() const { return cache_.stats(); }
 
  private:
   torch::Device device_;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/units.h"
 #include "sampling/schedule.h"
 
 namespace sdxl {
@@ -305,7 +306,7 @@ SamplerPlan make_sampler_plan(const SchedulerConfig& cfg, const SamplerChoice& c
 void plan_apply_strength(SamplerPlan& plan, double strength) {
   if (!(strength > 0.0 && strength <= 1.0))
     throw UsageError("denoising strength " + std::to_string(strength) + " must be in (0, 1]");
-  const int init = std::min(static_cast<int>(plan.steps * strength), plan.steps);
+  const int init = strength_steps(plan.steps, strength);
   const int t_start = std::max(plan.steps - init, 0);
   if (plan.steps - t_start < 1)
     throw UsageError("denoising strength " + std::to_string(strength) + " with " + std::to_string(plan.steps) +

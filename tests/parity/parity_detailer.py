@@ -280,6 +280,7 @@ def check_generate_and_plan(a, work: Path, detector: Path) -> list[str]:
                     f"{parameters(out / f'{tag}-0.png')}")
     for bad, named in ((["--detailer-confidence", 0], "--detailer-confidence"),
                        (["--detailer-dilate", 500], "--detailer-dilate"),
+                       (["--detailer-steps", 2], "--detailer-denoise of detailer 0"),  # int(2 * 0.4) = 0
                        (["--detailer-steps", 1, "--detailer-steps", 2], "--detailer-steps twice")):
         r = run([a.binary, *flags, *bad, "--out", work / "bad.png"], timeout=120)
         if r.returncode != 2 or named not in r.stderr + r.stdout:

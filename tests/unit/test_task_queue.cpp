@@ -322,4 +322,17 @@ TEST(LruCache, LoadsOnceKeepsTheMostRecentAndSurvivesAFailedLoad) {
   EXPECT_EQ(s.loads, 3);
   EXPECT_EQ(s.hits, 2);
   EXPECT_EQ(s.evictions, 1);
+  EXPECT_EQ(s.resident_bytes, 0u) << "an int has no weights";
+}
+
+// Values with weight_bytes() are counted by the cache itself (every model cache's resident MiB).
+TEST(LruCache, CountsTheWeightsOfTheValuesItHolds) {
+  struct Weights {
+    std::uint64_t n;
+    std::uint64_t weight_bytes() const { return n; }
+  };
+  sdxl::LruCache<Weights> cache(2);
+  for (std::uint64_t n : {100u, 20u, 3u})
+    cache.get(std::to_string(n), [&] { return std::make_shared<Weights>(Weights{n}); }, [](const std::string&) {});
+  EXPECT_EQ(cache.stats().resident_bytes, 23u) << "the evicted 100 no longer counts";
 }
