@@ -20,7 +20,7 @@
 #        and on 1 of them, on cuda and on the CPU: s/image from the difference (the load cancels out).
 # detailer: the detailer's cost on the full-size random SDXL (1024², 28 steps, CFG 7, --max-batch 8): 50 panels
 #        without and with a per-task "detailer" (DETECTOR as in detect; "max" 1, 2, 3 in turn: 1-3 regions a
-#        panel, ADetailer's other defaults: denoise 0.4, padding 32, only masked): the report's regions and
+#        panel at confidence 0.01, ADetailer's other defaults: denoise 0.4, padding 32, only masked): the report's regions and
 #        detailer batches (UNet batches shared across panels), and the run's extra seconds per region and
 #        per panel (run_s of the report, after load, the same panels in both runs).
 # Results: $OUT/summary.txt (+ the logs and reports).
@@ -117,7 +117,11 @@ tasks = [{"id": f"p{i:02d}", "prompt": f"comic panel {i}, {scenes[i % 4]}, bold 
          for i in range(50)]
 base = {"version": 1, "defaults": {"steps": 28, "cfg": 7.0, "width": 1024, "height": 1024}}
 json.dump(dict(base, tasks=tasks), open(f"{w}/det-plain.json", "w"), indent=1)
-detailed = [dict(t, detailer=[{"detector": det, "prompt": "[PROMPT], detailed face", "max": 1 + i % 3}])
+# confidence 0.01: the detector's random weights must find regions in random-weight panels; "max" then
+# fixes the count (1-3 a panel, 100 in all), and a region's cost does not depend on its box (it is
+# inpainted at the task's size).
+detailed = [dict(t, detailer=[{"detector": det, "prompt": "[PROMPT], detailed face", "confidence": 0.01,
+                               "max": 1 + i % 3}])
             for i, t in enumerate(tasks)]
 json.dump(dict(base, tasks=detailed), open(f"{w}/det-detailed.json", "w"), indent=1)
 PY
