@@ -45,7 +45,8 @@ class Fp8ConvExport(unittest.TestCase):
         prompts = work / "prompts.txt"
         prompts.write_text("a comic panel, a lighthouse in a storm\na comic panel, a robot reading\n")
         cmd = [sys.executable, str(Path(ARGS.source) / "scripts" / "export_sdxl.py"), "--tiny", "--fp8", "--fp8-conv",
-               "--fp8-geglu", "--fp8-prompts", str(prompts), "--fp8-steps", "2", "--check", "none", "--out", str(cls.model), "--force"]
+               "--fp8-geglu", "--fp8-prompts", str(prompts), "--fp8-steps", "2", "--check", "none",
+               "--out", str(cls.model), "--force"]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         cls.export_log = p.stdout + p.stderr
         if p.returncode:
@@ -65,6 +66,9 @@ class Fp8ConvExport(unittest.TestCase):
                                 "seed": 500},
                                {"id": "ff", "prompt": "comic panel 0, a robot in the rain <lora:ff:1.0>",
                                 "seed": 500}]}))
+        cls.ts = torch.jit.load(str(cls.model / "unet_fp8.ts"), map_location="cpu")  # loaded once (1.5 s)
+        cls.graph = str(cls.ts.inlined_graph)
+        cls.tensors = {n: t.detach() for n, t in list(cls.ts.named_parameters()) + list(cls.ts.named_buffers())}
         cls.runs = {}
         for name, batch, precision in (("fp8conv", "panels-locon.json", "fp8"), ("default", "panels.json", "default")):
             out = work / f"run-{name}"
@@ -77,7 +81,7 @@ class Fp8ConvExport(unittest.TestCase):
         self.assertEqual(meta["conv"]["layers"], 38, meta)
         self.assertEqual(meta["conv"]["op"], "sdxl::fp8_conv3x3")
         self.assertIn("38 3x3 convolutions quantised", self.export_log)
-        ts = torch.jit.load(str(self.model / "unet_fp8.ts"), map_location="cpu")
+        ts = self.ts
         bufs = dict(ts.named_buffers())
         params = dict(ts.named_parameters())
         conv_scales = {k: v for k, v in bufs.items() if k.endswith(".weight_scale") and v.dim() == 4}
@@ -87,12 +91,12 @@ class Fp8ConvExport(unittest.TestCase):
             w = params[layer + ".weight"]
             self.assertEqual((w.dtype, w.dim(), tuple(s.shape)), (torch.float8_e4m3fn, 4, (w.shape[0], 1, 1, 1)), k)
             self.assertEqual(bufs[layer + ".input_scale"].dim(), 0)
-        graph = str(ts.inlined_graph)
+        graph = self.graph
         self.assertNotIn("fp8_conv3x3", graph)  # the TorchScript path: torch ops only
 
     def test_export_fuses_the_feed_forwards(self):
         from reference.architecture import sdxl_configs
-        from reference.fp8_reference import contract_layer_names, fp8_layer_names, read_tensors
+        from reference.fp8_reference import contract_layer_names, fp8_layer_names
 
         meta = json.loads((self.model / "model.json").read_text())["unet"]["fp8"]
         from diffusers import UNet2DConditionModel
@@ -103,12 +107,11 @@ class Fp8ConvExport(unittest.TestCase):
         self.assertEqual((n_ff, meta["geglu"]["layers"]), (17, 17), meta)
         self.assertEqual((meta["geglu"]["op"], meta["geglu"]["kernel"]), ("sdxl::fp8_geglu", "ptr"))
         self.assertIn("17 feed-forwards' GEGLU fused into their first GEMM", self.export_log)
-        ts = torch.jit.load(str(self.model / "unet_fp8.ts"), map_location="cpu")
-        kinds = {n: m.original_name for n, m in ts.named_modules() if n.endswith(".ff")}
+        kinds = {n: m.original_name for n, m in self.ts.named_modules() if n.endswith(".ff")}
         self.assertEqual(sorted(set(kinds.values())), ["Fp8GegluFeedForward"], kinds)
         self.assertEqual(len(kinds), n_ff)
-        self.assertFalse("sdxl::fp8_geglu" in str(ts.inlined_graph), "an op call in the TorchScript path")
-        tensors = read_tensors(self.model / "unet_fp8.ts")
+        self.assertFalse("sdxl::fp8_geglu" in self.graph, "an op call in the TorchScript path")
+        tensors = self.tensors
         linear = [n for n in fp8_layer_names(tensors) if tensors[n + ".weight"].dim() == 2]
         self.assertEqual(linear, contract_layer_names(unet))  # the unfused export's layers and names
         for n in kinds:
@@ -116,10 +119,10 @@ class Fp8ConvExport(unittest.TestCase):
 
     def test_unet_fp8_ts_computes_the_unfused_contract(self):
         from reference.architecture import sdxl_configs
-        from reference.fp8_reference import emulate_fp8_unet, fp8_layer_names, read_tensors
+        from reference.fp8_reference import emulate_fp8_unet, fp8_layer_names
         from diffusers import UNet2DConditionModel
 
-        tensors = read_tensors(self.model / "unet_fp8.ts")
+        tensors = self.tensors
         unet = UNet2DConditionModel(**sdxl_configs("tiny")["unet"]).eval()
         quantised = {f"{n}.{t}" for n in fp8_layer_names(tensors) for t in ("weight", "weight_scale", "input_scale")}
         rest = {k: v for k, v in tensors.items() if k not in quantised}
@@ -133,7 +136,7 @@ class Fp8ConvExport(unittest.TestCase):
                torch.tensor([[128.0, 128.0, 0.0, 0.0, 128.0, 128.0]] * 2))
         res = tuple(torch.randn(2, ch, 16 // d, 16 // d, generator=gen) * 0.5
                     for ch, d in zip(u["control"]["channels"], u["control"]["downscales"]))
-        ts = torch.jit.load(str(self.model / "unet_fp8.ts"), map_location="cpu")
+        ts = self.ts
         lat, t, ctx, te, tid = inp
         with torch.no_grad():
             for name, got, extra in (

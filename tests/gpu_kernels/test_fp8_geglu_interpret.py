@@ -22,10 +22,11 @@
    the swapped FP8 UNet equals the unswapped one exactly (an fp32 model: the same fp32 products, GEGLU
    and quantisation; a fused feed-forward traced by torch.jit, unet_fp8.ts's path, the same without an
    op call, and equal to the unfused feed-forward: it runs the unfused layers); with the interpreted
-   Triton kernel (fp16 out, quantised by torch) relative L2 against the unswapped FP8 UNet < 0.05 and below the FP8 UNet's own error against fp32, and the fused
-   UNet no farther from fp32 than the unfused one (x 1.2 + 0.01); that distance (about 0.025) is the
-   fp16 rounding before the e4m3 one (some e4m3 roundings of the GEGLU output move by one step, about
-   6 % of a value, and the random tiny UNet carries that to its output): geglu_reference rounded to
+   Triton kernel (fp16 out, quantised by torch) relative L2 against the unswapped FP8 UNet < 0.05 and
+   below the FP8 UNet's own error against fp32, and the fused UNet no farther from fp32 than the
+   unfused one (x 1.2 + 0.01); that distance (about 0.025) is the fp16 rounding before the e4m3 one
+   (some e4m3 roundings of the GEGLU output move by one step, about 6 % of a value, and the random
+   tiny UNet carries that to its output): geglu_reference rounded to
    fp16 and quantised by torch, no Triton, must give it within x 1.5 (it gives 1.00x). Tensor names
    unchanged; load_quantized_state on the swapped UNet's tensors rebuilds the unswapped FP8 UNet exactly.
 
