@@ -32,6 +32,8 @@
 #                fp8-aoti  unet_fp8.pt2 (AOTInductor): export time, b4 / b8, MLPerf's settings, PSNR vs fp16
 #                fp8-tiny  the tiny model's unet_fp8.pt2 on the GPU: export check to PNG, repeatable, vs unet_fp8.ts
 #                fp16-aoti unet.pt2 the same way: the exact fp16 rows of the same lease
+#   fp8geglu.sh  fp8-geglu unet_fp8.pt2 with --fp8-geglu (GEGLU fused into the FP8 GEMM, experimental): export,
+#                          package check, 64 panels at b8 (FP8_GEGLU_KERNEL=ptr|tma, PANELS=N; one 600 s call)
 #   trace.sh     trace     per-step UNet times of 2+2 images (SDXL_TRACE_STEPS=1), UNet profile
 #   finish.sh    inpaint   img2img vs inpainting (whole picture, only masked): s/image, memory, exact outside the crop
 #                upscale   a full-size 4x RRDBNet, 1024² -> 2048²: sdxl-batch upscale vs spandrel + ComfyUI's loop
@@ -52,11 +54,12 @@ case "$MODE" in
   single-file | vae-switch | controlnet | ip-adapter) family=models ;;
   trace) family=trace ;;
   fp8 | fp8-aoti | fp16-aoti | fp8-tiny) family=precision ;;
+  fp8-geglu) family=fp8geglu ;;
   inpaint | upscale | frames | detect | detailer) family=finish ;;
   *)
     echo "usage: [OUT=DIR] bash bench/gpu_runtime.sh MODE; MODE: check | order | mixed | caps | pipeline | single |" \
          "defaults | multi | x2 | scale | capmerge | wscap | alloc | loop | trace | single-file | vae-switch | controlnet |" \
-         "ip-adapter | fp8 | fp8-aoti | fp16-aoti | fp8-tiny | inpaint | upscale | frames | detect | detailer" >&2
+         "ip-adapter | fp8 | fp8-aoti | fp16-aoti | fp8-tiny | fp8-geglu | inpaint | upscale | frames | detect | detailer" >&2
     exit 2 ;;
 esac
 exec bash "$(dirname "$0")/runtime/$family.sh" "$MODE"

@@ -74,7 +74,9 @@ keys of that component, so LoRA keys map without a prefix):
                      same methods and inputs; sdxl-batch --precision fp8 runs it
   unet_fp8.pt2       (--fp8 --aoti) unet_fp8.ts's UNet compiled by AOTInductor, as unet.pt2;
                      with --fp8-conv also the 3x3 convolutions in FP8 (scripts/export/fp8_conv.py:
-                     Triton kernels compiled into the package; unet_fp8.ts runs their math in torch)
+                     Triton kernels compiled into the package; unet_fp8.ts runs their math in torch);
+                     with --fp8-geglu (experimental) each feed-forward's GEGLU fused into its first
+                     FP8 GEMM (scripts/export/fp8_geglu.py, the same way)
 
 The UNet is traced at a latent size that is NOT a multiple of 2**num_upsamplers,
 so the graph carries diffusers' forward_upsample_size path: every up-sampler
@@ -201,6 +203,11 @@ def build_parser() -> argparse.ArgumentParser:
                          "where FP8 loses) in FP8 e4m3, input scales calibrated as the linear layers'; fast only "
                          "in unet_fp8.pt2 (--aoti), whose Triton kernels unet_fp8.ts cannot hold "
                          "(docs/models-and-export.md#fp8-convolutions)")
+    ap.add_argument("--fp8-geglu", action="store_true",
+                    help="with --fp8, experimental: each transformer feed-forward's GEGLU fused into its first FP8 "
+                         "GEMM (one Triton kernel writes the e4m3 input of the second layer); fast only in "
+                         "unet_fp8.pt2 (--aoti), unet_fp8.ts runs the same math in torch; tensor names unchanged, "
+                         "so LoRAs patch it as before (docs/models-and-export.md#fused-fp8-geglu)")
     ap.add_argument("--aoti-variants", metavar="LIST", default="all",
                     help="with --aoti: which packages to compile, comma-separated: 'fp16' (the model dtype's "
                          "unet.pt2), 'fp8' (unet_fp8.pt2, with --fp8), 'vae' (vae_decoder.pt2) or 'all' (default)")
@@ -239,6 +246,8 @@ def check_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         ap.error("--upscaler: --dtype fp16 (where the architecture supports it) or fp32")
     if a.fp8_conv and not a.fp8:
         ap.error("--fp8-conv goes with --fp8")
+    if a.fp8_geglu and not a.fp8:
+        ap.error("--fp8-geglu goes with --fp8 (it fuses the GEGLU into the FP8 UNet's feed-forward GEMMs)")
     if a.fp8 and (a.vae_only or a.controlnet or a.ip_adapter):
         ap.error("--fp8 goes with a model export (--tiny, --random-full or --from)")
 

@@ -1,6 +1,7 @@
 """export_sdxl.py --fp8: the export step of the FP8 UNet: calibrate, quantise (fp8_quant holds the
-layer contract), trace unet_fp8.ts with unet.ts's methods, check it, and with --aoti compile
-unet_fp8.pt2; model.json's unet.fp8 (docs/models-and-export.md#fp8-unet)."""
+layer contract), with --fp8-conv the 3x3 convolutions too (fp8_conv), with --fp8-geglu fuse each
+feed-forward's GEGLU into its first GEMM (fp8_geglu), trace unet_fp8.ts with unet.ts's methods, check
+it, and with --aoti compile unet_fp8.pt2; model.json's unet.fp8 (docs/models-and-export.md#fp8-unet)."""
 from __future__ import annotations
 
 import copy
@@ -28,6 +29,20 @@ def read_prompts(path: Path) -> list[str]:
     return prompts
 
 
+def fp8_geglu_module(a):
+    """fp8_geglu with --fp8-geglu (imported only then: it registers its op), its kernel variant checked
+    before the calibration; else None."""
+    if not a.fp8_geglu:
+        return None
+    from . import fp8_geglu
+
+    try:
+        fp8_geglu.kernel_variant()
+    except ValueError as e:
+        raise SystemExit(f"--fp8-geglu: {e}")
+    return fp8_geglu
+
+
 def export_unet_fp8(a, pipe, tmp: Path, dtype, device: str, defaults: dict, trace_inputs: tuple, timings: dict,
                     aoti_args: dict) -> dict:
     """Calibrates, quantises pipe.unet in place (fp8_quant), traces unet_fp8.ts with unet.ts's
@@ -39,6 +54,7 @@ def export_unet_fp8(a, pipe, tmp: Path, dtype, device: str, defaults: dict, trac
     steps = a.fp8_steps or defaults["steps"]
     names = fp8_quant.fp8_layer_names(unet)
     conv_names = fp8_conv.fp8_conv_names(unet) if a.fp8_conv else []
+    geglu = fp8_geglu_module(a)
     pipe.set_progress_bar_config(disable=True)
     ref = UNetTS(unet, dtype)(*inp)
     t0 = time.time()
@@ -51,11 +67,16 @@ def export_unet_fp8(a, pipe, tmp: Path, dtype, device: str, defaults: dict, trac
     unet16 = copy.deepcopy(unet) if aoti_fp8 else None  # the reference of unet_fp8.pt2's check
     n = fp8_quant.quantize_unet(unet, amax)  # in place: every later use of pipe.unet is the FP8 UNet
     n_conv = fp8_conv.quantize_convs(unet, conv_amax)
+    # After the quantisation, before the error check: the rel. L2 below is the fused UNet's.
+    n_geglu = geglu.fuse_geglu(unet) if geglu else 0
+    if geglu and not n_geglu:
+        raise SystemExit("--fp8-geglu: no feed-forward of this UNet has a GEGLU between two FP8 linear layers")
     wrapper = UNetTS(unet, dtype)
     got = wrapper(*inp)
     rel = float((got.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-12))
     convs = f" and {n_conv} 3x3 convolutions" if n_conv else ""
-    log(f"  fp8: {n} linear layers{convs} quantised, calibrated on {len(prompts)} prompts x {steps} steps at "
+    fused = f", {n_geglu} feed-forwards' GEGLU fused into their first GEMM" if n_geglu else ""
+    log(f"  fp8: {n} linear layers{convs} quantised{fused}, calibrated on {len(prompts)} prompts x {steps} steps at "
         f"{defaults['width']}x{defaults['height']} ({timings['fp8_calibrate']:.1f}s); "
         f"rel. L2 vs the {a.dtype or 'model'} UNet on the trace inputs {rel:.4f}")
     t0 = time.time()
@@ -65,7 +86,7 @@ def export_unet_fp8(a, pipe, tmp: Path, dtype, device: str, defaults: dict, trac
     ts = torch.jit.load(str(tmp / "unet_fp8.ts"), map_location=device)
     chk = Checker(dtype, device)
     key = dict(batch=int(inp[0].shape[0]), width=int(inp[0].shape[3]) * 8, height=int(inp[0].shape[2]) * 8)
-    with fp8_conv.emulated():  # the FP8 convolutions as unet_fp8.ts runs them (fp8_conv's docstring)
+    with fp8_conv.emulated():  # the FP8 convolutions and fused GEGLUs as unet_fp8.ts runs them (fp8_conv's docstring)
         chk.run("unet_fp8.ts", key, ts, wrapper, inp)
         chk.run("unet_fp8.ts forward_control", key, ts.forward_control, wrapper.forward_control, inp + (res,))
         chk.run("unet_fp8.ts forward_ip", key, ts.forward_ip, wrapper.forward_ip, inp + (kv,))
@@ -86,6 +107,10 @@ def export_unet_fp8(a, pipe, tmp: Path, dtype, device: str, defaults: dict, trac
         meta["conv"] = {"layers": n_conv, "format": fp8_conv.FORMAT, "op": fp8_conv.OP,
                         "kept_in_model_dtype": sorted(f"{ci}->{co} stride {st}" for ci, co, st in fp8_conv.FP16_SHAPES)
                         + list(fp8_conv.KEEP)}
+    if n_geglu:
+        # --fp8-geglu: likewise a record; unet_fp8.ts keeps the layers' tensors and names (net.0.proj, net.2).
+        meta["geglu"] = {"layers": n_geglu, "format": geglu.FORMAT, "op": geglu.OP, "kernel": geglu.kernel_variant(),
+                         "experimental": True}
     if aoti_fp8:
         t0 = time.time()
         meta["aoti"] = export_unet_aoti(unet, dtype, device, tmp, aoti_args["limits"], aoti_args["vae_down"],

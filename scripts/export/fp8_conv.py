@@ -346,8 +346,8 @@ _EMULATE = [False]
 
 @contextlib.contextmanager
 def emulated():
-    """Inside: every Fp8Conv2d runs conv_reference as the traced unet_fp8.ts does (the reference of
-    unet_fp8.ts's check), not the op."""
+    """Inside: every Fp8Conv2d runs conv_reference, and every fused feed-forward (fp8_geglu) its
+    geglu_reference, as the traced unet_fp8.ts does (the reference of unet_fp8.ts's check), not the op."""
     _EMULATE[0] = True
     try:
         yield

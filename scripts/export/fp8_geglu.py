@@ -4,8 +4,8 @@ diffusers' GEGLU, applies the scales and biases, hidden * gelu(gate) (exact erf 
 result as e4m3 quantised with the output layer's static input scale, so the [M, 2I] fp16 intermediate
 and the separate GEGLU + quantise kernel of today's FP8 UNet (fp8_quant.Fp8Linear) disappear.
 Registered as the custom op `torch.ops.sdxl.fp8_geglu` with torch.library.triton_op, so torch.export +
-AOTInductor compile the kernel into unet_fp8.pt2. Not wired into export_sdxl.py yet: the H200 probe
-(bench/probes/fp8_geglu_triton.py) decides first.
+AOTInductor compile the kernel into unet_fp8.pt2. export_sdxl.py --fp8 --fp8-geglu (experimental) swaps
+it in after the quantisation (fuse_geglu); not yet measured on the GPU (bench/runtime/fp8geglu.sh).
 
 Contract of the op (the first layer is an Fp8Linear of K inputs and 2I outputs, fp8_quant's contract):
   x8         float8_e4m3fn [M, K] contiguous   sat(x / x_scale), the rows of the block's normed input
@@ -29,11 +29,14 @@ two wgmma). The weight keeps Fp8Linear's layout (LoRAs patch that tensor in plac
 would have to be rebuilt after every patch). Two BLOCK_N-wide accumulators cost the registers of one
 2*BLOCK_N tile. K must be a multiple of BLOCK_K (SDXL: 640 and 1280); M and I may end in partial tiles.
 Two variants (KERNELS): `ptr` loads the tiles with masked pointer loads, `tma` through TMA descriptors
-(as fp8_conv's tma_w); the op launches `ptr` with a provisional configuration (kernel_config) until the
-probe has measured both.
+(as fp8_conv's tma_w); the op launches `ptr` (or the variant SDXL_FP8_GEGLU_KERNEL names: kernel_variant)
+with a provisional configuration (kernel_config) until the probe has measured both.
 
 On the CPU the op runs geglu_reference (the contract in torch, fp32). Traced by torch.jit (unet_fp8.ts
-cannot hold a Triton kernel) the swapped module runs geglu_reference in the model dtype on CUDA.
+cannot hold a Triton kernel), or inside fp8_conv.emulated() (the reference of unet_fp8.ts's check), the
+swapped module runs the unfused layers (Fp8Linear, GEGLU in the model dtype, Fp8Linear: FeedForward's own
+forward), so unet_fp8.ts is the unfused one bit for bit, _scaled_mm on CUDA included (faster there than
+geglu_reference's matmul of dequantised weights); only unet_fp8.pt2 runs the fused kernel.
 """
 from __future__ import annotations
 
@@ -41,6 +44,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import os
+
+from . import fp8_conv
 from .fp8_conv import _tile_ids  # also applies fp8_conv's interpreter fix (TRITON_INTERPRET=1)
 from .fp8_quant import E4M3_MAX, FP8, Fp8Linear, quantize_tensor
 
@@ -124,6 +130,16 @@ def _fp8_geglu_tma(x_ptr, w_ptr, out_ptr, bias_ptr, wscale_ptr, xscale_ptr, osca
 
 
 KERNELS = {"ptr": _fp8_geglu_kernel, "tma": _fp8_geglu_tma}
+KERNEL_ENV = "SDXL_FP8_GEGLU_KERNEL"
+
+
+def kernel_variant() -> str:
+    """The variant the op launches: `ptr`, or the one SDXL_FP8_GEGLU_KERNEL names (read when the op is
+    traced: torch.export bakes it into unet_fp8.pt2). ValueError for a name that is not in KERNELS."""
+    name = os.environ.get(KERNEL_ENV, "").strip() or "ptr"
+    if name not in KERNELS:
+        raise ValueError(f"{KERNEL_ENV}={name!r}: not one of {', '.join(KERNELS)}")
+    return name
 
 
 def _cdiv(a, b):
@@ -198,7 +214,10 @@ def _define_op():
         m, k = x8.shape
         i = w8.shape[0] // 2
         out = x8.new_empty((m, i), dtype=torch.float16 if out_scale is None else FP8)
-        launch(x8, x_scale, w8, w_scale, bias, out_scale, out, kernel_config(k, i), wrap=wrap_triton)
+        impl = kernel_variant()
+        if impl != "ptr" and not torch.compiler.is_compiling():
+            fp8_conv._ensure_allocator()  # eager tma: Triton's scratch for the device-side descriptors
+        launch(x8, x_scale, w8, w_scale, bias, out_scale, out, kernel_config(k, i), wrap=wrap_triton, impl=impl)
         return out
 
     @fp8_geglu_op.register_kernel("cpu")
@@ -232,14 +251,15 @@ class Fp8GegluFeedForward(nn.Module):
         self.net = ff.net
 
     def forward(self, hidden_states: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        if torch.jit.is_tracing() or fp8_conv._EMULATE[0]:
+            # unet_fp8.ts (no Triton kernel in TorchScript): the unfused layers, FeedForward's own forward:
+            # _scaled_mm, GEGLU in the model dtype, _scaled_mm on CUDA, the unfused unet_fp8.ts bit for bit.
+            for m in self.net:
+                hidden_states = m(hidden_states)
+            return hidden_states
         proj, out = self.net[0].proj, self.net[2]
         x8 = quantize_tensor(hidden_states.reshape(-1, proj.in_features), proj.input_scale).contiguous()
-        if torch.jit.is_tracing():
-            dt = torch.float32 if x8.device.type == "cpu" else proj.out_dtype
-            h8 = geglu_reference(x8, proj.input_scale, proj.weight, proj.weight_scale, proj.bias, out.input_scale, dt)
-        else:
-            h8 = torch.ops.sdxl.fp8_geglu(x8, proj.input_scale, proj.weight, proj.weight_scale, proj.bias,
-                                          out.input_scale)
+        h8 = torch.ops.sdxl.fp8_geglu(x8, proj.input_scale, proj.weight, proj.weight_scale, proj.bias, out.input_scale)
         y = out.matmul_e4m3(h8)
         return y.reshape(hidden_states.shape[:-1] + (out.out_features,))
 
@@ -269,5 +289,5 @@ def fuse_geglu(unet: nn.Module) -> int:
     return len(names)
 
 
-__all__ = ["E4M3_MAX", "FORMAT", "KERNELS", "OP", "Fp8GegluFeedForward", "fp8_geglu", "fuse_geglu", "geglu_reference",
-           "kernel_config", "launch"]
+__all__ = ["E4M3_MAX", "FORMAT", "KERNEL_ENV", "KERNELS", "OP", "Fp8GegluFeedForward", "fp8_geglu", "fuse_geglu",
+           "geglu_reference", "kernel_config", "kernel_variant", "launch"]

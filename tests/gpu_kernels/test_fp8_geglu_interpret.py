@@ -21,11 +21,12 @@
    fp8_quant.calibrate does, every feed-forward fused (the op's calls counted): with the op's CPU kernel
    the swapped FP8 UNet equals the unswapped one exactly (an fp32 model: the same fp32 products, GEGLU
    and quantisation; a fused feed-forward traced by torch.jit, unet_fp8.ts's path, the same without an
-   op call); with the interpreted Triton kernel (fp16 out, quantised by torch) relative L2
-   against the unswapped FP8 UNet < 0.05 and below the FP8 UNet's own error against fp32, and the fused
-   UNet no farther from fp32 than the unfused one (x 1.2 + 0.01); that distance (about 0.025) is the
-   fp16 rounding before the e4m3 one (some e4m3 roundings of the GEGLU output move by one step, about
-   6 % of a value, and the random tiny UNet carries that to its output): geglu_reference rounded to
+   op call, and equal to the unfused feed-forward: it runs the unfused layers); with the interpreted
+   Triton kernel (fp16 out, quantised by torch) relative L2 against the unswapped FP8 UNet < 0.05 and
+   below the FP8 UNet's own error against fp32, and the fused UNet no farther from fp32 than the
+   unfused one (x 1.2 + 0.01); that distance (about 0.025) is the fp16 rounding before the e4m3 one
+   (some e4m3 roundings of the GEGLU output move by one step, about 6 % of a value, and the random
+   tiny UNet carries that to its output): geglu_reference rounded to
    fp16 and quantised by torch, no Triton, must give it within x 1.5 (it gives 1.00x). Tensor names
    unchanged; load_quantized_state on the swapped UNet's tensors rebuilds the unswapped FP8 UNet exactly.
 
@@ -264,14 +265,16 @@ def swap_check(g) -> None:
           f"{ratio:.2f}")
     check(0.67 < ratio < 1.5, f"swap: the kernel's rel. L2 is {ratio:.2f}x the fp16 re-rounding's")
     route_cpu_op("cpu")
-    # unet_fp8.ts's path: torch.jit.trace of a fused feed-forward runs geglu_reference, no op call
-    ff = next(m for m in fused.modules() if isinstance(m, G.Fp8GegluFeedForward))
+    # unet_fp8.ts's path: torch.jit.trace of a fused feed-forward runs the unfused layers, no op call
+    ff_name, ff = next((n, m) for n, m in fused.named_modules() if isinstance(m, G.Fp8GegluFeedForward))
     h = torch.randn(2, 10, ff.net[0].proj.in_features, generator=g)
     traced = torch.jit.trace(ff, (h,), check_trace=False)
     op_calls = sum(nd.kind() == "sdxl::fp8_geglu" for nd in traced.inlined_graph.nodes())
-    same = torch.equal(traced(h), ff(h))
-    print(f"swap: a traced fused feed-forward (unet_fp8.ts's path): {op_calls} op calls, equal to the op path: {same}")
-    check(op_calls == 0 and same, f"swap: traced feed-forward: {op_calls} op calls, equal {same}")
+    y = traced(h)
+    same, unfused = torch.equal(y, ff(h)), torch.equal(y, unet8.get_submodule(ff_name)(h))
+    print(f"swap: a traced fused feed-forward (unet_fp8.ts's path): {op_calls} op calls, equal to the op path: "
+          f"{same}, to the unfused feed-forward: {unfused}")
+    check(op_calls == 0 and same and unfused, f"swap: traced feed-forward: {op_calls} op calls, equal {same} {unfused}")
     names8 = [k for k, _ in list(unet8.named_parameters()) + list(unet8.named_buffers())]
     namesf = [k for k, _ in list(fused.named_parameters()) + list(fused.named_buffers())]
     check(names8 == namesf, "swap: tensor names changed")

@@ -20,6 +20,12 @@ What the export quantises (the contract, contract_layer_names): every nn.Linear 
 transformer blocks and the Transformer2DModel's proj_in / proj_out, except the cross-attention's
 to_k / to_v, and only where both widths are multiples of 16 (_scaled_mm's alignment).
 
+With --fp8-conv also 3x3 convolutions (EmulatedFp8Conv2d): <name>.weight e4m3 [Cout, Cin, 3, 3],
+<name>.weight_scale float32 [Cout, 1, 1, 1] (per output channel), <name>.input_scale float32 [];
+  y = conv(sat(x / s_in) as e4m3 * s_in, W8 * s_w) + bias in fp32, rounded to fp16, then the model dtype.
+--fp8-geglu changes no tensor: the fused feed-forward is the two quantised layers' contract with GEGLU
+between them (in fp32 here), so the emulation of the unfused layers is its reference too.
+
     from reference.fp8_reference import read_tensors, emulate_fp8_unet, fuse_lora_files_fp8
     tensors = read_tensors(model_dir / "unet_fp8.ts")
     names = emulate_fp8_unet(pipe.unet, tensors)     # the diffusers UNet now computes as unet_fp8.ts
@@ -72,6 +78,27 @@ class EmulatedFp8Linear(nn.Module):
                 f"weight_scale={float(self.weight_scale):.4g}, input_scale={float(self.input_scale):.4g}")
 
 
+class EmulatedFp8Conv2d(nn.Module):
+    """A 3x3 convolution (padding 1) of --fp8-conv's FP8 UNet, computed in fp32 (module docstring)."""
+
+    def __init__(self, weight8: torch.Tensor, weight_scale: torch.Tensor, input_scale: torch.Tensor,
+                 bias: torch.Tensor | None, stride: int, out_dtype: torch.dtype):
+        super().__init__()
+        self.stride, self.out_dtype = stride, out_dtype
+        self.register_buffer("weight8", weight8.detach().clone())
+        self.register_buffer("weight_scale", weight_scale.detach().float().clone().reshape(-1, 1, 1, 1))
+        self.register_buffer("input_scale", input_scale.detach().float().clone().reshape(()))
+        self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # channels-last, as unet_fp8.ts convolves: the same fp32 summation order, so the same fp16 roundings
+        cl = torch.channels_last
+        xq = (to_e4m3(x, self.input_scale).float() * self.input_scale).contiguous(memory_format=cl)
+        w = (self.weight8.float() * self.weight_scale).contiguous(memory_format=cl)
+        y = torch.nn.functional.conv2d(xq, w, self.bias, self.stride, 1)
+        return y.to(torch.float16).to(self.out_dtype)
+
+
 def read_tensors(ts_path: str | Path) -> dict[str, torch.Tensor]:
     """unet_fp8.ts's named parameters and buffers (no prefix: the UNet's own names), on the CPU."""
     m = torch.jit.load(str(ts_path), map_location="cpu")
@@ -115,32 +142,39 @@ def _set_submodule(root: nn.Module, name: str, mod: nn.Module) -> None:
 
 def emulate_fp8_unet(unet: nn.Module, tensors: dict[str, torch.Tensor]) -> list[str]:
     """Replaces, in place, each nn.Linear of the diffusers UNet that has a <name>.weight_scale in
-    `tensors` (read_tensors) by an EmulatedFp8Linear with that layer's e4m3 weight, scales and bias;
-    the output in the UNet's dtype. Returns the names replaced. Refuses tensors that do not fit
-    the contract (a weight that is not e4m3 of the layer's shape, a scale that is not a finite
-    positive fp32 scalar, a layer that is no nn.Linear)."""
+    `tensors` (read_tensors) by an EmulatedFp8Linear with that layer's e4m3 weight, scales and bias,
+    each 3x3 nn.Conv2d that has one (--fp8-conv) by an EmulatedFp8Conv2d; the output in the UNet's
+    dtype. Returns the names replaced. Refuses tensors that do not fit the contract (a weight that is
+    not e4m3 of the layer's shape, a scale that is not finite, positive fp32 of the layer's shape, a
+    layer that is neither)."""
     names = fp8_layer_names(tensors)
     if not names:
         raise ValueError("no <layer>.weight_scale among the tensors: not an FP8 UNet (unet_fp8.ts)")
     for name in names:
         lin = unet.get_submodule(name)
-        if not isinstance(lin, nn.Linear):
-            raise ValueError(f"{name}: has a weight_scale but is a {type(lin).__name__}, not an nn.Linear")
+        conv = isinstance(lin, nn.Conv2d) and lin.kernel_size == (3, 3) and lin.padding == (1, 1)
+        if not (isinstance(lin, nn.Linear) or conv):
+            raise ValueError(f"{name}: has a weight_scale but is a {type(lin).__name__}, not an nn.Linear or a "
+                             "3x3 nn.Conv2d")
         w8, s_w, s_in = (tensors.get(f"{name}.{t}") for t in ("weight", "weight_scale", "input_scale"))
         if w8 is None or s_in is None:
             raise ValueError(f"{name}: weight_scale without weight / input_scale")
         if w8.dtype != FP8 or tuple(w8.shape) != tuple(lin.weight.shape):
             raise ValueError(f"{name}.weight: {w8.dtype} {tuple(w8.shape)}, the contract wants {FP8} "
                              f"{tuple(lin.weight.shape)}")
-        for label, s in (("weight_scale", s_w), ("input_scale", s_in)):
-            if s.dtype != torch.float32 or s.numel() != 1 or not (bool(torch.isfinite(s).all()) and float(s) > 0):
+        for label, s, n in (("weight_scale", s_w, w8.shape[0] if conv else 1), ("input_scale", s_in, 1)):
+            if s.dtype != torch.float32 or s.numel() != n or not bool((torch.isfinite(s) & (s > 0)).all()):
                 raise ValueError(f"{name}.{label}: {s.dtype} {tuple(s.shape)} {s.flatten()[:1].tolist()}, the contract "
-                                 "wants a finite positive float32 scalar")
+                                 f"wants {n} finite positive float32 value(s)")
         if (lin.bias is None) != (f"{name}.bias" not in tensors):
             raise ValueError(f"{name}: the bias of the export and the UNet's disagree")
         dev, dtype = lin.weight.device, lin.weight.dtype
         bias = tensors[f"{name}.bias"].to(dev) if lin.bias is not None else None
-        _set_submodule(unet, name, EmulatedFp8Linear(w8.to(dev), s_w.to(dev), s_in.to(dev), bias, dtype))
+        if conv:
+            emu = EmulatedFp8Conv2d(w8.to(dev), s_w.to(dev), s_in.to(dev), bias, lin.stride[0], dtype)
+        else:
+            emu = EmulatedFp8Linear(w8.to(dev), s_w.to(dev), s_in.to(dev), bias, dtype)
+        _set_submodule(unet, name, emu)
     return names
 
 
