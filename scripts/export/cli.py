@@ -205,8 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "(docs/models-and-export.md#fp8-convolutions)")
     ap.add_argument("--fp8-geglu", action="store_true",
                     help="with --fp8, experimental: each transformer feed-forward's GEGLU fused into its first FP8 "
-                         "GEMM (one Triton kernel writes the e4m3 input of the second layer); fast only in "
-                         "unet_fp8.pt2 (--aoti), unet_fp8.ts runs the same math in torch; tensor names unchanged, "
+                         "GEMM (one Triton kernel writes the e4m3 input of the second layer); only in unet_fp8.pt2 "
+                         "(--aoti): unet_fp8.ts runs the unfused FP8 layers; tensor names unchanged, "
                          "so LoRAs patch it as before (docs/models-and-export.md#fused-fp8-geglu)")
     ap.add_argument("--aoti-variants", metavar="LIST", default="all",
                     help="with --aoti: which packages to compile, comma-separated: 'fp16' (the model dtype's "
