@@ -18,22 +18,26 @@ at 1024²:
             one forward pass on the same inputs: the speed does not depend on their values);
   fp8-kv    fp8 with KVSlice, as fp16-kv.
 Each compiled with torch.compile (mode default, static shapes; --dynamic-tokens: the token dimension
-dynamic, compiled once for every --tokens count, as the AOTInductor packages are). Timed with CUDA
-events: after each compile the median of --iters calls, then --rounds rounds in which every compiled
-variant runs --iters calls in turn (a drift of the GPU's clock falls on all alike); a pair's saving is
-from those rounds (the per-round differences too, for the spread). Also, per token count: the
-precompute (the packed GEMM, eager; once per image-batch), the 140 projections one by one (eager, CUDA
-events around the loop: the cross-check of what a step loses to them), and each variant's kernel time
-by class (fp8_compile_probe.profile_kernels, two profiled calls). Outputs: each -kv variant against
-its plain one, eager (before compiling) and compiled, relative L2 (must be tiny: the same math, only
-the GEMMs' rounding differs); fp8 against fp16 for scale.
+dynamic, compiled once for every --tokens count, as the AOTInductor packages are), a precision's pair
+at a time, FP8 first: both compiled (the first call, timed) and timed, then --rounds rounds in which
+the two run --iters calls in turn (the order swapped each round: a drift of the GPU's clock falls on
+both alike); the pair's saving is from those rounds (the per-round differences too, for the spread),
+then each one's kernel time by class (fp8_compile_probe.profile_kernels, two profiled calls: where
+the saving is, and that the attention on the strided K/V views ran no slower). Timing: CUDA events
+around each call, the calls queued back to back (the GPU's time, as under sdxl-batch's CUDA graphs,
+not the host's launches). Per token count also: the precompute (the packed GEMM, eager; once per
+image-batch) and the 140 projections one by one (eager, and replayed as one CUDA graph: the
+cross-check of what a step spends on them). Outputs: each -kv variant against its plain one, eager
+(before compiling) and compiled, relative L2 (must be tiny: the same math, only the GEMMs' rounding
+differs; checked < REL_L2_MAX); fp8 against fp16 for scale.
 
 Saved per image = (plain step - kv step) x --steps / (rows / 2) - precompute / (rows / 2). The decision
 it feeds (docs/gpu-benchmarks.md): build the cached keys and values into the export and the C++
 sampler if the saving is worth it (about 1 % of the FP8 step or more).
 
---deadline-s: no compile starts when the previous one's time would run past it (rounds, profiles and
-the next token count likewise); what was measured is kept. Results: --out/cross-kv-probe.json and
+--deadline-s: no compile starts that its estimate (the longest compile so far; a -kv variant's: its plain
+one's, whose Triton kernels it reuses from Inductor's cache) would run past it, nor rounds, profiles or
+the next token count likewise; what was measured is kept. Results: --out/cross-kv-probe.json and
 cross-kv-probe.md, rewritten after each stage (a run cut short keeps them).
 
     python3 bench/probes/cross_kv_probe.py --out DIR [--rows 16] [--tokens 77,154] [--variants fp8,fp8-kv,fp16,fp16-kv]
