@@ -182,8 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--json-report", metavar="FILE", help="write every check result here")
     ap.add_argument("--threads", type=int, default=None,
-                    help="torch CPU threads (default: 1 for --tiny on cpu, whose tensors are too small to gain "
-                         "from more and which runs >10x slower with OpenMP on a busy 2-core box; else torch's)")
+                    help="torch CPU threads (default: 1 for --tiny and --tiny-aoti on cpu, whose tensors are too small "
+                         "to gain from more and which run >10x slower with OpenMP on a busy 2-core box; else torch's)")
     ap.add_argument("--aoti", action="store_true",
                     help="also compile the UNet with torch.export + AOTInductor into unet.pt2 (minutes; "
                          "for --device; run it with sdxl-batch --unet-backend aoti)")
