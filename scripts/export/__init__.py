@@ -7,7 +7,7 @@ Modules, top to bottom; each imports only modules below it (nothing imports cli,
 kind imports another kind):
   cli               the flags, their rules, and the dispatch to one export kind (cli.KINDS)
   export kinds      one module each, with export(a, job) -> exit code:
-    sdxl              --tiny, --random-full, --from DIR|FILE: a model folder
+    sdxl              --tiny, --tiny-aoti, --random-full, --from DIR|FILE: a model folder
     vae               --vae-only: a VAE folder
     controlnet        --controlnet: a ControlNet folder
     ip_adapter        --ip-adapter with --image-encoder: an IP-Adapter folder

@@ -1,5 +1,6 @@
 """The SDXL architecture the export builds: SDXL base 1.0's configs written out (nothing is
-downloaded), the tiny model's (the same structure, small widths), and a --config folder's."""
+downloaded), the tiny model's (the same structure, small widths), the tiny-aoti model's (the tiny
+model with a shallower UNet) and a --config folder's."""
 from __future__ import annotations
 
 import json
@@ -98,12 +99,26 @@ TINY_UNET = dict(
 )
 TINY_VAE = dict(FULL_VAE, block_out_channels=(8, 16, 16, 16), layers_per_block=1,
                 norm_num_groups=4, sample_size=256)
+# tiny-aoti: the tiny model with one resnet and one transformer layer per UNet block (SDXL's three
+# levels, the first without attention, the mid block, the skip connections: the same structure, about
+# half the ops). AOTInductor's CPU compile time grows with the op count (Inductor's lowering and C++
+# code generation, not the widths): the AOTI test's package (tests/e2e/test_aoti.py) compiles from it.
+# The text encoders and the VAE are the tiny model's.
+TINY_AOTI_UNET = dict(TINY_UNET, layers_per_block=1, transformer_layers_per_block=(1, 1, 1))
+
+# The architectures --tiny, --tiny-aoti and --random-full build (--print-config ARCH prints them);
+# the two tiny ones share the tiny model's limits, defaults, dtype and threads.
+TINY_KINDS = ("tiny", "tiny-aoti")
+ARCHITECTURES = {
+    "tiny": (TINY_TE1, TINY_TE2, TINY_UNET, TINY_VAE),
+    "tiny-aoti": (TINY_TE1, TINY_TE2, TINY_AOTI_UNET, TINY_VAE),
+    "full": (FULL_TE1, FULL_TE2, FULL_UNET, FULL_VAE),
+}
 
 
 def architecture(arch: str) -> dict:
-    """The configs --tiny ("tiny") or --random-full ("full") builds, by component."""
-    tiny = arch == "tiny"
-    te1, te2, unet, vae = (TINY_TE1, TINY_TE2, TINY_UNET, TINY_VAE) if tiny else (FULL_TE1, FULL_TE2, FULL_UNET, FULL_VAE)
+    """The configs --tiny ("tiny"), --tiny-aoti ("tiny-aoti") or --random-full ("full") builds, by component."""
+    te1, te2, unet, vae = ARCHITECTURES[arch]
     return {"scheduler": SDXL_SCHEDULER, "text_encoder": te1, "text_encoder_2": te2, "unet": unet, "vae": vae}
 
 

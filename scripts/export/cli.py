@@ -2,6 +2,9 @@
 
 Sources (exactly one):
   --tiny          random tiny SDXL-shaped weights (CI; seconds on CPU)
+  --tiny-aoti     the tiny model with a shallower UNet (one resnet and one transformer layer per
+                  block): what the AOTI test compiles with --aoti (AOTInductor's CPU compile grows
+                  with the UNet's op count)
   --random-full   the real SDXL base architecture with random weights (2.57 B UNet)
   --from DIR      a diffusers-format SDXL directory (real weights, local files only)
   --from FILE     a single-file checkpoint (.safetensors, original Stability / A1111 layout);
@@ -25,7 +28,7 @@ Sources (exactly one):
                   an Ultralytics YOLO detection or segmentation checkpoint (ADetailer's face_yolov8n.pt,
                   hand_yolov8n.pt, person_yolov8n-seg.pt ...) as a detector folder --out
                   (scripts/export/detector.py)
---print-config tiny|full prints the configs --tiny / --random-full build, as JSON
+--print-config tiny|tiny-aoti|full prints the configs --tiny / --tiny-aoti / --random-full build, as JSON
 (the test references make files that fit the exported model from it).
 
 Output (see docs/models-and-export.md, the model directory):
@@ -97,7 +100,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .architecture import architecture
+from .architecture import ARCHITECTURES, TINY_KINDS, architecture
 from .inputs import file_or_folder, folder, read_header, regular_file
 
 REPO = Path(__file__).resolve().parents[2]
@@ -110,6 +113,7 @@ DTYPE_NAMES = ("bf16", "fp16", "fp32")  # common.DTYPES's keys (common imports t
 # check_args, its input files in check_inputs) and a row here.
 KINDS = (
     ("tiny", "tiny", "sdxl"),
+    ("tiny_aoti", "tiny-aoti", "sdxl"),
     ("random_full", "random-full", "sdxl"),
     ("from_path", "from", "sdxl"),
     ("vae_only", "vae-only", "vae"),
@@ -132,6 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--tiny", action="store_true")
+    src.add_argument("--tiny-aoti", action="store_true",
+                     help="the tiny model with a shallower UNet (one resnet and one transformer layer per block), "
+                          "for the AOTI test: AOTInductor's CPU compile time grows with the UNet's op count")
     src.add_argument("--random-full", action="store_true")
     src.add_argument("--vae-only", action="store_true",
                      help="export only the VAE given by --vae, as a VAE folder that tasks can swap in "
@@ -154,9 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--upscaler-tile", type=int, default=512, metavar="T",
                     help="with --upscaler: the tile size window-attention architectures (SwinIR, HAT, DAT) are "
                          "traced at and run at (default 512, ComfyUI's tile)")
-    ap.add_argument("--print-config", choices=["tiny", "full"], action=PrintConfig,
-                    help="print the diffusers / transformers configs and the scheduler config of the --tiny or "
-                         "--random-full architecture as JSON, and exit")
+    ap.add_argument("--print-config", choices=list(ARCHITECTURES), action=PrintConfig,
+                    help="print the diffusers / transformers configs and the scheduler config of the --tiny, "
+                         "--tiny-aoti or --random-full architecture as JSON, and exit")
     ap.add_argument("--config", metavar="DIR",
                     help="with --from FILE: the architecture as a diffusers-layout folder (configs, scheduler, "
                          "tokenizers; weights not needed); default: SDXL base 1.0's built-in configs. With "
@@ -177,8 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--json-report", metavar="FILE", help="write every check result here")
     ap.add_argument("--threads", type=int, default=None,
-                    help="torch CPU threads (default: 1 for --tiny on cpu, whose tensors are too small to gain "
-                         "from more and which runs >10x slower with OpenMP on a busy 2-core box; else torch's)")
+                    help="torch CPU threads (default: 1 for --tiny and --tiny-aoti on cpu, whose tensors are too small "
+                         "to gain from more and which run >10x slower with OpenMP on a busy 2-core box; else torch's)")
     ap.add_argument("--aoti", action="store_true",
                     help="also compile the UNet with torch.export + AOTInductor into unet.pt2 (minutes; "
                          "for --device; run it with sdxl-batch --unet-backend aoti)")
@@ -249,7 +256,7 @@ def check_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     if a.fp8_geglu and not a.fp8:
         ap.error("--fp8-geglu goes with --fp8 (it fuses the GEGLU into the FP8 UNet's feed-forward GEMMs)")
     if a.fp8 and (a.vae_only or a.controlnet or a.ip_adapter):
-        ap.error("--fp8 goes with a model export (--tiny, --random-full or --from)")
+        ap.error("--fp8 goes with a model export (--tiny, --tiny-aoti, --random-full or --from)")
 
 
 def check_inputs(a: argparse.Namespace) -> None:
@@ -312,13 +319,13 @@ def main() -> int:
 
     from .common import DTYPES, Job
 
-    threads = a.threads if a.threads is not None else (1 if (a.tiny and a.device == "cpu") else 0)
+    threads = a.threads if a.threads is not None else (1 if ((a.tiny or a.tiny_aoti) and a.device == "cpu") else 0)
     if threads > 0:
         torch.set_num_threads(threads)
     t_start = time.time()
     kind, module = next((name, mod) for dest, name, mod in KINDS if getattr(a, dest))
     export = importlib.import_module(f".{module}", __package__).export
-    dtype_name = a.dtype or ("fp32" if kind == "tiny" else "fp16")
+    dtype_name = a.dtype or ("fp32" if kind in TINY_KINDS else "fp16")
     if a.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: CUDA is not available")
     out = Path(a.out).resolve()

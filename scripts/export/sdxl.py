@@ -1,4 +1,4 @@
-"""The model folder (export_sdxl.py --tiny, --random-full, --from DIR|FILE): the pipeline from its
+"""The model folder (export_sdxl.py --tiny, --tiny-aoti, --random-full, --from DIR|FILE): the pipeline from its
 source (sdxl_sources), the two text encoders, the UNet (four methods) and the VAE traced
 (sdxl_modules), their --check (sdxl_checks), the optional AOTInductor packages (aoti) and FP8 UNet
 (fp8), and model.json, the export contract (docs/models-and-export.md)."""
@@ -14,6 +14,7 @@ import torch
 import torch.nn as nn
 
 from .aoti import export_unet_aoti, export_vae_decoder_aoti, parse_inductor_configs
+from .architecture import TINY_KINDS
 from .common import Job, check_names, count_params, dtype_str, file_digests, log, publish, trace_module, tracer_warnings
 from .sdxl_checks import check_traces
 from .sdxl_modules import (TextEncoder2TS, TextEncoderTS, UNetTS, VaeDecoderTS, VaeEncoderTS, control_layout,
@@ -54,7 +55,7 @@ def export(a, job: Job) -> int:
         vae.to(d["vae_dtype"])
     trace_inputs = trace_modules(pipe, d, tmp, dtype, device, gen, timings)
 
-    tiny = kind == "tiny"
+    tiny = kind in TINY_KINDS
     limits = {
         "batch_max": a.batch_max,
         "width_min": 256 if tiny else 512, "width_max": 1536,

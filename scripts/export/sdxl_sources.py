@@ -1,4 +1,4 @@
-"""Where a model folder's pipeline comes from: random weights (--tiny, --random-full: the
+"""Where a model folder's pipeline comes from: random weights (--tiny, --tiny-aoti, --random-full: the
 architecture's configs), a diffusers folder or a single-file checkpoint (--from, with --config and
 --vae), and the two CLIP tokenizers written beside it."""
 from __future__ import annotations
@@ -34,7 +34,7 @@ def build_random_pipeline(kind: str, device: str, dtype: torch.dtype, seed: int,
     from diffusers import AutoencoderKL, EulerDiscreteScheduler, StableDiffusionXLPipeline, UNet2DConditionModel
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection, CLIPTokenizer
 
-    arch = architecture("tiny" if kind == "tiny" else "full")
+    arch = architecture("full" if kind == "random-full" else kind)
     te1_cfg, te2_cfg, unet_cfg, vae_cfg = (arch[k] for k in ("text_encoder", "text_encoder_2", "unet", "vae"))
     torch.manual_seed(seed)
     if device == "cuda":

@@ -19,9 +19,9 @@ EXPORT_SDXL = Path(__file__).resolve().parents[2] / "scripts" / "export_sdxl.py"
 
 @functools.cache
 def sdxl_configs(arch: str) -> dict:
-    """arch "tiny" (the CI model) or "full" (SDXL base 1.0) -> {"scheduler", "text_encoder",
-    "text_encoder_2", "unet", "vae"}: keyword arguments of EulerDiscreteScheduler, CLIPTextConfig
-    (both encoders), UNet2DConditionModel and AutoencoderKL."""
+    """arch "tiny" (the CI model), "tiny-aoti" (the AOTI test's) or "full" (SDXL base 1.0) ->
+    {"scheduler", "text_encoder", "text_encoder_2", "unet", "vae"}: keyword arguments of
+    EulerDiscreteScheduler, CLIPTextConfig (both encoders), UNet2DConditionModel and AutoencoderKL."""
     r = subprocess.run([sys.executable, str(EXPORT_SDXL), "--print-config", arch], capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"{EXPORT_SDXL.name} --print-config {arch} failed ({r.returncode}):\n{r.stderr}")

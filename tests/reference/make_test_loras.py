@@ -2,7 +2,8 @@
 
 Shapes come from the SDXL architecture itself (the configs scripts/export_sdxl.py
 exports, via reference.architecture; modules built on torch's meta device: no
-weights, no download), so the files fit the tiny CI model (--arch tiny) or the
+weights, no download), so the files fit the tiny CI model (--arch tiny), the AOTI test's tiny model
+(--arch tiny-aoti: one resnet and one transformer layer per UNet block) or the
 full-size SDXL (--full).
 
 Files written to --out (each a .safetensors, made with the safetensors package):
@@ -111,7 +112,8 @@ def kohya(params: dict, modules: list[tuple[str, str]], rank, gen, strength, dty
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--arch", choices=["tiny", "full"], default="tiny")
+    ap.add_argument("--arch", choices=["tiny", "tiny-aoti", "full"], default="tiny",
+                    help="the architecture of export_sdxl.py --print-config ARCH (tiny-aoti: the AOTI test's model)")
     ap.add_argument("--full", action="store_true", help="rank-64 kohya LoRAs (full_a, full_b) for the full-size SDXL")
     ap.add_argument("--rank", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
