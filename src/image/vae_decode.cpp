@@ -90,6 +90,22 @@ std::string tensor_difference(const torch::jit::Module& a, const torch::jit::Mod
   return ta.size() == tb.size() ? "" : "it has tensors the model's decoder does not";
 }
 
+// "" when the folder's decoder equals the model's in every tensor that package
+// `p` holds compiled in (not among its constants: Inductor may fold small
+// tensors, e.g. the last biases and norms, into the code, which then computes
+// with the model's values), else the first that differs.
+std::string compiled_in_difference(const AotiPackage& p, const torch::jit::Module& model_decoder,
+                                   const torch::jit::Module& folder_decoder) {
+  const std::map<std::string, at::Tensor> tm = named_tensors(model_decoder), tf = named_tensors(folder_decoder);
+  for (const auto& name : p.compiled_in()) {
+    auto m = tm.find(name);
+    auto f = tf.find(name);
+    if (m == tm.end() || f == tf.end() || !torch::equal(m->second, f->second.to(m->second.device())))
+      return "its '" + name + "' differs from the model's, which " + p.config().file + " holds compiled in";
+  }
+  return "";
+}
+
 }  // namespace
 
 void share_vae_decoder_aoti(SdxlModel& vae, const SdxlModel& model) {
@@ -107,6 +123,13 @@ void share_vae_decoder_aoti(SdxlModel& vae, const SdxlModel& model) {
                                                          vae.config.vae_decoder_file, model.config.torch_version);
   } catch (const ModelError& e) {  // the folder's images still decode, on its trace
     spdlog::warn("VAE '{}' decodes on its {}: {}", vae.config.dir.string(), vae.config.vae_decoder_file, e.what());
+    return;
+  }
+  const std::string held = compiled_in_difference(*vae.vae_decoder_aoti, model.vae_decoder, vae.vae_decoder);
+  if (!held.empty()) {
+    vae.vae_decoder_aoti.reset();
+    spdlog::info("VAE '{}' decodes on its {}, not on the model's {}: {}", vae.config.dir.string(),
+                 vae.config.vae_decoder_file, a.file, held);
     return;
   }
   spdlog::info("VAE '{}' decodes on the model's {} with its own weights", vae.config.dir.string(), a.file);

@@ -53,8 +53,9 @@ void attach_vae_decoder_aoti(SdxlModel& model, const std::string& backend);
 // A VAE folder's bundle `vae` (pipeline/vae_cache.h), after its
 // set_vae_decode_dtype: it decodes on `model`'s vae_decoder.pt2 too, with its
 // own weights, when the model has the package attached and the folder's
-// decoder has the same tensors (names, shapes, dtypes: SDXL's VAEs do); else
-// on its own vae_decoder.ts, with a log line saying why.
+// decoder has the same tensors (names, shapes, dtypes: SDXL's VAEs do) and
+// equals the model's in those the package holds compiled in rather than as
+// constants; else on its own vae_decoder.ts, with a log line saying why.
 void share_vae_decoder_aoti(SdxlModel& vae, const SdxlModel& model);
 
 struct TileGrid {

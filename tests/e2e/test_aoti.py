@@ -248,23 +248,28 @@ class Aoti(unittest.TestCase):
         work = (self.work / "vae-folder").resolve()
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
-        # A VAE folder of the same architecture with other weights: the model's own VAE, its
-        # last convolution scaled (export_sdxl.py --vae-only from a diffusers VAE folder). Only
-        # conv_out.weight differs: the package holds some of the decoder's small tensors itself
-        # (15 of its 106: the last up block's biases and norms, conv_norm_out, conv_out.bias, not
-        # among its constants), so a VAE whose those differ would not decode as its trace does.
+        # Two VAE folders of the same architecture with other weights: the model's own VAE, its
+        # last convolution's weight scaled (export_sdxl.py --vae-only from a diffusers VAE folder),
+        # and the same with conv_out.bias moved too. The package holds some of the decoder's small
+        # tensors itself (15 of its 106: the last up block's biases and norms, conv_norm_out,
+        # conv_out.bias, not among its constants): "vae" decodes on it with its own weights,
+        # "vae-bias" must decode on its own trace, as the package would use the model's bias.
         src = diffusers_copy(self.model) / "vae"
         make = ("import sys, torch; from diffusers import AutoencoderKL; v = AutoencoderKL.from_pretrained(sys.argv[1]); "
-                "v.decoder.conv_out.weight.data.mul_(1.5); v.save_pretrained(sys.argv[2])")
-        r = subprocess.run([ARGS.python, "-c", make, str(src), str(work / "vae-src")], capture_output=True, text=True)
+                "v.decoder.conv_out.weight.data.mul_(1.5); v.save_pretrained(sys.argv[2]); "
+                "v.decoder.conv_out.bias.data.add_(0.2); v.save_pretrained(sys.argv[3])")
+        r = subprocess.run([ARGS.python, "-c", make, str(src), str(work / "vae-src"), str(work / "vae-bias-src")],
+                           capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stderr[-2000:])
-        r = subprocess.run([ARGS.python, str(Path(ARGS.source) / "scripts" / "export_sdxl.py"), "--vae-only", "--vae",
-                            str(work / "vae-src"), "--dtype", "fp32", "--out", str(work / "vae"), "--force"],
-                           capture_output=True, text=True, timeout=900)
-        self.assertEqual(r.returncode, 0, r.stdout[-2000:] + r.stderr[-2000:])
+        for name in ("vae", "vae-bias"):
+            r = subprocess.run([ARGS.python, str(Path(ARGS.source) / "scripts" / "export_sdxl.py"), "--vae-only",
+                                "--vae", str(work / f"{name}-src"), "--dtype", "fp32", "--out", str(work / name),
+                                "--force"], capture_output=True, text=True, timeout=900)
+            self.assertEqual(r.returncode, 0, r.stdout[-2000:] + r.stderr[-2000:])
         batch = {"version": 1, "defaults": {"steps": 2, "width": 256, "height": 256},
                  "tasks": [{"id": "own", "prompt": "a red door", "seed": 5},
-                           {"id": "folder", "prompt": "a red door", "seed": 5, "vae": str(work / "vae")}]}
+                           {"id": "folder", "prompt": "a red door", "seed": 5, "vae": str(work / "vae")},
+                           {"id": "bias", "prompt": "a red door", "seed": 5, "vae": str(work / "vae-bias")}]}
         cfg = work / "folder.json"
         cfg.write_text(json.dumps(batch))
         images = {}
@@ -275,14 +280,21 @@ class Aoti(unittest.TestCase):
             self.assertEqual(r.returncode, 0, r.stderr)
             engine = read_report(out)["devices"][0].get("engine", {})
             if backend == "aoti":
-                self.assertIn("decodes on the model's vae_decoder.pt2 with its own weights", r.stderr)
+                self.assertIn(f"VAE '{work / 'vae'}' decodes on the model's vae_decoder.pt2 with its own weights",
+                              r.stderr)
+                self.assertIn(f"VAE '{work / 'vae-bias'}' decodes on its vae_decoder.ts, not on the model's "
+                              "vae_decoder.pt2: its 'decoder.conv_out.bias' differs from the model's, which "
+                              "vae_decoder.pt2 holds compiled in", r.stderr)
                 self.assertEqual((engine.get("vae_aoti_decodes"), engine.get("vae_folder_aoti_decodes")), (1, 1), engine)
             else:
                 self.assertNotIn("vae_folder_aoti_decodes", engine)
-            images[backend] = {t: pixels(out / f"{t}-0-5.png") for t in ("own", "folder")}
+            images[backend] = {t: pixels(out / f"{t}-0-5.png") for t in ("own", "folder", "bias")}
         self.assertClose(images["aoti"]["folder"], images["torchscript"]["folder"], "folder VAE: package vs trace")
+        self.assertClose(images["aoti"]["bias"], images["torchscript"]["bias"], "bias-moved VAE: decoded as its trace")
         moved = int(np.abs(images["aoti"]["folder"] - images["aoti"]["own"]).max())
         self.assertGreater(moved, 5 * MAX_LEVELS, "the folder's weights did not reach the package")
+        moved = int(np.abs(images["aoti"]["bias"] - images["aoti"]["folder"]).max())
+        self.assertGreater(moved, 5 * MAX_LEVELS, "the moved bias did not change the image")
 
     def test_vae_backend_errors_name_the_cause(self):
         r = sdxl("generate", "--model", ARGS.plain_model, "--prompt", "x", *COMMON, "--vae-backend", "aoti",
