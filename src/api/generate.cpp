@@ -22,6 +22,7 @@
 #include "core/units.h"
 #include "image/png_reader.h"
 #include "image/png_writer.h"
+#include "model/model_config.h"
 #include "scheduler/detailer_flow.h"
 #include "scheduler/generator_lane.h"
 
@@ -116,9 +117,16 @@ void hires_upscaler_of(const std::string& upscaler, GenerationParams::Hires& h) 
   h.weights_sha256 = files.folder_weights_sha256("upscaler", h.upscaler);
 }
 
-// Each detailer unit's regions take at least one sampler step at its denoise (the image's steps now
-// known), before the image is made rather than after it.
-void check_detailer_steps(const GenerationParams& p) {
+// Every denoising pass (img2img, the hires fix's second pass, each detailer unit's regions) takes
+// at least one sampler step (the image's steps now known), before the model loads, as a batch
+// file's check does.
+void check_step_counts(const GenerationParams& p) {
+  if (!p.init_image.empty())
+    if (const std::string why = strength_steps_problem(p.steps, p.strength); !why.empty())
+      throw UsageError("--strength " + why);
+  if (p.hires_on())
+    if (const std::string why = strength_steps_problem(p.hires_steps(), p.hires.denoise); !why.empty())
+      throw UsageError("--hires-denoise " + why);
   for (size_t k = 0; k < p.detailer.size(); ++k) {
     const DetailerUse& u = p.detailer[k];
     if (const std::string why = strength_steps_problem(u.steps > 0 ? u.steps : p.steps, u.denoise); !why.empty())
@@ -262,20 +270,28 @@ sdxl_batch::ImageResult generate_image(sdxl_batch::Session::Impl& s, const sdxl_
   const RuntimeOptions runtime = runtime_options(s.options);
   int image_w = 0, image_h = 0;
   GenerationParams p = checked_params(s, r, runtime, image_w, image_h);
-  GeneratorLane lane(s.options.model_dir, runtime, {}, 0);  // a lane, so the detailer takes a run's steps
-  lane.start();
-  Generator& gen = lane.generator();
-  const ModelConfig& mc = gen.model();
+  // The model's defaults (model.json, read by the session) fill in, and what depends on them is
+  // checked, before the weights load.
+  const ModelConfig& defaults_of = s.config;
   const sdxl_batch::Task& t = r.task;
   p.prompt = t.prompt;
   p.negative_prompt = t.negative;
   p.seed = t.seed < 0 ? random_seed() : t.seed;
-  p.steps = t.steps.value_or(mc.defaults.steps);
-  p.cfg = t.cfg.value_or(mc.defaults.cfg);
-  p.width = t.width.value_or(image_w > 0 ? image_w : mc.defaults.width);
-  p.height = t.height.value_or(image_h > 0 ? image_h : mc.defaults.height);
+  p.steps = t.steps.value_or(defaults_of.defaults.steps);
+  p.cfg = t.cfg.value_or(defaults_of.defaults.cfg);
+  p.width = t.width.value_or(image_w > 0 ? image_w : defaults_of.defaults.width);
+  p.height = t.height.value_or(image_h > 0 ? image_h : defaults_of.defaults.height);
+  check_generation_size(defaults_of, p.width, p.height, 1);
+  if (image_w > 0 && (image_w != p.width || image_h != p.height))
+    throw UsageError("--init-image '" + r.init_image + "' is " + std::to_string(image_w) + "x" + std::to_string(image_h) +
+                     " but --width/--height ask for " + std::to_string(p.width) + "x" + std::to_string(p.height) +
+                     ": resize the image first, or leave them unset to take its size");
   check_upscale(p);
-  check_detailer_steps(p);
+  check_step_counts(p);
+  GeneratorLane lane(s.options.model_dir, runtime, {}, 0);  // a lane, so the detailer takes a run's steps
+  lane.start();
+  Generator& gen = lane.generator();
+  const ModelConfig& mc = gen.model();
   const std::string out = r.out_path.empty() ? "sdxl-" + std::to_string(p.seed) + ".png" : r.out_path;
 
   const auto t0 = Clock::now();

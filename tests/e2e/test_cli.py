@@ -451,13 +451,15 @@ class SamplersImg2ImgHires(unittest.TestCase):
         self.assertEqual((s["Denoising strength"], s["Init image"], s["Sampler"]), ("0.5", init.name, "Euler a"))
         for args, needle in [(["--init-image", str(init), "--width", "320"], "resize the image"),
                              (["--init-image", str(work / "missing.png")], "does not exist"),
-                             (["--init-image", str(init), "--strength", "0.1", "--steps", "5"], "no step"),
+                             (["--init-image", str(init), "--strength", "0.1", "--steps", "5"], "--strength leaves no step"),
+                             (["--hires-scale", "2", "--hires-denoise", "0.1", "--steps", "5"], "--hires-denoise leaves no step"),
                              (["--sampler", "Euler b"], "\"DPM++ 2M SDE\""),
                              (["--sampler", "DDIM Karras"], "valid: \"Automatic\", \"SGM Uniform\""),
                              (["--hires-scale", "2", "--hires-upscaler", "ESRGAN"], "\"Latent (bicubic)\"")]:
             r = sdxl("generate", "--model", ARGS.model, "--prompt", "x", "--out", str(work / "bad.png"), *args)
             self.assertEqual(r.returncode, 2, f"{args}: {r.stderr}")
             self.assertIn(needle, r.stderr, args)
+            self.assertNotIn("loaded", r.stderr, f"{args}: refused after the model loaded")
 
 
 class ClipSkip(unittest.TestCase):
