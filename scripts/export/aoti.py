@@ -143,14 +143,7 @@ def export_unet_aoti(unet, dtype, device: str, out_dir: Path, limits: dict, vae_
     t_export = time.time() - t0
     log(f"  torch.export unet: {t_export:.1f}s (rows 1..{rows_max}, tokens 77..{tok_max}, "
         f"latent {h_lo}..{h_hi} x {w_lo}..{w_hi})")
-    configs = {}
-    if file == "unet_fp8.pt2":
-        # Inductor inlines 0-dim constants (the FP8 scales) as literals, and an extern kernel
-        # (_scaled_mm) then needs each as a new tensor constant ("constantNNNN") that is no
-        # parameter of the UNet, which the package's user-managed weights cannot provide
-        # (found on the H200: the load check refused unet_fp8.pt2). Kept as the named buffers.
-        configs["always_keep_tensor_constants"] = True
-    configs.update(extra_configs)
+    configs = dict(extra_configs)
     pkg, t_compile, configs, cxx_wrapper = compile_package(ep, out_dir / file, configs)
 
     corners = {(1, h_lo, w_lo, 1), (2, lh, lw, k), (rows_max, h_lo, w_lo, 1), (1, h_hi, w_hi, tok_max // 77)}
@@ -173,7 +166,14 @@ def compile_package(ep, path: Path, configs: dict) -> tuple[str, float, dict, bo
     was linked through the shared-libstdc++ wrapper."""
     import torch._inductor
 
-    configs = {"aot_inductor.package_constants_in_so": False, **configs}
+    # always_keep_tensor_constants: every parameter and buffer stays a constant that sdxl-batch hands
+    # the package (user-managed weights). Without it Inductor inlines some small tensors into the code:
+    # 0-dim ones (the FP8 scales), after which an extern kernel (_scaled_mm) needs each as a new tensor
+    # constant that no weights file provides (the H200 load check refused unet_fp8.pt2), and others
+    # (15 of the tiny VAE decoder's 106: its last biases and norms; 1 of the tiny UNet's 328), which
+    # then keep the exporting model's values: a LoRA could not patch them, and a VAE folder would
+    # decode with the model's (sdxl-batch checks for such packages: image/vae_decode.cpp).
+    configs = {"aot_inductor.package_constants_in_so": False, "always_keep_tensor_constants": True, **configs}
     # A compiler with only a static libstdc++ would put a second copy into the .so,
     # which then crashes at load (export/aoti_toolchain.py says why).
     cxx_wrapper = use_shared_libstdcxx(log=lambda m: log("  " + m))

@@ -218,6 +218,17 @@ class Aoti(unittest.TestCase):
         self.assertTrue(vae["checks"][0]["ok"], vae)
         self.assertLess(vae["checks"][0]["rel_l2"], 1e-4, vae)
 
+    def test_packages_take_every_tensor_as_a_constant(self):
+        # No parameter or buffer compiled into a package's code: LoRAs reach every UNet tensor, and a
+        # VAE folder's every tensor reaches the model's decoder package.
+        meta = json.loads((self.model / "model.json").read_text())
+        count = ("import sys, torch; m = torch.jit.load(sys.argv[1]); "
+                 "print(len(dict(m.named_parameters())) + len(dict(m.named_buffers())))")
+        for key, ts in (("unet", "unet.ts"), ("vae_decoder", "vae_decoder.ts")):
+            tensors = int(python("-c", count, str(self.model / ts), what=f"count {ts}'s tensors").stdout.split()[-1])
+            self.assertEqual(meta[key]["aoti"]["constants"], tensors, f"{key}: tensors compiled into the package")
+            self.assertTrue(meta[key]["aoti"]["inductor_configs"].get("always_keep_tensor_constants"), meta[key]["aoti"])
+
     def test_vae_package_image_matches_vae_torchscript(self):
         ts = self.gen("vae-ts", "torchscript", "--vae-backend", "torchscript")
         png = self.out / "vae-aoti.png"
@@ -250,10 +261,9 @@ class Aoti(unittest.TestCase):
         work.mkdir(parents=True)
         # Two VAE folders of the same architecture with other weights: the model's own VAE, its
         # last convolution's weight scaled (export_sdxl.py --vae-only from a diffusers VAE folder),
-        # and the same with conv_out.bias moved too. The package holds some of the decoder's small
-        # tensors itself (15 of its 106: the last up block's biases and norms, conv_norm_out,
-        # conv_out.bias, not among its constants): "vae" decodes on it with its own weights,
-        # "vae-bias" must decode on its own trace, as the package would use the model's bias.
+        # and the same with conv_out.bias moved too: a tensor that a package compiled without
+        # always_keep_tensor_constants held in its code (with 14 more of the decoder's 106), where it
+        # kept the model's value. Both decode on the package with their own weights, as their traces.
         src = diffusers_copy(self.model) / "vae"
         make = ("import sys, torch; from diffusers import AutoencoderKL; v = AutoencoderKL.from_pretrained(sys.argv[1]); "
                 "v.decoder.conv_out.weight.data.mul_(1.5); v.save_pretrained(sys.argv[2]); "
@@ -280,17 +290,15 @@ class Aoti(unittest.TestCase):
             self.assertEqual(r.returncode, 0, r.stderr)
             engine = read_report(out)["devices"][0].get("engine", {})
             if backend == "aoti":
-                self.assertIn(f"VAE '{work / 'vae'}' decodes on the model's vae_decoder.pt2 with its own weights",
-                              r.stderr)
-                self.assertIn(f"VAE '{work / 'vae-bias'}' decodes on its vae_decoder.ts, not on the model's "
-                              "vae_decoder.pt2: its 'decoder.conv_out.bias' differs from the model's, which "
-                              "vae_decoder.pt2 holds compiled in", r.stderr)
-                self.assertEqual((engine.get("vae_aoti_decodes"), engine.get("vae_folder_aoti_decodes")), (1, 1), engine)
+                for name in ("vae", "vae-bias"):
+                    self.assertIn(f"VAE '{work / name}' decodes on the model's vae_decoder.pt2 with its own weights",
+                                  r.stderr)
+                self.assertEqual((engine.get("vae_aoti_decodes"), engine.get("vae_folder_aoti_decodes")), (1, 2), engine)
             else:
                 self.assertNotIn("vae_folder_aoti_decodes", engine)
             images[backend] = {t: pixels(out / f"{t}-0-5.png") for t in ("own", "folder", "bias")}
         self.assertClose(images["aoti"]["folder"], images["torchscript"]["folder"], "folder VAE: package vs trace")
-        self.assertClose(images["aoti"]["bias"], images["torchscript"]["bias"], "bias-moved VAE: decoded as its trace")
+        self.assertClose(images["aoti"]["bias"], images["torchscript"]["bias"], "bias-moved VAE: package vs trace")
         moved = int(np.abs(images["aoti"]["folder"] - images["aoti"]["own"]).max())
         self.assertGreater(moved, 5 * MAX_LEVELS, "the folder's weights did not reach the package")
         moved = int(np.abs(images["aoti"]["bias"] - images["aoti"]["folder"]).max())
