@@ -9,7 +9,7 @@ hidden * gelu(gate) (diffusers' GEGLU, exact erf) and quantises it for the outpu
 sequence (`today`), against the fused Triton kernel writing fp16 (`fused_fp16_V`; then Inductor's
 quantise, `fused_fp16+quant_V`) and e4m3 (`fused_e4m3_V`: nothing else left), for each variant V of
 --impls (fp8_geglu.KERNELS: `ptr` pointer loads, `tma` TMA descriptors), autotuned over HOPPER_TILES,
-and the op as unet_fp8.pt2 would call it (`ptr` with its provisional fp8_geglu.kernel_config; `op`).
+and the op as unet_fp8.pt2 would call it (`ptr` with fp8_geglu.kernel_config; `op`).
 
 For SDXL's two feed-forward shapes (CASES: K=640, I=2560 at 4096 tokens a row, 10 blocks a step;
 K=1280, I=5120 at 1024 tokens, 60 blocks) at --rows rows (CFG: 2 per image): the median of --iters
@@ -270,7 +270,7 @@ def geglu_case(case, rows: int, iters: int, seed: int, inductor: bool, impls: li
     best = min(impls, key=lambda n: res[f"fused_e4m3_{n}"]["ms"])
     del out16, out8, today8
 
-    # the op as unet_fp8.pt2 would run it: the provisional kernel_config, its own output allocation
+    # the op as unet_fp8.pt2 would run it: kernel_config, its own output allocation
     op8 = G.fp8_geglu(x8, xs, w8, ws, bias, os_)
     res["op"] = {"config": str(G.kernel_config(k, i)), "vs_cast_of_fp64": e4m3_diff(op8[:rr], want8),
                  "rel_l2": rel_l2(op8[:rr].double() * os_.double(), ref)}
@@ -363,7 +363,7 @@ def write_out(res: dict, out: Path) -> None:
                f"{'FAILED ' + json.dumps(fails) if fails else 'all pass'}"
                + (" (smoke: the interpreter's e4m3 cast is not checked)" if res["gpu"].startswith("cpu") else "")]
     md += ["", f"ms per UNet step saved: {res['saving_ms_per_step']} (autotuned), "
-               f"{res['saving_ms_per_step_op_config']} (the op's provisional config)"]
+               f"{res['saving_ms_per_step_op_config']} (the op's config)"]
     if res.get("skipped_by_deadline"):
         md.append(f"skipped by the deadline: {res['skipped_by_deadline']}")
     (out / "fp8-geglu-triton.md").write_text("\n".join(md) + "\n")

@@ -30,7 +30,7 @@ would have to be rebuilt after every patch). Two BLOCK_N-wide accumulators cost 
 2*BLOCK_N tile. K must be a multiple of BLOCK_K (SDXL: 640 and 1280); M and I may end in partial tiles.
 Two variants (KERNELS): `ptr` loads the tiles with masked pointer loads, `tma` through TMA descriptors
 (as fp8_conv's tma_w); the op launches `ptr` (or the variant SDXL_FP8_GEGLU_KERNEL names: kernel_variant)
-with a provisional configuration (kernel_config) until the probe has measured both.
+with the probe's best configuration on the H200 (kernel_config).
 
 On the CPU the op runs geglu_reference (the contract in torch, fp32). Traced by torch.jit (unet_fp8.ts
 cannot hold a Triton kernel), or inside fp8_conv.emulated() (the reference of unet_fp8.ts's check), the
@@ -152,9 +152,12 @@ def block_k(k: int) -> int:
 
 
 def kernel_config(k: int, i: int) -> dict:
-    """The configuration the op launches. PROVISIONAL until bench/probes/fp8_geglu_triton.py has run on the
-    H200 (its JSON names the autotuned best per SDXL shape): 128x128 tiles (two accumulators: the
-    registers of a 128x256 GEMM tile), the largest K step dividing K, 8 warps, 3 stages."""
+    """The configuration the op launches: the autotuned best e4m3 `ptr` configuration per SDXL shape on the
+    H200 (bench/results/2026-12-05-fp8-kernels-h200/fp8-geglu-triton.json): 128x128 tiles (two
+    accumulators: the registers of a 128x256 GEMM tile), 8 warps; K 640 in K steps of 64 with 4 stages,
+    K 1280 (and other K) in the largest K step dividing K with 3 stages."""
+    if k == 640:
+        return dict(BLOCK_M=128, BLOCK_N=128 if i >= 128 else 64, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=4)
     return dict(BLOCK_M=128, BLOCK_N=128 if i >= 128 else 64, BLOCK_K=block_k(k), GROUP_M=8,
                 num_warps=8, num_stages=3)
 
