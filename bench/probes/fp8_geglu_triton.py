@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 from fp8_compile_probe import timed  # noqa: E402
 
 from export import fp8_geglu as G  # noqa: E402
-from export.fp8_conv import _ensure_allocator  # noqa: E402
+from export.fp8_conv import ensure_descriptor_scratch  # noqa: E402
 from export.fp8_quant import E4M3_MAX, quantize_tensor  # noqa: E402
 
 E4M3 = torch.float8_e4m3fn
@@ -115,8 +115,8 @@ def fused_tuned(impl: str, x8, xs, w8, ws, bias, out_scale, out) -> None:
     """Fused kernel impl (fp8_geglu.KERNELS: ptr, tma), autotuned (per M, K, I, output kind)."""
     m, k = x8.shape
     i = w8.shape[0] // 2
-    if impl != "ptr" and DEVICE == "cuda":
-        _ensure_allocator()  # device-side TMA descriptors, run eagerly
+    if DEVICE == "cuda":
+        ensure_descriptor_scratch(impl)  # device-side TMA descriptors, run eagerly
     grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(i, meta["BLOCK_N"]),)  # noqa: E731
     tuned(impl)[grid](x8, w8, out, bias, ws, xs, ws if out_scale is None else out_scale, m, k, i,
                       HAS_BIAS=True, OUT_FP8=out_scale is not None)

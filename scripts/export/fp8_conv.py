@@ -254,11 +254,12 @@ def kernel_choice(c_in: int, c_out: int, stride: int, w) -> tuple[str, dict]:
 _ALLOCATOR_SET = False
 
 
-def _ensure_allocator() -> None:
-    """Device-side tensor descriptors (tma, tma_w) need Triton's scratch allocator when run eagerly
-    (AOTInductor's wrapper allocates that scratch itself)."""
+def ensure_descriptor_scratch(impl: str) -> None:
+    """A kernel variant other than `ptr` (tma, tma_w; fp8_geglu's tma) builds tensor descriptors on the
+    device and, run eagerly, needs Triton's scratch allocator (AOTInductor's wrapper allocates that
+    scratch itself: aoti.grid_sized_scratch); set once, the first time."""
     global _ALLOCATOR_SET
-    if not _ALLOCATOR_SET:
+    if impl != "ptr" and not torch.compiler.is_compiling() and not _ALLOCATOR_SET:
         triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
         _ALLOCATOR_SET = True
 
@@ -323,8 +324,7 @@ def _define_op():
         c_out = w8.shape[0]
         out = x8.new_empty((n, (h - 1) // stride + 1, (w - 1) // stride + 1, c_out), dtype=torch.float16)
         impl, cfg = kernel_choice(c_in, c_out, stride, w)
-        if impl != "ptr" and not torch.compiler.is_compiling():
-            _ensure_allocator()
+        ensure_descriptor_scratch(impl)
         launch(x8, x_scale, w8, w_scale, bias, out, stride, impl, cfg, wrap=wrap_triton)
         return out
 
@@ -355,6 +355,13 @@ def emulated():
         _EMULATE[0] = False
 
 
+def torch_path() -> bool:
+    """True where the swapped modules (Fp8Conv2d, fp8_geglu's fused feed-forward) run their torch math
+    instead of the Triton op: while torch.jit traces unet_fp8.ts (TorchScript holds no Triton kernel)
+    and inside emulated()."""
+    return torch.jit.is_tracing() or _EMULATE[0]
+
+
 class Fp8Conv2d(nn.Module):
     """nn.Conv2d's 3x3 forward with an e4m3 weight and static scales (module docstring)."""
 
@@ -382,7 +389,7 @@ class Fp8Conv2d(nn.Module):
         x8 = quantize_tensor(x.permute(0, 2, 3, 1), self.input_scale).contiguous()  # NHWC e4m3
         w8 = self.weight.permute(0, 2, 3, 1).contiguous()  # [Cout, 3, 3, Cin]: K = (tap, cin)
         ws = self.weight_scale.reshape(-1)
-        if torch.jit.is_tracing() or _EMULATE[0]:
+        if torch_path():
             dt = torch.float32 if x.device.type == "cpu" else self.out_dtype
             y = conv_reference(x8, self.input_scale, w8, ws, self.bias, self.stride, dt)
         else:

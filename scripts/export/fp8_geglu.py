@@ -165,7 +165,7 @@ def kernel_config(k: int, i: int) -> dict:
 def launch(x8, x_scale, w8, w_scale, bias, out_scale, out, cfg: dict, wrap=None, impl: str = "ptr") -> None:
     """Runs kernel impl (KERNELS) with configuration cfg ({BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages[,
     GROUP_M]}) into out ([M, I], fp16 when out_scale is None, else e4m3); wrap: torch.library.wrap_triton
-    inside the op. `tma` run eagerly on a GPU needs Triton's scratch allocator (fp8_conv._ensure_allocator)."""
+    inside the op. `tma` run eagerly on a GPU needs Triton's scratch allocator (fp8_conv.ensure_descriptor_scratch)."""
     m, k = x8.shape
     i = w8.shape[0] // 2
     cfg = dict(cfg)
@@ -218,8 +218,7 @@ def _define_op():
         i = w8.shape[0] // 2
         out = x8.new_empty((m, i), dtype=torch.float16 if out_scale is None else FP8)
         impl = kernel_variant()
-        if impl != "ptr" and not torch.compiler.is_compiling():
-            fp8_conv._ensure_allocator()  # eager tma: Triton's scratch for the device-side descriptors
+        fp8_conv.ensure_descriptor_scratch(impl)
         launch(x8, x_scale, w8, w_scale, bias, out_scale, out, kernel_config(k, i), wrap=wrap_triton, impl=impl)
         return out
 
@@ -254,7 +253,7 @@ class Fp8GegluFeedForward(nn.Module):
         self.net = ff.net
 
     def forward(self, hidden_states: torch.Tensor, *args, **kwargs) -> torch.Tensor:
-        if torch.jit.is_tracing() or fp8_conv._EMULATE[0]:
+        if fp8_conv.torch_path():
             # unet_fp8.ts (no Triton kernel in TorchScript): the unfused layers, FeedForward's own forward:
             # _scaled_mm, GEGLU in the model dtype, _scaled_mm on CUDA, the unfused unet_fp8.ts bit for bit.
             for m in self.net:

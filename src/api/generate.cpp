@@ -282,10 +282,9 @@ sdxl_batch::ImageResult generate_image(sdxl_batch::Session::Impl& s, const sdxl_
   p.width = t.width.value_or(image_w > 0 ? image_w : defaults_of.defaults.width);
   p.height = t.height.value_or(image_h > 0 ? image_h : defaults_of.defaults.height);
   check_generation_size(defaults_of, p.width, p.height, 1);
-  if (image_w > 0 && (image_w != p.width || image_h != p.height))
-    throw UsageError("--init-image '" + r.init_image + "' is " + std::to_string(image_w) + "x" + std::to_string(image_h) +
-                     " but --width/--height ask for " + std::to_string(p.width) + "x" + std::to_string(p.height) +
-                     ": resize the image first, or leave them unset to take its size");
+  if (image_w > 0)
+    if (const std::string why = init_size_problem(image_w, image_h, p.width, p.height); !why.empty())
+      throw UsageError("--init-image '" + r.init_image + "' " + why);
   check_upscale(p);
   check_step_counts(p);
   GeneratorLane lane(s.options.model_dir, runtime, {}, 0);  // a lane, so the detailer takes a run's steps

@@ -430,10 +430,8 @@ struct Checker {
     if (!checks) return;  // the image's size is unknown
     if (!t.contains("width")) p.width = w;
     if (!t.contains("height")) p.height = h;
-    if (p.width != w || p.height != h)
-      add(ptr + "/init_image", "'" + path.string() + "' is " + std::to_string(w) + "x" + std::to_string(h) +
-                                   " but the task sets " + std::to_string(p.width) + "x" + std::to_string(p.height) +
-                                   " (hint: drop width/height to take the image's size, or resize the image)");
+    if (const std::string size = init_size_problem(w, h, p.width, p.height); !size.empty())
+      add(ptr + "/init_image", "'" + path.string() + "' " + size);
   }
 
   // Inpainting mask: relative to the batch file, confined like every input
@@ -861,6 +859,13 @@ std::string strength_steps_problem(int steps, double strength) {
   if (!(strength > 0) || strength_steps(steps, strength) >= 1) return "";
   return "leaves no step to run: int(steps * strength) = int(" + std::to_string(steps) + " * " +
          format_number(strength) + ") = 0 (raise it or the steps)";
+}
+
+std::string init_size_problem(int image_w, int image_h, int width, int height) {
+  if (image_w == width && image_h == height) return "";
+  return "is " + std::to_string(image_w) + "x" + std::to_string(image_h) + " but the task asks for " +
+         std::to_string(width) + "x" + std::to_string(height) +
+         " (drop width/height to take the image's size, or resize the image)";
 }
 
 std::string mask_settings_problem(const GenerationParams& p, int mask_w, int mask_h) {

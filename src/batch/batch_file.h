@@ -102,6 +102,11 @@ std::string mask_settings_problem(const GenerationParams& p, int mask_w, int mas
 // "" when fine, else why not (a sentence after the key's pointer).
 std::string strength_steps_problem(int steps, double strength);
 
+// An init image of image_w x image_h for a task of width x height: they must be equal (img2img never
+// resizes). "" when fine, else why not (a sentence to follow the image's name). Batch files,
+// `generate` and the generator share it.
+std::string init_size_problem(int image_w, int image_h, int width, int height);
+
 // The text of a batch file: a regular file of at most 64 MiB (UsageError otherwise).
 inline constexpr std::uint64_t kMaxBatchFileBytes = 64ull << 20;
 std::string read_batch_text(const std::filesystem::path& path);

@@ -29,6 +29,7 @@
 #include "lora/embeddings.h"
 #include "lora/lora_cache.h"
 #include "lora/lora_patcher.h"
+#include "batch/batch_file.h"
 #include "batch/lora_ref.h"
 #include "model/sdxl_model.h"
 #include "device/device.h"
@@ -527,11 +528,8 @@ void plan_batch_sampling(const ModelConfig& cfg, EncodedBatch& eb) {
       const GenerationParams& p = ps[i];
       eb.init_images[i] = p.init_pixels ? RgbImage{p.init_pixels->width, p.init_pixels->height, p.init_pixels->rgb}
                                         : read_png_rgb(p.init_image);
-      if (eb.init_images[i].width != p.width || eb.init_images[i].height != p.height)
-        throw UsageError("init image '" + p.init_image + "' is " + std::to_string(eb.init_images[i].width) + "x" +
-                         std::to_string(eb.init_images[i].height) + " but the task asks for " +
-                         std::to_string(p.width) + "x" + std::to_string(p.height) +
-                         ": resize the image first, or leave width/height unset to take its size");
+      const std::string why = init_size_problem(eb.init_images[i].width, eb.init_images[i].height, p.width, p.height);
+      if (!why.empty()) throw UsageError("init image '" + p.init_image + "' " + why);
     }
   }
   read_inpaint_masks(cfg, eb);
