@@ -93,7 +93,9 @@ def _fp8_geglu_kernel(x_ptr, w_ptr, out_ptr, bias_ptr, wscale_ptr, xscale_ptr, o
     n_ok = offs_n < I
     a_ptrs = x_ptr + offs_m.to(tl.int64)[:, None] * K + offs_k[None, :]
     h_ptrs = w_ptr + offs_n.to(tl.int64)[None, :] * K + offs_k[:, None]  # [BLOCK_K, BLOCK_N]: W^T's tile
-    g_ptrs = h_ptrs + I.to(tl.int64) * K  # the gate half: rows I + n
+    # The gate half: rows I + n. Scalar arguments get no tensor methods: torch's mutation analysis
+    # (torch.export) specialises them to Python ints, and a failed analysis makes every argument an output.
+    g_ptrs = w_ptr + (offs_n.to(tl.int64) + I)[None, :] * K + offs_k[:, None]
     acc_h = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc_g = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k in range(0, K, BLOCK_K):
