@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from pathlib import Path
 
 os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
 
@@ -30,7 +29,6 @@ except ImportError:
     print("SKIP: triton is not installed")
     sys.exit(77)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "probes"))
 import fp8_conv_triton as K  # noqa: E402
 
 CFG = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16, "BW": 8, "num_warps": 4, "num_stages": 2}

@@ -27,15 +27,12 @@ import copy
 import os
 import sys
 import time
-from pathlib import Path
 
 os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "scripts"))
 from export import fp8_conv as C  # noqa: E402
 from export import fp8_quant  # noqa: E402
 from export.architecture import architecture  # noqa: E402

@@ -39,7 +39,6 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 if "--export-check" not in sys.argv:
     os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
@@ -54,8 +53,6 @@ except ImportError:
     print("SKIP: triton is not installed")
     sys.exit(77)
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "scripts"))
 from export import fp8_geglu as G  # noqa: E402
 from export import fp8_quant  # noqa: E402
 from export.architecture import architecture  # noqa: E402
