@@ -9,7 +9,9 @@
 #   OUT=DIR bash bench/runtime/fp8geglu.sh        or        OUT=DIR bash bench/gpu_runtime.sh fp8-geglu
 # Knobs: FP8_GEGLU_KERNEL=ptr (default) | tma: the kernel variant compiled into the package
 # (SDXL_FP8_GEGLU_KERNEL, read by the op when torch.export traces it); PANELS=N (64; 0 stops after the export
-# and its package check, which runs the package at 1, 2 and 16 rows).
+# and its package check, which runs the package at 1, 2 and 16 rows); WITH_CONV=1 also compiles in the FP8
+# 3x3 convolutions (--fp8-conv, pointer kernel: item 1), the package with every kernel of issue 44 built so
+# far; MLPERF=1 runs the panels once more at MLPerf's settings (20 steps, CFG 8).
 # Time: the export with the compile took 265-330 s for the FP8 packages so far (the build runs beside it),
 # 64 panels about 50 s of sampling plus the model load: one 600 s call. With less time left, PANELS=24.
 set -euo pipefail
@@ -19,8 +21,10 @@ case "$kernel" in ptr | tma) ;; *) echo "FP8_GEGLU_KERNEL=$kernel: ptr or tma" >
 panels=${PANELS:-64}
 [[ "$panels" =~ ^[0-9]+$ ]] || { echo "PANELS=$panels: a number of panels (0: export only)" >&2; exit 2; }
 export SDXL_FP8_GEGLU_KERNEL=$kernel
-export SDXL_MODEL_NAME=full-fp8geglu-$kernel SDXL_EXPORT_DONE_FILE=unet_fp8.pt2 SDXL_PREPARE_KEEP_GOING=1
-export SDXL_EXPORT_ARGS="--fp8 --fp8-geglu --aoti --aoti-variants fp8 --aoti-size 1024x1024 --fp8-steps 10 --aoti-config aot_inductor.compile_wrapper_opt_level=O0"
+conv= name=full-fp8geglu-$kernel
+if [ "${WITH_CONV:-0}" = 1 ]; then conv=--fp8-conv name=$name-conv; export SDXL_FP8_CONV_KERNEL=ptr; fi
+export SDXL_MODEL_NAME=$name SDXL_EXPORT_DONE_FILE=unet_fp8.pt2 SDXL_PREPARE_KEEP_GOING=1
+export SDXL_EXPORT_ARGS="--fp8 --fp8-geglu $conv --aoti --aoti-variants fp8 --aoti-size 1024x1024 --fp8-steps 10 --aoti-config aot_inductor.compile_wrapper_opt_level=O0"
 # build + the export; sets OUT WORK SDXL MODEL. `|| true`: a failed export (its package check refusing
 # unet_fp8.pt2 is a result) must not end the call before the build is waited for and the log is read.
 source bench/lib/gpu_prepare.sh || true
@@ -38,13 +42,20 @@ print("model.json unet.fp8.geglu:", json.dumps(f.get("geglu")), "| rel. L2 vs fp
 PY
 [ "${SDXL_BUILD_FAILED:-0}" = 1 ] && { echo "sdxl-batch did not build (build.log): no panels" | tee -a "$OUT/summary.txt"; exit 0; }
 [ "$panels" = 0 ] && exit 0
-python3 - "$WORK/panels-geglu.json" "$panels" <<'PY'
+mkpanels() {  # FILE STEPS CFG
+python3 - "$1" "$panels" "$2" "$3" <<'PY'
 import json, sys
 scenes = ["a lighthouse keeper in a storm", "two kids racing bicycles downhill", "a robot reading under a tree",
           "a detective in a neon alley"]
 tasks = [{"id": f"p{i:02d}", "prompt": f"comic panel {i}, {scenes[i % 4]}, bold ink lines", "seed": 500 + i}
          for i in range(int(sys.argv[2]))]
-json.dump({"version": 1, "defaults": {"negative": "blurry, lowres", "steps": 28, "cfg": 7.0, "width": 1024, "height": 1024},
-           "tasks": tasks}, open(sys.argv[1], "w"), indent=1)
+json.dump({"version": 1, "defaults": {"negative": "blurry, lowres", "steps": int(sys.argv[3]), "cfg": float(sys.argv[4]),
+                                      "width": 1024, "height": 1024}, "tasks": tasks}, open(sys.argv[1], "w"), indent=1)
 PY
-run "aoti-fp8geglu-$kernel" "$WORK/panels-geglu.json" --max-batch 8 --unet-backend aoti --precision fp8
+}
+mkpanels "$WORK/panels-geglu.json" 28 7
+run "aoti-${name#full-}" "$WORK/panels-geglu.json" --max-batch 8 --unet-backend aoti --precision fp8
+if [ "${MLPERF:-0}" = 1 ]; then
+  mkpanels "$WORK/panels-geglu-mlperf.json" 20 8
+  run "aoti-${name#full-}-mlperf" "$WORK/panels-geglu-mlperf.json" --max-batch 8 --unet-backend aoti --precision fp8
+fi
