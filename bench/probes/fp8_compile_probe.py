@@ -120,8 +120,9 @@ def kernel_class(name: str) -> str:
     return next((c for c, keys in classes if any(k in low for k in keys)), "other")
 
 
-def profile_kernels(fn, n: int = 25) -> dict:
-    """Two profiled calls: the top n kernels and every kernel's time summed by class, per step."""
+def profile_kernels(fn, n: int = 25, classify=kernel_class) -> dict:
+    """Two profiled calls: the top n kernels and every kernel's time summed by class (classify(kernel
+    name)), per step."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -133,7 +134,7 @@ def profile_kernels(fn, n: int = 25) -> dict:
         t = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
         if t > 0:
             ms, calls = t / 2 / 1000.0, e.count // 2
-            rows.append({"kernel": e.key[:110], "class": kernel_class(e.key), "calls": calls, "ms_per_step": round(ms, 3)})
+            rows.append({"kernel": e.key[:110], "class": classify(e.key), "calls": calls, "ms_per_step": round(ms, 3)})
             classes[rows[-1]["class"]][0] += ms
             classes[rows[-1]["class"]][1] += calls
     rows.sort(key=lambda r: -r["ms_per_step"])

@@ -11,7 +11,8 @@
 # (SDXL_FP8_GEGLU_KERNEL, read by the op when torch.export traces it); PANELS=N (64; 0 stops after the export
 # and its package check, which runs the package at 1, 2 and 16 rows); WITH_CONV=1 also compiles in the FP8
 # 3x3 convolutions (--fp8-conv, pointer kernel: item 1), the package with every kernel of issue 44 built so
-# far; MLPERF=1 runs the panels once more at MLPerf's settings (20 steps, CFG 8).
+# far; MLPERF=1 runs the panels once more at MLPerf's settings (20 steps, CFG 8); PROFILE=1 first times and
+# profiles one 16-row step of the package by kernel class (bench/probes/aoti_step_profile.py, ~30 s).
 # Time: the export with the compile took 265-330 s for the FP8 packages so far (the build runs beside it),
 # 64 panels about 50 s of sampling plus the model load: one 600 s call. With less time left, PANELS=24.
 set -euo pipefail
@@ -40,6 +41,11 @@ f = json.load(open(sys.argv[1]))["unet"]["fp8"]
 print("model.json unet.fp8.geglu:", json.dumps(f.get("geglu")), "| rel. L2 vs fp16 on the trace inputs:",
       f["rel_l2_vs_unet_on_trace_inputs"])
 PY
+if [ "${PROFILE:-0}" = 1 ]; then
+  python3 bench/probes/aoti_step_profile.py "$WORK/$SDXL_MODEL_NAME" --packages unet_fp8.pt2 --rows 16 \
+    --out "$OUT/profile" > "$OUT/profile.log" 2>&1 || echo "aoti_step_profile.py failed (profile.log)" | tee -a "$OUT/summary.txt"
+  grep -h "^unet_fp8.pt2 {" "$OUT/profile.log" | tee -a "$OUT/summary.txt" || true
+fi
 [ "${SDXL_BUILD_FAILED:-0}" = 1 ] && { echo "sdxl-batch did not build (build.log): no panels" | tee -a "$OUT/summary.txt"; exit 0; }
 [ "$panels" = 0 ] && exit 0
 mkpanels() {  # FILE STEPS CFG
