@@ -9,7 +9,9 @@ torchscript image); switching a LoRA on and off inside one aoti run; clear error
 for a model without unet.pt2 and for a dtype it was not compiled for. The VAE
 decoder's package (vae_decoder.pt2, one image size): its export check, its image
 against vae_decoder.ts's, an image of another size decoded by vae_decoder.ts in the
-same run, and its errors.
+same run, VAE folders decoded on it with their own weights, and its errors; a package compiled
+without always_keep_tensor_constants (as before 2026-12-05, exported here for that: about 30 s),
+which holds some tensors in its code: a VAE folder differing in one decodes on its own trace.
 
 Tolerance: both backends run the same fp32 weights, but AOTInductor's generated
 C++ kernels fuse the UNet's ops, so sums are taken in another order
@@ -255,31 +257,41 @@ class Aoti(unittest.TestCase):
         self.assertEqual(report["devices"][0]["engine"]["vae_aoti_decodes"], 1, report["devices"][0]["engine"])
         self.assertEqual(pixels(work / "out" / "wide-0-5.png").shape, (256, 320, 3))
 
-    def test_vae_folder_decodes_on_the_models_package_with_its_own_weights(self):
-        work = (self.work / "vae-folder").resolve()
+    @classmethod
+    def vae_folders(cls) -> Path:
+        """Two VAE folders of the tiny-aoti architecture with other weights than the model's, made once:
+        vae/ (the model's own VAE, its last convolution's weight scaled; export_sdxl.py --vae-only from a
+        diffusers VAE folder) and vae-bias/ (the same with conv_out.bias moved too: a tensor that a
+        package compiled without always_keep_tensor_constants holds in its code). Returns their folder."""
+        work = (cls.work / "vae-folders").resolve()
+        if (work / "vae-bias" / "model.json").exists():
+            return work
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
-        # Two VAE folders of the same architecture with other weights: the model's own VAE, its
-        # last convolution's weight scaled (export_sdxl.py --vae-only from a diffusers VAE folder),
-        # and the same with conv_out.bias moved too: a tensor that a package compiled without
-        # always_keep_tensor_constants held in its code (with 14 more of the decoder's 106), where it
-        # kept the model's value. Both decode on the package with their own weights, as their traces.
-        src = diffusers_copy(self.model) / "vae"
+        src = diffusers_copy(cls.model) / "vae"
         make = ("import sys, torch; from diffusers import AutoencoderKL; v = AutoencoderKL.from_pretrained(sys.argv[1]); "
                 "v.decoder.conv_out.weight.data.mul_(1.5); v.save_pretrained(sys.argv[2]); "
                 "v.decoder.conv_out.bias.data.add_(0.2); v.save_pretrained(sys.argv[3])")
         r = subprocess.run([ARGS.python, "-c", make, str(src), str(work / "vae-src"), str(work / "vae-bias-src")],
                            capture_output=True, text=True)
-        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        assert r.returncode == 0, r.stderr[-2000:]
         for name in ("vae", "vae-bias"):
             r = subprocess.run([ARGS.python, str(Path(ARGS.source) / "scripts" / "export_sdxl.py"), "--vae-only",
                                 "--vae", str(work / f"{name}-src"), "--dtype", "fp32", "--out", str(work / name),
                                 "--force"], capture_output=True, text=True, timeout=900)
-            self.assertEqual(r.returncode, 0, r.stdout[-2000:] + r.stderr[-2000:])
+            assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        return work
+
+    def test_vae_folder_decodes_on_the_models_package_with_its_own_weights(self):
+        # Both folders decode on the package with their own weights, as their traces do.
+        vaes = self.vae_folders()
+        work = (self.work / "vae-folder").resolve()
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
         batch = {"version": 1, "defaults": {"steps": 2, "width": 256, "height": 256},
                  "tasks": [{"id": "own", "prompt": "a red door", "seed": 5},
-                           {"id": "folder", "prompt": "a red door", "seed": 5, "vae": str(work / "vae")},
-                           {"id": "bias", "prompt": "a red door", "seed": 5, "vae": str(work / "vae-bias")}]}
+                           {"id": "folder", "prompt": "a red door", "seed": 5, "vae": str(vaes / "vae")},
+                           {"id": "bias", "prompt": "a red door", "seed": 5, "vae": str(vaes / "vae-bias")}]}
         cfg = work / "folder.json"
         cfg.write_text(json.dumps(batch))
         images = {}
@@ -291,7 +303,7 @@ class Aoti(unittest.TestCase):
             engine = read_report(out)["devices"][0].get("engine", {})
             if backend == "aoti":
                 for name in ("vae", "vae-bias"):
-                    self.assertIn(f"VAE '{work / name}' decodes on the model's vae_decoder.pt2 with its own weights",
+                    self.assertIn(f"VAE '{vaes / name}' decodes on the model's vae_decoder.pt2 with its own weights",
                                   r.stderr)
                 self.assertEqual((engine.get("vae_aoti_decodes"), engine.get("vae_folder_aoti_decodes")), (1, 2), engine)
             else:
@@ -303,6 +315,50 @@ class Aoti(unittest.TestCase):
         self.assertGreater(moved, 5 * MAX_LEVELS, "the folder's weights did not reach the package")
         moved = int(np.abs(images["aoti"]["bias"] - images["aoti"]["folder"]).max())
         self.assertGreater(moved, 5 * MAX_LEVELS, "the moved bias did not change the image")
+
+    def test_older_vae_package_leaves_a_folder_differing_in_its_compiled_in_tensors_to_the_trace(self):
+        # A model whose vae_decoder.pt2 was compiled without always_keep_tensor_constants, as packages were
+        # before 2026-12-05 (made here with --aoti-config always_keep_tensor_constants=False): Inductor holds
+        # 15 of the tiny decoder's 106 tensors in the package's code, conv_out.bias among them. A folder that
+        # differs from the model only in tensors the package takes decodes on the package; one that differs
+        # in a tensor held in the code decodes on its own trace, and the log names the tensor.
+        vaes = self.vae_folders()
+        work = (self.work / "older-vae-package").resolve()
+        model = work / "model"
+        if not (model / "vae_decoder.pt2").exists():
+            shutil.rmtree(work, ignore_errors=True)
+            cmd = [ARGS.python, str(Path(ARGS.source) / "scripts" / "export_sdxl.py"), "--tiny-aoti", "--out", str(model),
+                   "--check", "none", "--aoti", "--aoti-variants", "vae", "--batch-max", str(TINY_BATCH_MAX), "--force"]
+            cmd += [arg for kv in AOTI_CONFIGS + ["always_keep_tensor_constants=False"] for arg in ("--aoti-config", kv)]
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+            self.assertEqual(r.returncode, 0, r.stdout[-2000:] + r.stderr[-2000:])
+        count = ("import sys, torch; m = torch.jit.load(sys.argv[1]); "
+                 "print(len(dict(m.named_parameters())) + len(dict(m.named_buffers())))")
+        tensors = int(python("-c", count, str(model / "vae_decoder.ts"), what="count the decoder's tensors").stdout.split()[-1])
+        constants = json.loads((model / "model.json").read_text())["vae_decoder"]["aoti"]["constants"]
+        self.assertLess(constants, tensors, "the package holds no tensor in its code: nothing to test")
+        batch = {"version": 1, "defaults": {"steps": 2, "width": 256, "height": 256},
+                 "tasks": [{"id": "own", "prompt": "a red door", "seed": 5},
+                           {"id": "folder", "prompt": "a red door", "seed": 5, "vae": str(vaes / "vae")},
+                           {"id": "bias", "prompt": "a red door", "seed": 5, "vae": str(vaes / "vae-bias")}]}
+        cfg = work / "folder.json"
+        cfg.write_text(json.dumps(batch))
+        r = sdxl("run", str(cfg), "--model", str(model), "--out", str(work / "aoti"), "--threads", "1",
+                 "--order", "file", "--vae-backend", "aoti", "--force")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(f"VAE '{vaes / 'vae'}' decodes on the model's vae_decoder.pt2 with its own weights", r.stderr)
+        self.assertIn(f"VAE '{vaes / 'vae-bias'}' decodes on its vae_decoder.ts, not on the model's vae_decoder.pt2: "
+                      "its 'decoder.conv_out.bias' differs from the model's, which vae_decoder.pt2 holds compiled in",
+                      r.stderr)
+        engine = read_report(work / "aoti")["devices"][0].get("engine", {})
+        self.assertEqual((engine.get("vae_aoti_decodes"), engine.get("vae_folder_aoti_decodes")), (1, 1), engine)
+        batch["tasks"] = batch["tasks"][2:]
+        cfg.write_text(json.dumps(batch))
+        r = sdxl("run", str(cfg), "--model", str(model), "--out", str(work / "trace"), "--threads", "1",
+                 "--vae-backend", "torchscript", "--force")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        same = np.array_equal(pixels(work / "aoti" / "bias-0-5.png"), pixels(work / "trace" / "bias-0-5.png"))
+        self.assertTrue(same, "the bias-moved folder's image is not its trace's")
 
     def test_vae_backend_errors_name_the_cause(self):
         r = sdxl("generate", "--model", ARGS.plain_model, "--prompt", "x", *COMMON, "--vae-backend", "aoti",
