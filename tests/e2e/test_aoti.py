@@ -69,6 +69,21 @@ def diffusers_copy(model: Path) -> Path:
     return model.parent / f"{model.name}-diffusers"
 
 
+def tensor_count(ts: Path) -> int:
+    """The parameters and buffers of a TorchScript file."""
+    count = ("import sys, torch; m = torch.jit.load(sys.argv[1]); "
+             "print(len(dict(m.named_parameters())) + len(dict(m.named_buffers())))")
+    return int(python("-c", count, str(ts), what=f"count {ts.name}'s tensors").stdout.split()[-1])
+
+
+def vae_folder_batch(vaes: Path) -> dict:
+    """Three 256x256 images of one prompt and seed: the model's VAE, then Aoti.vae_folders's two folders."""
+    return {"version": 1, "defaults": {"steps": 2, "width": 256, "height": 256},
+            "tasks": [{"id": "own", "prompt": "a red door", "seed": 5},
+                      {"id": "folder", "prompt": "a red door", "seed": 5, "vae": str(vaes / "vae")},
+                      {"id": "bias", "prompt": "a red door", "seed": 5, "vae": str(vaes / "vae-bias")}]}
+
+
 def export_tiny_aoti(out: Path) -> float:
     """The tiny-aoti model with unet.pt2 and vae_decoder.pt2, and its diffusers copy beside it;
     returns the seconds of the AOTI part (export + compile + check)."""
@@ -224,11 +239,9 @@ class Aoti(unittest.TestCase):
         # No parameter or buffer compiled into a package's code: LoRAs reach every UNet tensor, and a
         # VAE folder's every tensor reaches the model's decoder package.
         meta = json.loads((self.model / "model.json").read_text())
-        count = ("import sys, torch; m = torch.jit.load(sys.argv[1]); "
-                 "print(len(dict(m.named_parameters())) + len(dict(m.named_buffers())))")
         for key, ts in (("unet", "unet.ts"), ("vae_decoder", "vae_decoder.ts")):
-            tensors = int(python("-c", count, str(self.model / ts), what=f"count {ts}'s tensors").stdout.split()[-1])
-            self.assertEqual(meta[key]["aoti"]["constants"], tensors, f"{key}: tensors compiled into the package")
+            self.assertEqual(meta[key]["aoti"]["constants"], tensor_count(self.model / ts),
+                             f"{key}: tensors compiled into the package")
             self.assertTrue(meta[key]["aoti"]["inductor_configs"].get("always_keep_tensor_constants"), meta[key]["aoti"])
 
     def test_vae_package_image_matches_vae_torchscript(self):
@@ -259,12 +272,12 @@ class Aoti(unittest.TestCase):
 
     @classmethod
     def vae_folders(cls) -> Path:
-        """Two VAE folders of the tiny-aoti architecture with other weights than the model's, made once:
+        """Two VAE folders of the tiny-aoti architecture with other weights than the model's, made once a test run:
         vae/ (the model's own VAE, its last convolution's weight scaled; export_sdxl.py --vae-only from a
         diffusers VAE folder) and vae-bias/ (the same with conv_out.bias moved too: a tensor that a
         package compiled without always_keep_tensor_constants holds in its code). Returns their folder."""
         work = (cls.work / "vae-folders").resolve()
-        if (work / "vae-bias" / "model.json").exists():
+        if getattr(cls, "_vae_folders_made", False):
             return work
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
@@ -280,6 +293,7 @@ class Aoti(unittest.TestCase):
                                 "--vae", str(work / f"{name}-src"), "--dtype", "fp32", "--out", str(work / name),
                                 "--force"], capture_output=True, text=True, timeout=900)
             assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        cls._vae_folders_made = True
         return work
 
     def test_vae_folder_decodes_on_the_models_package_with_its_own_weights(self):
@@ -288,10 +302,7 @@ class Aoti(unittest.TestCase):
         work = (self.work / "vae-folder").resolve()
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
-        batch = {"version": 1, "defaults": {"steps": 2, "width": 256, "height": 256},
-                 "tasks": [{"id": "own", "prompt": "a red door", "seed": 5},
-                           {"id": "folder", "prompt": "a red door", "seed": 5, "vae": str(vaes / "vae")},
-                           {"id": "bias", "prompt": "a red door", "seed": 5, "vae": str(vaes / "vae-bias")}]}
+        batch = vae_folder_batch(vaes)
         cfg = work / "folder.json"
         cfg.write_text(json.dumps(batch))
         images = {}
@@ -325,22 +336,16 @@ class Aoti(unittest.TestCase):
         vaes = self.vae_folders()
         work = (self.work / "older-vae-package").resolve()
         model = work / "model"
-        if not (model / "vae_decoder.pt2").exists():
-            shutil.rmtree(work, ignore_errors=True)
-            cmd = [ARGS.python, str(Path(ARGS.source) / "scripts" / "export_sdxl.py"), "--tiny-aoti", "--out", str(model),
-                   "--check", "none", "--aoti", "--aoti-variants", "vae", "--batch-max", str(TINY_BATCH_MAX), "--force"]
-            cmd += [arg for kv in AOTI_CONFIGS + ["always_keep_tensor_constants=False"] for arg in ("--aoti-config", kv)]
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-            self.assertEqual(r.returncode, 0, r.stdout[-2000:] + r.stderr[-2000:])
-        count = ("import sys, torch; m = torch.jit.load(sys.argv[1]); "
-                 "print(len(dict(m.named_parameters())) + len(dict(m.named_buffers())))")
-        tensors = int(python("-c", count, str(model / "vae_decoder.ts"), what="count the decoder's tensors").stdout.split()[-1])
+        shutil.rmtree(work, ignore_errors=True)
+        cmd = [ARGS.python, str(Path(ARGS.source) / "scripts" / "export_sdxl.py"), "--tiny-aoti", "--out", str(model),
+               "--check", "none", "--aoti", "--aoti-variants", "vae", "--batch-max", str(TINY_BATCH_MAX), "--force"]
+        cmd += [arg for kv in AOTI_CONFIGS + ["always_keep_tensor_constants=False"] for arg in ("--aoti-config", kv)]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        self.assertEqual(r.returncode, 0, r.stdout[-2000:] + r.stderr[-2000:])
         constants = json.loads((model / "model.json").read_text())["vae_decoder"]["aoti"]["constants"]
-        self.assertLess(constants, tensors, "the package holds no tensor in its code: nothing to test")
-        batch = {"version": 1, "defaults": {"steps": 2, "width": 256, "height": 256},
-                 "tasks": [{"id": "own", "prompt": "a red door", "seed": 5},
-                           {"id": "folder", "prompt": "a red door", "seed": 5, "vae": str(vaes / "vae")},
-                           {"id": "bias", "prompt": "a red door", "seed": 5, "vae": str(vaes / "vae-bias")}]}
+        self.assertLess(constants, tensor_count(model / "vae_decoder.ts"),
+                        "the package holds no tensor in its code: nothing to test")
+        batch = vae_folder_batch(vaes)
         cfg = work / "folder.json"
         cfg.write_text(json.dumps(batch))
         r = sdxl("run", str(cfg), "--model", str(model), "--out", str(work / "aoti"), "--threads", "1",
