@@ -9,8 +9,8 @@ Each package named (those the folder has) is loaded with torch._inductor.aoti_lo
 its TorchScript module's tensors by name as user-managed constants (unet_fp8.pt2 <- unet_fp8.ts,
 unet.pt2 <- unet.ts: what src/model/aoti_package.cpp does), then called on --rows rows (CFG: two per
 image) of random inputs at --size with --tokens tokens (scripts/export's unet_inputs):
-  - step ms: the median of --iters calls, each between CUDA events, queued back to back after 3
-    warm-up calls (the GPU's time; sdxl-batch replays the same calls as CUDA graphs);
+  - step ms: the median of --iters calls after 3 warm-up calls, each between CUDA events
+    (fp8_compile_probe.timed);
   - the kernels of two profiled calls (fp8_compile_probe.profile_kernels), summed by class, with this
     project's own Triton kernels in classes of their own (the FP8 3x3 convolution, the fused GEGLU).
 On a machine without CUDA it runs the packages on the CPU (a CPU package, e.g. the tiny fixture's) and
@@ -30,7 +30,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-from fp8_compile_probe import kernel_class, profile_kernels  # noqa: E402
+from fp8_compile_probe import kernel_class, profile_kernels, timed  # noqa: E402
 
 from export.sdxl_modules import unet_inputs  # noqa: E402  (scripts/export/, the export's package)
 
@@ -67,21 +67,15 @@ def load_package(model: Path, package: str, device: str):
 def step_times(fn, iters: int, cuda: bool) -> list[float]:
     for _ in range(3):
         fn()
-    if not cuda:
-        out = []
-        for _ in range(iters):
-            t0 = time.perf_counter()
-            fn()
-            out.append((time.perf_counter() - t0) * 1000)
-        return out
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-    torch.cuda.synchronize()
-    for a, b in events:
-        a.record()
+    if cuda:
+        torch.cuda.synchronize()
+        return timed(fn, iters)
+    out = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
         fn()
-        b.record()
-    torch.cuda.synchronize()
-    return [a.elapsed_time(b) for a, b in events]
+        out.append((time.perf_counter() - t0) * 1000)
+    return out
 
 
 def measure(model: Path, cfg: dict, package: str, a, device: str) -> dict:

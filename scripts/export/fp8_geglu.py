@@ -4,8 +4,9 @@ diffusers' GEGLU, applies the scales and biases, hidden * gelu(gate) (exact erf 
 result as e4m3 quantised with the output layer's static input scale, so the [M, 2I] fp16 intermediate
 and the separate GEGLU + quantise kernel of today's FP8 UNet (fp8_quant.Fp8Linear) disappear.
 Registered as the custom op `torch.ops.sdxl.fp8_geglu` with torch.library.triton_op, so torch.export +
-AOTInductor compile the kernel into unet_fp8.pt2. export_sdxl.py --fp8 --fp8-geglu (experimental) swaps
-it in after the quantisation (fuse_geglu); not yet measured on the GPU (bench/runtime/fp8geglu.sh).
+AOTInductor compile the kernel into unet_fp8.pt2. export_sdxl.py --fp8 --fp8-geglu (experimental, off)
+swaps it in after the quantisation (fuse_geglu). On the H200 it gains about 1.6 % of the FP8 run, as much
+as two leases differ (bench/results/2026-12-05-fp8-geglu-conv-h200.md; bench/runtime/fp8geglu.sh).
 
 Contract of the op (the first layer is an Fp8Linear of K inputs and 2I outputs, fp8_quant's contract):
   x8         float8_e4m3fn [M, K] contiguous   sat(x / x_scale), the rows of the block's normed input
@@ -40,11 +41,11 @@ geglu_reference's matmul of dequantised weights); only unet_fp8.pt2 runs the fus
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-import os
 
 from . import fp8_conv
 from .fp8_conv import _tile_ids  # also applies fp8_conv's interpreter fix (TRITON_INTERPRET=1)

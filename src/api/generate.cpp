@@ -272,16 +272,16 @@ sdxl_batch::ImageResult generate_image(sdxl_batch::Session::Impl& s, const sdxl_
   GenerationParams p = checked_params(s, r, runtime, image_w, image_h);
   // The model's defaults (model.json, read by the session) fill in, and what depends on them is
   // checked, before the weights load.
-  const ModelConfig& defaults_of = s.config;
+  const auto& defaults = s.config.defaults;
   const sdxl_batch::Task& t = r.task;
   p.prompt = t.prompt;
   p.negative_prompt = t.negative;
   p.seed = t.seed < 0 ? random_seed() : t.seed;
-  p.steps = t.steps.value_or(defaults_of.defaults.steps);
-  p.cfg = t.cfg.value_or(defaults_of.defaults.cfg);
-  p.width = t.width.value_or(image_w > 0 ? image_w : defaults_of.defaults.width);
-  p.height = t.height.value_or(image_h > 0 ? image_h : defaults_of.defaults.height);
-  check_generation_size(defaults_of, p.width, p.height, 1);
+  p.steps = t.steps.value_or(defaults.steps);
+  p.cfg = t.cfg.value_or(defaults.cfg);
+  p.width = t.width.value_or(image_w > 0 ? image_w : defaults.width);
+  p.height = t.height.value_or(image_h > 0 ? image_h : defaults.height);
+  check_generation_size(s.config, p.width, p.height, 1);
   if (image_w > 0)
     if (const std::string why = init_size_problem(image_w, image_h, p.width, p.height); !why.empty())
       throw UsageError("--init-image '" + r.init_image + "' " + why);
