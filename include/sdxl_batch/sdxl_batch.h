@@ -114,6 +114,31 @@ std::pair<int, int> parse_frame_size(const std::string& text);
 // or they disagree (docs/unattended-runs.md#several-machines-shards).
 std::pair<int, int> parse_shard(const std::string& text);
 
+// ---------------------------------------------------------------------------
+// The task keys of a batch file, one entry each (the library's table; docs/batch-files.md#task-keys
+// prints it): a client that takes the same settings (a flag per key, a form) reads names, ranges and
+// help here instead of copying them.
+struct TaskKeyInfo {
+  std::string name;           // the JSON key ("steps")
+  std::string type;           // integer, number, string, path, object, array, duration
+  bool in_defaults = false;   // allowed in "defaults" (else in a task only)
+  double lo = 0, hi = 0;      // an integer's or number's range
+  int multiple_of = 0;        // an integer's step (sizes: 8), 0 none
+  std::vector<std::string> choices;  // a string's values (empty: any)
+  std::string range;          // lo..hi or the choices as text ("" none)
+  std::string default_text;   // the default ("the model's (28)")
+  std::string a1111;          // the A1111 field it writes into a PNG's parameters ("" none)
+  std::string manifest;       // its JSON pointer in a manifest line's "params" ("" not recorded)
+  std::string split;          // images that differ in it share a UNet call: "no", "value", "presence", "parts"
+  bool remakes = true;        // a change makes the image again on a rerun (count, priority, notes...: no)
+  std::string generate_flag;  // `sdxl-batch generate`'s flag, as CLI11 names it ("--steps"; "" none)
+  std::string summary;        // what it does, one line
+};
+// Every key, in the order the library reads a task.
+std::vector<TaskKeyInfo> task_keys();
+// The key named `name`; UsageError when there is none.
+TaskKeyInfo task_key(const std::string& name);
+
 // The library's name and version ("sdxl-batch", "0.1.0").
 std::string program_name();
 std::string version();

@@ -24,6 +24,7 @@
 #include "image/png_writer.h"
 #include "model/model_config.h"
 #include "scheduler/detailer_flow.h"
+#include "scheduler/image_finish.h"
 #include "scheduler/generator_lane.h"
 
 namespace sdxl::api {
@@ -297,6 +298,7 @@ sdxl_batch::ImageResult generate_image(sdxl_batch::Session::Impl& s, const sdxl_
   GeneratedImage img = gen.generate(p);
   // The regions' passes and then the frame, as a run makes them (stage times and latents: the image's own).
   if (!p.detailer.empty()) img = detail_image(lane, p, std::move(img));
+  else finish_image(lane, p, img);
   const auto t1 = Clock::now();
   ImageSources sources = model_sources(mc);
   add_image_sources(sources, p, img);

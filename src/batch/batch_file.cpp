@@ -10,6 +10,10 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <stdexcept>
+#include <string_view>
+#include <type_traits>
+#include <variant>
 
 #include "core/error.h"
 #include "core/input_file.h"
@@ -19,6 +23,7 @@
 #include "batch/output_names.h"
 #include "batch/priority.h"
 #include "batch/story.h"
+#include "batch/task_keys.h"
 #include "batch/wildcards.h"
 #include "core/units.h"
 
@@ -27,13 +32,32 @@ namespace {
 
 using nlohmann::json;
 
-constexpr int kMaxSteps = 200;
-constexpr int kMaxCount = 1000;
-constexpr int kMaxClipSkip = 256;
-constexpr int kMaxMaskBlur = 64;   // A1111's slider limit
 constexpr int kMaxDetailerDilate = 128;   // ADetailer's slider limit (negative: erode)
 constexpr int kMaxDetailerRegions = 1000;
-constexpr int kMaxInpaintPadding = 256;  // A1111's slider limit  // a bound without a model; validation checks the model's own limit
+
+// The keys allowed in a task (defaults = false) or in /defaults: the table's (batch/task_keys.h).
+const std::set<std::string>& allowed_keys(bool defaults) {
+  static const std::set<std::string> task = [] {
+    const auto names = task_key_names(false);
+    return std::set<std::string>(names.begin(), names.end());
+  }();
+  static const std::set<std::string> in_defaults = [] {
+    const auto names = task_key_names(true);
+    return std::set<std::string>(names.begin(), names.end());
+  }();
+  return defaults ? in_defaults : task;
+}
+
+// Whether `v` is one of `choices` ("a|b|c").
+bool is_choice(std::string_view choices, const std::string& v) {
+  size_t start = 0;
+  while (start <= choices.size()) {
+    const size_t bar = std::min(choices.find('|', start), choices.size());
+    if (choices.substr(start, bar - start) == v) return true;
+    start = bar + 1;
+  }
+  return false;
+}
 
 // Collects problems instead of stopping at the first, so a user fixes a file in one go.
 struct Checker {
@@ -102,6 +126,13 @@ struct Checker {
     }
     out = x;
     return true;
+  }
+  // An integer key of the table within its range there.
+  bool get_key_int(const json& obj, const std::string& pointer, std::string_view name, long long& out) {
+    const TaskKey* k = find_task_key(name);
+    if (!k) throw std::logic_error("no task key '" + std::string(name) + "'");
+    return get_int(obj, pointer, std::string(name).c_str(), static_cast<long long>(k->lo), static_cast<long long>(k->hi),
+                   out);
   }
   bool get_number(const json& obj, const std::string& pointer, const char* key, double lo, double hi, double& out) {
     if (!obj.contains(key)) return false;
@@ -340,40 +371,76 @@ struct Checker {
       for (size_t k = before; k < problems.size(); ++k) problems[k].message += " (task '" + task_id + "')";
   }
 
+  // A plain key of the table (batch/task_keys.h): its type, range, step and values as the table says.
+  void read_plain(const json& obj, const std::string& pointer, const TaskKey& k, GenerationParams& p) {
+    const std::string name(k.name);
+    std::visit(
+        [&](auto member) {
+          using M = decltype(member);
+          if constexpr (std::is_same_v<M, int GenerationParams::*>) {
+            long long v = 0;
+            if (!get_int(obj, pointer, name.c_str(), static_cast<long long>(k.lo), static_cast<long long>(k.hi), v))
+              return;
+            p.*member = static_cast<int>(v);
+            if (k.multiple_of > 0 && v % k.multiple_of)
+              add(pointer + "/" + name, "must be a multiple of " + std::to_string(k.multiple_of));
+          } else if constexpr (std::is_same_v<M, double GenerationParams::*>) {
+            get_number(obj, pointer, name.c_str(), k.lo, k.hi, p.*member);
+          } else if constexpr (std::is_same_v<M, std::string GenerationParams::*>) {
+            std::string v;
+            if (!get_string(obj, pointer, name.c_str(), v)) return;
+            if (!k.choices.empty() && !is_choice(k.choices, v)) {
+              add(pointer + "/" + name, "'" + v + "' is not one of: " + key_range_text(k));
+              return;
+            }
+            p.*member = v;
+          } else {
+            throw std::logic_error("task key '" + name + "' has no reader for its field type");
+          }
+        },
+        k.field);
+  }
+
+  // The readers of the settings keys that are not plain values; each returns false when the keys
+  // after it are not read (a "hires" that is not an object).
+  using SettingsReader = bool (*)(Checker&, const json&, const std::string&, GenerationParams&);
+  template <void (Checker::*Read)(const json&, const std::string&, GenerationParams&)>
+  static bool go_on(Checker& c, const json& obj, const std::string& pointer, GenerationParams& p) {
+    (c.*Read)(obj, pointer, p);
+    return true;
+  }
+  static SettingsReader settings_reader(std::string_view name) {
+    static const std::map<std::string_view, SettingsReader> readers = {
+        {"vae", &go_on<&Checker::read_vae>},
+        {"detailer", &go_on<&Checker::read_detailer>},
+        {"upscale", &go_on<&Checker::read_upscale>},
+        {"controlnets", &go_on<&Checker::read_controlnets>},
+        {"ip_adapter", &go_on<&Checker::read_ip_adapter>},
+        {"mask", &go_on<&Checker::read_mask>},
+        {"hires", [](Checker& c, const json& obj, const std::string& pointer, GenerationParams& p) {
+           return !obj.contains("hires") || c.read_hires(obj["hires"], pointer + "/hires", p);
+         }},
+        {"loras", [](Checker& c, const json& obj, const std::string& pointer, GenerationParams& p) {
+           if (obj.contains("loras")) c.read_loras(obj["loras"], pointer + "/loras", p.loras);
+           return true;
+         }}};
+    const auto it = readers.find(name);
+    return it == readers.end() ? nullptr : it->second;
+  }
+
+  // Every settings key of the table, in its order: a task's, or /defaults' (pointer "/defaults").
   void read_settings(const json& obj, const std::string& pointer, GenerationParams& p) {
-    read_vae(obj, pointer, p);
-    read_detailer(obj, pointer, p);
-    read_upscale(obj, pointer, p);
-    read_controlnets(obj, pointer, p);
-    read_ip_adapter(obj, pointer, p);
-    get_string(obj, pointer, "prompt", p.prompt);
-    get_string(obj, pointer, "negative", p.negative_prompt);
-    long long v = 0;
-    if (get_int(obj, pointer, "steps", 1, kMaxSteps, v)) p.steps = static_cast<int>(v);
-    if (get_int(obj, pointer, "width", 8, 16384, v)) {
-      p.width = static_cast<int>(v);
-      if (v % 8) add(pointer + "/width", "must be a multiple of 8");
+    const bool defaults = pointer == "/defaults";
+    for (const TaskKey& k : task_keys()) {
+      if (k.part != KeyPart::kSettings || (defaults && !k.in_defaults())) continue;
+      if (const SettingsReader r = settings_reader(k.name)) {
+        if (!r(*this, obj, pointer, p)) return;
+      } else if (k.plain()) {
+        read_plain(obj, pointer, k, p);
+      } else {
+        throw std::logic_error("task key '" + std::string(k.name) + "' has no reader");
+      }
     }
-    if (get_int(obj, pointer, "height", 8, 16384, v)) {
-      p.height = static_cast<int>(v);
-      if (v % 8) add(pointer + "/height", "must be a multiple of 8");
-    }
-    get_number(obj, pointer, "cfg", 0.0, 100.0, p.cfg);
-    get_string(obj, pointer, "sampler", p.sampler);
-    get_string(obj, pointer, "schedule", p.schedule);
-    get_number(obj, pointer, "guidance_rescale", 0.0, 1.0, p.guidance_rescale);
-    if (get_int(obj, pointer, "clip_skip", 1, kMaxClipSkip, v)) p.clip_skip = static_cast<int>(v);
-    get_number(obj, pointer, "strength", 0.0, 1.0, p.strength);
-    if (get_int(obj, pointer, "mask_blur", 0, kMaxMaskBlur, v)) p.mask_blur = static_cast<int>(v);
-    if (get_int(obj, pointer, "inpaint_padding", 0, kMaxInpaintPadding, v)) p.inpaint_padding = static_cast<int>(v);
-    if (get_string(obj, pointer, "inpaint_area", p.inpaint_area) && p.inpaint_area != "whole" &&
-        p.inpaint_area != "masked") {
-      add(pointer + "/inpaint_area", "'" + p.inpaint_area + "' is not an inpaint area (\"whole\" or \"masked\")");
-      p.inpaint_area = "whole";
-    }
-    read_mask(obj, pointer, p);
-    if (obj.contains("hires") && !read_hires(obj["hires"], pointer + "/hires", p)) return;
-    if (obj.contains("loras")) read_loras(obj["loras"], pointer + "/loras", p.loras);
   }
 
   // "hires": {"scale": S, "upscaler": NAME | DIR, "steps": N, "denoise": D}; "scale" is required, the
@@ -689,7 +756,7 @@ void read_story_fields(Checker& ck, const json& obj, const std::string& ptr, Sto
     if (expand != "random" && expand != "all") ck.add(ptr + "/expand", "'" + expand + "' is not random or all");
     else f.expand_all = expand == "all";
   }
-  ck.get_int(obj, ptr, "max_images", 1, 10000, f.max_images);
+  ck.get_key_int(obj, ptr, "max_images", f.max_images);
 }
 
 // What every task starts from: the model's defaults, then the file's "defaults".
@@ -709,11 +776,7 @@ TaskDefaults read_defaults(Checker& ck, const json& j, const GenerationParams& f
     return td;
   }
   const json& d = j["defaults"];
-  ck.check_keys(d, "/defaults", {"negative", "steps", "cfg", "width", "height", "sampler", "schedule",
-                                 "guidance_rescale", "clip_skip", "strength", "hires", "priority", "timeout", "loras", "vae",
-                                 "mask", "mask_blur", "inpaint_area", "inpaint_padding",
-                                 "controlnets", "ip_adapter", "upscale", "detailer", "characters", "style", "expand",
-                                 "max_images"});
+  ck.check_keys(d, "/defaults", allowed_keys(true));
   ck.read_settings(d, "/defaults", td.params);
   ck.check_sampler(d, "/defaults", td.params);
   if (ck.get_string(d, "/defaults", "priority", td.priority) && !parse_priority(td.priority)) {
@@ -729,14 +792,14 @@ TaskDefaults read_defaults(Checker& ck, const json& j, const GenerationParams& f
 void read_task_schedule(Checker& ck, const json& t, const std::string& ptr, const TaskDefaults& td, BatchTask& task) {
   long long v = 0;
   if (t.contains("seed")) {
-    if (ck.get_int(t, ptr, "seed", -1, (1LL << 53), v)) {
+    if (ck.get_key_int(t, ptr, "seed", v)) {
       task.seed_random = v == -1;
       task.params.seed = v == -1 ? 0 : v;
     }
   } else {
     task.seed_random = true;
   }
-  if (ck.get_int(t, ptr, "count", 1, kMaxCount, v)) task.count = static_cast<int>(v);
+  if (ck.get_key_int(t, ptr, "count", v)) task.count = static_cast<int>(v);
   task.priority = td.priority;
   if (ck.get_string(t, ptr, "priority", task.priority) && !parse_priority(task.priority)) {
     ck.add(ptr + "/priority", "'" + task.priority + "' is not a priority (high, mid, low)");
@@ -826,12 +889,7 @@ bool read_task(Checker& ck, const json& t, const std::string& ptr, const TaskDef
     ck.add(ptr, "must be an object with at least \"id\" and \"prompt\"");
     return false;
   }
-  ck.check_keys(t, ptr, {"id", "prompt", "negative", "seed", "count", "steps", "cfg", "width", "height", "sampler",
-                         "schedule", "guidance_rescale", "clip_skip", "init_image", "strength", "hires", "priority", "vae",
-                         "mask", "mask_blur", "inpaint_area", "inpaint_padding",
-                         "controlnets", "ip_adapter", "upscale", "detailer", "deadline", "timeout", "loras", "characters", "style",
-                         "expand",
-                         "max_images"});
+  ck.check_keys(t, ptr, allowed_keys(false));
   task.params = td.params;
   task.params.prompt.clear();
   if (!ck.get_string(t, ptr, "id", task.id) || task.id.empty()) {

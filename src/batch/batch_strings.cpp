@@ -6,7 +6,7 @@
 namespace sdxl {
 namespace {
 
-bool is_free_text(const std::string& key) { return key == "prompt" || key == "negative"; }
+bool is_free_text(const std::string& key) { return key == "prompt" || key == "negative" || key == "notes"; }
 
 void walk(const nlohmann::json& v, const std::string& pointer, TextKind kind, std::vector<BatchProblem>& problems) {
   if (v.is_string()) {

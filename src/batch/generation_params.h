@@ -158,6 +158,7 @@ struct GenerationParams {
   IpAdapterUse ip_adapter;
   UpscaleUse upscale;  // the frame the PNG is written as
   std::vector<DetailerUse> detailer;  // after decode, before the frame, in this order
+  std::string notes;  // the batch file's "notes": carried into the manifest, changes no pixel
 };
 
 // The frame size of a final upscale of a width x height image (image/frame_upscale.h's rule: by a

@@ -9,6 +9,7 @@
 #include "core/input_text.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "batch/task_keys.h"
 
 namespace sdxl {
 namespace {
@@ -16,48 +17,8 @@ namespace {
 nlohmann::json to_json(const ManifestEntry& e) {
   const GenerationParams& p = e.params;
   nlohmann::json j = {{"task", e.task}, {"index", e.index}, {"seed", e.seed}, {"file", e.file}, {"sha256", e.sha256},
-          {"seconds", e.seconds}, {"model", e.model}, {"finished", e.finished},
-          {"params", {{"prompt", p.prompt}, {"negative", p.negative_prompt}, {"steps", p.steps}, {"cfg", p.cfg},
-                      {"width", p.width}, {"height", p.height}, {"sampler", p.sampler}, {"schedule", p.schedule}}}};
-  // LoRAs from --lora / the batch file (prompt tags are in the prompt): a rerun
-  // with other LoRAs must not skip the image. Absent in older manifests = none.
-  if (!p.loras.empty()) {
-    nlohmann::json l = nlohmann::json::array();
-    for (const auto& r : p.loras) l.push_back({{"name", r.name}, {"path", r.path.string()}, {"weight", r.weight}});
-    j["params"]["loras"] = l;
-  }
-  if (p.clip_skip != 0) j["params"]["clip_skip"] = p.clip_skip;  // absent = not set
+          {"seconds", e.seconds}, {"model", e.model}, {"finished", e.finished}, {"params", params_to_manifest(p)}};
   if (!e.unet_precision.empty()) j["unet_precision"] = e.unet_precision;  // absent = the model's dtype
-  // Every setting the resume check compares (scheduler/work_list.cpp same_settings)
-  // must be here, or a rerun makes the image again; absent = the default.
-  if (p.guidance_rescale != 0.0) j["params"]["guidance_rescale"] = p.guidance_rescale;
-  if (!p.vae.empty()) j["params"]["vae"] = p.vae;
-  if (!p.init_image.empty()) {
-    j["params"]["init_image"] = p.init_image;
-    j["params"]["strength"] = p.strength;
-  }
-  if (p.inpaint())
-    j["params"]["mask"] = {{"file", p.mask}, {"sha256", p.mask_sha256}, {"blur", p.mask_blur},
-                           {"area", p.inpaint_area}, {"padding", p.inpaint_padding}};
-  for (const auto& c : p.controlnets)
-    j["params"]["controlnets"].push_back(
-        {{"model", c.model}, {"image", c.image}, {"strength", c.strength}, {"start", c.start}, {"end", c.end}});
-  if (p.ip_adapter.on())
-    j["params"]["ip_adapter"] = {
-        {"model", p.ip_adapter.model}, {"images", p.ip_adapter.images}, {"scale", p.ip_adapter.scale}};
-  if (p.hires_on())
-    j["params"]["hires"] = {{"scale", p.hires.scale}, {"upscaler", p.hires.upscaler}, {"steps", p.hires.steps},
-                            {"denoise", p.hires.denoise}};
-  if (p.hires_uses_model()) j["params"]["hires"]["weights_sha256"] = p.hires.weights_sha256;
-  if (p.upscale.on())
-    j["params"]["upscale"] = {{"model", p.upscale.model}, {"scale", p.upscale.scale}, {"width", p.upscale.width},
-                              {"height", p.upscale.height}, {"fit", p.upscale.fit},
-                              {"weights_sha256", p.upscale.weights_sha256}};
-  for (const auto& d : p.detailer)
-    j["params"]["detailer"].push_back({{"detector", d.detector}, {"prompt", d.prompt}, {"negative", d.negative},
-                                       {"confidence", d.confidence}, {"dilate", d.dilate}, {"blur", d.blur},
-                                       {"denoise", d.denoise}, {"padding", d.padding}, {"max", d.max},
-                                       {"steps", d.steps}, {"weights_sha256", d.weights_sha256}});
   if (!e.source_prompt.empty() && e.source_prompt != p.prompt) j["source_prompt"] = e.source_prompt;
   if (!e.characters.empty()) j["characters"] = e.characters;
   if (!e.style.empty()) j["style"] = e.style;
@@ -76,89 +37,7 @@ ManifestEntry from_json(const nlohmann::json& j) {
   e.model = j.value("model", "");
   e.unet_precision = j.value("unet_precision", "");
   e.finished = j.value("finished", "");
-  if (j.contains("params")) {
-    const auto& p = j["params"];
-    e.params.prompt = p.value("prompt", "");
-    e.params.negative_prompt = p.value("negative", "");
-    e.params.steps = p.value("steps", 0);
-    e.params.cfg = p.value("cfg", 0.0);
-    e.params.width = p.value("width", 0);
-    e.params.height = p.value("height", 0);
-    e.params.sampler = p.value("sampler", "");
-    e.params.schedule = p.value("schedule", "");
-    e.params.clip_skip = p.value("clip_skip", 0);
-    e.params.guidance_rescale = p.value("guidance_rescale", 0.0);
-    e.params.vae = p.value("vae", "");
-    e.params.init_image = p.value("init_image", "");
-    e.params.strength = p.value("strength", GenerationParams{}.strength);
-    if (p.contains("mask") && p["mask"].is_object()) {
-      e.params.mask = p["mask"].value("file", "");
-      e.params.mask_sha256 = p["mask"].value("sha256", "");
-      e.params.mask_blur = p["mask"].value("blur", GenerationParams{}.mask_blur);
-      e.params.inpaint_area = p["mask"].value("area", GenerationParams{}.inpaint_area);
-      e.params.inpaint_padding = p["mask"].value("padding", GenerationParams{}.inpaint_padding);
-    }
-    if (p.contains("hires") && p["hires"].is_object()) {
-      const auto& h = p["hires"];
-      e.params.hires.scale = h.value("scale", 0.0);
-      e.params.hires.upscaler = h.value("upscaler", GenerationParams{}.hires.upscaler);
-      e.params.hires.steps = h.value("steps", 0);
-      e.params.hires.denoise = h.value("denoise", GenerationParams{}.hires.denoise);
-      e.params.hires.weights_sha256 = h.value("weights_sha256", "");
-    }
-    if (p.contains("upscale") && p["upscale"].is_object()) {
-      const auto& u = p["upscale"];
-      e.params.upscale.model = u.value("model", "");
-      e.params.upscale.scale = u.value("scale", 0.0);
-      e.params.upscale.width = u.value("width", 0);
-      e.params.upscale.height = u.value("height", 0);
-      e.params.upscale.fit = u.value("fit", UpscaleUse{}.fit);
-      e.params.upscale.weights_sha256 = u.value("weights_sha256", "");
-    }
-    if (p.contains("controlnets") && p["controlnets"].is_array())
-      for (const auto& c : p["controlnets"]) {
-        ControlNetUse u;
-        u.model = c.value("model", "");
-        u.image = c.value("image", "");
-        u.strength = c.value("strength", 1.0);
-        u.start = c.value("start", 0.0);
-        u.end = c.value("end", 1.0);
-        e.params.controlnets.push_back(u);
-      }
-    if (p.contains("ip_adapter") && p["ip_adapter"].is_object()) {
-      const auto& ip = p["ip_adapter"];
-      e.params.ip_adapter.model = ip.value("model", "");
-      e.params.ip_adapter.scale = ip.value("scale", 1.0);
-      if (ip.contains("images") && ip["images"].is_array())
-        for (const auto& f : ip["images"])
-          if (f.is_string()) e.params.ip_adapter.images.push_back(f.get<std::string>());
-    }
-    if (p.contains("detailer") && p["detailer"].is_array())
-      for (const auto& d : p["detailer"]) {
-        if (!d.is_object()) continue;
-        DetailerUse u;
-        u.detector = d.value("detector", "");
-        u.prompt = d.value("prompt", "");
-        u.negative = d.value("negative", "");
-        u.confidence = d.value("confidence", u.confidence);
-        u.dilate = d.value("dilate", u.dilate);
-        u.blur = d.value("blur", u.blur);
-        u.denoise = d.value("denoise", u.denoise);
-        u.padding = d.value("padding", u.padding);
-        u.max = d.value("max", u.max);
-        u.steps = d.value("steps", u.steps);
-        u.weights_sha256 = d.value("weights_sha256", "");
-        e.params.detailer.push_back(u);
-      }
-    if (p.contains("loras") && p["loras"].is_array())
-      for (const auto& l : p["loras"]) {
-        LoraRef r;
-        r.name = l.value("name", "");
-        r.path = l.value("path", "");
-        r.weight = l.value("weight", 1.0);
-        e.params.loras.push_back(r);
-      }
-  }
+  if (j.contains("params")) params_from_manifest(j["params"], e.params);
   e.params.seed = e.seed;
   return e;
 }

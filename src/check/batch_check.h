@@ -15,21 +15,12 @@
 
 #include "batch/batch_file.h"
 #include "model/model_config.h"
+#include "model/task_size.h"
 
 namespace sdxl {
 
 // The model's generation defaults as the fallback of a batch file.
 GenerationParams defaults_of(const ModelConfig& mc);
-
-// check_generation_size for the image and, with the hires fix, for its second
-// pass (the message then names the hires size). Throws UsageError. Returns the
-// unchecked_size_note of the first size outside the checked range ("" if none).
-std::string check_task_size(const ModelConfig& model, const GenerationParams& p);
-
-// Why a task without a mask cannot run on `model`, a 9-channel inpainting UNet
-// (its input is the latents, a mask and the masked image's latents, as in
-// diffusers' StableDiffusionXLInpaintPipeline, which needs an image and a mask).
-std::string unmasked_task_on_inpainting_unet(const ModelConfig& model);
 
 // Validates sampler + schedule (throws UsageError listing the valid names) and
 // rewrites them to their canonical A1111 spelling: "dpm++ 2m karras" ->

@@ -3,6 +3,7 @@
 #include <sdxl_batch/sdxl_batch.h>
 #include <spdlog/spdlog.h>
 
+#include <cctype>
 #include <map>
 #include <set>
 
@@ -141,39 +142,40 @@ void add_detailer_flags(CLI::App& cmd, GenerateArgs& a) {
 
 }  // namespace
 
+// The flag of task key `key` as the library's table gives it (sdxl_batch::task_keys): its name, its
+// help with the default, and its range or values.
+template <typename T>
+CLI::Option* key_flag(CLI::App& cmd, const std::string& key, T& value) {
+  const sdxl_batch::TaskKeyInfo k = sdxl_batch::task_key(key);
+  std::string help = k.summary;
+  if (!help.empty()) help[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(help[0])));
+  if (!k.default_text.empty() && k.default_text != "(required)") help += " (default: " + k.default_text + ")";
+  CLI::Option* o = cmd.add_option(k.generate_flag, value, help);
+  if (k.type == "integer") o->check(CLI::Range(k.lo, k.hi));
+  else if (k.type == "number") o->check(finite_range(k.lo, k.hi));
+  if (!k.choices.empty()) o->check(CLI::IsMember(k.choices));
+  return o;
+}
+
 CLI::App* add_generate(CLI::App& app, std::shared_ptr<GenerateArgs>& args) {
   args = std::make_shared<GenerateArgs>();
   auto* cmd = app.add_subcommand("generate", "Generate one image from a prompt");
   add_model_options(*cmd, args->model, /*model_required=*/true);
-  cmd->add_option("--prompt,-p", args->prompt, "Prompt text")->required();
-  cmd->add_option("--negative,-n", args->negative, "Negative prompt (empty: SDXL's zero negative conditioning)");
-  cmd->add_option("--seed", args->seed, "Noise seed; -1 draws a random one (recorded in the PNG)")
-      ->check(CLI::Range(std::int64_t{-1}, std::int64_t{1} << 53));
-  cmd->add_option("--steps", args->steps, "Sampling steps (default: the model's)")->check(CLI::Range(1, 1000));
-  cmd->add_option("--cfg", args->cfg, "Classifier-free guidance scale (default: the model's)")->check(finite_range(0.0, 100.0));
-  cmd->add_option("--sampler", args->sampler,
-                  "A1111 sampler: Euler, Euler a, Heun, DPM++ 2M, DPM++ 2M SDE, DPM++ SDE, DDIM, UniPC, LCM; "
-                  "a schedule may follow (\"DPM++ 2M Karras\")")
-      ->capture_default_str();
-  cmd->add_option("--schedule", args->schedule, "A1111 schedule type: Automatic, Karras, Exponential, SGM Uniform")
-      ->capture_default_str();
-  cmd->add_option("--guidance-rescale", args->guidance_rescale, "diffusers' guidance_rescale (0 = off)")
-      ->check(finite_range(0.0, 1.0));
-  cmd->add_option("--clip-skip", args->clip_skip,
-                  "Clip skip, counted from the end as A1111 does: 1 or 2 = SDXL's default (penultimate layer), "
-                  "N >= 3 = hidden_states[-N] of both text encoders (at most the model's hidden states)")
-      ->check(CLI::Range(1, 256));
-  cmd->add_option("--init-image", args->init_image,
-                  "img2img: start from this PNG (its size unless --width/--height are given, which must then match)");
-  cmd->add_option("--strength", args->strength, "img2img denoising strength")->check(finite_range(0.0, 1.0))->capture_default_str();
-  cmd->add_option("--mask", args->mask, "Inpainting (with --init-image): PNG, white = repaint, black = keep");
-  cmd->add_option("--mask-blur", args->mask_blur, "Inpainting: Gaussian blur radius of the mask (0 = none)")
-      ->check(CLI::Range(0, 64))->capture_default_str();
-  cmd->add_option("--inpaint-area", args->inpaint_area,
-                  "Inpainting: whole, or masked (only the padded box around the mask, pasted back)")
-      ->check(CLI::IsMember({"whole", "masked"}))->capture_default_str();
-  cmd->add_option("--inpaint-padding", args->inpaint_padding, "Inpainting, --inpaint-area masked: padding in pixels")
-      ->check(CLI::Range(0, 256))->capture_default_str();
+  key_flag(*cmd, "prompt", args->prompt)->required();
+  key_flag(*cmd, "negative", args->negative);
+  key_flag(*cmd, "seed", args->seed);
+  key_flag(*cmd, "steps", args->steps);
+  key_flag(*cmd, "cfg", args->cfg);
+  key_flag(*cmd, "sampler", args->sampler)->capture_default_str();
+  key_flag(*cmd, "schedule", args->schedule)->capture_default_str();
+  key_flag(*cmd, "guidance_rescale", args->guidance_rescale);
+  key_flag(*cmd, "clip_skip", args->clip_skip);
+  key_flag(*cmd, "init_image", args->init_image);
+  key_flag(*cmd, "strength", args->strength)->capture_default_str();
+  key_flag(*cmd, "mask", args->mask);
+  key_flag(*cmd, "mask_blur", args->mask_blur)->capture_default_str();
+  key_flag(*cmd, "inpaint_area", args->inpaint_area)->capture_default_str();
+  key_flag(*cmd, "inpaint_padding", args->inpaint_padding)->capture_default_str();
   cmd->add_option("--hires-scale", args->hires_scale, "Hires fix: upscale factor of the second pass (0 = off)")
       ->check(finite_range(0.0, 8.0));
   cmd->add_option("--hires-upscaler", args->hires_upscaler,
@@ -187,8 +189,8 @@ CLI::App* add_generate(CLI::App& app, std::shared_ptr<GenerateArgs>& args) {
       ->check(finite_range(0.0, 1.0))
       ->capture_default_str();
   add_upscale_flags(*cmd, args->frame, /*model_required=*/false);
-  cmd->add_option("--width", args->width, "Width in pixels (default: the model's)")->check(CLI::Range(8, 16384));
-  cmd->add_option("--height", args->height, "Height in pixels (default: the model's)")->check(CLI::Range(8, 16384));
+  key_flag(*cmd, "width", args->width);
+  key_flag(*cmd, "height", args->height);
   cmd->add_option("--lora", args->loras, "LoRA file with an optional weight, FILE[:WEIGHT] (repeatable; weight 1.0)");
   cmd->add_option("--controlnet", args->cn_models,
                   "ControlNet folder (scripts/export_sdxl.py --controlnet); repeatable, each followed by its "

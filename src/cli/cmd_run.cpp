@@ -29,7 +29,8 @@ struct RunArgs {
   std::string devices;
   std::vector<std::string> wildcard_dirs;
   bool force = false, skip_invalid = false, dry_run = false, no_progress = false, no_overlap = false;
-  int max_batch = 1, retries = 1, release_every = 0, writer_threads = 2;
+  int max_batch = sdxl_batch::RunOptions{}.max_batch;  // the library's default
+  int retries = 1, release_every = 0, writer_threads = 2;
   int clip_skip = 0;  // 0: not given
   double safety = 1.2, retry_backoff = 2.0, progress_interval = 10.0;
 };

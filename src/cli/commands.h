@@ -14,6 +14,7 @@ struct ValidateArgs;
 struct UpscaleArgs;
 struct DetectArgs;
 struct ReportArgs;
+struct KeysArgs;
 
 CLI::App* add_generate(CLI::App& app, std::shared_ptr<GenerateArgs>& args);
 int run_generate(const GenerateArgs& args);
@@ -35,5 +36,8 @@ int run_detect(const DetectArgs& args);
 
 CLI::App* add_report(CLI::App& app, std::shared_ptr<ReportArgs>& args);
 int run_report(const ReportArgs& args);
+
+CLI::App* add_keys(CLI::App& app, std::shared_ptr<KeysArgs>& args);
+int run_keys(const KeysArgs& args);
 
 }  // namespace sdxl::cli

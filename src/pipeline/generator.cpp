@@ -16,7 +16,6 @@
 #include <set>
 #include <shared_mutex>
 
-#include "check/batch_check.h"
 #include "control/control_image.h"
 #include "control/controlnet_cache.h"
 #include "control/ip_adapter_cache.h"
@@ -31,7 +30,9 @@
 #include "lora/lora_patcher.h"
 #include "batch/batch_file.h"
 #include "batch/lora_ref.h"
+#include "batch/task_keys.h"
 #include "model/sdxl_model.h"
+#include "model/task_size.h"
 #include "device/device.h"
 #include "pipeline/stage_stream.h"
 #include "pipeline/unet_runner.h"
@@ -313,30 +314,14 @@ GeneratedImage Generator::generate(const GenerationParams& p) { return generate_
 
 namespace {
 
-// The same ControlNets with the same strengths and windows (control images may differ).
-bool same_controlnets(const GenerationParams& a, const GenerationParams& b) {
-  if (a.controlnets.size() != b.controlnets.size()) return false;
-  for (size_t k = 0; k < a.controlnets.size(); ++k) {
-    const ControlNetUse &x = a.controlnets[k], &y = b.controlnets[k];
-    if (x.model != y.model || x.strength != y.strength || x.start != y.start || x.end != y.end) return false;
-  }
-  return true;
-}
-
-// Images that share a UNet call must agree on everything but prompt, seed,
-// control images, IP-Adapter reference images and scale.
+// Images that share a UNet call have one batch group key (batch/task_keys.h: every key that splits
+// a batch); the scheduler groups them by it.
 void check_compatible(const std::vector<GenerationParams>& ps) {
-  const GenerationParams& a = ps.front();
+  const std::string key = batch_group_key(ps.front());
   for (const auto& b : ps)
-    if (b.width != a.width || b.height != a.height || b.steps != a.steps || b.sampler != a.sampler ||
-        b.schedule != a.schedule || b.cfg != a.cfg || b.guidance_rescale != a.guidance_rescale ||
-        b.init_image.empty() != a.init_image.empty() || (!a.init_image.empty() && b.strength != a.strength) ||
-        b.inpaint() != a.inpaint() ||
-        b.hires.scale != a.hires.scale || b.hires.upscaler != a.hires.upscaler || b.hires.steps != a.hires.steps ||
-        b.hires.denoise != a.hires.denoise || !same_controlnets(a, b) ||
-        b.ip_adapter.model != a.ip_adapter.model || b.ip_adapter.images.size() != a.ip_adapter.images.size())
-      throw UsageError("a batch mixes sizes, steps, samplers, guidance, img2img, hires, ControlNet or IP-Adapter "
-                       "settings; group images by batch_group_key()");
+    if (batch_group_key(b) != key)
+      throw UsageError("a batch mixes settings that split a UNet call (" + key + " and " + batch_group_key(b) +
+                       "); group images by batch_group_key()");
 }
 
 struct TextInputs {
@@ -978,7 +963,7 @@ namespace {
 
 // The image brought to its task's frame ("upscale"): the upscaler's passes on the model's device, then
 // LANCZOS, crop or pad (image/upscaler.h); g's size and upscaler name follow.
-void make_frame(UpscalerCache& upscalers, const GenerationParams& p, GeneratedImage& g) {
+void frame_image(UpscalerCache& upscalers, const GenerationParams& p, GeneratedImage& g) {
   std::shared_ptr<Upscaler> up;
   if (p.upscale.uses_model()) up = upscalers.get(p.upscale.model);
   FrameSpec spec;
@@ -1030,7 +1015,6 @@ std::vector<GeneratedImage> Generator::decode_batch(const std::shared_ptr<Sample
           g.vae_name = vae->config.vae_file.recorded() ? vae->config.vae_file.name : vae->config.name;
           g.vae_hash = vae->config.vae_file.recorded() ? vae->config.vae_file.short_hash() : "";
         }
-        if (p.upscale.on() && p.detailer.empty()) make_frame(*im.upscalers, p, g);  // a detailer's: after it
       }
       sub.latents = torch::Tensor();
     }
@@ -1042,9 +1026,9 @@ std::vector<GeneratedImage> Generator::decode_batch(const std::shared_ptr<Sample
 
 namespace {
 
-// Work of the decode stage outside decode_batch (a detailer's detector, a frame made after the
-// detailer): on the decode stream with the decode thread's settings, under the device lock (not while
-// a CUDA graph is being captured), in inference mode, device errors translated.
+// Work of the decode stage outside decode_batch (a detailer's detector, an image's frame): on the
+// decode stream with the decode thread's settings, under the device lock (not while a CUDA graph is
+// being captured), in inference mode, device errors translated.
 void on_decode_stage(const RuntimeOptions& opts, StageStream& stream, std::shared_mutex& device_mu,
                      const std::function<void()>& body) {
   apply_thread_settings(opts);
@@ -1059,10 +1043,10 @@ void on_decode_stage(const RuntimeOptions& opts, StageStream& stream, std::share
 
 }  // namespace
 
-void Generator::make_deferred_frame(const GenerationParams& p, GeneratedImage& g) {
+void Generator::make_frame(const GenerationParams& p, GeneratedImage& g) {
   Impl& im = *impl_;
   if (!p.upscale.on()) return;
-  on_decode_stage(im.opts, im.decode_stream, im.device_mu, [&] { make_frame(*im.upscalers, p, g); });
+  on_decode_stage(im.opts, im.decode_stream, im.device_mu, [&] { frame_image(*im.upscalers, p, g); });
 }
 
 std::vector<DetailerRegion> Generator::detailer_regions(const DetailerUse& unit, const PixelImage& image,

@@ -140,7 +140,8 @@ class Generator {
   Generator& operator=(const Generator&) = delete;
 
   // Applies params.loras plus the prompt's <lora:NAME:W> tags (removed from the
-  // text before encoding), then generates. Unknown LoRA names throw UsageError.
+  // text before encoding), then generates: the image as decoded (make_frame makes its frame).
+  // Unknown LoRA names throw UsageError.
   GeneratedImage generate(const GenerationParams& params);
   // Compatible images (same size, steps, sampler, schedule) in one UNet call
   // per step; each image's noise comes from its own seed, so an image is the
@@ -166,9 +167,10 @@ class Generator {
   // blur leaves empty dropped), the folder loaded once into a cache; model_name: the detector's name
   // as images give it. A folder that does not load throws UsageError (the task fails).
   std::vector<DetailerRegion> detailer_regions(const DetailerUse& unit, const PixelImage& image, std::string& model_name);
-  // The frame ("upscale") of an image of a task with a detailer: decode_batch leaves it to be made
-  // after the detailer (no-op without "upscale").
-  void make_deferred_frame(const GenerationParams& p, GeneratedImage& g);
+  // The frame ("upscale") of a finished image, on the decode stage's thread and stream (no-op without
+  // "upscale"). No stage makes it: it is the last step of every image, after its detailer
+  // (scheduler/image_finish.h).
+  void make_frame(const GenerationParams& p, GeneratedImage& g);
   // Loads the LoRA files `params` will need into the cache ahead of
   // encode_batch (no weight changes: safe while another batch samples).
   void prefetch_loras(const std::vector<GenerationParams>& params);

@@ -7,6 +7,8 @@
 #include <memory>
 #include <utility>
 
+#include "scheduler/image_finish.h"
+
 namespace sdxl {
 
 namespace {
@@ -20,7 +22,7 @@ DetailerOutcome next_step(DeviceLane& lane, const std::shared_ptr<DetailerProgre
   o.involved = true;
   while (pr.unit < 0 || pr.next >= static_cast<int>(pr.regions.size())) {
     if (++pr.unit >= static_cast<int>(units.size())) {
-      lane.make_deferred_frame(pr.base.params, pr.job.image);
+      finish_image(lane, pr.base.params, pr.job.image);
       pr.job.detailer = pr.boxes;
       o.done = std::move(pr.job);
       return o;

@@ -14,22 +14,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "pipeline/detailer.h"
+#include "scheduler/detailer_progress.h"
 #include "scheduler/run_state.h"
-#include "scheduler/writer_pool.h"
+#include "scheduler/write_job.h"
 
 namespace sdxl {
-
-// One image on its way through its detailer.
-struct DetailerProgress {
-  WorkItem base;          // the image's own item (its params hold the detailer)
-  WriteJob job;           // what is written at the end: the image (rgb updated by each pass), its times
-  int unit = -1;          // the unit whose regions are passed now (-1 before the first)
-  std::vector<DetailerRegion> regions;
-  int next = 0;           // the region whose pass comes next
-  std::string model_name;
-  nlohmann::json boxes = nlohmann::json::array();  // each region passed
-};
 
 // What comes of one image of a decoded batch.
 struct DetailerOutcome {
@@ -48,8 +37,7 @@ std::vector<DetailerOutcome> advance_detailers(DeviceLane& lane, const std::vect
                                                std::vector<WriteJob>& base);
 
 // The detailer of one image made outside a run (`sdxl-batch generate`): the steps advance_detailers
-// takes for it, in the same order on `lane` (detector, each region's pass, the next unit, the deferred
-// frame), each pass made alone: the image a run at --max-batch 1 writes for the same task and seed.
+// takes for it, in the same order on `lane` (detector, each region's pass, the next unit, the frame), each pass made alone: the image a run at --max-batch 1 writes for the same task and seed.
 // `params`: the image's (its detailer units); `image`: its decode. boxes (when given): each region
 // passed, as the report records them. Throws what the lane's stages throw.
 GeneratedImage detail_image(DeviceLane& lane, const GenerationParams& params, GeneratedImage image,

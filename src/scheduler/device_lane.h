@@ -44,13 +44,14 @@ class DeviceLane {
   virtual StageHandle sample(const StageHandle& encoded, const StepHook& hook) = 0;
   virtual std::vector<GeneratedImage> decode(const StageHandle& sampled) = 0;
 
-  // The detailer, on the decode thread (docs/detailer.md): the regions of one unit in an image, and
-  // the frame of a task with a detailer, made after it. A lane without a detector cannot detail.
+  // The detailer, on the decode thread (docs/detailer.md): the regions of one unit in an image. A lane
+  // without a detector cannot detail. make_frame: an image's frame ("upscale"), its last step
+  // (image_finish.h); a lane without an upscaler leaves the image as it is.
   virtual std::vector<DetailerRegion> detailer_regions(const DetailerUse& unit, const PixelImage& /*image*/,
                                                        std::string& /*model_name*/) {
     throw TaskError("device " + name() + " cannot run the detailer of '" + unit.detector + "'");
   }
-  virtual void make_deferred_frame(const GenerationParams& /*p*/, GeneratedImage& /*image*/) {}
+  virtual void make_frame(const GenerationParams& /*p*/, GeneratedImage& /*image*/) {}
 
   // Loads a batch's LoRA files ahead of its encode, without changing weights
   // (safe while another batch samples). can_prefetch: whether prefetch does anything.

@@ -37,8 +37,8 @@ std::vector<DetailerRegion> GeneratorLane::detailer_regions(const DetailerUse& u
                                                             std::string& model_name) {
   return gen_->detailer_regions(unit, image, model_name);
 }
-void GeneratorLane::make_deferred_frame(const GenerationParams& p, GeneratedImage& image) {
-  gen_->make_deferred_frame(p, image);
+void GeneratorLane::make_frame(const GenerationParams& p, GeneratedImage& image) {
+  gen_->make_frame(p, image);
 }
 
 void GeneratorLane::prefetch(const std::vector<GenerationParams>& params) { gen_->prefetch_loras(params); }

@@ -32,7 +32,7 @@ class GeneratorLane final : public DeviceLane {
   std::vector<GeneratedImage> decode(const StageHandle& sampled) override;
   std::vector<DetailerRegion> detailer_regions(const DetailerUse& unit, const PixelImage& image,
                                                std::string& model_name) override;
-  void make_deferred_frame(const GenerationParams& p, GeneratedImage& image) override;
+  void make_frame(const GenerationParams& p, GeneratedImage& image) override;
   bool can_prefetch() const override { return true; }
   void prefetch(const std::vector<GenerationParams>& params) override;
   std::optional<MemorySnapshot> memory() override;

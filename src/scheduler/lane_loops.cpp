@@ -9,6 +9,7 @@
 #include "scheduler/detailer_flow.h"
 #include "scheduler/dispatcher.h"
 #include "scheduler/failure_policy.h"
+#include "scheduler/image_finish.h"
 
 namespace sdxl {
 
@@ -257,6 +258,8 @@ void decode_loop(RunState& run, LaneState& l, WriterPool& writers) {
           if (out.size() != b->params.size())
             throw TaskError("the generator returned " + std::to_string(out.size()) + " image(s) for a batch of " +
                             std::to_string(b->params.size()));
+          for (size_t k = 0; k < out.size(); ++k)  // a detailer's image: after its last pass (detailer_flow)
+            if (b->params[k].detailer.empty()) finish_image(l.device, b->params[k], out[k]);
         }))
       continue;
     b->handle.reset();

@@ -21,11 +21,6 @@ namespace sdxl {
 
 namespace fs = std::filesystem;
 
-std::string report_file_name(int shard_index, int shard_count) {
-  if (shard_count <= 1) return "report.json";
-  return "report-shard-" + std::to_string(shard_index) + "-of-" + std::to_string(shard_count) + ".json";
-}
-
 namespace {
 
 // One device whose whole generation is one function, run as the sample stage;

@@ -169,4 +169,9 @@ std::filesystem::path write_run_report(RunState& run, double run_s) {
   return path;
 }
 
+std::string report_file_name(int shard_index, int shard_count) {
+  if (shard_count <= 1) return "report.json";
+  return "report-shard-" + std::to_string(shard_index) + "-of-" + std::to_string(shard_count) + ".json";
+}
+
 }  // namespace sdxl

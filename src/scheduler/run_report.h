@@ -20,4 +20,7 @@ std::pair<double, double> busy_and_overlap(std::vector<std::pair<double, double>
 // its path. run_s: the run's length in seconds.
 std::filesystem::path write_run_report(RunState& run, double run_s);
 
+// "report.json", or "report-shard-K-of-N.json" when sharded.
+std::string report_file_name(int shard_index, int shard_count);
+
 }  // namespace sdxl

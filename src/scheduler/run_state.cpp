@@ -1,6 +1,6 @@
 #include "scheduler/run_state.h"
 
-#include "scheduler/detailer_flow.h"
+#include "scheduler/detailer_progress.h"
 
 #include <spdlog/spdlog.h>
 

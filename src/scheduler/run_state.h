@@ -24,7 +24,7 @@
 #include "batch/manifest.h"
 #include "scheduler/bounded_queue.h"
 #include "scheduler/device_lane.h"
-#include "scheduler/run_batch.h"
+#include "scheduler/run_options.h"
 #include "scheduler/task_queue.h"
 #include "scheduler/work_list.h"
 

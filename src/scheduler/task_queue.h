@@ -43,9 +43,13 @@ struct QueuedImage {
   std::uint64_t sequence = 0;   // set by push(): arrival order
 };
 
+// The library's default of --max-batch (sdxl_batch::RunOptions::max_batch takes it): one image per UNet
+// call, every image bit-identical to the same seed made alone.
+inline constexpr int kDefaultMaxBatch = 1;
+
 struct QueuePolicy {
   double aging_s = 900;  // a waiting image moves up one class per aging_s (<= 0: no aging)
-  int max_batch = 8;     // images per UNet call at most
+  int max_batch = kDefaultMaxBatch;  // images per UNet call at most
   bool fill_lower = true;
   // Strictly the order images were pushed (the batch file's): no classes,
   // deadlines, aging or LoRA affinity. A baseline to measure the queue against.

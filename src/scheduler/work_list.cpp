@@ -30,21 +30,6 @@ double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-bool same_settings(const GenerationParams& a, const GenerationParams& b) {
-  return a.prompt == b.prompt && a.negative_prompt == b.negative_prompt && a.seed == b.seed && a.steps == b.steps &&
-         std::abs(a.cfg - b.cfg) < 1e-9 && a.width == b.width && a.height == b.height && a.sampler == b.sampler &&
-         a.schedule == b.schedule && a.guidance_rescale == b.guidance_rescale && a.clip_skip == b.clip_skip &&
-         a.init_image == b.init_image && (a.init_image.empty() || a.strength == b.strength) &&
-         a.mask == b.mask && a.mask_sha256 == b.mask_sha256 &&
-         (!a.inpaint() || (a.mask_blur == b.mask_blur && a.inpaint_area == b.inpaint_area &&
-                           (!a.inpaint_masked() || a.inpaint_padding == b.inpaint_padding))) &&
-         a.hires.scale == b.hires.scale &&
-         (!a.hires_on() || (a.hires.upscaler == b.hires.upscaler && a.hires.steps == b.hires.steps &&
-                            a.hires.denoise == b.hires.denoise && a.hires.weights_sha256 == b.hires.weights_sha256)) &&
-         a.loras == b.loras && a.vae == b.vae && a.controlnets == b.controlnets && a.ip_adapter == b.ip_adapter &&
-         a.upscale == b.upscale && a.detailer == b.detailer;
-}
-
 std::string image_label(const WorkItem& w) { return w.task->id + "#" + std::to_string(w.index); }
 
 namespace {
@@ -110,45 +95,6 @@ TaskQueue make_queue(const std::vector<WorkItem>& work, const QueuePolicy& polic
     q.push(qi);
   }
   return q;
-}
-
-namespace {
-
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
-  return buf;
-}
-
-}  // namespace
-
-std::string lora_set_key(const GenerationParams& p) {
-  std::string key;
-  for (const auto& l : p.loras) key += l.path.string() + ":" + num(l.weight) + ";";
-  for (const auto& t : extract_lora_tags(p.prompt).tags) key += "<" + t.name + ":" + num(t.weight) + ">;";
-  return key;
-}
-
-std::string batch_group_key(const GenerationParams& p) {
-  std::string key = std::to_string(p.width) + "x" + std::to_string(p.height) + "|" + std::to_string(p.steps) + "|" +
-                    p.sampler + "|" + p.schedule + "|cfg" + num(p.cfg);
-  if (p.guidance_rescale != 0) key += "|rescale" + num(p.guidance_rescale);
-  if (!p.init_image.empty()) key += "|img2img" + num(p.strength);
-  if (p.inpaint()) key += "|inpaint";  // each row brings its own mask and blur
-  if (p.hires_on())
-    key += "|hires" + num(p.hires.scale) + ":" + p.hires.upscaler + ":" + std::to_string(p.hires.steps) + ":" +
-           num(p.hires.denoise);
-  const std::string loras = lora_set_key(p);
-  if (!loras.empty()) key += "|loras:" + loras;
-  // ControlNets: the same models, strengths and windows (each image brings its own control image).
-  for (const auto& c : p.controlnets)
-    key += "|cn:" + c.model + ":" + num(c.strength) + ":" + num(c.start) + ":" + num(c.end);
-  // An IP-Adapter: the same folder and reference count (one token row length);
-  // images and scale are each image's own.
-  if (p.ip_adapter.on()) key += "|ip:" + p.ip_adapter.model + ":" + std::to_string(p.ip_adapter.images.size());
-  // A frame made by an upscaler model: a batch's memory estimate counts its tiles (side_modules_key).
-  if (p.upscale.uses_model()) key += "|upscaler";
-  return key;
 }
 
 }  // namespace sdxl

@@ -17,6 +17,7 @@
 #include "batch/generation_params.h"
 #include "batch/manifest.h"
 #include "batch/priority.h"
+#include "batch/task_keys.h"
 #include "scheduler/task_queue.h"
 
 namespace sdxl {
@@ -60,17 +61,9 @@ WorkList build_work(const BatchFile& batch, const WorkListOptions& o, const Mani
 // run clock, batch group and LoRA set.
 TaskQueue make_queue(const std::vector<WorkItem>& work, const QueuePolicy& policy, double start_unix);
 
-// The key of images that may share a UNet call (size, steps, sampler, schedule,
-// guidance, img2img and hires settings, LoRA set).
-std::string batch_group_key(const GenerationParams& p);
-// The LoRA set of an image (its LoRA list and prompt tags); "" = none. The
-// queue prefers the set applied now, so switches are rare.
-std::string lora_set_key(const GenerationParams& p);
 
 // "task#index", for logs and plans.
 std::string image_label(const WorkItem& w);
-// Whether a manifest entry was made with these settings.
-bool same_settings(const GenerationParams& a, const GenerationParams& b);
 
 // Today's local date as YYYY-MM-DD (output name templates), and the Unix time now.
 std::string local_date();

@@ -12,25 +12,12 @@
 #include <thread>
 #include <vector>
 
-#include "pipeline/generator.h"
 #include "scheduler/bounded_queue.h"
-#include "scheduler/work_list.h"
+#include "scheduler/write_job.h"
 
 namespace sdxl {
 
 struct RunState;
-
-// One finished image on its way to disk.
-struct WriteJob {
-  WorkItem item;
-  GeneratedImage image;
-  double start_s = 0, generate_s = 0;
-  int batch_size = 1;
-  std::uint64_t memory_bytes = 0;
-  std::string device;
-  // A detailed image: each region passed (unit, detector, box, score, class), for the report.
-  nlohmann::json detailer;
-};
 
 // Writes one image and records it in `run` (takes run.mu itself).
 void write_image(RunState& run, WriteJob& job);

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sdxl_batch/sdxl_batch.h>
 
+#include "scheduler/task_queue.h"
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -65,4 +67,11 @@ TEST(Api, ErrorsArePublicTypesWithTheirExitCodes) {
   EXPECT_THROW(sdxl_batch::parse_shard("3/2"), sdxl_batch::UsageError);
   EXPECT_EQ(sdxl_batch::parse_size_bytes("2GiB"), 2ull << 30);
   EXPECT_DOUBLE_EQ(sdxl_batch::parse_duration_seconds("1h30m"), 5400.0);
+}
+
+// One --max-batch default: the public RunOptions' is the queue's (scheduler/task_queue.h), and the CLI takes
+// the public one.
+TEST(Api, MaxBatchHasOneDefault) {
+  EXPECT_EQ(sdxl_batch::RunOptions{}.max_batch, sdxl::kDefaultMaxBatch);
+  EXPECT_EQ(sdxl::QueuePolicy{}.max_batch, sdxl::kDefaultMaxBatch);
 }

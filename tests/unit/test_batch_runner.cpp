@@ -503,6 +503,7 @@ TEST_F(Fixture, OutOfMemoryHalvesTheBatchAndNothingIsLost) {
 TEST_F(Fixture, ASingleImageThatStillRunsOutOfMemoryFailsAloneAfterItsRetries) {
   auto bf = batch(many_tasks(3));
   sdxl::RunOptions o;
+  o.queue.max_batch = 8;  // the three images in one batch first, then halved
   o.retries = 2;
   o.retry_backoff_s = 0.01;
   o.out_dir = dir / "out";

@@ -105,6 +105,7 @@ TEST(TaskQueue, BatchesTakeCompatibleImagesOnlyUpToTheAdmission) {
 TEST(TaskQueue, LowerClassesFillABatchOnlyWhenAllowed) {
   for (bool fill : {true, false}) {
     sdxl::QueuePolicy pol;
+    pol.max_batch = 8;  // the library's default is 1: batches of one
     pol.fill_lower = fill;
     TaskQueue q(pol);
     q.push(img(0, Priority::kHigh, "A"));
@@ -134,7 +135,9 @@ TEST(TaskQueue, PrefersTheAppliedLoraSetWithinAClass) {
 }
 
 TEST(TaskQueue, RequeueKeepsArrivalOrder) {
-  TaskQueue q;
+  sdxl::QueuePolicy pol;
+  pol.max_batch = 8;
+  TaskQueue q(pol);
   q.push(img(0, Priority::kMid));
   q.push(img(1, Priority::kMid));
   q.push(img(2, Priority::kMid));
