@@ -5,7 +5,7 @@
 #                  nlohmann/json, stb_image_write, stb_image) -> cmake --preset gpu uses them
 #   .whl/          Python 3.12 wheels missing there (diffusers, importlib_metadata,
 #                  open-clip-torch for its CLIP merges file; nvidia-cudnn-frontend for
-#                  bench/probes/cudnn_fp8_probe.py, which drives the cuDNN torch loads;
+#                  bench/lab/2026-12-fp8-unet/cudnn_fp8_probe.py, which drives the cuDNN torch loads;
 #                  spandrel and einops for export_sdxl.py --upscaler and bench/upscale_bench.py)
 # Run here after scripts/setup.sh; idempotent.
 set -euo pipefail

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine (repository root): the --fp8-conv package with the pointer kernel only
 # (SDXL_FP8_CONV_KERNEL=ptr: no TMA descriptors), after the TMA package faulted at its first call
-# (bench/results/2026-12-04-fp8-conv-e2e-h200.md). One export (its package check against the eager
+# (bench/lab/2026-12-fp8-unet/results/2026-12-04-fp8-conv-e2e-h200.md). One export (its package check against the eager
 # FP8 UNet is the first result), then, when the package passes, 24 panels at 1024², 28 steps,
 # CFG 7, --max-batch 8 on it (--precision fp8 --unet-backend aoti): s/image to set beside the FP8
 # package without the convolutions (0.757 s/image, 2026-12-03-fp8-aoti-h200.md).

@@ -5,14 +5,14 @@
 # as the eager fused FP8 UNet, is the first result), then, when the package passes, PANELS (64) panels at
 # 1024², 28 steps, CFG 7, --max-batch 8 on it (--precision fp8 --unet-backend aoti): s/image to set beside
 # the FP8 package without the fusion (0.757 s/image as bench/runtime/fp8conv_ptr.sh cites it;
-# bench/results/2026-12-02-fp8-aoti-h200.md's 32-panel b8 rows: steady 0.728, rate 0.848 s/image).
+# bench/lab/2026-12-fp8-unet/results/2026-12-02-fp8-aoti-h200.md's 32-panel b8 rows: steady 0.728, rate 0.848 s/image).
 #   OUT=DIR bash bench/runtime/fp8geglu.sh        or        OUT=DIR bash bench/gpu_runtime.sh fp8-geglu
 # Knobs: FP8_GEGLU_KERNEL=ptr (default) | tma: the kernel variant compiled into the package
 # (SDXL_FP8_GEGLU_KERNEL, read by the op when torch.export traces it); PANELS=N (64; 0 stops after the export
 # and its package check, which runs the package at 1, 2 and 16 rows); WITH_CONV=1 also compiles in the FP8
 # 3x3 convolutions (--fp8-conv, pointer kernel: item 1), the package with every kernel of issue 44 built so
 # far; MLPERF=1 runs the panels once more at MLPerf's settings (20 steps, CFG 8); PROFILE=1 first times and
-# profiles one 16-row step of the package by kernel class (bench/probes/aoti_step_profile.py, ~30 s).
+# profiles one 16-row step of the package by kernel class (bench/lab/2026-12-fp8-unet/aoti_step_profile.py, ~30 s).
 # Time: the export with the compile took 265-330 s for the FP8 packages so far (the build runs beside it),
 # 64 panels about 50 s of sampling plus the model load: one 600 s call. With less time left, PANELS=24.
 set -euo pipefail
@@ -42,7 +42,7 @@ print("model.json unet.fp8.geglu:", json.dumps(f.get("geglu")), "| rel. L2 vs fp
       f["rel_l2_vs_unet_on_trace_inputs"])
 PY
 if [ "${PROFILE:-0}" = 1 ]; then
-  python3 bench/probes/aoti_step_profile.py "$WORK/$SDXL_MODEL_NAME" --packages unet_fp8.pt2 --rows 16 \
+  python3 bench/lab/2026-12-fp8-unet/aoti_step_profile.py "$WORK/$SDXL_MODEL_NAME" --packages unet_fp8.pt2 --rows 16 \
     --out "$OUT/profile" > "$OUT/profile.log" 2>&1 || echo "aoti_step_profile.py failed (profile.log)" | tee -a "$OUT/summary.txt"
   grep -h "^unet_fp8.pt2 {" "$OUT/profile.log" | tee -a "$OUT/summary.txt" || true
 fi

@@ -38,7 +38,7 @@ def grid_sized_scratch():
     2.11's wrapper allocates the per-program size once, so a kernel that builds tensor descriptors on
     the device (scripts/export/fp8_conv.py's tma kernels) writes past its scratch at any grid beyond one
     program: NaN outputs, and an illegal memory access once the grid is large (16 rows at 1024x1024;
-    bench/probes/fp8_conv_aoti_probe.py). The generated code computes grid_0..2 just before it
+    bench/lab/2026-12-fp8-unet/fp8_conv_aoti_probe.py). The generated code computes grid_0..2 just before it
     declares the launch's arguments, so the size can name them."""
     from torch._inductor.codegen.cuda import device_op_overrides as d
 

@@ -1,5 +1,5 @@
 """FP8 (e4m3) 3x3 convolutions for export_sdxl.py --fp8 --fp8-conv: the Triton implicit-GEMM
-kernels (measured in bench/results/2026-12-03-fp8-conv-triton-h200.md), registered as the custom op
+kernels (measured in bench/lab/2026-12-fp8-unet/results/2026-12-03-fp8-conv-triton-h200.md), registered as the custom op
 `torch.ops.sdxl.fp8_conv3x3` with torch.library.triton_op, so torch.export + AOTInductor compile the
 kernels into unet_fp8.pt2; and the module that replaces an nn.Conv2d by it (Fp8Conv2d).
 
@@ -41,7 +41,7 @@ OP = "sdxl::fp8_conv3x3"
 
 # (Cin, Cout, stride) of SDXL's 3x3 convolutions where the FP8 kernels lose to cuDNN fp16 at 16 rows on
 # the H200 (320->640 @64: 0.92x; the 320-channel downsampler, 320->320 @128 stride 2: 0.83x;
-# bench/results/2026-12-03-fp8-conv-triton-h200.md): they stay nn.Conv2d in the model dtype.
+# bench/lab/2026-12-fp8-unet/results/2026-12-03-fp8-conv-triton-h200.md): they stay nn.Conv2d in the model dtype.
 FP16_SHAPES = {(320, 640, 1), (320, 320, 2)}
 # conv_in (4 -> 320) and conv_out (320 -> 4) stay in the model dtype, as in TensorRT's FP8 recipe.
 KEEP = ("conv_in", "conv_out")
@@ -73,7 +73,7 @@ _interpreter_numpy2_fix()
 
 
 # ---------------------------------------------------------------------------------------- kernels
-# (moved from bench/probes/fp8_conv_triton.py, which imports them from here)
+# (moved from bench/lab/2026-12-fp8-unet/fp8_conv_triton.py, which imports them from here)
 
 
 @triton.jit
@@ -228,7 +228,7 @@ def tma_width(w) -> int | None:
 
 def kernel_choice(c_in: int, c_out: int, stride: int, w) -> tuple[str, dict]:
     """The kernel and its configuration for one convolution. Rule, from the per-shape autotuned best
-    at 16 rows on the H200 (bench/results/2026-12-03-fp8-conv-triton-h200.md and its JSON's configs):
+    at 16 rows on the H200 (bench/lab/2026-12-fp8-unet/results/2026-12-03-fp8-conv-triton-h200.md and its JSON's configs):
     stride 1 -> `tma` (1.03-1.55x cuDNN fp16; it needs a fixed image width with a power-of-two
     patch width dividing it, else `ptr`, 0.95-1.33x), stride 2 -> `tma_w` (1.14x at 640 channels);
     tiles 256x128x128 / 8 warps / 3 stages where 128 divides Cin, else K steps of 64 (320, 960

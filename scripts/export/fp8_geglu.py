@@ -6,7 +6,7 @@ and the separate GEGLU + quantise kernel of today's FP8 UNet (fp8_quant.Fp8Linea
 Registered as the custom op `torch.ops.sdxl.fp8_geglu` with torch.library.triton_op, so torch.export +
 AOTInductor compile the kernel into unet_fp8.pt2. export_sdxl.py --fp8 --fp8-geglu (experimental, off)
 swaps it in after the quantisation (fuse_geglu). On the H200 it gains about 1.6 % of the FP8 run, as much
-as two leases differ (bench/results/2026-12-05-fp8-geglu-conv-h200.md; bench/runtime/fp8geglu.sh).
+as two leases differ (bench/lab/2026-12-fp8-unet/results/2026-12-05-fp8-geglu-conv-h200.md; bench/runtime/fp8geglu.sh).
 
 Contract of the op (the first layer is an Fp8Linear of K inputs and 2I outputs, fp8_quant's contract):
   x8         float8_e4m3fn [M, K] contiguous   sat(x / x_scale), the rows of the block's normed input
@@ -156,7 +156,7 @@ def block_k(k: int) -> int:
 
 def kernel_config(k: int, i: int) -> dict:
     """The configuration the op launches: the autotuned best e4m3 `ptr` configuration per SDXL shape on the
-    H200 (bench/results/2026-12-05-fp8-kernels-h200/fp8-geglu-triton.json): 128x128 tiles (two
+    H200 (bench/lab/2026-12-fp8-unet/results/2026-12-05-fp8-kernels-h200/fp8-geglu-triton.json): 128x128 tiles (two
     accumulators: the registers of a 128x256 GEMM tile), 8 warps; K 640 in K steps of 64 with 4 stages,
     K 1280 (and other K) in the largest K step dividing K with 3 stages."""
     if k == 640:

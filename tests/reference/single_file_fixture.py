@@ -274,7 +274,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=5)
     ap.add_argument("--from-diffusers", metavar="DIR",
                     help="only write DIR's pipeline as OUT/checkpoint.safetensors (e.g. the full-size export's "
-                         "--save-diffusers copy; bench/runtime/checks.sh single-file)")
+                         "--save-diffusers copy; bench/runtime/models.sh single-file)")
     a = ap.parse_args()
     if a.from_diffusers:
         return write_checkpoint_only(Path(a.from_diffusers), Path(a.out), DTYPES[a.dtype])
