@@ -188,7 +188,9 @@ def import_cycles(graph: ImportGraph, rule: str) -> list[Violation]:
 def listed_modules(root: Path, list_file: str, heading: Optional[str],
                    names: set[str]) -> Optional[dict[str, tuple[int, int]]]:
     """Each module of `names` the list names -> (line, column) of its entry; None when
-    the list is not there (no docstring, no section)."""
+    the list is not there (no file, no docstring, no section)."""
+    if not (root / list_file).is_file():
+        return None
     text = (root / list_file).read_text()
     found: dict[str, tuple[int, int]] = {}
     if heading is None:
@@ -221,7 +223,12 @@ def module_lists(graph: ImportGraph, rule: str) -> list[Violation]:
     for package, list_file, heading in PACKAGE_LISTS:
         if not (graph.root / package).is_dir():
             continue
-        prefix = next(m for m, rel in graph.modules.items() if rel == f"{package}/__init__.py") + "."
+        init = next((m for m, rel in graph.modules.items() if rel == f"{package}/__init__.py"), None)
+        if init is None:
+            out.append((package, 1, rule, f"{package} is no package read by the import rules (no "
+                        f"__init__.py under a folder of PY_ROOTS), so its lists cannot be checked"))
+            continue
+        prefix = init + "."
         names = {m[len(prefix):] for m in graph.modules if m.startswith(prefix) and "." not in m[len(prefix):]}
         where = f"{list_file}" + (f" ({heading})" if heading else "'s docstring")
         listed = listed_modules(graph.root, list_file, heading, names)
