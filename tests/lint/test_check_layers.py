@@ -157,7 +157,7 @@ class CheckLayersTest(unittest.TestCase):
         # "path:line: [rule]" -> a part of each message reported there (one each)
         expected: dict[str, list[str]] = {}
         self.plant_includes(p, expected)
-        self.plant_cmake(expected)
+        self.plant_cmake(p, expected)
         self.plant_python(expected)
 
         rc, out = run_checker(self.root)
@@ -201,18 +201,21 @@ class CheckLayersTest(unittest.TestCase):
         (r / "src/stray/b.cpp").write_text("int b() { return 0; }\n")
         expected["src/stray/b.cpp:1: [unowned]"] = ["stray/ is no sdxl_layer"]
 
-    def plant_cmake(self, expected: dict[str, list[str]]) -> None:
+    def plant_cmake(self, p: Picks, expected: dict[str, list[str]]) -> None:
         """What CMakeLists.txt could say against the lint's table: the issue's upward
         dependency (batch PRIVATE scheduler) and TORCH on text, a dependency on the same
         floor and torch through target_link_libraries, a layer the table lacks, and a
         table entry CMakeLists.txt lacks."""
         for name in ("batch", "scheduler", "text", "device", "report", "cli"):
             self.assertIn(name, cl.FLOOR, "the plants of this test name layers of LAYER_FLOORS")
+        self.assertEqual(cl.FLOOR["text"], cl.FLOOR["device"], "text and device share a floor")
         cmake = self.root / "CMakeLists.txt"
         text = cmake.read_text()
         text, n = add_to_call(text, "sdxl_layer(batch", " PRIVATE scheduler")
-        expected[f"CMakeLists.txt:{n}: [layer-order]"] = ["layer batch (floor 1) depends on scheduler "
-                                                          "(sdxl_layer PRIVATE), on floor 6, above it"]
+        floor = cl.FLOOR
+        expected[f"CMakeLists.txt:{n}: [layer-order]"] = [
+            f"layer batch (floor {floor['batch']}) depends on scheduler (sdxl_layer PRIVATE), "
+            f"on floor {floor['scheduler']}, above it"]
         text, n = add_to_call(text, "sdxl_layer(text", "", after_name=" TORCH")
         expected[f"CMakeLists.txt:{n}: [torch-layers]"] = ["but its sdxl_layer names TORCH"]
         # sdxl_layer_view(cli) blanked (its line kept, so the lines below stay where they were).
@@ -222,8 +225,8 @@ class CheckLayersTest(unittest.TestCase):
         n = text.count("\n") + 2
         text += ("\ntarget_link_libraries(sdxl_text PRIVATE sdxl_device)\n"
                  "target_link_libraries(sdxl_report PRIVATE torch_iface)\n")
-        expected[f"CMakeLists.txt:{n}: [layer-order]"] = ["layer text (floor 1) depends on device "
-                                                          "(target_link_libraries), on its own floor"]
+        expected[f"CMakeLists.txt:{n}: [layer-order]"] = [
+            f"layer text (floor {floor['text']}) depends on device (target_link_libraries), on its own floor"]
         expected[f"CMakeLists.txt:{n + 1}: [torch-layers]"] = [
             "layer report is torch-free (not in TORCH_LAYERS of tests/lint/check_layers.py: control detect device "
             "image lora model pipeline sampling) but its target_link_libraries names torch_iface"]
@@ -231,11 +234,12 @@ class CheckLayersTest(unittest.TestCase):
         n = text.count("\n") + 2
         text += "\nsdxl_layer(planted\n  SOURCES src/planted/a.cpp\n  PUBLIC core)\n"
         cmake.write_text(text)
-        expected[f"CMakeLists.txt:{n}: [layer-table]"] = ["layer planted is not in LAYER_FLOORS of tests/lint/check_layers.py: add it there"]
+        expected[f"CMakeLists.txt:{n}: [layer-table]"] = [
+            "layer planted is not in LAYER_FLOORS of tests/lint/check_layers.py: add it there"]
         (self.root / "src/planted").mkdir()
-        undeclared = Picks(cl.Tree(ROOT)).undeclared_include
-        (self.root / "src/planted/a.cpp").write_text(f'#include "core/error.h"\n#include "{undeclared}"\n')
-        expected["src/planted/a.cpp:2: [declared-deps]"] = [f"layer planted includes \"{undeclared}\""]
+        (self.root / "src/planted/a.cpp").write_text(
+            f'#include "core/error.h"\n#include "{p.undeclared_include}"\n')
+        expected["src/planted/a.cpp:2: [declared-deps]"] = [f"layer planted includes \"{p.undeclared_include}\""]
 
     def plant_python(self, expected: dict[str, list[str]]) -> None:
         """An import circle through a lazy import, twice: two new top-level scripts, and the
