@@ -208,8 +208,9 @@ def read_units(root: Path) -> dict[str, Unit]:
 TARGET_COMMANDS = ("target_link_libraries", "target_include_directories", "target_precompile_headers",
                    "target_compile_options", "target_compile_definitions", "target_link_options",
                    "target_sources")
-# Folders of the repository that hold no CMake file of the project's (build trees, environments).
-SKIPPED_DIRS = {"build", "out", "models"}
+# Folders that hold no file of the project's, only what runs make (the build trees, outputs,
+# models and bench/tmp of .gitignore): no scan enters them, nor a hidden folder (.venv, .deps).
+SKIPPED_DIRS = {"build", "out", "models", "tmp"}
 
 
 def cmake_files(root: Path) -> list[str]:
@@ -289,9 +290,10 @@ class Tree:
         out = []
         for d in dirs:
             base = self.root / d
-            if base.is_dir():
-                out += [p.relative_to(self.root).as_posix() for p in sorted(base.rglob("*"))
-                        if p.is_file() and p.suffix in SOURCE_SUFFIXES]
+            for folder, subdirs, files in os.walk(base):
+                subdirs[:] = sorted(s for s in subdirs if not s.startswith(".") and s not in SKIPPED_DIRS)
+                out += [(Path(folder) / f).relative_to(self.root).as_posix() for f in sorted(files)
+                        if Path(f).suffix in SOURCE_SUFFIXES]
         return out
 
     def exists(self, rel: str) -> bool:
