@@ -1,7 +1,8 @@
 """FP8 (e4m3) 3x3 convolutions for export_sdxl.py --fp8 --fp8-conv: the Triton implicit-GEMM
 kernels (measured in bench/lab/2026-12-fp8-unet/results/2026-12-03-fp8-conv-triton-h200.md), registered as the custom op
 `torch.ops.sdxl.fp8_conv3x3` with torch.library.triton_op, so torch.export + AOTInductor compile the
-kernels into unet_fp8.pt2; and the module that replaces an nn.Conv2d by it (Fp8Conv2d).
+kernels into unet_fp8.pt2; the module that replaces an nn.Conv2d by it (Fp8Conv2d); and
+load_quantized_state, which rebuilds the FP8 UNet (linear layers and convolutions) from its tensors.
 
 Contract of one quantised convolution (Fp8Conv2d, replacing an nn.Conv2d 3x3, padding 1, stride 1 or 2,
 Cin inputs, Cout outputs):
@@ -30,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .fp8_quant import E4M3_MAX, FP8, quantize_tensor
+from .fp8_quant import E4M3_MAX, FP8, Fp8Linear, quantize_tensor
 
 import triton
 import triton.language as tl
@@ -424,3 +425,28 @@ def quantize_convs(unet: nn.Module, amax: dict[str, float]) -> int:
         parent = unet.get_submodule(parent_name) if parent_name else unet
         setattr(parent, child, Fp8Conv2d.from_conv(getattr(parent, child), a))
     return len(amax)
+
+
+def load_quantized_state(unet: nn.Module, tensors: dict[str, torch.Tensor]) -> int:
+    """Turns a diffusers UNet into the fp8 UNet whose tensors (unet_fp8.ts's named
+    parameters and buffers, without a prefix) are given: the layers with a weight_scale
+    become Fp8Linear (an nn.Linear) or Fp8Conv2d (an nn.Conv2d, --fp8-conv) with exactly
+    those values. Returns how many. For references and benchmarks that must run the very
+    weights an export wrote. Here, not in fp8_quant, because it needs both layer kinds
+    and this module sits above fp8_quant."""
+    layers = sorted(n[: -len(".weight_scale")] for n in tensors if n.endswith(".weight_scale"))
+    for name in layers:
+        parent_name, _, child = name.rpartition(".")
+        parent = unet.get_submodule(parent_name) if parent_name else unet
+        lin = getattr(parent, child)
+        if isinstance(lin, nn.Conv2d):  # --fp8-conv's convolutions
+            q = Fp8Conv2d(lin.in_channels, lin.out_channels, lin.stride[0], lin.bias, lin.weight.dtype,
+                          lin.weight.device)
+        else:
+            q = Fp8Linear(lin.out_features, lin.in_features, lin.bias, lin.weight.dtype, lin.weight.device)
+        for t in ("weight", "weight_scale", "input_scale"):
+            getattr(q, t).copy_(tensors[f"{name}.{t}"])
+        if q.bias is not None:
+            q.bias.copy_(tensors[f"{name}.bias"])
+        setattr(parent, child, q)
+    return len(layers)

@@ -249,7 +249,7 @@ class Fp8GegluFeedForward(nn.Module):
     """A diffusers FeedForward (GEGLU, dropout, output linear) of the FP8 UNet whose GEGLU runs as the
     fused op and whose output layer takes the op's e4m3 rows. Same submodules and tensor names as the
     module it replaces (net.0.proj and net.2 stay the Fp8Linear layers: the LoRA patcher and
-    fp8_quant.load_quantized_state find them where they were)."""
+    fp8_conv.load_quantized_state find them where they were)."""
 
     def __init__(self, ff: nn.Module) -> None:
         super().__init__()

@@ -156,28 +156,3 @@ def quantize_unet(unet: nn.Module, amax: dict[str, float]) -> int:
         parent = unet.get_submodule(parent_name) if parent_name else unet
         setattr(parent, child, Fp8Linear.from_linear(getattr(parent, child), a))
     return len(amax)
-
-
-def load_quantized_state(unet: nn.Module, tensors: dict[str, torch.Tensor]) -> int:
-    """Turns a diffusers UNet into the fp8 UNet whose tensors (unet_fp8.ts's named
-    parameters and buffers, without a prefix) are given: the layers with a weight_scale
-    become Fp8Linear with exactly those values. Returns how many. For references and
-    benchmarks that must run the very weights an export wrote."""
-    from .fp8_conv import Fp8Conv2d  # fp8_conv imports this module
-
-    layers = sorted(n[: -len(".weight_scale")] for n in tensors if n.endswith(".weight_scale"))
-    for name in layers:
-        parent_name, _, child = name.rpartition(".")
-        parent = unet.get_submodule(parent_name) if parent_name else unet
-        lin = getattr(parent, child)
-        if isinstance(lin, nn.Conv2d):  # --fp8-conv's convolutions
-            q = Fp8Conv2d(lin.in_channels, lin.out_channels, lin.stride[0], lin.bias, lin.weight.dtype,
-                          lin.weight.device)
-        else:
-            q = Fp8Linear(lin.out_features, lin.in_features, lin.bias, lin.weight.dtype, lin.weight.device)
-        for t in ("weight", "weight_scale", "input_scale"):
-            getattr(q, t).copy_(tensors[f"{name}.{t}"])
-        if q.bias is not None:
-            q.bias.copy_(tensors[f"{name}.bias"])
-        setattr(parent, child, q)
-    return len(layers)

@@ -16,7 +16,7 @@
    (input amax over UNet calls), the FP8 UNet with its 3x3 convolutions swapped (Fp8Conv2d) against
    the FP8 UNet without (linear layers only) and against fp32: relative L2 printed and bounded; the op
    path equals the torch-only path that unet_fp8.ts runs (fp8_conv.emulated(), and a torch.jit.trace);
-   fp8_quant.load_quantized_state rebuilds the same UNet from its tensors (bench/fp8_fidelity.py);
+   fp8_conv.load_quantized_state rebuilds the same UNet from its tensors (bench/fp8_fidelity.py);
    weight shapes are nn.Conv2d's (LoRAs patch them), weight_scale [Cout, 1, 1, 1].
 
 Exit 0: pass; 1: a check failed.
@@ -175,7 +175,7 @@ def swap_check(g) -> None:
     check(d_em == 0.0 and d_ts == 0.0 and op_calls == 0, f"swap: emulated {d_em}, traced {d_ts}, {op_calls} op calls")
     tensors = {k: v for k, v in list(unet8c.named_parameters()) + list(unet8c.named_buffers())}
     rebuilt = copy.deepcopy(unet)
-    k = fp8_quant.load_quantized_state(rebuilt, tensors)
+    k = C.load_quantized_state(rebuilt, tensors)
     orb = Call(rebuilt)(*args)
     check(k == len(lin) + 38 and torch.equal(orb, o8c), f"swap: load_quantized_state {k} layers, same output?")
     print(f"swap: load_quantized_state rebuilt {k} layers, same output: {torch.equal(orb, o8c)}")

@@ -53,6 +53,7 @@ except ImportError:
     print("SKIP: triton is not installed")
     sys.exit(77)
 
+from export import fp8_conv  # noqa: E402
 from export import fp8_geglu as G  # noqa: E402
 from export import fp8_quant  # noqa: E402
 from export.architecture import architecture  # noqa: E402
@@ -277,7 +278,7 @@ def swap_check(g) -> None:
     check(names8 == namesf, "swap: tensor names changed")
     tensors = dict(list(fused.named_parameters()) + list(fused.named_buffers()))
     rebuilt = copy.deepcopy(unet)
-    k = fp8_quant.load_quantized_state(rebuilt, tensors)
+    k = fp8_conv.load_quantized_state(rebuilt, tensors)
     orb = rebuilt(x, tt, ctx, added_cond_kwargs=add).sample
     check(k == len(lin) and torch.equal(orb, o8), f"swap: load_quantized_state {k} layers, same as unfused?")
     print(f"swap: tensor names unchanged {names8 == namesf}; load_quantized_state rebuilt {k} layers, "

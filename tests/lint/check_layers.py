@@ -6,8 +6,16 @@ the keywords of cmake_parse_arguments in cmake/SdxlLayer.cmake; each
 add_executable outside tests/ with its target_link_libraries and layer views),
 so a new layer is checked as soon as it is declared. Rules:
 
-  no-dotdot      no `..` in an #include path (src/, include/, tests/unit, bench/tools)
-  torch-free     a layer not declared TORCH (and an executable) includes no torch,
+  layer-table    every layer and layer view of CMakeLists.txt is in LAYER_FLOORS below,
+                 and every name there is declared in CMakeLists.txt
+  layer-order    a layer depends (sdxl_layer's PUBLIC / PRIVATE, a target_link_libraries
+                 of its target, a layer view added to it) only on layers of lower floors
+                 of LAYER_FLOORS: no arrow sideways or up, so no cycle
+  torch-layers   only the layers of TORCH_LAYERS say TORCH in their sdxl_layer call or
+                 name torch in a call on their target
+  no-dotdot      no `..` in an #include path (src/, include/, tests/, bench/)
+  literal-include  every #include names a "file" or <file>, not a macro (which no rule could read)
+  torch-free     a layer not in TORCH_LAYERS (and an executable) includes no torch,
                  ATen, c10 or caffe2 header, directly or through a repo header that does
   declared-deps  a layer's files include only its own headers and those of the layers
                  its sdxl_layer call names (PUBLIC or PRIVATE); an executable's, only
@@ -16,6 +24,13 @@ so a new layer is checked as soon as it is declared. Rules:
                  of its name to its closing brace (lizard)
   unowned        every file under src/ belongs to a layer or an executable of
                  CMakeLists.txt (else the rules above would skip it)
+  import-cycle   no circle among the Python modules of scripts/ and tests/reference,
+                 counting imports inside functions (lazy imports)
+  module-list    every module of a package of PACKAGE_LISTS is named in its lists (the
+                 package docstring, docs/architecture.md), each above the modules it imports
+
+The layer order and the torch layers are held here, not read from CMakeLists.txt,
+so that an edit of CMakeLists.txt cannot change the rules it is checked against.
 
 Each violation is printed as `path:line: [rule] message`; the exit status is 1
 when there is one, 2 when CMakeLists.txt cannot be read.
@@ -33,18 +48,41 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
+import python_imports  # beside this file: the Python rules (import-cycle, module-list)
+
 MAX_FUNCTION_LINES = 100  # .clang-tidy: readability-function-size.LineThreshold
 TORCH_ROOTS = {"torch", "ATen", "c10", "caffe2"}
 SOURCE_SUFFIXES = {".h", ".hpp", ".hh", ".inc", ".cpp", ".cc", ".cxx"}
-# Folders whose includes the no-dotdot rule reads, and those whose functions are measured.
-INCLUDE_SCAN_DIRS = ("src", "include", "tests/unit", "bench/tools")
+# The floors of docs/architecture.md#layers, bottom to top: a layer depends only on
+# layers of lower floors. A new layer goes on the floor above the highest of its
+# dependencies. The layer views that are no layer (cli) are here too, on top.
+LAYER_FLOORS = (
+    ("core",),
+    ("batch", "device", "text"),
+    ("model",),
+    ("sampling", "image", "lora", "detect"),
+    ("check", "control", "report"),
+    ("pipeline",),
+    ("scheduler",),
+    ("api",),
+    ("cli",),
+)
+# The layers whose files may include torch (and whose sdxl_layer call says TORCH);
+# every other layer, and every executable, is torch-free.
+TORCH_LAYERS = frozenset({"device", "model", "sampling", "image", "control", "lora", "detect", "pipeline"})
+# A word in a CMake call on a layer's target that names torch (a target, a variable, a path).
+TORCH_CMAKE_RE = re.compile(r"torch|aten|c10|caffe2", re.IGNORECASE)
+# Folders whose includes the no-dotdot and literal-include rules read (those that
+# do not exist are skipped), and those whose functions are measured.
+INCLUDE_SCAN_DIRS = ("src", "include", "tests", "bench")
 FUNCTION_SCAN_DIRS = ("src", "include")
 # Where quoted and angled includes of the repo are looked up (after the including
 # file's own folder for quoted ones): the layer views point into src/, the public
 # API lives in include/.
 INCLUDE_ROOTS = ("src", "include")
 
-INCLUDE_RE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
+DIRECTIVE_RE = re.compile(r"^\s*#\s*include(?:_next)?\b\s*(.*)")
+INCLUDE_RE = re.compile(r'([<"])([^>"]+)[>"]')
 
 
 # ---------------------------------------------------------------------------
@@ -63,6 +101,18 @@ class Unit:
     public: set[str] = dataclasses.field(default_factory=set)  # layers: its PUBLIC dependencies
     views: set[str] = dataclasses.field(default_factory=set)   # executables: layer views it adds
     files: list[str] = dataclasses.field(default_factory=list) # repo-relative paths checked as its own
+    # layers: each dependency the build declares, however (sdxl_layer, a call on its target)
+    deps: list[Declared] = dataclasses.field(default_factory=list)
+    torch_at: list[Declared] = dataclasses.field(default_factory=list)  # layers: where torch is named
+
+
+@dataclasses.dataclass
+class Declared:
+    """One thing a CMake file says about a layer's target: a dependency or torch."""
+    path: str       # the CMake file, repo-relative
+    line: int       # the line of the call
+    what: str       # the layer depended on, or the word naming torch
+    how: str        # e.g. "sdxl_layer PRIVATE", "target_link_libraries"
 
 
 def _strip_cmake_comments(text: str) -> str:
@@ -123,7 +173,11 @@ def read_units(root: Path) -> dict[str, Unit]:
             f"PUBLIC {' '.join(public) or '-'}, PRIVATE {' '.join(private) or '-'}"
         units[name] = Unit(name, "layer", "TORCH" in flags, {name, *public, *private},
                            f"CMakeLists.txt:{line}", decl,
-                           sources=values.get("SOURCES", []), public=set(public))
+                           sources=values.get("SOURCES", []), public=set(public),
+                           deps=[Declared("CMakeLists.txt", line, d, f"sdxl_layer {k}")
+                                 for k in ("PUBLIC", "PRIVATE") for d in values.get(k, [])],
+                           torch_at=[Declared("CMakeLists.txt", line, "TORCH", "sdxl_layer")]
+                           if "TORCH" in flags else [])
     layers = set(units)
     links: dict[str, set[str]] = {}
     for _, args in cmake_calls(text, "target_link_libraries"):
@@ -149,6 +203,58 @@ def read_units(root: Path) -> dict[str, Unit]:
     return units
 
 
+# CMake commands whose first argument is a target: how a dependency or torch could
+# reach a layer's target outside its sdxl_layer call.
+TARGET_COMMANDS = ("target_link_libraries", "target_include_directories", "target_precompile_headers",
+                   "target_compile_options", "target_compile_definitions", "target_link_options",
+                   "target_sources")
+# Folders that hold no file of the project's, only what runs make (the build trees, outputs,
+# models and bench/tmp of .gitignore): no scan enters them, nor a hidden folder (.venv, .deps).
+SKIPPED_DIRS = {"build", "out", "models", "tmp"}
+
+
+def cmake_files(root: Path) -> list[str]:
+    """The repository's CMakeLists.txt and *.cmake files (hidden and build folders skipped)."""
+    found = []
+    for d, subdirs, files in os.walk(root):
+        subdirs[:] = sorted(s for s in subdirs if not s.startswith(".") and s not in SKIPPED_DIRS)
+        found += [os.path.relpath(os.path.join(d, f), root) for f in sorted(files)
+                  if f == "CMakeLists.txt" or f.endswith(".cmake")]
+    return found
+
+
+def read_target_calls(root: Path, units: dict[str, Unit], views: set[str]) -> None:
+    """Adds to each layer the dependencies and torch that calls on its target sdxl_NAME
+    declare in any CMake file: another layer linked or its view added, or a word naming torch."""
+    for rel in cmake_files(root):
+        text = (root / rel).read_text(errors="replace")
+        for command in TARGET_COMMANDS:
+            for line, args in cmake_calls(text, command):
+                layer = units.get(args[0][len("sdxl_"):]) if args and args[0].startswith("sdxl_") else None
+                if layer is None or layer.kind != "layer":
+                    continue
+                for a in args[1:]:
+                    dep = a[len("sdxl_"):] if a.startswith("sdxl_") else None
+                    m = re.fullmatch(r"\$\{SDXL_LAYER_VIEWS\}/(\w+)", a)
+                    if dep in units and units[dep].kind == "layer":
+                        layer.deps.append(Declared(rel, line, dep, command))
+                    elif m and m.group(1) in views:
+                        layer.deps.append(Declared(rel, line, m.group(1), f"{command} (its view)"))
+                    elif TORCH_CMAKE_RE.search(a):
+                        layer.torch_at.append(Declared(rel, line, a, command))
+
+
+def layer_views(root: Path) -> dict[str, int]:
+    """Each layer view of CMakeLists.txt (sdxl_layer_view calls and sdxl_layer calls), with its line."""
+    text = (root / "CMakeLists.txt").read_text()
+    found: dict[str, int] = {}
+    for command in ("sdxl_layer", "sdxl_layer_view"):
+        for line, args in cmake_calls(text, command):
+            if args:
+                found.setdefault(args[0], line)
+    return found
+
+
 # ---------------------------------------------------------------------------
 # Files and their includes
 
@@ -156,7 +262,8 @@ def read_units(root: Path) -> dict[str, Unit]:
 class Include:
     line: int
     angled: bool
-    path: str          # as written
+    path: str          # as written (for a non-literal include: the text after `#include`)
+    literal: bool = True  # "file" or <file>; False for `#include MACRO`
 
 
 class Tree:
@@ -164,20 +271,29 @@ class Tree:
         self.root = root
         self.units = read_units(root)
         self.layers = {n for n, u in self.units.items() if u.kind == "layer"}
+        self.views = layer_views(root)   # every layer view, layers included -> its line
+        read_target_calls(root, self.units, set(self.views))
         self._includes: dict[str, list[Include]] = {}
         self._taint: dict[str, Optional[list[str]]] = {}
         self.checked: set[str] = set()   # files whose includes a rule read
         self.functions = 0               # functions measured
+        self._python: Optional[python_imports.ImportGraph] = None  # read when a Python rule runs
         self._assign_files()
+
+    def python_graph(self) -> python_imports.ImportGraph:
+        if self._python is None:
+            self._python = python_imports.ImportGraph(self.root)
+        return self._python
 
     # -- files -------------------------------------------------------------
     def files_under(self, *dirs: str) -> list[str]:
         out = []
         for d in dirs:
             base = self.root / d
-            if base.is_dir():
-                out += [p.relative_to(self.root).as_posix() for p in sorted(base.rglob("*"))
-                        if p.is_file() and p.suffix in SOURCE_SUFFIXES]
+            for folder, subdirs, files in os.walk(base):
+                subdirs[:] = sorted(s for s in subdirs if not s.startswith(".") and s not in SKIPPED_DIRS)
+                out += [(Path(folder) / f).relative_to(self.root).as_posix() for f in sorted(files)
+                        if Path(f).suffix in SOURCE_SUFFIXES]
         return out
 
     def exists(self, rel: str) -> bool:
@@ -188,11 +304,17 @@ class Tree:
             found = []
             text = (self.root / rel).read_text(errors="replace")
             for n, line in enumerate(text.splitlines(), 1):
-                m = INCLUDE_RE.match(line)
+                d = DIRECTIVE_RE.match(line)
+                m = INCLUDE_RE.match(d.group(1)) if d else None
                 if m:
                     found.append(Include(n, m.group(1) == "<", m.group(2).strip()))
+                elif d:
+                    found.append(Include(n, False, d.group(1).strip(), literal=False))
             self._includes[rel] = found
         return self._includes[rel]
+
+    def literal_includes(self, rel: str) -> list[Include]:
+        return [inc for inc in self.includes(rel) if inc.literal]
 
     def resolve(self, rel: str, inc: Include) -> Optional[str]:
         """The repo file an include names (the including file's folder first for quoted
@@ -229,7 +351,7 @@ class Tree:
                 if f in seen:
                     continue
                 seen.add(f)
-                for inc in self.includes(f):
+                for inc in self.literal_includes(f):
                     r = self.resolve(f, inc)
                     if r and any(r.startswith(d) for d in own_dirs):
                         todo.append(r)
@@ -255,12 +377,12 @@ class Tree:
             return self._taint[rel]
         self._taint[rel] = None  # include cycles: not (yet) tainted
         chain = None
-        for inc in self.includes(rel):
+        for inc in self.literal_includes(rel):
             if inc.path.split("/")[0] in TORCH_ROOTS:
                 chain = [f"{rel}:{inc.line} <{inc.path}>"]
                 break
         if chain is None:
-            for inc in self.includes(rel):
+            for inc in self.literal_includes(rel):
                 r = self.resolve(rel, inc)
                 sub = self.torch_chain(r) if r else None
                 if sub:
@@ -287,12 +409,15 @@ class IncludeRule:
     name: str
     scope: Scope
     check: Check
+    reads_macros: bool = False  # whether `#include MACRO` lines reach the check
 
     def run(self, tree: Tree) -> list[Violation]:
         out = []
         for rel, unit in self.scope(tree):
             tree.checked.add(rel)
             for inc in tree.includes(rel):
+                if not inc.literal and not self.reads_macros:
+                    continue
                 msg = self.check(tree, rel, unit, inc)
                 if msg:
                     out.append((rel, inc.line, self.name, msg))
@@ -328,8 +453,16 @@ def no_dotdot(tree: Tree, rel: str, unit: Optional[Unit], inc: Include) -> Optio
     return None
 
 
+def literal_include(tree: Tree, rel: str, unit: Optional[Unit], inc: Include) -> Optional[str]:
+    if inc.literal:
+        return None
+    return (f"#include {inc.path} names no \"file\" or <file>: write the header's path, so that "
+            f"the layer rules can read it")
+
+
 def no_torch(tree: Tree, rel: str, unit: Optional[Unit], inc: Include) -> Optional[str]:
-    what = f"{unit.kind} {unit.name} is not TORCH ({unit.declared_at})" if unit else "torch-free file"
+    what = (f"{unit.kind} {unit.name} is torch-free (not in TORCH_LAYERS of tests/lint/check_layers.py)"
+            if unit else "torch-free file")
     if inc.path.split("/")[0] in TORCH_ROOTS:
         return f"{what} but includes <{inc.path}>"
     r = tree.resolve(rel, inc)
@@ -371,6 +504,54 @@ def unowned(tree: Tree, rule: str) -> list[Violation]:
             for f in tree.files_under("src") if f not in owned]
 
 
+FLOOR = {name: i for i, floor in enumerate(LAYER_FLOORS) for name in floor}
+
+
+def _this_file_line(text: str) -> int:
+    """The line of check_layers.py that holds `text` (for a violation of its own tables)."""
+    lines = Path(__file__).read_text().splitlines()
+    return next((n for n, line in enumerate(lines, 1) if text in line), 1)
+
+
+def layer_table(tree: Tree, rule: str) -> list[Violation]:
+    out = [("CMakeLists.txt", line, rule,
+            f"layer {name} is not in LAYER_FLOORS of tests/lint/check_layers.py: add it there, on the "
+            f"floor above the highest layer it depends on (and to TORCH_LAYERS if its files include torch)")
+           for name, line in sorted(tree.views.items()) if name not in FLOOR]
+    out += [("tests/lint/check_layers.py", _this_file_line("LAYER_FLOORS = ("), rule,
+             f"LAYER_FLOORS names {name}, which CMakeLists.txt declares neither as sdxl_layer "
+             f"nor as sdxl_layer_view: remove it there")
+            for name in sorted(FLOOR) if name not in tree.views]
+    return out
+
+
+def layer_order(tree: Tree, rule: str) -> list[Violation]:
+    out = []
+    for u in tree.units.values():
+        if u.kind != "layer" or u.name not in FLOOR:
+            continue  # a layer missing from the table is layer-table's
+        for d in u.deps:
+            if FLOOR.get(d.what, -1) < FLOOR[u.name]:
+                continue
+            where = ("on its own floor" if FLOOR[d.what] == FLOOR[u.name]
+                     else f"on floor {FLOOR[d.what]}, above it")
+            out.append((d.path, d.line, rule,
+                        f"layer {u.name} (floor {FLOOR[u.name]}) depends on {d.what} ({d.how}), {where}: "
+                        f"a layer depends only on layers of lower floors (LAYER_FLOORS in "
+                        f"tests/lint/check_layers.py, docs/architecture.md#layers); an arrow sideways or up "
+                        f"closes a cycle, which static libraries link without a word"))
+    return out
+
+
+def torch_layers(tree: Tree, rule: str) -> list[Violation]:
+    allowed = " ".join(sorted(TORCH_LAYERS))
+    return [(t.path, t.line, rule,
+             f"layer {u.name} is torch-free (not in TORCH_LAYERS of tests/lint/check_layers.py: {allowed}) "
+             f"but its {t.how} names {t.what}")
+            for u in tree.units.values() if u.kind == "layer" and u.name not in TORCH_LAYERS
+            for t in u.torch_at]
+
+
 def function_size(tree: Tree, rule: str) -> list[Violation]:
     try:
         import lizard  # requirements.txt pins it
@@ -389,11 +570,17 @@ def function_size(tree: Tree, rule: str) -> list[Violation]:
 
 
 RULES: list = [
+    TreeRule("layer-table", layer_table),
+    TreeRule("layer-order", layer_order),
+    TreeRule("torch-layers", torch_layers),
     IncludeRule("no-dotdot", files_in(*INCLUDE_SCAN_DIRS), no_dotdot),
-    IncludeRule("torch-free", unit_files(lambda u: not u.torch), no_torch),
+    IncludeRule("literal-include", files_in(*INCLUDE_SCAN_DIRS), literal_include, reads_macros=True),
+    IncludeRule("torch-free", unit_files(lambda u: u.name not in TORCH_LAYERS), no_torch),
     IncludeRule("declared-deps", unit_files(), declared_layer),
     TreeRule("unowned", unowned),
     TreeRule("function-size", function_size),
+    TreeRule("import-cycle", lambda tree, rule: python_imports.import_cycles(tree.python_graph(), rule)),
+    TreeRule("module-list", lambda tree, rule: python_imports.module_lists(tree.python_graph(), rule)),
 ]
 
 
@@ -406,10 +593,10 @@ def run(root: Path, rules: Optional[list] = None) -> tuple[list[str], str]:
         violations.update(rule.run(tree))
     lines = [f"{f}:{n}: [{rule}] {msg}" for f, n, rule, msg in sorted(violations)]
     layers = sum(u.kind == "layer" for u in tree.units.values())
-    torch_free = sorted(u.name for u in tree.units.values() if not u.torch)
     summary = (f"{len(rules)} rules, {layers} layers and {len(tree.units) - layers} executables from "
-               f"CMakeLists.txt (not TORCH: {' '.join(torch_free)}), includes of {len(tree.checked)} files, "
-               f"{tree.functions} functions")
+               f"CMakeLists.txt ({len(LAYER_FLOORS)} floors; torch: {' '.join(sorted(TORCH_LAYERS))}), "
+               f"includes of {len(tree.checked)} files, {tree.functions} functions"
+               + (f", {len(tree.python_graph().modules)} Python modules" if tree._python else ""))
     return lines, summary
 
 

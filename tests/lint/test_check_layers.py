@@ -2,7 +2,9 @@
 """Self-test of check_layers.py: it passes on a copy of the tree and, with one
 violation of each rule planted in the copy, fails naming each file, line and
 rule and nothing else. The files planted in are picked from the layers that
-CMakeLists.txt declares, so moving files between layers does not break this test.
+CMakeLists.txt declares, so moving files between layers does not break this test;
+the layers of the CMake plants are the issue's (batch, scheduler, text, ...),
+asserted to be in the lint's table first.
 
 Usage: test_check_layers.py [--root DIR]   (default: the repository holding this file)
 """
@@ -21,14 +23,14 @@ sys.path.insert(0, str(HERE))
 import check_layers as cl  # noqa: E402
 
 ROOT = HERE.parents[1]
-COPIED = ["CMakeLists.txt", "cmake/SdxlLayer.cmake", "src", "include", "tests/unit", "bench/tools"]
+COPIED = ["CMakeLists.txt", "cmake", "src", "include", "tests", "bench", "scripts", "docs/architecture.md"]
 
 
 def copy_tree(dest: Path) -> None:
     for rel in COPIED:
         src = ROOT / rel
         if src.is_dir():
-            shutil.copytree(src, dest / rel, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(src, dest / rel, ignore=shutil.ignore_patterns("__pycache__", "results"))
         elif src.is_file():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / rel)
@@ -63,6 +65,31 @@ def append_function(path: Path, name: str, total_lines: int) -> int:
     return start
 
 
+def line_of(path: Path, text: str) -> int:
+    """The first line of `path` that holds `text` (a plant's expected line)."""
+    return next(n for n, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+def this_line(text: str) -> int:
+    return line_of(HERE / "check_layers.py", text)
+
+
+def add_to_call(text: str, opening: str, before_close: str, after_name: str = "",
+                blank: bool = False) -> tuple[str, int]:
+    """Edits the CMake call that starts with `opening` (e.g. "sdxl_layer(batch"), its line
+    numbers kept: adds `after_name` after the opening and `before_close` before its closing
+    parenthesis, or with `blank`, replaces the call by blanks and newlines. Returns the new
+    text and the call's line."""
+    start = text.index(opening)
+    end = text.index(")", start)
+    call = text[start:end + 1]
+    if blank:
+        new = "\n" * call.count("\n")
+    else:
+        new = opening + after_name + call[len(opening):-1] + before_close + ")"
+    return text[:start] + new + text[end + 1:], text.count("\n", 0, start) + 1
+
+
 class Picks:
     """Files and headers to plant violations with, chosen from the declared layers."""
 
@@ -83,6 +110,9 @@ class Picks:
         self.dotdot_include = "../" + include_of(headers[free[0].name][0])
         # The issue's other form, in tests/unit (read by no-dotdot only).
         self.dotdot_test_file = tree.files_under("tests/unit")[0]
+        self.fuzz_file = tree.files_under("tests/fuzz")[0]
+        # An include of a macro, in the public header's folder.
+        self.macro_file = tree.files_under("include")[0]
         # A torch header written in a layer that is not TORCH.
         self.torch_file = cpp(free[-1])
         # A header of a declared TORCH layer that reaches torch through repo headers.
@@ -124,44 +154,119 @@ class CheckLayersTest(unittest.TestCase):
 
     def test_each_planted_violation_is_named(self) -> None:
         p = Picks(cl.Tree(self.root))
-        r = self.root
-        expected = {}  # "path:line: [rule]" -> a part of the message it must have
-        n = append_line(r / p.dotdot_file, f'#include "{p.dotdot_include}"')
-        expected[f"{p.dotdot_file}:{n}: [no-dotdot]"] = p.dotdot_include
-        n = append_line(r / p.dotdot_test_file, '#include "batch/../top/t.h"')
-        expected[f"{p.dotdot_test_file}:{n}: [no-dotdot]"] = "batch/../top/t.h"
-        n = append_line(r / p.torch_file, "#include <torch/types.h>")
-        expected[f"{p.torch_file}:{n}: [torch-free]"] = "<torch/types.h>"
-        n = append_line(r / p.taint_file, f'#include "{p.taint_include}"')
-        expected[f"{p.taint_file}:{n}: [torch-free]"] = "which reaches torch: src/" + p.taint_include
-        n = append_line(r / p.undeclared_file, f'#include "{p.undeclared_include}"')
-        expected[f"{p.undeclared_file}:{n}: [declared-deps]"] = f"does not declare {p.undeclared_layer}"
-        n = append_line(r / p.exe_file, f'#include "{p.exe_include}"')
-        expected[f"{p.exe_file}:{n}: [declared-deps]"] = f"does not link sdxl_{p.exe_layer}"
-        # 101 lines fails; 100 lines (the limit) passes.
-        n = append_function(r / p.core_cpp, "planted_101_lines", 101)
-        expected[f"{p.core_cpp}:{n}: [function-size]"] = "planted_101_lines has 101 lines"
-        append_function(r / p.core_cpp, "planted_100_lines", 100)
-        # A layer declared later is read from CMakeLists.txt; an undeclared folder is reported.
-        with open(r / "CMakeLists.txt", "a") as f:
-            f.write("\nsdxl_layer(planted\n  SOURCES src/planted/a.cpp\n  PUBLIC core)\n")
-        (r / "src/planted").mkdir()
-        (r / "src/planted/a.cpp").write_text(f'#include "core/error.h"\n#include "{p.undeclared_include}"\n')
-        expected["src/planted/a.cpp:2: [declared-deps]"] = f"layer planted includes \"{p.undeclared_include}\""
-        (r / "src/stray").mkdir()
-        (r / "src/stray/b.cpp").write_text("int b() { return 0; }\n")
-        expected["src/stray/b.cpp:1: [unowned]"] = "stray/ is no sdxl_layer"
+        # "path:line: [rule]" -> a part of each message reported there (one each)
+        expected: dict[str, list[str]] = {}
+        self.plant_includes(p, expected)
+        self.plant_cmake(p, expected)
+        self.plant_python(expected)
 
-        rc, out = run_checker(r)
+        rc, out = run_checker(self.root)
         print("\n".join(out))
         self.assertEqual(rc, 1, out)
         found = [line for line in out if not line.startswith("check_layers:")]
-        for prefix, part in expected.items():
+        for prefix, parts in expected.items():
             hits = [line for line in found if line.startswith(prefix + " ")]
-            self.assertEqual(len(hits), 1, f"{prefix} not reported once in:\n" + "\n".join(out))
-            self.assertIn(part, hits[0])
-        self.assertEqual(len(found), len(expected), "unexpected violations:\n" + "\n".join(out))
-        self.assertTrue(out[-1].startswith(f"check_layers: {len(expected)} violation(s);"), out[-1])
+            self.assertEqual(len(hits), len(parts), f"{prefix} not reported {len(parts)}x in:\n" + "\n".join(out))
+            for part in parts:
+                self.assertTrue(any(part in hit for hit in hits), f"{prefix}: no {part!r} in {hits}")
+        count = sum(len(parts) for parts in expected.values())
+        self.assertEqual(len(found), count, "unexpected violations:\n" + "\n".join(out))
+        self.assertTrue(out[-1].startswith(f"check_layers: {count} violation(s);"), out[-1])
+
+    def plant_includes(self, p: Picks, expected: dict[str, list[str]]) -> None:
+        """The include rules, function-size and unowned, in files picked from the layers."""
+        r = self.root
+        n = append_line(r / p.dotdot_file, f'#include "{p.dotdot_include}"')
+        expected[f"{p.dotdot_file}:{n}: [no-dotdot]"] = [p.dotdot_include]
+        n = append_line(r / p.dotdot_test_file, '#include "batch/../top/t.h"')
+        expected[f"{p.dotdot_test_file}:{n}: [no-dotdot]"] = ["batch/../top/t.h"]
+        # The issue's: a `..` in tests/fuzz, which the scan of tests/unit alone missed.
+        n = append_line(r / p.fuzz_file, '#include "../../src/core/error.h"')
+        expected[f"{p.fuzz_file}:{n}: [no-dotdot]"] = ["../../src/core/error.h"]
+        n = append_line(r / p.macro_file, "#include SDXL_PLANTED_HEADER")
+        expected[f"{p.macro_file}:{n}: [literal-include]"] = ["#include SDXL_PLANTED_HEADER names no"]
+        n = append_line(r / p.torch_file, "#include <torch/types.h>")
+        expected[f"{p.torch_file}:{n}: [torch-free]"] = ["<torch/types.h>"]
+        n = append_line(r / p.taint_file, f'#include "{p.taint_include}"')
+        expected[f"{p.taint_file}:{n}: [torch-free]"] = ["which reaches torch: src/" + p.taint_include]
+        n = append_line(r / p.undeclared_file, f'#include "{p.undeclared_include}"')
+        expected[f"{p.undeclared_file}:{n}: [declared-deps]"] = [f"does not declare {p.undeclared_layer}"]
+        n = append_line(r / p.exe_file, f'#include "{p.exe_include}"')
+        expected[f"{p.exe_file}:{n}: [declared-deps]"] = [f"does not link sdxl_{p.exe_layer}"]
+        # 101 lines fails; 100 lines (the limit) passes.
+        n = append_function(r / p.core_cpp, "planted_101_lines", 101)
+        expected[f"{p.core_cpp}:{n}: [function-size]"] = ["planted_101_lines has 101 lines"]
+        append_function(r / p.core_cpp, "planted_100_lines", 100)
+        (r / "src/stray").mkdir()
+        (r / "src/stray/b.cpp").write_text("int b() { return 0; }\n")
+        expected["src/stray/b.cpp:1: [unowned]"] = ["stray/ is no sdxl_layer"]
+
+    def plant_cmake(self, p: Picks, expected: dict[str, list[str]]) -> None:
+        """What CMakeLists.txt could say against the lint's table: the issue's upward
+        dependency (batch PRIVATE scheduler) and TORCH on text, a dependency on the same
+        floor and torch through target_link_libraries, a layer the table lacks, and a
+        table entry CMakeLists.txt lacks."""
+        for name in ("batch", "scheduler", "text", "device", "report", "cli"):
+            self.assertIn(name, cl.FLOOR, "the plants of this test name layers of LAYER_FLOORS")
+        self.assertEqual(cl.FLOOR["text"], cl.FLOOR["device"], "text and device share a floor")
+        cmake = self.root / "CMakeLists.txt"
+        text = cmake.read_text()
+        text, n = add_to_call(text, "sdxl_layer(batch", " PRIVATE scheduler")
+        floor = cl.FLOOR
+        expected[f"CMakeLists.txt:{n}: [layer-order]"] = [
+            f"layer batch (floor {floor['batch']}) depends on scheduler (sdxl_layer PRIVATE), "
+            f"on floor {floor['scheduler']}, above it"]
+        text, n = add_to_call(text, "sdxl_layer(text", "", after_name=" TORCH")
+        expected[f"CMakeLists.txt:{n}: [torch-layers]"] = ["but its sdxl_layer names TORCH"]
+        # sdxl_layer_view(cli) blanked (its line kept, so the lines below stay where they were).
+        text, n = add_to_call(text, "sdxl_layer_view(cli", "", blank=True)
+        expected[f"tests/lint/check_layers.py:{this_line('LAYER_FLOORS = (')}: [layer-table]"] = [
+            "LAYER_FLOORS names cli, which CMakeLists.txt declares neither"]
+        n = text.count("\n") + 2
+        text += ("\ntarget_link_libraries(sdxl_text PRIVATE sdxl_device)\n"
+                 "target_link_libraries(sdxl_report PRIVATE torch_iface)\n")
+        expected[f"CMakeLists.txt:{n}: [layer-order]"] = [
+            f"layer text (floor {floor['text']}) depends on device (target_link_libraries), on its own floor"]
+        expected[f"CMakeLists.txt:{n + 1}: [torch-layers]"] = [
+            "layer report is torch-free (not in TORCH_LAYERS of tests/lint/check_layers.py: control detect device "
+            "image lora model pipeline sampling) but its target_link_libraries names torch_iface"]
+        # A layer declared later is read from CMakeLists.txt, and must be put into the table.
+        n = text.count("\n") + 2
+        text += "\nsdxl_layer(planted\n  SOURCES src/planted/a.cpp\n  PUBLIC core)\n"
+        cmake.write_text(text)
+        expected[f"CMakeLists.txt:{n}: [layer-table]"] = [
+            "layer planted is not in LAYER_FLOORS of tests/lint/check_layers.py: add it there"]
+        (self.root / "src/planted").mkdir()
+        (self.root / "src/planted/a.cpp").write_text(
+            f'#include "core/error.h"\n#include "{p.undeclared_include}"\n')
+        expected["src/planted/a.cpp:2: [declared-deps]"] = [f"layer planted includes \"{p.undeclared_include}\""]
+
+    def plant_python(self, expected: dict[str, list[str]]) -> None:
+        """An import circle through a lazy import, twice: two new top-level scripts, and the
+        issue's fp8_quant -> fp8_conv again (which also breaks the order of both module
+        lists); and a module of scripts/export that no list names."""
+        s = self.root / "scripts"
+        (s / "planted_a.py").write_text("import planted_b\n\nx = planted_b\n")
+        (s / "planted_b.py").write_text("def f():\n    from planted_a import x\n    return x\n")
+        expected["scripts/planted_a.py:1: [import-cycle]"] = [
+            "import circle: planted_a (scripts/planted_a.py:1) -> planted_b (scripts/planted_b.py:2, lazy) "
+            "-> planted_a"]
+        append_line(s / "export/fp8_quant.py", "\n\ndef planted():\n    from .fp8_conv import Fp8Conv2d\n"
+                    "    return Fp8Conv2d")
+        n = line_of(s / "export/fp8_conv.py", "from .fp8_quant import")
+        lazy = line_of(s / "export/fp8_quant.py", "from .fp8_conv import Fp8Conv2d")
+        expected[f"scripts/export/fp8_conv.py:{n}: [import-cycle]"] = [
+            f"import circle: export.fp8_conv (scripts/export/fp8_conv.py:{n}) -> export.fp8_quant "
+            f"(scripts/export/fp8_quant.py:{lazy}, lazy) -> export.fp8_conv"]
+        n = line_of(s / "export/__init__.py", "  fp8_conv ")
+        expected[f"scripts/export/__init__.py:{n}: [module-list]"] = ["names fp8_conv above fp8_quant, but "
+                                                                      "fp8_quant imports fp8_conv"]
+        n = line_of(self.root / "docs/architecture.md", "`fp8_conv`")
+        expected[f"docs/architecture.md:{n}: [module-list]"] = ["names fp8_conv above fp8_quant"]
+        (s / "export/planted_kind.py").write_text("from .inputs import ExportError\n")
+        expected["scripts/export/planted_kind.py:1: [module-list]"] = [
+            "scripts/export/__init__.py's docstring does not name the module planted_kind",
+            "docs/architecture.md (## The export scripts) does not name the module planted_kind"]
 
     def test_a_new_include_rule_is_one_row(self) -> None:
         # What the lead's "cli includes only include/sdxl_batch/" rule would look like.
