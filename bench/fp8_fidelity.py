@@ -12,7 +12,7 @@ UNet, in diffusers, on the exported weights and scales themselves:
        (luminance BT.601, 11x11 Gaussian window sigma 1.5, K1 0.01, K2 0.03, data range 255, valid
        region), per image.
 
-The FP8 UNet is the diffusers UNet with scripts/export/fp8_quant.load_quantized_state given the tensors of
+The FP8 UNet is the diffusers UNet with scripts/export/fp8_conv.load_quantized_state given the tensors of
 --model's unet_fp8.ts (so the exact e4m3 weights and calibrated scales the export wrote; on CUDA its
 layers are torch._scaled_mm, as in the traced unet_fp8.ts); every other tensor of unet_fp8.ts is
 checked against the diffusers UNet's. Euler (diffusers' EulerDiscreteScheduler), fixed seeds (a
@@ -41,7 +41,7 @@ import torch.nn.functional as F
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
-from export import fp8_quant  # noqa: E402  (scripts/export/, the export's package)
+from export import fp8_conv, fp8_quant  # noqa: E402  (scripts/export/, the export's package)
 from reference.compare_images import psnr  # noqa: E402  (tests/ on PYTHONPATH: bench/lib/gpu_prepare.sh)
 
 # Comic prompts of their own (configs/fp8-calibration-prompts.txt calibrated the scales: not those).
@@ -102,7 +102,7 @@ def build_fp8_unet(unet16, tensors: dict[str, torch.Tensor]) -> tuple[torch.nn.M
     """A copy of the diffusers UNet turned into the export's FP8 UNet. Returns (unet8, layers, max |diff|
     of the other tensors vs unet_fp8.ts's, names missing on one side)."""
     unet8 = copy.deepcopy(unet16)
-    n = fp8_quant.load_quantized_state(unet8, tensors)
+    n = fp8_conv.load_quantized_state(unet8, tensors)
     own = dict(unet8.named_parameters())
     own.update(dict(unet8.named_buffers()))
     worst, missing = 0.0, sorted(set(own) ^ set(tensors))
