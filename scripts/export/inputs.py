@@ -112,7 +112,7 @@ def not_torchscript(f, label: str) -> None:
         if not starts_as_zip:  # a zip end record by chance in other bytes (weights): not a zip to torch.load
             f.seek(0)
             return
-        raise ExportError(f"{label}: a truncated or damaged zip archive ({e})")
+        raise ExportError(f"{label}: cannot be read: a truncated or damaged zip archive ({e})")
     finally:
         f.seek(0)
     code = next((i.filename for i in infos if _is_torchscript_entry(i.filename)), None)
