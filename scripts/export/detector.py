@@ -2,17 +2,23 @@
 published for ADetailer (YOLOv8 / YOLO11: face_yolov8n.pt, hand_yolov8n.pt, person_yolov8n-seg.pt) as a
 detector folder that `sdxl-batch detect` runs.
 
-Reading: the file must be a regular .pt file and a complete torch zip archive (a truncated file is
-refused before anything unpickles it; a bare pickle is not an Ultralytics checkpoint). The names of the
-classes its pickle refers to are read without unpickling (pickletools): a pickle that names no
-Ultralytics class, or a classification, pose or obb model class, is refused before torch is imported. It is then loaded
-only by Ultralytics' own loader in its restricted mode (nn.tasks.torch_safe_load(safe_only=True):
-torch.load(weights_only=True) against Ultralytics' allow-list of its model classes and torch's layers,
-never a plain unpickling, never an automatic pip install of a module the file names). Accepted: the
-checkpoint dict Ultralytics writes ("model" or "ema" an Ultralytics DetectionModel or
-SegmentationModel with a YOLO Detect / Segment head that needs NMS). Refused by name: classification,
-pose, oriented-box (obb) models, end-to-end heads (YOLOv10, YOLO26: no NMS), open-vocabulary models
-(YOLO-World, YOLOE), RT-DETR.
+Reading: the file must be a regular .pt file and a complete torch zip archive, not TorchScript
+(inputs.not_torchscript: loading one runs its code); a truncated file is refused before anything
+unpickles it, and a bare pickle is not an Ultralytics checkpoint. It is copied into the temporary
+folder, and the copy is checked again and is what is loaded: what was checked is what is loaded. The
+names of the classes its pickle refers to are read without unpickling (pickletools): a pickle that
+names no Ultralytics class, or a classification, pose or obb model class, is refused before torch is
+imported. It is then loaded only by Ultralytics' own loader in its restricted mode
+(nn.tasks.torch_safe_load(safe_only=True): torch.load(weights_only=True) against Ultralytics' allow-list
+of its model classes and torch's layers, never a plain unpickling, never an automatic pip install of a
+module the file names), under allocation_budget: the allow-list lets a pickle call torch's layers with
+any sizes, so what they allocate while the file loads is bounded (BUILD_MAX_BYTES) before it is
+allocated. Accepted: the checkpoint dict Ultralytics writes ("model" or "ema" an Ultralytics
+DetectionModel or SegmentationModel with a YOLO Detect / Segment head that needs NMS), its imgsz
+integers, multiples of the stride, at most IMGSZ_MAX, its class names ids 0..n-1 without control
+characters. Refused by name: classification, pose, oriented-box (obb) models, end-to-end heads (YOLOv10,
+YOLO26: no NMS), open-vocabulary models (YOLO-World, YOLOE), RT-DETR. Each refusal, and a failure inside
+Ultralytics' export, is one line naming the file (exit 1).
 
 Ultralytics never reaches the network here: YOLO_OFFLINE, no auto-install, no requirement checks, its
 settings file in a temporary folder (Ultralytics would otherwise write ~/.config/Ultralytics).
@@ -169,13 +175,13 @@ def allocation_budget(path: Path, limit: int = BUILD_MAX_BYTES):
 
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            if func in factories:
+            if func in factories and kwargs.get("out") is None:  # into out=: nothing new is allocated
                 probe = func(*args, **{**kwargs, "device": "meta"})
                 self.used += probe.numel() * probe.element_size()
                 if self.used > limit:
                     raise ExportError(f"--detector {path}: its pickle constructs layers of more than "
                                       f"{limit // 2**20} MiB of tensors ({tuple(probe.shape)} of {probe.dtype} "
-                                      "brings them to " f"{self.used // 2**20} MiB); refused before allocating them")
+                                      f"brings them to {self.used // 2**20} MiB); refused before allocating them")
             return func(*args, **kwargs)
 
     return Budget()
