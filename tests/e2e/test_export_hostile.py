@@ -310,7 +310,7 @@ class ModelFileRefusals(ExportCase):
             self.assertEqual(sorted(files), [module], folder)
         (d / "batch.json").write_text(json.dumps({"version": 1, "defaults": {"steps": 2}, "tasks": [
             {"id": "a", "prompt": "x", "upscale": {"model": "compact_x2", "scale": 2},
-             "detailer": [{"detector": "face"}]}]}))
+             "detailer": [{"detector": "face", "denoise": 0.5}]}]}))
         verify = [ARGS.binary, "run", str(d / "batch.json"), "--model", ARGS.model, "--out", str(d / "out"),
                   "--verify-model", "--dry-run"]
         r = subprocess.run(verify, capture_output=True, text=True, env=ENV, timeout=TIMEOUT)
