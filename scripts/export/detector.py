@@ -198,7 +198,8 @@ def load_model(copy: Path, path: Path):
         with allocation_budget(path):
             ckpt, _ = torch_safe_load(str(copy), safe_only=True)
     except Exception as e:  # noqa: BLE001  (a global outside the allow-list, a damaged archive, a missing module)
-        raise ExportError(f"--detector {path}: not a loadable Ultralytics checkpoint: {_first_line(e)}")
+        raise ExportError(f"--detector {path}: not a loadable Ultralytics checkpoint: "
+                          f"{_first_line(e).replace(str(copy), str(path))}")
     model = ckpt.get("ema") or ckpt.get("model") if isinstance(ckpt, dict) else None
     if not isinstance(model, BaseModel):
         raise ExportError(f"--detector {path}: not an Ultralytics checkpoint (no Ultralytics model under "
@@ -309,7 +310,7 @@ def _torchscript(copy: Path, path: Path, task: str, imgsz: list[int], job) -> Pa
                               optimize=False, batch=1, nms=False, verbose=False))
     except Exception as e:  # noqa: BLE001  (a model whose layers do not run at its imgsz, ...)
         raise ExportError(f"--detector {path}: Ultralytics' TorchScript export of it failed at imgsz {imgsz}: "
-                          f"{_first_line(e)}")
+                          f"{_first_line(e).replace(str(copy), str(path))}")
     shutil.move(str(ts), str(job.tmp / "detector.ts"))
     return job.tmp / "detector.ts"
 
