@@ -14,6 +14,7 @@ random weights:
   imgsz-nan.pt, imgsz-str.pt, imgsz-4096.pt
                                 it with that training size (train_args imgsz NaN, "abc", 4096)
   control-name.pt               it with a class name that holds ESC
+  broken-layer.pt               it with a second conv that takes 8 channels where the first gives 16
   big-linear.pt                 a torch.save archive whose pickle names an Ultralytics class and calls
                                 torch.nn.Linear(16384, 32768) (2 GiB of float32) as it loads
 """
@@ -111,6 +112,9 @@ def write_detectors(out: Path) -> None:
     named = copy.deepcopy(model)
     named.names = {0: "fa\x1bce", 1: "hand"}
     torch.save({**ckpt, "model": named}, out / "control-name.pt")
+    broken = copy.deepcopy(model)
+    broken.model[1].conv.weight = torch.nn.Parameter(torch.zeros(32, 8, 3, 3, dtype=torch.half))  # takes 16
+    torch.save({**ckpt, "model": broken}, out / "broken-layer.pt")
     torch.save({"model": BigLinear(), "class": DetectionModel, "train_args": {}}, out / "big-linear.pt")
 
 

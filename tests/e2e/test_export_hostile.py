@@ -289,7 +289,8 @@ class ModelFileRefusals(ExportCase):
                  ("imgsz-4096.pt", "imgsz [4096, 4096] of the checkpoint is not a multiple of its stride 32 from 32 "
                                    "to 2048"),
                  ("control-name.pt", "class 0's name 'fa\\x1bce' holds a control character (U+001B)"),
-                 ("big-linear.pt", "constructs layers of more than 1024 MiB")]
+                 ("big-linear.pt", "constructs layers of more than 1024 MiB"),
+                 ("broken-layer.pt", "Ultralytics' TorchScript export of it failed at imgsz [64, 64]")]
         for name, words in cases:
             with self.subTest(name):
                 self.refused(["--detector", str(self.models / name)], words, name)
