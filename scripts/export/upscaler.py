@@ -7,8 +7,9 @@ never torch.jit.load (spandrel would try a .pt as TorchScript first, which runs 
 TorchScript archive is refused by inputs.not_torchscript, on the same open file torch.load then reads.
 spandrel recognises the architecture from the keys and builds its module; the export accepts only
 image-to-image models on RGB (spandrel's purposes "SR" and "Restoration", 3 channels in and out,
-scale >= 1) and refuses, by name and before anything is written, a file spandrel cannot read
-(truncated or damaged), a key layout no architecture of spandrel's main registry recognises
+scale 1 to SCALE_MAX, what the runtime runs) and refuses, by name and before anything is written, a
+file spandrel cannot read (truncated or damaged), a key layout no architecture of spandrel's main
+registry recognises
 (spandrel keeps its non-commercial architectures in the separate spandrel-extra-arches package, which
 the export does not load), face restoration ("FaceSR") and inpainting models. Every file is checked
 before the first folder is written: one refused file leaves nothing in --out.
