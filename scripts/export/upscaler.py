@@ -9,9 +9,9 @@ spandrel recognises the architecture from the keys and builds its module; the ex
 image-to-image models on RGB (spandrel's purposes "SR" and "Restoration", 3 channels in and out,
 scale 1 to SCALE_MAX, what the runtime runs) and refuses, by name and before anything is written, a
 file spandrel cannot read (truncated or damaged), a key layout no architecture of spandrel's main
-registry recognises
-(spandrel keeps its non-commercial architectures in the separate spandrel-extra-arches package, which
-the export does not load), face restoration ("FaceSR") and inpainting models. Every file is checked
+registry recognises (spandrel keeps its non-commercial architectures in the separate
+spandrel-extra-arches package, which the export does not load), face restoration ("FaceSR") and
+inpainting models. Every file is checked
 before the first folder is written: one refused file leaves nothing in --out.
 
 Folder: upscaler.ts and model.json. upscaler.ts maps an image [B,3,h,w] in [0,1] (the model dtype)
