@@ -104,6 +104,9 @@ from .architecture import ARCHITECTURES, TINY_KINDS, architecture
 from .inputs import file_or_folder, folder, read_header, regular_file
 
 REPO = Path(__file__).resolve().parents[2]
+# --upscaler-tile's range: the runtime's tiles overlap by 32 px (a tile must leave a step beyond it), and a
+# window-attention model's memory grows with the tile's area (8192 took over 10 GB to trace).
+UPSCALER_TILE = (64, 1024)
 DTYPE_NAMES = ("bf16", "fp16", "fp32")  # common.DTYPES's keys (common imports torch: cli does so only to export)
 
 # The export kinds, one per source flag: (the flag's dest, the kind's name, the module of this
@@ -249,6 +252,9 @@ def check_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
                  "add --device cuda, or --aoti-variants fp16 to compile only unet.pt2")
     if a.upscaler and (a.aoti or a.fp8 or a.config or a.save_diffusers or a.device != "cpu"):
         ap.error("--upscaler goes with --out, --dtype, --upscaler-tile and --force only (it exports on cpu)")
+    if a.upscaler and not UPSCALER_TILE[0] <= a.upscaler_tile <= UPSCALER_TILE[1]:
+        ap.error(f"--upscaler-tile {a.upscaler_tile}: must be {UPSCALER_TILE[0]}..{UPSCALER_TILE[1]} (the trace and "
+                 "every model call of a fixed-tile upscaler hold a tile of this size)")
     if a.upscaler and a.dtype == "bf16":
         ap.error("--upscaler: --dtype fp16 (where the architecture supports it) or fp32")
     if a.fp8_conv and not a.fp8:

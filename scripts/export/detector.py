@@ -2,17 +2,23 @@
 published for ADetailer (YOLOv8 / YOLO11: face_yolov8n.pt, hand_yolov8n.pt, person_yolov8n-seg.pt) as a
 detector folder that `sdxl-batch detect` runs.
 
-Reading: the file must be a regular .pt file and a complete torch zip archive (a truncated file is
-refused before anything unpickles it; a bare pickle is not an Ultralytics checkpoint). The names of the
-classes its pickle refers to are read without unpickling (pickletools): a pickle that names no
-Ultralytics class, or a classification, pose or obb model class, is refused before torch is imported. It is then loaded
-only by Ultralytics' own loader in its restricted mode (nn.tasks.torch_safe_load(safe_only=True):
-torch.load(weights_only=True) against Ultralytics' allow-list of its model classes and torch's layers,
-never a plain unpickling, never an automatic pip install of a module the file names). Accepted: the
-checkpoint dict Ultralytics writes ("model" or "ema" an Ultralytics DetectionModel or
-SegmentationModel with a YOLO Detect / Segment head that needs NMS). Refused by name: classification,
-pose, oriented-box (obb) models, end-to-end heads (YOLOv10, YOLO26: no NMS), open-vocabulary models
-(YOLO-World, YOLOE), RT-DETR.
+Reading: the file must be a regular .pt file and a complete torch zip archive, not TorchScript
+(inputs.not_torchscript: loading one runs its code); a truncated file is refused before anything
+unpickles it, and a bare pickle is not an Ultralytics checkpoint. It is copied into the temporary
+folder, and the copy is checked again and is what is loaded: what was checked is what is loaded. The
+names of the classes its pickle refers to are read without unpickling (pickletools): a pickle that
+names no Ultralytics class, or a classification, pose or obb model class, is refused before torch is
+imported. It is then loaded only by Ultralytics' own loader in its restricted mode
+(nn.tasks.torch_safe_load(safe_only=True): torch.load(weights_only=True) against Ultralytics' allow-list
+of its model classes and torch's layers, never a plain unpickling, never an automatic pip install of a
+module the file names), under allocation_budget: the allow-list lets a pickle call torch's layers with
+any sizes, so what they allocate while the file loads is bounded (BUILD_MAX_BYTES) before it is
+allocated. Accepted: the checkpoint dict Ultralytics writes ("model" or "ema" an Ultralytics
+DetectionModel or SegmentationModel with a YOLO Detect / Segment head that needs NMS), its imgsz
+integers, multiples of the stride, at most IMGSZ_MAX, its class names ids 0..n-1 without control
+characters. Refused by name: classification, pose, oriented-box (obb) models, end-to-end heads (YOLOv10,
+YOLO26: no NMS), open-vocabulary models (YOLO-World, YOLOE), RT-DETR. Each refusal, and a failure inside
+Ultralytics' export, is one line naming the file (exit 1).
 
 Ultralytics never reaches the network here: YOLO_OFFLINE, no auto-install, no requirement checks, its
 settings file in a temporary folder (Ultralytics would otherwise write ~/.config/Ultralytics).
@@ -37,10 +43,11 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from .inputs import ExportError, regular_file
+from .inputs import ExportError, not_torchscript, open_regular, regular_file
 
 REFUSED_TASKS = {"classify": "a classification model", "pose": "a pose (keypoint) model",
                  "obb": "an oriented-box (obb) model"}
+CLASSES_MAX = 100000  # the runtime's limit on model.json "classes" (src/model/model_config.cpp)
 
 
 def check_file(path: Path) -> None:
@@ -48,14 +55,22 @@ def check_file(path: Path) -> None:
     regular_file(path, "--detector")
     if path.suffix.lower() != ".pt":
         raise ExportError(f"--detector {path}: extension '{path.suffix}' is not .pt (an Ultralytics checkpoint)")
-    if not zipfile.is_zipfile(path):
-        with open(path, "rb") as f:
+    check_archive(path, path)
+
+
+def check_archive(read: Path, path: Path) -> None:
+    """The archive checks of check_file on the file read (path or its copy), naming path: a complete zip
+    archive, not TorchScript, whose pickle names an Ultralytics class and no refused model class."""
+    with open_regular(read, f"--detector {path}") as f:
+        not_torchscript(f, f"--detector {path}")
+    if not zipfile.is_zipfile(read):
+        with open(read, "rb") as f:
             head = f.read(4)
         what = ("a truncated or damaged zip archive (its end is missing)" if head == b"PK\x03\x04" else
                 "a bare pickle, not torch.save's zip archive" if head[:1] == b"\x80" else "not a zip archive")
         raise ExportError(f"--detector {path}: not an Ultralytics checkpoint: {what}")
     try:
-        with zipfile.ZipFile(path) as z:
+        with zipfile.ZipFile(read) as z:
             names = z.namelist()
             bad = z.testzip()
     except (zipfile.BadZipFile, OSError, EOFError) as e:
@@ -65,7 +80,7 @@ def check_file(path: Path) -> None:
     pickles = [n for n in names if n.endswith("/data.pkl")]
     if not pickles:
         raise ExportError(f"--detector {path}: not a torch checkpoint (no data.pkl in the archive)")
-    refuse_by_globals(path, pickle_globals(path, pickles[0]))
+    refuse_by_globals(path, pickle_globals(read, pickles[0], path))
 
 
 # Model classes whose checkpoints are refused from the names in their pickle, before torch is imported
@@ -74,12 +89,12 @@ REFUSED_CLASSES = {"ultralytics.nn.tasks.ClassificationModel": "classify", "ultr
                    "ultralytics.nn.tasks.OBBModel": "obb"}
 
 
-def pickle_globals(path: Path, member: str) -> set[str]:
-    """The "module.name" globals a pickle in the archive names, read by pickletools without unpickling (the
-    two strings before a STACK_GLOBAL, also through the memo)."""
+def pickle_globals(read: Path, member: str, path: Path) -> set[str]:
+    """The "module.name" globals a pickle in the archive read names, read by pickletools without unpickling
+    (the two strings before a STACK_GLOBAL, also through the memo); errors name path."""
     import pickletools
 
-    with zipfile.ZipFile(path) as z:
+    with zipfile.ZipFile(read) as z:
         data = z.read(member)
     found, strings, memo = set(), [], {}
     last = None  # the string the previous opcode pushed, if it pushed one
@@ -135,16 +150,56 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0][:300] if text else type(e).__name__
 
 
-def load_model(path: Path):
-    """(the checkpoint's model, its task, its train_args) through Ultralytics' restricted loader, or
-    ExportError naming the file and why it is refused."""
+# What the layers a checkpoint's pickle constructs may allocate while it loads. Ultralytics' allow-list lets
+# a pickle call its model classes and torch's layers with any arguments (a few bytes make an nn.Linear of
+# any size); a checkpoint as Ultralytics writes it constructs none (its tensors come from the archive's
+# entries, which inputs.not_torchscript bounds by the file's size). The largest YOLO (x-seg, 72 M
+# parameters) is 0.3 GB in fp32.
+BUILD_MAX_BYTES = 2**30
+
+
+def allocation_budget(path: Path, limit: int = BUILD_MAX_BYTES):
+    """A torch function mode under which the tensors torch's factory functions (torch.empty, zeros, ...:
+    what a layer's __init__ allocates with) create add up to at most `limit` bytes: each call is first
+    made on the meta device, and one that would pass the limit is refused (ExportError naming path)
+    before anything is allocated."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    factories = {torch.empty, torch.zeros, torch.ones, torch.full, torch.rand, torch.randn, torch.randint,
+                 torch.randperm, torch.empty_strided, torch.eye, torch.arange, torch.linspace, torch.logspace,
+                 torch.tensor}
+
+    class Budget(TorchFunctionMode):
+        used = 0
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func in factories and kwargs.get("out") is None:  # into out=: nothing new is allocated
+                probe = func(*args, **{**kwargs, "device": "meta"})
+                self.used += probe.numel() * probe.element_size()
+                if self.used > limit:
+                    raise ExportError(f"--detector {path}: its pickle constructs layers of more than "
+                                      f"{limit // 2**20} MiB of tensors ({tuple(probe.shape)} of {probe.dtype} "
+                                      f"brings them to {self.used // 2**20} MiB); refused before allocating them")
+            return func(*args, **kwargs)
+
+    return Budget()
+
+
+def load_model(copy: Path, path: Path):
+    """(the checkpoint's model, its task, its train_args): copy (the user's file path copied into the
+    temporary folder, checked again there) through Ultralytics' restricted loader under allocation_budget,
+    or ExportError naming path and why it is refused."""
     from ultralytics.nn.tasks import (BaseModel, ClassificationModel, DetectionModel, OBBModel, PoseModel,
                                       SegmentationModel, guess_model_task, torch_safe_load)
 
     try:
-        ckpt, _ = torch_safe_load(str(path), safe_only=True)
+        with allocation_budget(path):
+            ckpt, _ = torch_safe_load(str(copy), safe_only=True)
     except Exception as e:  # noqa: BLE001  (a global outside the allow-list, a damaged archive, a missing module)
-        raise ExportError(f"--detector {path}: not a loadable Ultralytics checkpoint: {_first_line(e)}")
+        raise ExportError(f"--detector {path}: not a loadable Ultralytics checkpoint: "
+                          f"{_first_line(e).replace(str(copy), str(path))}")
     model = ckpt.get("ema") or ckpt.get("model") if isinstance(ckpt, dict) else None
     if not isinstance(model, BaseModel):
         raise ExportError(f"--detector {path}: not an Ultralytics checkpoint (no Ultralytics model under "
@@ -163,14 +218,53 @@ def load_model(path: Path):
     return model, task, dict(ckpt.get("train_args") or {})
 
 
-def _imgsz(train_args: dict, model) -> list[int]:
-    size = train_args.get("imgsz") or getattr(model, "args", {}).get("imgsz", 640)
-    size = [int(size), int(size)] if isinstance(size, (int, float)) else [int(s) for s in size]
+IMGSZ_MAX = 2048  # pixels a side; ADetailer's detectors are 640, the largest YOLO trainings 1280
+
+
+def _side(v) -> int | None:
+    """One side of imgsz as an integer: an int (not a bool) or a float with an integral value; else None."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return None
+
+
+def _imgsz(path: Path, train_args: dict, model) -> list[int]:
+    """The checkpoint's training size [h, w] (an int, [s] or [h, w], as Ultralytics takes it), each side a
+    multiple of the model's stride from the stride to IMGSZ_MAX; else ExportError naming path."""
+    args = getattr(model, "args", None)
+    raw = train_args["imgsz"] if "imgsz" in train_args else (args.get("imgsz", 640) if isinstance(args, dict)
+                                                              else 640)
+    sides = [raw] if not isinstance(raw, (list, tuple)) else list(raw)
+    size = [_side(v) for v in sides]
+    if not 1 <= len(size) <= 2 or None in size:
+        raise ExportError(f"--detector {path}: imgsz {str(raw)[:60]!r} of the checkpoint is not a size (an integer, "
+                          "or [height, width] of integers)")
+    size = size * 2 if len(size) == 1 else size
     stride = int(max(model.stride))
-    if any(s <= 0 or s % stride for s in size):
-        raise ExportError(f"--detector: imgsz {size} of the checkpoint is not a positive multiple of its stride "
-                          f"{stride}")
+    if any(s < stride or s > IMGSZ_MAX or s % stride for s in size):
+        raise ExportError(f"--detector {path}: imgsz {size} of the checkpoint is not a multiple of its stride {stride} "
+                          f"from {stride} to {IMGSZ_MAX}")
     return size
+
+
+def _classes(path: Path, model) -> list[str]:
+    """The class names by id (ids 0..n-1, n at most CLASSES_MAX, each name one line of text without control
+    characters: model.json's rule for names); else ExportError naming path."""
+    names = getattr(model, "names", None)
+    names = dict(enumerate(names)) if isinstance(names, (list, tuple)) else names
+    if not isinstance(names, dict) or not 1 <= len(names) <= CLASSES_MAX or \
+            any(type(k) is not int for k in names) or set(names) != set(range(len(names))):
+        raise ExportError(f"--detector {path}: its class names are not ids 0..n-1 (1 <= n <= {CLASSES_MAX}) with a "
+                          "name each")
+    out = [str(names[i]) for i in range(len(names))]
+    for i, name in enumerate(out):
+        bad = next((c for c in name if ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F or 0xD800 <= ord(c) <= 0xDFFF), None)
+        if bad is not None:
+            raise ExportError(f"--detector {path}: class {i}'s name {name[:60]!r} holds a control character "
+                              f"(U+{ord(bad):04X}); class names are one line of text")
+    return out
 
 
 def _tensors(x) -> list:
@@ -203,34 +297,55 @@ def _check(ts_path: Path, model, imgsz: list[int]) -> dict:
     return {"level": "quick", "max_abs_diff": max(diffs), "outputs": len(got)}
 
 
+def _torchscript(copy: Path, path: Path, task: str, imgsz: list[int], job) -> Path:
+    """Ultralytics' TorchScript export of copy (loaded again by Ultralytics' restricted loader under
+    allocation_budget) at imgsz, moved to job.tmp/detector.ts; a failure inside Ultralytics or torch is
+    ExportError naming path, not a traceback."""
+    from ultralytics import YOLO
+
+    try:
+        with allocation_budget(path):
+            yolo = YOLO(str(copy), task=task)
+        ts = Path(yolo.export(format="torchscript", imgsz=imgsz, device="cpu", half=False, dynamic=False,
+                              optimize=False, batch=1, nms=False, verbose=False))
+    except Exception as e:  # noqa: BLE001  (a model whose layers do not run at its imgsz, ...)
+        raise ExportError(f"--detector {path}: Ultralytics' TorchScript export of it failed at imgsz {imgsz}: "
+                          f"{_first_line(e).replace(str(copy), str(path))}")
+    shutil.move(str(ts), str(job.tmp / "detector.ts"))
+    return job.tmp / "detector.ts"
+
+
 def export(a, job) -> int:
-    """The checked file loaded by Ultralytics, exported by Ultralytics into job.tmp, published as job.out."""
+    """The checked file copied into job.tmp and checked again there (what is loaded is what was checked),
+    loaded by Ultralytics, exported by Ultralytics into job.tmp, published as job.out."""
     from .common import file_digests, log, publish, sha256_file
 
     path = Path(a.detector)
     config = Path(tempfile.mkdtemp(prefix="ultralytics-config-", dir=job.tmp))
     offline_env(config)
+    work = Path(tempfile.mkdtemp(prefix="work-", dir=job.tmp))
+    copy = work / "model.pt"  # Ultralytics writes its export beside the file it loaded
+    shutil.copyfile(path, copy)
+    check_archive(copy, path)
     import torch
     import ultralytics
-    from ultralytics import YOLO
 
-    model, task, train_args = load_model(path)
-    imgsz = _imgsz(train_args, model)
-    work = Path(tempfile.mkdtemp(prefix="work-", dir=job.tmp))
-    shutil.copyfile(path, work / "model.pt")  # Ultralytics writes its export beside the file it loaded
-    ts = Path(YOLO(str(work / "model.pt"), task=task).export(format="torchscript", imgsz=imgsz, device="cpu",
-                                                              half=False, dynamic=False, optimize=False, batch=1,
-                                                              nms=False, verbose=False))
-    shutil.move(str(ts), str(job.tmp / "detector.ts"))
-    check = _check(job.tmp / "detector.ts", model, imgsz)
+    model, task, train_args = load_model(copy, path)
+    imgsz = _imgsz(path, train_args, model)
+    classes = _classes(path, model)
+    ts = _torchscript(copy, path, task, imgsz, job)
+    try:
+        check = _check(ts, model, imgsz)
+    except Exception as e:  # noqa: BLE001
+        raise ExportError(f"--detector {path}: the TorchScript module does not run at imgsz {imgsz}: {_first_line(e)}")
+    source_sha256 = sha256_file(copy)
     shutil.rmtree(work)
     shutil.rmtree(config)
-    names = dict(model.names)
     head = model.model[-1]
     meta = {
         "format_version": 1, "kind": "detector", "name": path.stem, "source": f"detector:{path.resolve()}",
-        "source_file": {"name": path.name, "sha256": sha256_file(path)},
-        "task": task, "classes": [str(names[i]) for i in range(len(names))], "imgsz": imgsz,
+        "source_file": {"name": path.name, "sha256": source_sha256},
+        "task": task, "classes": classes, "imgsz": imgsz,
         "stride": int(max(model.stride)), "architecture": str(model.yaml.get("yaml_file", "")),
         "ultralytics_version": ultralytics.__version__, "torch_version": torch.__version__,
         "dtype": "fp32", "export_device": "cpu",
@@ -240,10 +355,9 @@ def export(a, job) -> int:
     }
     if task == "segment":
         meta["mask_coefficients"] = int(head.nm)
-    (job.tmp / "model.json").write_text(json.dumps(meta, indent=1) + "\n")
-    meta["files"] = file_digests(job.tmp)
+    meta["files"] = file_digests(job.tmp)  # before model.json exists: a file cannot record its own sha256
     (job.tmp / "model.json").write_text(json.dumps(meta, indent=1) + "\n")
     publish(job.tmp, job.out)
-    log(f"  wrote detector {job.out} ({task}, {len(names)} classes: {', '.join(meta['classes'][:5])}, "
+    log(f"  wrote detector {job.out} ({task}, {len(classes)} classes: {', '.join(classes[:5])}, "
         f"imgsz {imgsz[0]}x{imgsz[1]}, Ultralytics {ultralytics.__version__})")
     return 0

@@ -8,6 +8,14 @@
   (safetensors' Metadata::validate; src/lora/safetensors.cpp does the same for LoRAs) before the
   library gets the file, so that a damaged or hostile file is refused with one line naming the
   file and the problem instead of a traceback from inside the library.
+- No input is TorchScript: a TorchScript archive (a zip holding code/ or constants.pkl) runs its
+  code when it is loaded (its __setstate__ is TorchScript, and torch.load hands such a zip to
+  torch.jit.load even with a restricted unpickler), so every regular file the export is given, and
+  every file of an input folder, is refused when it is one, before any loader sees it. A file that
+  starts as a zip (what torch.load takes for one) must be one Python's zip reader reads whole, and
+  its entries may not expand to more bytes than the file holds (torch.save stores them
+  uncompressed; a loader allocates what an entry claims). The export itself calls torch.jit.load
+  only on the modules it wrote into its temporary folder.
 Imports nothing but the standard library (cli checks every input before torch is imported).
 """
 from __future__ import annotations
@@ -16,6 +24,7 @@ import json
 import os
 import stat
 import struct
+import zipfile
 from pathlib import Path
 
 HEADER_MAX = 100 * 2**20  # the format's limit on the header's length
@@ -50,12 +59,72 @@ def _stat(path: Path, label: str) -> os.stat_result:
 
 
 def regular_file(path: Path, flag: str = "") -> Path:
-    """path, after checking that it names a regular file; else ExportError naming it (and the flag)."""
+    """path, after checking that it names a regular file that is not a TorchScript archive (see
+    not_torchscript); else ExportError naming it (and the flag)."""
     label = f"{flag} {path}".strip()
     mode = _stat(path, label).st_mode
     if not stat.S_ISREG(mode):
         raise ExportError(f"{label}: {_what(mode)}, not a regular file")
+    with open_regular(path, label) as f:
+        not_torchscript(f, label)
     return path
+
+
+def open_regular(path: Path, label: str):
+    """path opened for binary reading, after checking (on the open file: a FIFO swapped in since the
+    stat does not block the open) that it is a regular file; ExportError naming label otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise ExportError(f"{label}: cannot be read ({e.strerror})")
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise ExportError(f"{label}: {_what(mode)}, not a regular file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+ZIP_MAGIC = b"PK\x03\x04"  # torch.load takes a file that starts so for a zip archive
+
+
+def _is_torchscript_entry(name: str) -> bool:
+    """constants.pkl or a file under code/ at any depth (torch's reader strips the archive's top folder)."""
+    parts = name.replace("\\", "/").split("/")
+    return parts[-1] == "constants.pkl" or "code" in parts[:-1]
+
+
+def not_torchscript(f, label: str) -> None:
+    """ExportError naming label when the open binary file f is a TorchScript archive, a file that
+    starts as a zip but is not one Python's zip reader reads, or a zip whose entries expand to more
+    bytes than the file holds. f is left at its start: the caller may hand the same open file to a
+    loader, so what was checked is what is loaded."""
+    f.seek(0)
+    starts_as_zip = f.read(4) == ZIP_MAGIC
+    f.seek(0)
+    if not starts_as_zip and not zipfile.is_zipfile(f):
+        f.seek(0)
+        return
+    try:
+        with zipfile.ZipFile(f) as z:
+            infos = z.infolist()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError) as e:
+        if not starts_as_zip:  # a zip end record by chance in other bytes (weights): not a zip to torch.load
+            f.seek(0)
+            return
+        raise ExportError(f"{label}: cannot be read: a truncated or damaged zip archive ({e})")
+    finally:
+        f.seek(0)
+    code = next((i.filename for i in infos if _is_torchscript_entry(i.filename)), None)
+    if code is not None:
+        raise ExportError(f"{label}: a TorchScript archive (it holds {code[:120]}); loading one runs the code it "
+                          "holds, so the export never loads one. Use the model's weights as published (a state "
+                          "dict .pth / .pt / .ckpt, or .safetensors)")
+    size = os.fstat(f.fileno()).st_size
+    expanded = sum(i.file_size for i in infos)
+    if expanded > size:
+        raise ExportError(f"{label}: a zip archive whose entries expand to {expanded} bytes, more than the file's "
+                          f"{size} (torch.save stores them uncompressed)")
 
 
 def folder(path: Path, flag: str = "", safetensors: bool = True) -> Path:
@@ -75,6 +144,8 @@ def folder(path: Path, flag: str = "", safetensors: bool = True) -> Path:
             emode = _stat(entry, f"{label}: {entry.relative_to(path)}").st_mode
             if not stat.S_ISREG(emode):
                 raise ExportError(f"{label}: {entry.relative_to(path)} is {_what(emode)}, not a regular file")
+            with open_regular(entry, f"{label}: {entry.relative_to(path)}") as f:
+                not_torchscript(f, f"{label}: {entry.relative_to(path)}")
             if safetensors and name.endswith(".safetensors"):
                 read_header(entry)
     return path

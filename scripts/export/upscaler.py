@@ -1,14 +1,17 @@
 """export_sdxl.py --upscaler FILE [FILE...] --out DIR: upscaler folders (DIR/<file stem>) that sdxl-batch
 runs after decode ("upscale" in a batch file, `sdxl-batch upscale`).
 
-A file is read by spandrel (requirements.txt pins it): .pth / .ckpt through its restricted unpickler,
-.pt as TorchScript or the same unpickler, .safetensors as is; never a plain torch.load of a pickle.
+A file is read as spandrel (requirements.txt pins it) reads it, minus its TorchScript path: .pth / .pt /
+.ckpt through spandrel's restricted unpickler, .safetensors as is; never a plain torch.load of a pickle,
+never torch.jit.load (spandrel would try a .pt as TorchScript first, which runs the archive's code): a
+TorchScript archive is refused by inputs.not_torchscript, on the same open file torch.load then reads.
 spandrel recognises the architecture from the keys and builds its module; the export accepts only
 image-to-image models on RGB (spandrel's purposes "SR" and "Restoration", 3 channels in and out,
-scale >= 1) and refuses, by name and before anything is written, a file spandrel cannot read
-(truncated or damaged), a key layout no architecture of spandrel's main registry recognises
-(spandrel keeps its non-commercial architectures in the separate spandrel-extra-arches package, which
-the export does not load), face restoration ("FaceSR") and inpainting models. Every file is checked
+scale 1 to SCALE_MAX, what the runtime runs) and refuses, by name and before anything is written, a
+file spandrel cannot read (truncated or damaged), a key layout no architecture of spandrel's main
+registry recognises (spandrel keeps its non-commercial architectures in the separate
+spandrel-extra-arches package, which the export does not load), face restoration ("FaceSR") and
+inpainting models. Every file is checked
 before the first folder is written: one refused file leaves nothing in --out.
 
 Folder: upscaler.ts and model.json. upscaler.ts maps an image [B,3,h,w] in [0,1] (the model dtype)
@@ -35,10 +38,11 @@ from pathlib import Path
 import torch
 
 from .common import Checker, check_names, file_digests, log, publish, sha256_file, summarize_checks
-from .inputs import ExportError, read_header, regular_file
+from .inputs import ExportError, not_torchscript, open_regular, read_header, regular_file
 
 EXTENSIONS = (".pth", ".pt", ".ckpt", ".safetensors")
 ACCEPTED_PURPOSES = ("SR", "Restoration")
+SCALE_MAX = 16  # the runtime's limit on model.json "scale" (src/model/model_config.cpp, parse_upscaler_config)
 # spandrel architecture ids whose forward computes window partitions and attention masks from the
 # input size in Python: a trace holds one size.
 WINDOW_ARCHS = {"SwinIR", "Swin2SR", "HAT", "DAT", "ATD", "DRCT", "GRL", "RGT", "SRFormer", "IPT", "MoSR", "FDAT"}
@@ -61,12 +65,32 @@ def check_file(path: Path) -> None:
         read_header(path)
 
 
+def read_state_dict(path: Path) -> dict:
+    """The file's tensors, canonicalised as spandrel's loader does: a .safetensors file by safetensors, any
+    other through spandrel's restricted unpickler on the file opened once and checked (not TorchScript,
+    inputs.not_torchscript) before torch.load reads it."""
+    from safetensors.torch import load_file
+    from spandrel import canonicalize_state_dict
+    from spandrel.__helpers.unpickler import RestrictedUnpickle
+
+    label = f"--upscaler {path}"
+    if path.suffix.lower() == ".safetensors":
+        read_header(path)
+        return canonicalize_state_dict(load_file(str(path), device="cpu"))
+    with open_regular(path, label) as f:
+        not_torchscript(f, label)
+        return canonicalize_state_dict(torch.load(f, map_location="cpu", pickle_module=RestrictedUnpickle,
+                                                  weights_only=False))
+
+
 def load(path: Path) -> Loaded:
     """spandrel's descriptor of path, or ExportError naming the file and why it is refused."""
     from spandrel import ImageModelDescriptor, ModelLoader, UnsupportedModelError
 
     try:
-        state = ModelLoader("cpu").load_state_dict_from_file(path)
+        state = read_state_dict(path)
+    except ExportError:
+        raise
     except Exception as e:  # noqa: BLE001  (truncated zip, bad pickle, a global the unpickler refuses)
         first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
         raise ExportError(f"--upscaler {path}: cannot be read as a model file (truncated or damaged?): {first}")
@@ -85,8 +109,9 @@ def load(path: Path) -> Loaded:
     if desc.input_channels != 3 or desc.output_channels != 3:
         raise ExportError(f"--upscaler {path}: {arch} takes {desc.input_channels} and gives {desc.output_channels} "
                           "channels; an upscaler maps RGB to RGB")
-    if desc.scale < 1:
-        raise ExportError(f"--upscaler {path}: {arch} has scale {desc.scale}; an upscaler's is 1 or more")
+    if not 1 <= desc.scale <= SCALE_MAX:
+        raise ExportError(f"--upscaler {path}: {arch} has scale {desc.scale}; sdxl-batch runs upscalers of scale 1 "
+                          f"to {SCALE_MAX}")
     return Loaded(path, desc)
 
 
@@ -161,8 +186,7 @@ def export_one(item: Loaded, tmp: Path, dtype_name: str, tile: int) -> dict:
         "upscaler": {"file": "upscaler.ts", "input": "[B,3,h,w] RGB in [0,1]", "output": "[B,3,h*scale,w*scale]"},
         "check": {"level": "quick", "modules": summarize_checks(chk.results), "notes": []},
     }
-    (tmp / "model.json").write_text(json.dumps(meta, indent=1) + "\n")
-    meta["files"] = file_digests(tmp)
+    meta["files"] = file_digests(tmp)  # before model.json exists: a file cannot record its own sha256
     (tmp / "model.json").write_text(json.dumps(meta, indent=1) + "\n")
     return meta
 

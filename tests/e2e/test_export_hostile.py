@@ -8,7 +8,11 @@ checkpoints and VAE files whose weights hold NaN or infinities. Each must be ref
 1 and one line naming the file and the problem, no Python traceback, no hang, and nothing left
 where --out would be. The files are a few bytes each, written here; nothing is downloaded.
 
-    test_export_hostile.py --python PY --source REPO --work DIR
+TorchScript archives under every flag (their code must not run), zip archives that expand beyond
+their size, upscalers and detectors beyond the runtime's limits, and the upscaler and detector folders'
+file lists checked by the binary's --verify-model (issue 56; the files: export_hostile_models.py).
+
+    test_export_hostile.py --python PY --source REPO --work DIR --binary SDXL_BATCH --model TINY_MODEL
 """
 from __future__ import annotations
 
@@ -78,7 +82,8 @@ HOSTILE = {
 }
 
 
-class ExportRefusals(unittest.TestCase):
+class ExportCase(unittest.TestCase):
+    """The work folder, the files every case shares, and refused()."""
     work: Path
 
     @classmethod
@@ -133,6 +138,8 @@ class ExportRefusals(unittest.TestCase):
         self.assertEqual(left, [], f"{' '.join(args)}: left behind {left}")
         return last
 
+
+class ExportRefusals(ExportCase):
     def test_hostile_safetensors_are_refused_as_a_file_and_inside_a_folder(self):
         for name, (data, words) in HOSTILE.items():
             with self.subTest(name):
@@ -214,9 +221,113 @@ class ExportRefusals(unittest.TestCase):
         self.refused(["--vae-only", "--vae", str(vae)], "'encoder.down.0.block.0.norm1.weight' holds 1 NaN", vae.name)
 
 
+class ModelFileRefusals(ExportCase):
+    """Issue 56: model files that run code or allocate without bound, and the bounds the runtime has
+    (tests/e2e/export_hostile_models.py makes the files)."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.models = cls.work / "models"
+        cls.marker = cls.work / "marker"
+        r = subprocess.run([ARGS.python, str(Path(__file__).with_name("export_hostile_models.py")), str(cls.models),
+                            str(cls.marker)], capture_output=True, text=True, env=ENV, timeout=TIMEOUT)
+        if r.returncode != 0:
+            raise RuntimeError(f"export_hostile_models.py failed: {r.stderr[-2000:]}")
+
+    def code_folder(self, name: str, files: dict[str, Path | str]) -> Path:
+        """A folder of files: name -> a file to copy, or text."""
+        d = self.work / "folders" / name
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+        for rel, src in files.items():
+            (d / rel).parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(src, Path):
+                shutil.copyfile(src, d / rel)
+            else:
+                (d / rel).write_text(src)
+        return d
+
+    def test_a_torchscript_archive_runs_no_code_whatever_flag_names_it(self):
+        evil = self.models / "evil.pth"
+        as_safetensors = self.work / "files" / "evil.safetensors"
+        shutil.copyfile(evil, as_safetensors)
+        vae = self.code_folder("evil-vae", {"config.json": json.dumps(self.vae_config),
+                                            "diffusion_pytorch_model.bin": evil})
+        encoder = self.code_folder("evil-encoder", {"config.json": "{}", "pytorch_model.bin": evil})
+        config = self.code_folder("evil-config", {"unet/config.json": "{}", "scheduler/scheduler.pt": evil})
+        cases = [*[(["--upscaler", str(self.models / f"evil{ext}")], f"evil{ext}") for ext in (".pth", ".pt", ".ckpt")],
+                 (["--upscaler", str(self.models / "compact_x2.pth"), str(self.models / "evil.pt")], "evil.pt"),
+                 (["--detector", str(self.models / "evil.pt")], "evil.pt"),
+                 (["--from", str(as_safetensors)], as_safetensors.name),
+                 (["--from", str(self.good), "--config", str(config)], "scheduler.pt"),
+                 (["--vae-only", "--vae", str(as_safetensors)], as_safetensors.name),
+                 (["--vae-only", "--vae", str(vae)], "diffusion_pytorch_model.bin"),
+                 (["--controlnet", str(as_safetensors)], as_safetensors.name),
+                 (["--ip-adapter", str(as_safetensors), "--image-encoder", str(encoder)], as_safetensors.name),
+                 (["--ip-adapter", str(self.good), "--image-encoder", str(encoder)], "pytorch_model.bin")]
+        for args, name in cases:
+            with self.subTest(" ".join(args)):
+                self.refused(args, "a TorchScript archive", name)
+                self.assertFalse(self.marker.exists(), f"{' '.join(args)}: the archive's code ran")
+
+    def test_zip_entries_that_expand_beyond_the_file_are_refused(self):
+        self.refused(["--upscaler", str(self.models / "bomb.pth")], "expand to 671", "bomb.pth")
+
+    def test_upscalers_beyond_the_runtime_limits_are_refused(self):
+        self.refused(["--upscaler", str(self.models / "compact_x64.pth")], "scale 64", "compact_x64.pth")
+        for tile in ("16", "8192"):
+            cmd = [ARGS.python, str(Path(ARGS.source) / "scripts" / "export_sdxl.py"), "--upscaler",
+                   str(self.models / "compact_x2.pth"), "--upscaler-tile", tile, "--out", str(self.out)]
+            r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=TIMEOUT)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(f"--upscaler-tile {tile}: must be 64..1024", r.stderr)
+
+    def test_detectors_with_bad_sizes_names_or_huge_layers_are_refused_in_one_line(self):
+        cases = [("imgsz-nan.pt", "imgsz 'nan' of the checkpoint is not a size"),
+                 ("imgsz-str.pt", "imgsz 'abc' of the checkpoint is not a size"),
+                 ("imgsz-4096.pt", "imgsz [4096, 4096] of the checkpoint is not a multiple of its stride 32 from 32 "
+                                   "to 2048"),
+                 ("control-name.pt", "class 0's name 'fa\\x1bce' holds a control character (U+001B)"),
+                 ("big-linear.pt", "constructs layers of more than 1024 MiB"),
+                 ("broken-layer.pt", "Ultralytics' TorchScript export of it failed at imgsz [64, 64]")]
+        for name, words in cases:
+            with self.subTest(name):
+                self.refused(["--detector", str(self.models / name)], words, name)
+
+    def test_exported_upscaler_and_detector_folders_verify(self):
+        """model.json records every other file of the folder with its sha256, not itself (M5); the
+        binary's --verify-model passes both folders untouched and fails a changed module."""
+        d = self.work / "verify"
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+        export = [ARGS.python, str(Path(ARGS.source) / "scripts" / "export_sdxl.py")]
+        for args in (["--upscaler", str(self.models / "compact_x2.pth"), "--out", str(d)],
+                     ["--detector", str(self.models / "face.pt"), "--out", str(d / "face")]):
+            r = subprocess.run(export + args, capture_output=True, text=True, env=ENV, timeout=TIMEOUT)
+            self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        for folder, module in ((d / "compact_x2", "upscaler.ts"), (d / "face", "detector.ts")):
+            files = json.loads((folder / "model.json").read_text())["files"]
+            self.assertEqual(sorted(files), [module], folder)
+        (d / "batch.json").write_text(json.dumps({"version": 1, "defaults": {"steps": 2}, "tasks": [
+            {"id": "a", "prompt": "x", "upscale": {"model": "compact_x2", "scale": 2},
+             "detailer": [{"detector": "face", "denoise": 0.5}]}]}))
+        verify = [ARGS.binary, "run", str(d / "batch.json"), "--model", ARGS.model, "--out", str(d / "out"),
+                  "--verify-model", "--dry-run"]
+        r = subprocess.run(verify, capture_output=True, text=True, env=ENV, timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        self.assertIn("2 file(s) of 2 folder(s) beside the model match", r.stderr)
+        data = bytearray((d / "face" / "detector.ts").read_bytes())
+        data[100] ^= 0x01
+        (d / "face" / "detector.ts").write_bytes(bytes(data))
+        r = subprocess.run(verify, capture_output=True, text=True, env=ENV, timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 1, r.stderr[-2000:])
+        self.assertIn("detector.ts' has sha256", r.stderr)
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
-    for name in ("--python", "--source", "--work"):
+    for name in ("--python", "--source", "--work", "--binary", "--model"):
         ap.add_argument(name, required=True)
     ARGS, rest = ap.parse_known_args()
     unittest.main(argv=[sys.argv[0], "-v", *rest])
