@@ -81,6 +81,11 @@ struct Checker {
     if (!it->second.empty()) add(pointer, it->second);
     return it->second.empty();
   }
+  // A folder the batch file names as `rel` (resolved: `dir`): confined as every input is (stays_inside:
+  // no link out of the folder it is named relative to), then read as `kind` (check_folder).
+  bool folder_ok(const char* kind, const std::string& rel, const std::string& dir, const std::string& pointer) {
+    return stays_inside(pointer, rel, dir) && check_folder(kind, dir, pointer);
+  }
   // A PNG's size, or why it cannot be used ("" and 0x0 without checks).
   std::string png_size(const std::string& path, int& w, int& h) {
     w = h = 0;
@@ -156,7 +161,7 @@ struct Checker {
     std::string rel;
     if (!get_path(obj, pointer, "vae", rel)) return;
     const std::string path = resolve(rel);
-    if (check_folder("vae", path, pointer + "/vae")) p.vae = path;
+    if (folder_ok("vae", rel, path, pointer + "/vae")) p.vae = path;
   }
 
   // The confinement rule (core/input_file.h) for a file the batch file names
@@ -187,7 +192,7 @@ struct Checker {
     std::string rel;
     if (get_path(c, cp, "model", rel)) {
       u.model = resolve(rel);
-      check_folder("controlnet", u.model, cp + "/model");
+      folder_ok("controlnet", rel, u.model, cp + "/model");
     } else if (!c.contains("model")) {
       add(cp + "/model", "is missing (a ControlNet folder made by scripts/export_sdxl.py --controlnet)");
     }
@@ -240,7 +245,7 @@ struct Checker {
     std::string rel;
     if (get_path(ip, ptr, "model", rel)) {
       p.ip_adapter.model = resolve(rel);
-      check_folder("ip_adapter", p.ip_adapter.model, ptr + "/model");
+      folder_ok("ip_adapter", rel, p.ip_adapter.model, ptr + "/model");
     } else if (!ip.contains("model")) {
       add(ptr + "/model", "is missing (an IP-Adapter folder made by scripts/export_sdxl.py --ip-adapter)");
     }
@@ -287,7 +292,7 @@ struct Checker {
         p.upscale.model = UpscaleUse::kLanczosUpscaler;
       } else {
         p.upscale.model = resolve(rel);
-        if (check_folder("upscaler", p.upscale.model, ptr + "/model") && checks)
+        if (folder_ok("upscaler", rel, p.upscale.model, ptr + "/model") && checks)
           p.upscale.weights_sha256 = checks->folder_weights_sha256("upscaler", p.upscale.model);
       }
     } else if (!u.contains("model")) {
@@ -326,7 +331,7 @@ struct Checker {
     std::string rel;
     if (get_path(d, dp, "detector", rel)) {
       u.detector = resolve(rel);
-      if (check_folder("detector", u.detector, dp + "/detector") && checks)
+      if (folder_ok("detector", rel, u.detector, dp + "/detector") && checks)
         u.weights_sha256 = checks->folder_weights_sha256("detector", u.detector);
     } else if (!d.contains("detector")) {
       add(dp + "/detector", "is missing (a detector folder made by scripts/export_sdxl.py --detector)");
@@ -470,7 +475,7 @@ struct Checker {
     }
     h.upscaler = resolve(up);
     const size_t before = problems.size();
-    if (check_folder("upscaler", h.upscaler, ptr)) {
+    if (folder_ok("upscaler", up, h.upscaler, ptr)) {
       if (checks) h.weights_sha256 = checks->folder_weights_sha256("upscaler", h.upscaler);
       return;
     }
@@ -914,7 +919,8 @@ bool read_task(Checker& ck, const json& t, const std::string& ptr, const TaskDef
 }  // namespace
 
 std::string strength_steps_problem(int steps, double strength) {
-  if (!(strength > 0) || strength_steps(steps, strength) >= 1) return "";
+  if (!(strength > 0)) return "is " + format_number(strength) + ": a denoising pass needs a strength above 0 (at most 1)";
+  if (strength_steps(steps, strength) >= 1) return "";
   return "leaves no step to run: int(steps * strength) = int(" + std::to_string(steps) + " * " +
          format_number(strength) + ") = 0 (raise it or the steps)";
 }

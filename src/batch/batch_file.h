@@ -98,8 +98,8 @@ std::string describe_problems(const std::filesystem::path& path, const std::vect
 std::string mask_settings_problem(const GenerationParams& p, int mask_w, int mask_h);
 
 // A denoising strength that leaves no sampler step: img2img and inpainting run int(steps *
-// strength) of `steps` (sampling's plan_apply_strength, diffusers' rule), so that must be at least 1.
-// "" when fine, else why not (a sentence after the key's pointer).
+// strength) of `steps` (sampling's plan_apply_strength, diffusers' rule), so that must be at least 1,
+// and a strength of 0 (or NaN) runs none. "" when fine, else why not (a sentence after the key's pointer).
 std::string strength_steps_problem(int steps, double strength);
 
 // An init image of image_w x image_h for a task of width x height: they must be equal (img2img never

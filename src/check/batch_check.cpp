@@ -110,6 +110,23 @@ bool embedding_tokenizers(const ModelConfig& mc, const std::vector<std::filesyst
   return true;
 }
 
+// Each detailer unit's prompt of image `k` (its "[PROMPT]" the image's) with its <lora:NAME:W> tags
+// resolved as the region passes will resolve them: an unknown name would fail the whole image after
+// its panel and first units were made.
+void check_detailer_loras(const BatchTask& task, const std::string& image_prompt, const std::string& at,
+                          const BatchFile& bf, const BatchCheckInputs& inputs, int k,
+                          std::vector<BatchProblem>& problems) {
+  for (size_t u = 0; u < task.params.detailer.size(); ++u) {
+    const std::string text = detailer_prompt(task.params.detailer[u].prompt, image_prompt);
+    try {
+      (void)merge_lora_tags(task.params.loras, extract_lora_tags(text).tags, bf.lora_registry, inputs.lora_dirs);
+    } catch (const UsageError& e) {
+      problems.push_back({at + "/detailer/" + std::to_string(u) + "/prompt",
+                          "image " + std::to_string(k) + "'s detailer prompt: " + e.what(), 0});
+    }
+  }
+}
+
 // Every image whose prompt is known now (random-seed tasks with wildcards draw
 // theirs at run time), checked as the run will use it: its <lora:NAME:W> tags
 // resolved with the task's LoRAs (merge_lora_tags, as the run does: an unknown
@@ -140,6 +157,7 @@ void check_image_prompts(const ModelConfig* mc, const BatchFile& bf, const Batch
         const ImagePrompt ip = task_image_prompt(task, k, task.params.seed + k, lib);
         if (!seen.insert(ip.prompt + '\x1e' + ip.negative).second) continue;
         (void)merge_lora_tags(task.params.loras, extract_lora_tags(ip.prompt).tags, bf.lora_registry, inputs.lora_dirs);
+        check_detailer_loras(task, ip.prompt, at, bf, inputs, k, problems);
         if (!mc) continue;
         size_t n = chunks(ip.prompt);
         if (task.params.cfg > 1.0 && !ip.negative.empty()) n = std::max(n, chunks(ip.negative));

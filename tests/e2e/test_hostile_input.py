@@ -360,5 +360,46 @@ class ValidateEqualsRun(Case):
         self.skip_invalid_fails_only(b, "bad", ["ok"], "--lora-dir", str(self.d / "loras"))
 
 
+class Round3(Case):
+    """Issue 56's findings on the batch file (validate = run): folder keys confined like files (M9), a
+    strength of 0 with an init image (M6), a detailer prompt's unknown LoRA tag (M7)."""
+
+    def setUp(self):
+        self.d = fresh(self.id().rsplit(".", 1)[-1])
+        (self.d / "elsewhere" / "folder").mkdir(parents=True)
+        (self.d / "elsewhere" / "folder" / "model.json").write_text(SECRET)
+        self.here = self.d / "batch"
+        self.here.mkdir()
+        (self.here / "linked").symlink_to(self.d / "elsewhere" / "folder")
+        png(self.here / "pose.png")
+
+    def test_folder_keys_linked_out_of_the_batch_folder(self):
+        cases = [({"vae": "linked"}, "/tasks/0/vae"),
+                 ({"controlnets": [{"model": "linked", "image": "pose.png"}]}, "/tasks/0/controlnets/0/model"),
+                 ({"ip_adapter": {"model": "linked", "images": ["pose.png"]}}, "/tasks/0/ip_adapter/model"),
+                 ({"upscale": {"model": "linked", "scale": 2}}, "/tasks/0/upscale/model"),
+                 ({"detailer": [{"detector": "linked"}]}, "/tasks/0/detailer/0/detector"),
+                 ({"hires": {"scale": 2, "upscaler": "linked"}}, "/tasks/0/hires/upscaler")]
+        for key, pointer in cases:
+            with self.subTest(pointer=pointer):
+                b = batch(self.here, [{"id": "a", "prompt": "x", "seed": 1, **key}])
+                self.refused_by_both(b, pointer, "leads out of its folder", self.d)
+
+    def test_strength_zero_with_an_init_image(self):
+        png(self.here / "init.png")
+        b = batch(self.here, [{"id": "a", "prompt": "x", "seed": 1, "init_image": "init.png", "strength": 0}])
+        self.refused_by_both(b, "/tasks/0/strength", "needs a strength above 0", self.d)
+        r = sdxl("generate", "--model", ARGS.model, "--prompt", "x", "--init-image", str(self.here / "init.png"),
+                 "--strength", "0", "--steps", "2", "--out", str(self.d / "g.png"))
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--strength is 0", r.stderr)
+        self.assertNotIn("loading", r.stderr.lower(), "refused before the weights load")
+
+    def test_unknown_lora_in_a_detailer_prompt(self):
+        b = batch(self.here, [{"id": "a", "prompt": "x", "seed": 1,
+                               "detailer": [{"detector": "linked", "prompt": "[PROMPT], <lora:nobody:1>"}]}])
+        out = self.refused_by_both(b, "/tasks/0/detailer/0/prompt", "detailer prompt", self.d)
+        self.assertIn("nobody", out)
+
 if __name__ == "__main__":
     sys.exit(main(__doc__, "--binary", "--model", "--work"))
