@@ -676,6 +676,31 @@ void read_lora_registry(Checker& ck, const json& j, BatchFile& bf) {
 }
 
 // "version", "model" and "output": {"dir", "template"}.
+// "pins": {"FOLDER": "SHA256"}: FOLDER relative to the batch file (confined as every folder key), the
+// sha256 of its model.json as 64 hex digits.
+void read_pins(Checker& ck, const json& j, BatchFile& bf) {
+  if (!j.contains("pins")) return;
+  if (!j["pins"].is_object()) {
+    ck.add("/pins", "must be an object of folder -> the sha256 of its model.json (sha256sum FOLDER/model.json)");
+    return;
+  }
+  for (const auto& [rel, v] : j["pins"].items()) {
+    const std::string ptr = "/pins/" + escape_json_pointer(rel);
+    std::string hex = v.is_string() ? v.get<std::string>() : "";
+    std::transform(hex.begin(), hex.end(), hex.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (hex.size() != 64 || hex.find_first_not_of("0123456789abcdef") != std::string::npos) {
+      ck.add(ptr, "must be the 64 hex digits of sha256sum FOLDER/model.json");
+      continue;
+    }
+    if (rel.empty()) {
+      ck.add(ptr, "names no folder");
+      continue;
+    }
+    const std::string folder = ck.resolve(rel);
+    if (ck.stays_inside(ptr, rel, folder)) bf.pins.push_back({folder, hex, ptr});
+  }
+}
+
 void read_header(Checker& ck, const json& j, BatchFile& bf) {
   long long version = 1;
   if (!j.contains("version")) ck.add("/version", "is missing (write \"version\": 1)");
@@ -983,8 +1008,9 @@ BatchFile parse_batch_text(const std::string& text, const std::filesystem::path&
     ck.add("", "a batch file is a JSON object with \"version\" and \"tasks\"");
   } else {
     ck.check_keys(j, "", {"$schema", "version", "model", "output", "loras", "defaults", "tasks", "characters",
-                          "styles", "wildcards_dir", "embeddings_dir"});
+                          "styles", "wildcards_dir", "embeddings_dir", "pins"});
     read_lora_registry(ck, j, bf);
+    read_pins(ck, j, bf);
     ck.registry = &bf.lora_registry;
     read_header(ck, j, bf);
     bf.wildcard_dirs = wildcard_dirs;

@@ -54,6 +54,13 @@ struct BatchFile {
   // "embeddings_dir" (relative to the batch file): textual-inversion
   // embeddings loaded with the model, after --embedding-dir's.
   std::vector<std::filesystem::path> embedding_dirs;
+  // "pins": {"FOLDER": "SHA256"}: model folders (the model's, or any a task names) that must be the one
+  // whose model.json has this sha256, every file as that model.json records it (check/folder_pins.h),
+  // before anything loads. FOLDER absolute and normal; pointer: where the batch file pins it.
+  struct FolderPin {
+    std::string folder, sha256, pointer;
+  };
+  std::vector<FolderPin> pins;
   std::vector<BatchTask> tasks;
 };
 

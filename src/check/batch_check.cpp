@@ -8,6 +8,7 @@
 #include <set>
 
 #include "batch/lora_ref.h"
+#include "check/folder_pins.h"
 #include "batch/story.h"
 #include "batch/wildcards.h"
 #include "core/error.h"
@@ -241,6 +242,7 @@ CheckedBatch check_batch_text(const std::string& text, const std::filesystem::pa
   CheckedBatch out;
   FileInputChecks files;
   out.file = parse_batch_text(text, path, inputs.fallback, &out.problems, inputs.wildcard_dirs, &files);
+  check_folder_pins(out.file, out.problems);
   if (model) {
     TaskFolderFits fits(*model);
     for (size_t i = 0; i < out.file.tasks.size(); ++i) check_task_against_model(*model, fits, i, out.file.tasks[i].params, out);

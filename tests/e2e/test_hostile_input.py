@@ -401,5 +401,27 @@ class Round3(Case):
         out = self.refused_by_both(b, "/tasks/0/detailer/0/prompt", "detailer prompt", self.d)
         self.assertIn("nobody", out)
 
+    def test_pinned_folders(self):
+        """M10: a batch file pins a folder by its model.json's sha256; validate and run refuse another folder
+        (a replaced model.json, or a file that differs from what it records) before anything loads."""
+        import hashlib
+        model = self.here / "model"
+        shutil.copytree(ARGS.model, model)
+        want = hashlib.sha256((model / "model.json").read_bytes()).hexdigest()
+        b = batch(self.here, [{"id": "a", "prompt": "x", "seed": 1}], pins={"model": want.upper()})
+        v = validate(b, "--model", str(model))
+        self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
+        b = batch(self.here, [{"id": "a", "prompt": "x", "seed": 1}], pins={"model": "0" * 64})
+        self.refused_by_both(b, "/pins/model", "the folder is not the one pinned", self.d)
+        meta = json.loads((model / "model.json").read_text())
+        victim = model / meta["unet"]["file"]
+        victim.write_bytes(victim.read_bytes() + b"\0")
+        b = batch(self.here, [{"id": "a", "prompt": "x", "seed": 1}], pins={"model": want})
+        out = self.refused_by_both(b, "/pins/model", "the folder is not the one pinned", self.d)
+        self.assertIn(meta["unet"]["file"], out)
+        b = batch(self.here, [{"id": "a", "prompt": "x", "seed": 1}], pins={"linked": want, "model": "abc"})
+        out = self.refused_by_both(b, "/pins/linked", "leads out of its folder", self.d)
+        self.assertIn("/pins/model", out)
+
 if __name__ == "__main__":
     sys.exit(main(__doc__, "--binary", "--model", "--work"))
