@@ -218,8 +218,8 @@ def panel(path: Path, w: int = 40, h: int = 40) -> Path:
     from PIL import Image, PngImagePlugin
     info = PngImagePlugin.PngInfo()
     info.add_text("parameters", "a panel\nSteps: 2, Seed: 1")
-    Image.frombytes("L", (w, h), bytes((x * 255 // max(1, w - 1)) for _ in range(h) for x in range(w))).convert(
-        "RGB").save(path, pnginfo=info)
+    row = bytes(x * 255 // max(1, w - 1) for x in range(w))
+    Image.frombytes("L", (w, h), row * h).convert("RGB").save(path, pnginfo=info)
     return path
 
 
