@@ -4,8 +4,8 @@
 #include <cmath>
 #include <exception>
 #include <limits>
-#include <stdexcept>
 #include <optional>
+#include <stdexcept>
 
 #include "core/error.h"
 
