@@ -569,10 +569,14 @@ struct UpscaleResult {
 };
 
 // Throws UsageError for bad options or inputs (no PNG, a bad scale or size, two
-// sources with one output name), ModelError for an upscaler folder that does
-// not load, LockedError when another process holds out_dir, IoError when the
-// manifest or report cannot be written. An image that cannot be read or made
-// is a failure in the result; the others go on. Not thread-safe per out_dir.
+// sources with one output name, an input that is not a regular file, an
+// out_dir that is a file or an input's folder, or whose output file is an
+// input through a link, a manifest that is not a regular file), ModelError for
+// an upscaler folder that does not load, LockedError when another process
+// holds out_dir, IoError when the manifest or report cannot be written. An
+// image that cannot be read or made (its frame outside 8..16384 a side, an
+// upscaler output that is not finite) is a failure in the result; the others
+// go on. Not thread-safe per out_dir.
 UpscaleResult upscale_images(const UpscaleOptions& options);
 
 // One report for an output folder that several runs wrote (the shards of a job

@@ -3,7 +3,9 @@
 #include <cctype>
 #include <cmath>
 #include <exception>
+#include <limits>
 #include <optional>
+#include <stdexcept>
 
 #include "core/error.h"
 
@@ -25,17 +27,28 @@ std::pair<int, int> parse_shard(const std::string& text) {
 
 namespace {
 
-// An environment variable that must hold a whole number.
+// The largest index or count of a shard (the run counts shards in an int).
+constexpr long long kMaxShardNumber = std::numeric_limits<int>::max();
+
+// An environment variable that must hold a whole number of at most kMaxShardNumber in magnitude:
+// nothing larger is narrowed into another shard.
 std::optional<long long> env_number(const EnvLookup& env, const char* name) {
   const std::optional<std::string> v = env(name);
   if (!v) return std::nullopt;
+  const std::string what = "--shard auto: " + std::string(name) + "='" + *v + "'";
   try {
     size_t used = 0;
     const long long n = std::stoll(*v, &used);
-    if (used == v->size() && !v->empty()) return n;
-  } catch (const std::exception&) {
+    if (used == v->size() && !v->empty()) {
+      if (n > kMaxShardNumber || n < -kMaxShardNumber)
+        throw UsageError(what + " is out of range (at most " + std::to_string(kMaxShardNumber) + ")");
+      return n;
+    }
+  } catch (const std::out_of_range&) {
+    throw UsageError(what + " is out of range (at most " + std::to_string(kMaxShardNumber) + ")");
+  } catch (const std::invalid_argument&) {
   }
-  throw UsageError("--shard auto: " + std::string(name) + "='" + *v + "' is not a whole number");
+  throw UsageError(what + " is not a whole number");
 }
 
 // The Slurm job array's {index, count}, or nothing outside an array task.
@@ -55,6 +68,7 @@ std::optional<std::pair<long long, long long>> slurm_shard(const EnvLookup& env)
   if (step < 1 || *id < min || (*id - min) % step != 0)
     throw UsageError(where + ": the task's index is not on the array's range");
   if (!count && !hi) throw UsageError(where + " gives no count: use --shard auto/N");
+  if (count && *count < 1) throw UsageError(where + ": SLURM_ARRAY_TASK_COUNT must be 1 or more");
   if (hi && (*hi < min || (*hi - min) % step != 0 || *id > *hi))
     throw UsageError(where + ": MIN, MAX and the step are not one range");
   const long long from_range = hi ? (*hi - min) / step + 1 : 0;
@@ -75,10 +89,12 @@ std::pair<int, int> parse_shard(const std::string& text, const EnvLookup& env) {
     try {
       size_t used = 0;
       const long long n = std::stoll(text.substr(5), &used);
-      if (used == text.size() - 5 && n >= 1) given = n;
+      if (used == text.size() - 5 && n >= 1 && n <= kMaxShardNumber) given = n;
     } catch (const std::exception&) {
     }
-    if (!given) throw UsageError("--shard '" + text + "': expected auto/N with N >= 1, the number of shards");
+    if (!given)
+      throw UsageError("--shard '" + text + "': expected auto/N with N >= 1 (at most " +
+                       std::to_string(kMaxShardNumber) + "), the number of shards");
   }
   const auto slurm = slurm_shard(env);
   const std::optional<long long> k8s = env_number(env, "JOB_COMPLETION_INDEX");
@@ -92,12 +108,17 @@ std::pair<int, int> parse_shard(const std::string& text, const EnvLookup& env) {
     throw UsageError("--shard " + text + ": the Slurm job array has " + std::to_string(slurm->second) + " tasks");
   const long long k = slurm ? slurm->first : *k8s;
   const long long n = slurm ? slurm->second : given.value_or(0);
-  if (n == 0)
+  // Each message names the variables the index and the count were read from.
+  const std::string source = slurm ? "the Slurm job array's" : "JOB_COMPLETION_INDEX's";
+  if (!slurm && n == 0)
     throw UsageError("--shard auto: JOB_COMPLETION_INDEX=" + std::to_string(k) + " (a Kubernetes Indexed Job) gives "
                      "the index, not the count: use --shard auto/N with N = the Job's completions");
+  if (n > kMaxShardNumber)
+    throw UsageError("--shard " + text + ": " + source + " count " + std::to_string(n) + " is out of range (at most " +
+                     std::to_string(kMaxShardNumber) + ")");
   if (k < 0 || k >= n)
-    throw UsageError("--shard " + text + ": index " + std::to_string(k) + " is not below the count " +
-                     std::to_string(n));
+    throw UsageError("--shard " + text + ": " + source + " index " + std::to_string(k) +
+                     (k < 0 ? " is negative" : " is not below the count " + std::to_string(n)));
   return {static_cast<int>(k), static_cast<int>(n)};
 }
 

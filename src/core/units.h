@@ -37,7 +37,9 @@ using EnvLookup = std::function<std::optional<std::string>(const char* name)>;
 // UsageError, naming the variables, when neither is set, when a value is not a
 // number, when the array is not the range MIN..MAX (a list such as 1,3,7),
 // when Slurm's count variables disagree with each other, and when auto/N, the
-// Slurm array and the Kubernetes index disagree.
+// Slurm array and the Kubernetes index disagree; also for an index or count
+// beyond an int (2^31 - 1: never narrowed into another shard) and a Slurm
+// count below 1. Each message names the variables it read.
 std::pair<int, int> parse_shard(const std::string& text, const EnvLookup& env);
 
 // The sampler steps a denoising pass of `steps` at `strength` runs (img2img, inpainting, the hires

@@ -103,11 +103,14 @@ std::vector<TileAt> tile_grid(int64_t H, int64_t W, int tile, int overlap) {
 
 }  // namespace
 
+int tile_overlap(int tile, int overlap) { return tile < overlap * 4 ? tile / 4 : overlap; }
+
 // The weighted sum runs on the model's device in fp32, in the order tiled_scale adds (a tile's
 // result does not depend on which tiles share its model call: each is its own row of the batch).
-torch::Tensor Upscaler::tiled(const torch::Tensor& s, int tile, int overlap, int batch) {
+torch::Tensor Upscaler::tiled(const torch::Tensor& s, int tile, int overlap_asked, int batch) {
   const int64_t H = s.size(2), W = s.size(3), k = config_.scale;
   if (H <= tile && W <= tile) return call(s);
+  const int overlap = tile_overlap(tile, overlap_asked);  // the step tile - overlap stays above 0
   const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
   torch::Tensor out = torch::zeros({1, 3, H * k, W * k}, f32), div = torch::zeros({1, 1, H * k, W * k}, f32);
   const int feather = static_cast<int>(std::nearbyint(overlap * static_cast<double>(k)));
@@ -144,7 +147,12 @@ torch::Tensor Upscaler::upscale_on_device(const torch::Tensor& images, const Ups
         const torch::Tensor one = images.narrow(0, b, 1).to(device_, torch::kFloat32);
         outs.push_back(tiled(one, tile, tiling.overlap, batch));
       }
-      return torch::cat(outs).clamp(0.0, 1.0);
+      torch::Tensor out = torch::cat(outs);
+      // clamp keeps a NaN, and the 8-bit conversion makes it black: a broken model fails the image instead.
+      if (!torch::isfinite(out).all().item<bool>())
+        throw TaskError("upscaler '" + config_.display_name() + "' gave values that are not finite (NaN or " +
+                        "infinity): its weights or its dtype (" + config_.dtype + ") cannot upscale this image");
+      return out.clamp(0.0, 1.0);
     } catch (const OutOfMemoryError&) {
       if (batch > 1) {  // fewer tiles a call first, then smaller tiles
         batch /= 2;

@@ -4,7 +4,11 @@
 // border, so it may be shorter), each tile's output weighted by a linear feather of
 // round(overlap * scale) px on each side and the weighted sum divided by the summed weights; on an
 // out-of-memory the tile is halved and the image redone, down to 128 (then the OutOfMemoryError
-// propagates). RGB in [0, 1]; the output is clamped to [0, 1].
+// propagates). RGB in [0, 1]; the output is clamped to [0, 1]. A tile smaller than 4 x overlap
+// (below 128 px at overlap 32: a small fixed tile, --tile 64) overlaps by tile / 4 instead,
+// ComfyUI's rule for tiled VAE decodes (nodes.py VAEDecodeTiled: "if tile_size < overlap * 4:
+// overlap = tile_size // 4"), so the step tile - overlap is always above 0. An output that is not
+// finite (NaN, infinity) throws TaskError: clamped and taken to 8 bits it would be a black image.
 //
 // A fixed-tile folder (window-attention architectures, model.json tile.fixed) runs only at its
 // traced size T: tiles are T (not halved), a shorter tile is padded to T (by reflection when it is
@@ -54,6 +58,9 @@ class Upscaler {
   torch::ScalarType dtype_;
   torch::jit::Module module_;
 };
+
+// The overlap tiles of `tile` px use when `overlap` is asked for (ComfyUI's rule above).
+int tile_overlap(int tile, int overlap);
 
 // The feather mask of a tile output [1,C,h,w]: comfy.utils.tiled_scale_multidim's linear ramp of
 // `feather` px on each side of each dimension that is longer than the ramp.

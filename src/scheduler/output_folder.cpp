@@ -2,12 +2,17 @@
 
 #include <signal.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cerrno>
+#include <regex>
 #include <system_error>
 
 #include "batch/manifest.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/input_file.h"
+#include "core/json_shape.h"
 
 namespace sdxl {
 
@@ -57,6 +62,25 @@ void check_own_files(const std::filesystem::path& out_dir) {
                        "files and does not follow links in the output folder (remove the link)");
     if (st.type() != std::filesystem::file_type::regular)
       throw UsageError("'" + e.path().string() + "' is not a regular file (remove it)");
+  }
+}
+
+void check_plain_run_batch(const fs::path& out_dir, const std::string& batch_path) {
+  static const std::regex shard_report(R"(report-shard-[0-9]+-of-[0-9]+\.json)");
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(out_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!std::regex_match(name, shard_report)) continue;
+    InputFile in(e.path(), 256ull << 20);
+    const std::string text = in.ok() ? in.read_all() : std::string();
+    if (!in.ok() || check_json_shape(text).too_deep) continue;
+    const nlohmann::json r = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!r.is_object() || !r.contains("batch") || !r["batch"].is_string()) continue;
+    const std::string other = r["batch"].get<std::string>();
+    if (other.empty() || other == batch_path || fs::equivalent(other, batch_path, ec)) continue;
+    throw UsageError(out_dir.string() + " holds shard runs of batch file '" + other + "' (" + name +
+                     "); this run is of '" + batch_path +
+                     "': give each batch file its own --out folder (--force runs it there anyway)");
   }
 }
 

@@ -21,6 +21,12 @@ std::filesystem::path checked_output_path(const std::filesystem::path& out_dir_c
 // never follows a link planted in a shared folder.
 void check_own_files(const std::filesystem::path& out_dir);
 
+// A plain run (no --shard) of `batch_path` into a folder holding a job array's shard reports
+// (report-shard-K-of-N.json) of another batch file: UsageError naming both files and the report
+// (its tasks would be mixed into that array's folder and merged report). A report that cannot be
+// read as JSON is left to the report's reader.
+void check_plain_run_batch(const std::filesystem::path& out_dir, const std::string& batch_path);
+
 // Whether a temporary file of `owner` is provably dead to `me` (this
 // process): the same host (and PID namespace) and either `me`'s own pid or a
 // pid that no longer runs there. Another host's file is never dead to `me`:

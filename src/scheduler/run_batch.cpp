@@ -97,6 +97,7 @@ RunResult run_batch(const BatchFile& batch, const RunOptions& o, const std::vect
   set_temp_file_tag(o.shard_count > 1 ? "shard-" + std::to_string(o.shard_index) + "-of-" + std::to_string(o.shard_count)
                                       : "");
   if (o.shard_count > 1) check_shard_batch(o.out_dir, batch.path.string());  // before anything is written
+  else if (!o.force) check_plain_run_batch(o.out_dir, batch.path.string());
   RunState run(batch, o, prepare_output_folder(o.out_dir), devices);
   if (run.manifest.torn_lines() > 0)
     spdlog::warn("{}: ignored {} torn line(s) left by an interrupted run", run.manifest.path().string(),

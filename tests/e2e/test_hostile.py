@@ -20,7 +20,7 @@ import time
 import unittest
 from pathlib import Path
 
-from e2e_common import ARGS, ENV, fresh, main, read_report, sdxl
+from e2e_common import ARGS, ENV, fresh, main, pixels, read_report, sdxl
 
 
 def batch(d: Path, tasks: list[dict], **top) -> Path:
@@ -145,6 +145,20 @@ class NothingLostOrTwice(unittest.TestCase):
             r = run(b, out, "--shard", "0/2")
             self.assertEqual(r.returncode, 4, r.stderr)
 
+    def test_plain_run_of_another_batch_is_refused_in_a_shard_folder(self):
+        d = fresh("shard-other-batch")
+        out = d / "out"
+        out.mkdir()
+        other = str(d / "elsewhere" / "other.json")
+        (out / "report-shard-0-of-2.json").write_text(json.dumps({"batch": other, "shard": "0/2"}))
+        b = batch(d, ONE)
+        r = run(b, out)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn(f"holds shard runs of batch file '{other}' (report-shard-0-of-2.json); this run is of", r.stderr)
+        self.assertEqual(list(out.glob("*.png")), [], "nothing made before the refusal")
+        r = run(b, out, "--force")
+        self.assertEqual(r.returncode, 0, "--force runs it there anyway: " + r.stderr)
+
     def test_kill_after_png_before_manifest_makes_no_second_image(self):
         d = fresh("kill-png")
         out = d / "out"
@@ -197,6 +211,134 @@ class NoCrashNoHang(unittest.TestCase):
                  "--steps", "1", "--out", str(d / "x.png"), timeout=60)
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn("FIFO", r.stderr)
+
+
+def panel(path: Path, w: int = 40, h: int = 40) -> Path:
+    """A PNG of a horizontal grey ramp with a "parameters" chunk, as a panel the upscale command takes."""
+    from PIL import Image, PngImagePlugin
+    info = PngImagePlugin.PngInfo()
+    info.add_text("parameters", "a panel\nSteps: 2, Seed: 1")
+    row = bytes(x * 255 // max(1, w - 1) for x in range(w))
+    Image.frombytes("L", (w, h), row * h).convert("RGB").save(path, pnginfo=info)
+    return path
+
+
+def upscaler_folder(d: Path, name: str, *, tile: int, nan: bool = False) -> Path:
+    """An upscaler folder made by hand (model.json as export_sdxl.py --upscaler writes it): a scripted
+    nearest-neighbour x2 module traced at a fixed tile (SwinIR's kind of folder); `nan`: its output is NaN."""
+    import hashlib
+
+    import torch
+
+    class Nearest2(torch.nn.Module):
+        def __init__(self, nan: bool):
+            super().__init__()
+            self.nan = nan
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = torch.nn.functional.interpolate(x, scale_factor=2.0, mode="nearest")
+            return y * float("nan") if self.nan else y
+
+    folder = d / name
+    folder.mkdir(parents=True)
+    torch.jit.script(Nearest2(nan)).save(str(folder / "upscaler.ts"))
+    data = (folder / "upscaler.ts").read_bytes()
+    meta = {"kind": "upscaler", "format_version": 1, "name": name, "dtype": "fp32", "export_device": "cpu",
+            "upscaler": {"file": "upscaler.ts"}, "architecture": {"id": "Nearest"}, "scale": 2,
+            "tile": {"fixed": True, "size": tile},
+            "files": {"upscaler.ts": {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}}}
+    (folder / "model.json").write_text(json.dumps(meta))
+    return folder
+
+
+def upscale(out: Path, *inputs: Path, model: str = "Lanczos", by: str = "2", **kw) -> subprocess.CompletedProcess:
+    return sdxl("upscale", "--upscale-model", model, "--upscale", by, "--device", "cpu", "--out", str(out),
+                *map(str, inputs), **kw)
+
+
+class UpscaleNeverInPlace(unittest.TestCase):
+    """issue 56: `upscale` never overwrites an input, bounds its frames as the batch key does, fails one
+    image (exit 3) for what one image does, and reads only regular files."""
+
+    def test_out_that_is_an_input_folder_is_refused(self):
+        d = fresh("up-inplace")
+        panels = d / "panels"
+        panels.mkdir()
+        original = panel(panels / "p1.png").read_bytes()
+        (d / "linked").symlink_to(panels)
+        for out, src in ((panels, panels), (panels, panels / "p1.png"), (d / "linked", panels)):
+            r = upscale(out, src)
+            self.assertEqual(r.returncode, 2, f"--out {out} {src}: {r.stdout}{r.stderr}")
+            self.assertIn(f"--out '{out}' is the folder of the input '{src}'", r.stderr)
+        # An output file that is a link to an input would replace the input's content.
+        (d / "frames-linked").mkdir()
+        (d / "frames-linked" / "p1.png").symlink_to(panels / "p1.png")
+        r = upscale(d / "frames-linked", panels)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn(f"is the input '{panels / 'p1.png'}' (through a link)", r.stderr)
+        self.assertEqual((panels / "p1.png").read_bytes(), original, "the original is untouched")
+        self.assertEqual(sorted(p.name for p in panels.iterdir()), ["p1.png"], "nothing written beside it")
+        # A folder inside the input folder is fine: folders are read one level deep, so a rerun skips.
+        for attempt in ("first", "rerun"):
+            r = upscale(panels / "frames", panels)
+            self.assertEqual(r.returncode, 0, f"{attempt}: {r.stderr}")
+        self.assertIn("0 written, 1 already done", r.stdout)
+        self.assertEqual((panels / "p1.png").read_bytes(), original)
+
+    def test_frames_out_of_bounds_fail_their_image_only(self):
+        d = fresh("up-bounds")
+        src = d / "in"
+        src.mkdir()
+        panel(src / "big.png", 2048, 2048)
+        panel(src / "small.png", 64, 64)
+        r = upscale(d / "out", src, by="16")
+        self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
+        self.assertIn("--upscale 16 makes a 32768x32768 frame from the 2048x2048 image; each side must be 8..16384",
+                      r.stdout)
+        self.assertIn("1 written, 0 already done, 1 failed", r.stdout)
+        self.assertEqual(pixels(d / "out" / "small.png").shape, (1024, 1024, 3), "the other image is still made")
+        self.assertFalse((d / "out" / "big.png").exists())
+        r = upscale(d / "out-tiny", src / "small.png", by="0.05")
+        self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
+        self.assertIn("makes a 3x3 frame", r.stdout)
+        self.assertFalse((d / "out-tiny" / "small.png").exists(), "no 3x3 frame is written")
+
+    def test_fifos_and_a_file_as_out_are_refused_clearly(self):
+        d = fresh("up-fifo")
+        src = d / "in"
+        src.mkdir()
+        panel(src / "p1.png")
+        os.mkfifo(src / "pipe.png")
+        r = upscale(d / "out", src / "pipe.png", timeout=60)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn(f"upscale input '{src / 'pipe.png'}' is a FIFO", r.stderr)
+        r = upscale(d / "out", src, timeout=60)  # the folder's FIFO is skipped, its PNG made
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("skipped", r.stderr)
+        self.assertTrue((d / "out" / "p1.png").is_file())
+        (d / "planted").mkdir()
+        os.mkfifo(d / "planted" / "manifest.jsonl")
+        r = upscale(d / "planted", src / "p1.png", timeout=60)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("manifest.jsonl' is not a regular file", r.stderr)
+        (d / "a-file").write_text("x")
+        r = upscale(d / "a-file", src / "p1.png", timeout=60)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn(f"--out '{d / 'a-file'}' is a file, not a folder", r.stderr)
+
+    def test_small_fixed_tile_ends_and_nan_output_fails_the_image(self):
+        d = fresh("up-tile")
+        src = panel(d / "p1.png", 40, 40)
+        # A fixed tile of 16 px with ComfyUI's overlap of 32: the tile step was 16 - 32 < 0 (an endless
+        # loop); the overlap is now 16 / 4 px.
+        r = upscale(d / "out", src, model=str(upscaler_folder(d, "tile16", tile=16)), timeout=20)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        got, want = pixels(d / "out" / "p1.png"), pixels(src).repeat(2, axis=0).repeat(2, axis=1)
+        self.assertLessEqual(int(abs(got - want).max()), 1, "the tiles of a nearest x2 blend to a nearest x2")
+        r = upscale(d / "out-nan", src, model=str(upscaler_folder(d, "nan", tile=16, nan=True)), timeout=20)
+        self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
+        self.assertIn("upscaler 'nan' gave values that are not finite", r.stdout)
+        self.assertFalse((d / "out-nan" / "p1.png").exists(), "no black frame")
 
 
 class ClearErrors(unittest.TestCase):

@@ -192,6 +192,35 @@ TEST(BatchFile, ShardAutoFromTheSchedulersEnvironment) {
   EXPECT_NE(shard_error("auto/0", {{"JOB_COMPLETION_INDEX", "0"}}).find("N >= 1"), std::string::npos);
 }
 
+// Counts and indices beyond an int are refused, not narrowed into another shard (2^32 + 2 would
+// become 2) or a plain run of every task (auto/2^32 + 1 would become 1); a Slurm variable that is
+// wrong is named, not JOB_COMPLETION_INDEX.
+TEST(BatchFile, ShardAutoRefusesCountsOutOfRange) {
+  const std::string big_count =
+      shard_error("auto", {{"SLURM_ARRAY_TASK_ID", "2"}, {"SLURM_ARRAY_TASK_COUNT", "4294967298"}});
+  EXPECT_NE(big_count.find("SLURM_ARRAY_TASK_COUNT='4294967298' is out of range"), std::string::npos) << big_count;
+  EXPECT_NE(shard_error("auto", {{"SLURM_ARRAY_TASK_ID", "0"}, {"SLURM_ARRAY_TASK_COUNT", "2147483648"}})
+                .find("out of range"),
+            std::string::npos);
+  EXPECT_NE(shard_error("auto", {{"SLURM_ARRAY_TASK_ID", "99999999999999999999"}})
+                .find("SLURM_ARRAY_TASK_ID='99999999999999999999' is out of range"),
+            std::string::npos);
+  const std::string k8s = shard_error("auto/4294967297", {{"JOB_COMPLETION_INDEX", "0"}});
+  EXPECT_NE(k8s.find("N >= 1 (at most 2147483647)"), std::string::npos) << k8s;
+  const std::string range = shard_error("auto", {{"SLURM_ARRAY_TASK_ID", "0"}, {"SLURM_ARRAY_TASK_MIN", "-2000000000"},
+                                                 {"SLURM_ARRAY_TASK_MAX", "2000000000"}});
+  EXPECT_NE(range.find("the Slurm job array's count 4000000001 is out of range"), std::string::npos) << range;
+  const std::string zero = shard_error("auto", {{"SLURM_ARRAY_TASK_ID", "0"}, {"SLURM_ARRAY_TASK_COUNT", "0"}});
+  EXPECT_NE(zero.find("SLURM_ARRAY_TASK_COUNT must be 1 or more"), std::string::npos) << zero;
+  EXPECT_EQ(zero.find("JOB_COMPLETION_INDEX"), std::string::npos) << zero;
+  const std::string past = shard_error("auto", {{"SLURM_ARRAY_TASK_ID", "5"}, {"SLURM_ARRAY_TASK_COUNT", "3"}});
+  EXPECT_NE(past.find("the Slurm job array's index 5 is not below the count 3"), std::string::npos) << past;
+  EXPECT_EQ(past.find("JOB_COMPLETION_INDEX"), std::string::npos) << past;
+  EXPECT_EQ(sdxl::parse_shard("auto", env_of({{"SLURM_ARRAY_TASK_ID", "2147483646"},
+                                               {"SLURM_ARRAY_TASK_COUNT", "2147483647"}})),
+            (std::pair<int, int>{2147483646, 2147483647}));
+}
+
 TEST(BatchFile, ShardsAndDurations) {
   EXPECT_EQ(sdxl::parse_shard("0/4"), (std::pair<int, int>{0, 4}));
   EXPECT_EQ(sdxl::parse_shard("3/4"), (std::pair<int, int>{3, 4}));
