@@ -484,9 +484,10 @@ struct Checker {
                                 ") nor an upscaler folder: " + problems.back().message;
   }
 
-  // img2img input: relative to the batch file, a readable PNG; its size is the
-  // task's unless the task sets width/height, which must then match.
-  void read_init_image(const json& t, const std::string& ptr, const std::filesystem::path& origin, GenerationParams& p) {
+  // img2img input: relative to the batch file, a readable PNG; its size is the task's unless the task
+  // or /defaults (defaults_width, defaults_height) sets width/height, which must then match.
+  void read_init_image(const json& t, const std::string& ptr, const std::filesystem::path& origin,
+                       bool defaults_width, bool defaults_height, GenerationParams& p) {
     std::string rel;
     if (!get_path(t, ptr, "init_image", rel)) return;
     std::filesystem::path path(rel);
@@ -500,10 +501,16 @@ struct Checker {
     }
     p.init_image = path.string();
     if (!checks) return;  // the image's size is unknown
-    if (!t.contains("width")) p.width = w;
-    if (!t.contains("height")) p.height = h;
+    // A size the task or /defaults sets must be the image's; else the image's is the task's.
+    const bool own_w = t.contains("width"), own_h = t.contains("height");
+    if (!own_w && !defaults_width) p.width = w;
+    if (!own_h && !defaults_height) p.height = h;
+    const bool from_defaults = (!own_w && defaults_width) || (!own_h && defaults_height);
     if (const std::string size = init_size_problem(w, h, p.width, p.height); !size.empty())
-      add(ptr + "/init_image", "'" + path.string() + "' " + size);
+      add(ptr + "/init_image", "'" + path.string() + "' " + size +
+                                   (from_defaults ? " (a size from /defaults: give the task its own \"width\" and "
+                                                    "\"height\", or leave the size out of /defaults)"
+                                                  : ""));
   }
 
   // Inpainting mask: relative to the batch file, confined like every input
@@ -792,6 +799,7 @@ void read_story_fields(Checker& ck, const json& obj, const std::string& ptr, Sto
 // What every task starts from: the model's defaults, then the file's "defaults".
 struct TaskDefaults {
   GenerationParams params;
+  bool sets_width = false, sets_height = false;  // in /defaults: an init image must then match them
   std::string priority = "mid";
   double timeout_s = 0;
   StoryFields story;
@@ -806,6 +814,8 @@ TaskDefaults read_defaults(Checker& ck, const json& j, const GenerationParams& f
     return td;
   }
   const json& d = j["defaults"];
+  td.sets_width = d.contains("width");
+  td.sets_height = d.contains("height");
   ck.check_keys(d, "/defaults", allowed_keys(true));
   ck.read_settings(d, "/defaults", td.params);
   ck.check_sampler(d, "/defaults", td.params);
@@ -932,7 +942,7 @@ bool read_task(Checker& ck, const json& t, const std::string& ptr, const TaskDef
   ck.read_settings(t, ptr, task.params);
   ck.task_id.clear();
   if (t.contains("sampler") || t.contains("schedule")) ck.check_sampler(t, ptr, task.params);
-  ck.read_init_image(t, ptr, origin, task.params);
+  ck.read_init_image(t, ptr, origin, td.sets_width, td.sets_height, task.params);
   ck.check_mask(t, ptr, task.params);
   ck.check_step_counts(t, ptr, task.params);
   ck.check_task_upscale(t, ptr, task.params);
@@ -961,8 +971,10 @@ std::string mask_settings_problem(const GenerationParams& p, int mask_w, int mas
   if (p.init_image.empty()) return "is a mask but the task has no init image (a mask marks what to repaint of one)";
   if (p.hires_on()) return "is a mask, which the hires fix cannot be combined with (its second pass would repaint all)";
   if (mask_w <= 0 || mask_h <= 0) return "";  // size unknown (no file checks)
-  const double at_task_height = static_cast<double>(mask_w) * p.height / mask_h;
-  if (std::abs(at_task_height - p.width) <= 1.0) return "";
+  // Within a pixel along either side: the mask's width at the task's height, or its height at the task's width.
+  const double w_at_task_height = static_cast<double>(mask_w) * p.height / mask_h;
+  const double h_at_task_width = static_cast<double>(mask_h) * p.width / mask_w;
+  if (std::abs(w_at_task_height - p.width) <= 1.0 || std::abs(h_at_task_width - p.height) <= 1.0) return "";
   return "is " + std::to_string(mask_w) + "x" + std::to_string(mask_h) + ", another aspect ratio than the task's " +
          std::to_string(p.width) + "x" + std::to_string(p.height) +
          " (a mask is resized to the task's size, never cropped or stretched: make it the init image's shape)";

@@ -772,3 +772,45 @@ TEST(GenerationParams, UpscaleAddsThePostprocessFieldsAfterVersion) {
             std::string::npos);
   EXPECT_EQ(sdxl::upscale_frame_size(p.upscale, 768, 1344), std::make_pair(1536, 2688));
 }
+
+namespace sdxl {
+namespace {
+
+// A mask is resized to the task's size: one within a pixel of its aspect along either side is fine
+// (1024x1023 for 1024x1024 was refused: its width at the task's height is 1025.0).
+TEST(BatchFile, AMaskAPixelOffEitherWayIsFine) {
+  GenerationParams p;
+  p.init_image = "init.png";
+  p.width = p.height = 1024;
+  EXPECT_EQ(mask_settings_problem(p, 1024, 1023), "");
+  EXPECT_EQ(mask_settings_problem(p, 1023, 1024), "");
+  EXPECT_NE(mask_settings_problem(p, 1024, 1020), "");
+  EXPECT_NE(mask_settings_problem(p, 1000, 1024), "");
+}
+
+}  // namespace
+}  // namespace sdxl
+
+// An init image's size is the task's unless the task or /defaults sets one: a /defaults size it does not
+// have is a problem at the task's init_image, not silently replaced by the image's.
+TEST(BatchFile, ADefaultsSizeAnInitImageLacksIsAProblem) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("sdxl_init_defaults_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::vector<std::uint8_t> px(16 * 8 * 3, 128);
+  sdxl::write_png((dir / "i.png").string(), 16, 8, 3, px.data(), {});
+  std::vector<sdxl::BatchProblem> ps;
+  const auto bf = parse_checked(R"({"version": 1, "defaults": {"width": 64, "height": 64},
+      "tasks": [{"id": "a", "prompt": "x", "init_image": "i.png"},
+                {"id": "b", "prompt": "x", "init_image": "i.png", "width": 16, "height": 8}]})",
+                                dir / "b.json", sdxl::GenerationParams{}, &ps);
+  ASSERT_EQ(ps.size(), 1u);
+  EXPECT_EQ(ps[0].pointer, "/tasks/0/init_image");
+  EXPECT_NE(ps[0].message.find("/defaults"), std::string::npos) << ps[0].message;
+  ps.clear();
+  const auto plain = parse_checked(R"({"version": 1, "tasks": [{"id": "a", "prompt": "x", "init_image": "i.png"}]})",
+                                   dir / "b.json", sdxl::GenerationParams{}, &ps);
+  EXPECT_TRUE(ps.empty());
+  EXPECT_EQ(plain.tasks[0].params.width, 16);
+  fs::remove_all(dir);
+}
