@@ -209,6 +209,7 @@ class ReportReadsOnlyItsFolder(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.secret = self.d / "secret.png"
         shutil.copy(next(self.out.glob("a-*.png")), self.secret)
+        self.run_report = (self.out / "report.json").read_bytes()
 
     def report(self):
         return sdxl("report", str(self.out), timeout=60)
@@ -226,7 +227,9 @@ class ReportReadsOnlyItsFolder(unittest.TestCase):
         self.assertEqual(html.count('class="card missing"'), 3)
 
     def test_deep_fifo_and_wrong_typed_reports_end_with_clear_errors(self):
-        (self.out / "report-shard-1-of-2.json").write_text('{"images": ' + "[" * 200000 + "]" * 200000 + "}")
+        batch_path = json.dumps(json.loads(self.run_report)["batch"])
+        deep = '{"batch": ' + batch_path + ', "images": [' + "[" * 200000 + "]" * 200000 + "]}"
+        (self.out / "report-shard-1-of-2.json").write_text(deep)
         r = self.report()
         self.assertEqual(r.returncode, 1, r.stderr[-300:])  # IoError, not SIGSEGV (-11)
         self.assertIn("report-shard-1-of-2.json: not a run report (nested deeper than 64 levels)", r.stderr)
@@ -235,6 +238,8 @@ class ReportReadsOnlyItsFolder(unittest.TestCase):
         self.assertIn(r.returncode, (0, 3), r.stderr)
         self.assertIn("report-shard-1-of-2.json: /images is a number, not an array", r.stderr)
         self.assertNotIn("unexpected", r.stderr)
+        (self.out / "report-shard-1-of-2.json").unlink()
+        (self.out / "report.json").write_bytes(self.run_report)  # the merge above replaced it
         os.mkfifo(self.out / "seeds-shard-1-of-2.jsonl")
         r = self.report()
         self.assertEqual(r.returncode, 2, r.stderr)

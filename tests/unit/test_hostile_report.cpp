@@ -183,7 +183,8 @@ TEST(HostileReport, AbsurdTimesDoNotStretchTheTimeAxis) {
 // an IoError naming it, before anything walks it (200,000 levels crashed the report with SIGSEGV).
 TEST(HostileReport, DeeplyNestedReportIsRefusedNotWalked) {
   TempDir d("report-deep");
-  const std::string deep = "{\"images\": [" + std::string(200000, '[') + std::string(200000, ']') + "]}";
+  const std::string deep = "{\"batch\": \"/b/night.json\", \"images\": [" + std::string(200000, '[') +
+                           std::string(200000, ']') + "]}";
   spit(d.root / shard_name(0, 2), deep);
   const std::string why = error_of([&] { sdxl::merge_run_reports(d.root); });
   EXPECT_NE(why.find(shard_name(0, 2)), std::string::npos) << why;
