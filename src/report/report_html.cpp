@@ -59,11 +59,19 @@ const json& array_field(const json& j, const char* key) {
 
 // ---------------------------------------------------------------- formatting
 
+// Runs without a special character are appended whole: a thumbnail's data: URI is tens of KiB of them.
 std::string escape(std::string_view s) {
   std::string out;
   out.reserve(s.size() + 16);
-  for (char c : s) {
-    switch (c) {
+  size_t at = 0;
+  while (at < s.size()) {
+    size_t special = at;
+    while (special < s.size() && s[special] != '&' && s[special] != '<' && s[special] != '>' && s[special] != '"' &&
+           s[special] != '\'')
+      ++special;
+    out.append(s.substr(at, special - at));
+    if (special == s.size()) break;
+    switch (s[special]) {
       case '&':
         out += "&amp;";
         break;
@@ -76,12 +84,10 @@ std::string escape(std::string_view s) {
       case '"':
         out += "&quot;";
         break;
-      case '\'':
-        out += "&#39;";
-        break;
       default:
-        out += c;
+        out += "&#39;";
     }
+    at = special + 1;
   }
   return out;
 }
@@ -674,23 +680,22 @@ std::string thumbnail_data_uri(const std::filesystem::path& out_dir, const std::
 
 std::string base64_encode(std::span<const std::uint8_t> data) {
   static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  out.reserve((data.size() + 2) / 3 * 4);
+  std::string out((data.size() + 2) / 3 * 4, '=');
+  char* o = out.data();
   size_t i = 0;
-  for (; i + 3 <= data.size(); i += 3) {
+  for (; i + 3 <= data.size(); i += 3, o += 4) {
     const std::uint32_t v = (std::uint32_t{data[i]} << 16) | (std::uint32_t{data[i + 1]} << 8) | data[i + 2];
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += kAlphabet[(v >> 6) & 63];
-    out += kAlphabet[v & 63];
+    o[0] = kAlphabet[(v >> 18) & 63];
+    o[1] = kAlphabet[(v >> 12) & 63];
+    o[2] = kAlphabet[(v >> 6) & 63];
+    o[3] = kAlphabet[v & 63];
   }
-  if (const size_t rest = data.size() - i; rest > 0) {
+  if (const size_t rest = data.size() - i; rest > 0) {  // the last 1 or 2 bytes; '=' pads the rest
     std::uint32_t v = std::uint32_t{data[i]} << 16;
     if (rest == 2) v |= std::uint32_t{data[i + 1]} << 8;
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += rest == 2 ? kAlphabet[(v >> 6) & 63] : '=';
-    out += '=';
+    o[0] = kAlphabet[(v >> 18) & 63];
+    o[1] = kAlphabet[(v >> 12) & 63];
+    if (rest == 2) o[2] = kAlphabet[(v >> 6) & 63];
   }
   return out;
 }
