@@ -1,5 +1,7 @@
 #include "report/report_html.h"
 
+#include <zlib.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -644,6 +646,29 @@ std::vector<std::uint8_t> downscale_rgb(const std::uint8_t* src, int w, int h, i
   return out;
 }
 
+// `png` with only its critical chunks (IHDR, PLTE, IDAT, IEND), each checked against its CRC: an image that
+// needs no downscale is shown as it is, without being encoded again, and without its text chunks (its
+// parameters) or any other ancillary chunk. "" when the chunks do not parse (then it is encoded again).
+std::string critical_chunks(const std::string& png) {
+  auto be32 = [&png](size_t at) {
+    std::uint32_t v = 0;
+    for (size_t k = 0; k < 4; ++k) v = (v << 8) | static_cast<unsigned char>(png[at + k]);
+    return v;
+  };
+  std::string out = png.substr(0, 8);  // the signature (stb checked it)
+  for (size_t at = 8; at + 12 <= png.size();) {
+    const std::uint32_t len = be32(at);
+    if (len > png.size() - at - 12) return {};
+    const std::string type = png.substr(at + 4, 4);
+    const auto* body = reinterpret_cast<const Bytef*>(png.data() + at + 4);
+    if (crc32(0, body, static_cast<uInt>(len + 4)) != be32(at + 8 + len)) return {};
+    if (type == "IHDR" || type == "PLTE" || type == "IDAT" || type == "IEND") out.append(png, at, 12 + size_t{len});
+    if (type == "IEND") return out;
+    at += 12 + size_t{len};
+  }
+  return {};
+}
+
 // The largest file a thumbnail is made from: what an input image may be (image/png_reader.cpp).
 constexpr std::uint64_t kMaxThumbnailSourceBytes = 256ull << 20;
 
@@ -662,6 +687,10 @@ std::string thumbnail_data_uri(const std::filesystem::path& out_dir, const std::
     const int w = img.width, h = img.height;
     if (w <= 0 || h <= 0) return {};
     const int longest = std::max(w, h);
+    if (longest <= kThumbnailMaxSide)
+      if (const std::string as_is = critical_chunks(data); !as_is.empty())
+        return "data:image/png;base64," +
+               base64_encode({reinterpret_cast<const std::uint8_t*>(as_is.data()), as_is.size()});
     std::vector<std::uint8_t> thumb;
     int tw = w, th = h;
     if (longest > kThumbnailMaxSide) {

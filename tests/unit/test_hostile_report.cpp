@@ -262,3 +262,26 @@ TEST(HostileReport, ImagesOfAReplacedRunKeepTheirThumbnailAndTime) {
   EXPECT_EQ(thumbnails_in(d.root / "report.html"), 3u);
   EXPECT_NE(html.find("b #0 total 4.00 s"), std::string::npos);  // a bar on the timeline
 }
+
+// Rule (Low, cheap thumbnails): an image no larger than a thumbnail is shown as it is, without being encoded
+// again: its critical chunks only, so its text chunks (the PNG's parameters) do not reach the page.
+TEST(HostileReport, SmallImagesAreShownAsTheyAreWithoutTheirTextChunks) {
+  TempDir d("report-small");
+  std::vector<std::uint8_t> px(size_t{40} * 30 * 3, 90);
+  sdxl::write_png(d.root / "small.png", 40, 30, 3, px.data(), {{"parameters", "a private prompt"}});
+  const std::string file = slurp(d.root / "small.png");
+  ASSERT_NE(file.find("tEXt"), std::string::npos);
+  sdxl::write_report_html(d.root, json{{"images", {image("a", "small.png")}}});
+  const std::string html = slurp(d.root / "report.html");
+  const size_t at = html.find("src=\"data:image/png;base64,");
+  ASSERT_NE(at, std::string::npos);
+  const size_t begin = at + std::string("src=\"data:image/png;base64,").size();
+  const std::string uri = html.substr(begin, html.find('"', begin) - begin);
+  // The file without its tEXt chunk (12 bytes of frame + keyword, NUL and text), base64-encoded.
+  const size_t text_at = file.find("tEXt") - 4;
+  const size_t text_len = 12 + std::string("parameters").size() + 1 + std::string("a private prompt").size();
+  std::string expected = file;
+  expected.erase(text_at, text_len);
+  EXPECT_EQ(uri, sdxl::base64_encode({reinterpret_cast<const std::uint8_t*>(expected.data()), expected.size()}));
+  EXPECT_EQ(html.find("a private prompt"), std::string::npos);
+}
