@@ -679,8 +679,9 @@ constexpr std::uint64_t kMaxThumbnailSourceBytes = 256ull << 20;
 // its pixel limit (kMaxInputImagePixels, from the header, before any pixel is decoded).
 std::string thumbnail_data_uri(const std::filesystem::path& out_dir, const std::string& file) {
   try {
-    const std::filesystem::path path = out_dir / file;
-    InputFile f(path, kMaxThumbnailSourceBytes, out_dir);
+    const std::filesystem::path root = out_dir.empty() ? std::filesystem::path(".") : out_dir;  // "" is unconfined
+    const std::filesystem::path path = root / file;
+    InputFile f(path, kMaxThumbnailSourceBytes, root);
     const std::string data = f.ok() ? f.read_all() : std::string();
     if (!f.ok() || !f.error().empty()) return {};
     const RgbImage img = decode_png_rgb(data, path, "image");

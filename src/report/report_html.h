@@ -34,7 +34,10 @@ std::string render_report_html(const nlohmann::json& report, const std::vector<s
 // out_dir/<file_name> atomically. A thumbnail is made only from a regular file
 // inside out_dir once links are resolved, of at most 256 MiB and within the
 // input images' pixel limit (image/png_reader.h), as every input is read: a
-// report names any path, and its folder may be shared.
+// report names any path, and its folder may be shared. An image no larger
+// than a thumbnail is embedded as it is, its critical chunks only (no text
+// chunks). The page is written in pieces (core/atomic_stream.h): it is never
+// held whole in memory.
 void write_report_html(const std::filesystem::path& out_dir, const nlohmann::json& report,
                        const std::string& file_name = "report.html");
 
