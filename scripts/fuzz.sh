@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of the torch-free core with clang (address +
 # undefined-behaviour sanitizers) and runs each for SECONDS (default 300).
-#   scripts/fuzz.sh [SECONDS] [TARGET...]     targets: batch_file clip_tokenizer prompt_parser safetensors
+#   scripts/fuzz.sh [SECONDS] [TARGET...]     targets: batch_file clip_tokenizer prompt_parser safetensors report
 # Needs: clang, libclang-rt-dev (Debian), .venv (to make the tokenizer files).
 # Exit non-zero on any crash, leak, sanitizer report or timeout; the input that
 # broke it is left in build/fuzz/<target>/: add it to tests/fuzz/regressions/<target>/
@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-300}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(batch_file clip_tokenizer prompt_parser safetensors)
+[ ${#targets[@]} -gt 0 ] || targets=(batch_file clip_tokenizer prompt_parser safetensors report)
 CXX=${CXX_FUZZ:-clang++}
 command -v "$CXX" >/dev/null || { echo "fuzz: $CXX not found (apt-get install clang libclang-rt-dev)" >&2; exit 1; }
 out=build/fuzz
@@ -26,7 +26,10 @@ declare -A srcs=(
   [clip_tokenizer]="src/text/clip_tokenizer.cpp src/text/unicode_data.cpp"
   [prompt_parser]="src/text/prompt_parser.cpp src/text/prompt_chunks.cpp src/text/clip_tokenizer.cpp src/text/unicode_data.cpp"
   [safetensors]="src/lora/safetensors.cpp src/lora/lora_keys.cpp src/core/sha256.cpp src/core/input_file.cpp"
+  [report]="src/scheduler/night_report.cpp src/scheduler/output_folder.cpp src/report/report_html.cpp src/image/png_reader.cpp src/image/png_writer.cpp src/batch/manifest.cpp src/batch/generation_params.cpp src/core/error.cpp src/core/input_file.cpp src/core/json_shape.cpp src/core/input_text.cpp src/core/atomic_file.cpp src/core/run_lock.cpp"
 )
+# Libraries a target links beyond the sanitizers (the report target: zlib for PNGs, fmt for spdlog).
+declare -A libs=([report]="-lz -lfmt")
 if [ ! -f "$out/tokenizer/vocab.json" ]; then
   .venv/bin/python scripts/export/clip_vocab.py "$out/tokenizer" --pad-token '!' >/dev/null
 fi
@@ -46,7 +49,7 @@ for t in "${targets[@]}"; do
   echo "fuzz: linking $t"
   objs=()
   for f in tests/fuzz/fuzz_$t.cpp ${srcs[$t]}; do objs+=("$(obj_of "$f")"); done
-  $CXX "${flags[@]}" "${objs[@]}" -o "$bin"
+  $CXX "${flags[@]}" "${objs[@]}" ${libs[$t]:-} -o "$bin"
   mkdir -p "$out/$t/corpus"
   seed_dir=$out/$t/seeds
   mkdir -p "$seed_dir"
@@ -63,6 +66,8 @@ for t in "${targets[@]}"; do
     done
     printf '\x36\x00\x00\x00\x00\x00\x00\x00{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}\x00\x00\x80\x3f' > "$seed_dir/min.safetensors"
   fi
+  # The report target starts from run reports and manifests (tests/fuzz/regressions/report holds them).
+  if [ "$t" = report ]; then rm -f "$seed_dir"/*.json "$seed_dir/prompt.txt"; cp tests/fuzz/regressions/report/* "$seed_dir/"; fi
   echo "fuzz: running $t for ${secs}s"
   (cd "$out/$t" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     "../fuzz_$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=4096 -print_final_stats=1 corpus seeds 2>&1 | tail -15)

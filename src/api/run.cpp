@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <sstream>
 
@@ -352,9 +353,13 @@ FolderReport write_folder_report(const std::string& out_dir) {
     const nlohmann::json r = sdxl::merge_run_reports(out_dir);
     FolderReport f;
     f.path = sdxl::write_night_report(out_dir, r).string();
-    f.images_total = static_cast<int>(r.value("images_total", 0.0));
-    f.images_done = static_cast<int>(r.value("images_done", 0.0));
-    f.images_failed = static_cast<int>(r.value("images_failed", 0.0));
+    // Sums over the runs' reports, each count below 2^31: their sum may not be.
+    auto count = [&r](const char* key) {
+      return static_cast<int>(std::clamp(r.value(key, 0.0), 0.0, static_cast<double>(INT_MAX)));
+    };
+    f.images_total = count("images_total");
+    f.images_done = count("images_done");
+    f.images_failed = count("images_failed");
     f.runs = static_cast<int>(r["runs"].size());
     f.hosts = static_cast<int>(r["hosts"].size());
     return f;

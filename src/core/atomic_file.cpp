@@ -1,4 +1,5 @@
 #include "core/atomic_file.h"
+#include "core/atomic_stream.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -137,10 +138,19 @@ std::optional<TempFileOwner> parse_temp_file_name(const std::string& name) {
 }
 
 void write_file_atomic(const std::filesystem::path& path, std::span<const std::uint8_t> data) {
+  write_file_atomic_streamed(path, [&](const std::function<void(std::string_view)>& write) {
+    write(std::string_view(reinterpret_cast<const char*>(data.data()), data.size()));
+  });
+}
+
+void write_file_atomic_streamed(const std::filesystem::path& path,
+                                const std::function<void(const std::function<void(std::string_view)>&)>& produce) {
   static std::atomic<unsigned> counter{0};
   const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
   TempFile tmp(dir / temp_file_name(path.filename().string(), this_temp_file_owner(), counter++));
-  tmp.write_all(data.data(), data.size());
+  produce([&tmp](std::string_view piece) {
+    tmp.write_all(reinterpret_cast<const std::uint8_t*>(piece.data()), piece.size());
+  });
   tmp.sync_and_close();
   tmp.commit_to(path);
   fsync_dir(dir);

@@ -1,35 +1,22 @@
 #include "report/report_html.h"
 
+#include <zlib.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <exception>
-#include <memory>
+#include <functional>
 #include <string_view>
 #include <utility>
 
-#include "core/atomic_file.h"
+#include "core/atomic_stream.h"
+#include "core/input_file.h"
+#include "core/parallel.h"
+#include "image/png_reader.h"
 #include "image/png_writer.h"
-
-// stb_image is header-only; its implementation lives in this file alone, and
-// static so it cannot clash with another copy (libstb, a test) at link time.
-#define STB_IMAGE_IMPLEMENTATION
-#define STB_IMAGE_STATIC
-#define STBI_ONLY_PNG
-#define STBI_FAILURE_USERMSG
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-function"
-#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
-#pragma GCC diagnostic ignored "-Wsign-compare"
-#pragma GCC diagnostic ignored "-Wshadow"
-#pragma GCC diagnostic ignored "-Wunused-parameter"
-#pragma GCC diagnostic ignored "-Wimplicit-fallthrough"
-#pragma GCC diagnostic ignored "-Wpedantic"
-#pragma GCC diagnostic ignored "-Wunused-but-set-variable"
-#include <stb/stb_image.h>
-#pragma GCC diagnostic pop
 
 namespace sdxl {
 namespace {
@@ -47,12 +34,16 @@ const json& field(const json& j, const char* key) {
   return it == j.end() ? kNull : *it;
 }
 
+// A finite number, else `fallback` (a report may hold 1e400, read as infinity).
 double num(const json& j, const char* key, double fallback = 0.0) {
   const json& v = field(j, key);
-  return v.is_number() ? v.get<double>() : fallback;
+  return v.is_number() && std::isfinite(v.get<double>()) ? v.get<double>() : fallback;
 }
 
-bool has_num(const json& j, const char* key) { return field(j, key).is_number(); }
+bool has_num(const json& j, const char* key) {
+  const json& v = field(j, key);
+  return v.is_number() && std::isfinite(v.get<double>());
+}
 
 // Strings as they are, numbers and booleans as JSON writes them, else "".
 std::string text(const json& j, const char* key) {
@@ -70,11 +61,19 @@ const json& array_field(const json& j, const char* key) {
 
 // ---------------------------------------------------------------- formatting
 
+// Runs without a special character are appended whole: a thumbnail's data: URI is tens of KiB of them.
 std::string escape(std::string_view s) {
   std::string out;
   out.reserve(s.size() + 16);
-  for (char c : s) {
-    switch (c) {
+  size_t at = 0;
+  while (at < s.size()) {
+    size_t special = at;
+    while (special < s.size() && s[special] != '&' && s[special] != '<' && s[special] != '>' && s[special] != '"' &&
+           s[special] != '\'')
+      ++special;
+    out.append(s.substr(at, special - at));
+    if (special == s.size()) break;
+    switch (s[special]) {
       case '&':
         out += "&amp;";
         break;
@@ -87,12 +86,10 @@ std::string escape(std::string_view s) {
       case '"':
         out += "&quot;";
         break;
-      case '\'':
-        out += "&#39;";
-        break;
       default:
-        out += c;
+        out += "&#39;";
     }
+    at = special + 1;
   }
   return out;
 }
@@ -149,6 +146,7 @@ std::string format_bytes(double bytes) {
 
 std::string format_duration(double s) {
   if (!(s >= 0)) s = 0;
+  s = std::min(s, 1e15);  // llround of a larger number is undefined; no run lasts 30 million years
   if (s < 60) return fmt("%.1f s", s);
   const auto total = static_cast<long long>(std::llround(s));
   if (total < 3600) return fmt("%lld min %02lld s", total / 60, total % 60);
@@ -165,6 +163,7 @@ double nice_step(double x) {
 }
 
 std::string format_tick_s(double t, double step) {
+  if (step >= 3600) return fmt("%g h", t / 3600);
   if (step >= 60) return fmt("%g min", t / 60);
   return fmt("%g s", t);
 }
@@ -291,9 +290,18 @@ struct Card {
   std::string task;
   double index = 0;
   const json* entry = nullptr;
-  std::string uri;  // "" = missing
+  size_t image = 0;  // its index in report["images"]; failures: kNoImage
   bool failed = false;
 };
+constexpr size_t kNoImage = static_cast<size_t>(-1);
+
+// Thumbnails of the images report["images"][i] for each i of `images`, as data: URIs ("" = missing), in
+// that order.
+using ThumbnailsOf = std::function<std::vector<std::string>(const std::vector<size_t>& images)>;
+// Where the page goes, piece by piece.
+using PageSink = std::function<void(std::string_view)>;
+// The sheet is made this many cards at a time: their thumbnails, then their HTML, then out to the sink.
+constexpr size_t kCardsPerBlock = 256;
 
 std::string id_label(const json& e) {
   std::string s = text(e, "task");
@@ -319,15 +327,51 @@ std::string detailer_boxes(const json& regions) {
   return h;
 }
 
-void render_sheet(std::string& h, const json& r, const std::vector<std::string>& uris) {
+// One card of the sheet; `uri` is its thumbnail ("" = missing).
+void render_card(std::string& h, const Card& c, const std::string& uri) {
+  const json& e = *c.entry;
+  const std::string prompt = text(e, "prompt");
+  const std::string file = text(e, "file");
+  std::string meta;
+  if (auto seed = text(e, "seed"); !seed.empty()) meta += "seed " + seed;
+  if (has_num(e, "width") && has_num(e, "height"))
+    meta += fmt(" \u00b7 %.0f\u00d7%.0f", num(e, "width"), num(e, "height"));
+  if (has_num(e, "total_s")) meta += fmt(" \u00b7 %.1f s", num(e, "total_s"));
+
+  std::string tooltip = id_label(e) + (meta.empty() ? "" : "  " + meta);
+  if (has_num(e, "steps")) tooltip += fmt("  steps %.0f", num(e, "steps"));
+  if (has_num(e, "cfg")) tooltip += fmt("  cfg %g", num(e, "cfg"));
+  if (!prompt.empty()) tooltip += "\n" + prompt;
+
+  const char* cls = c.failed ? "card failed" : uri.empty() ? "card missing" : "card";
+  h += "<figure class=\"" + std::string(cls) + "\" title=\"" + escape(tooltip) + "\"><div class=\"thumb\">";
+  if (c.failed) {
+    h += "<strong>failed</strong>" + escape(truncate_utf8(text(e, "error"), 400));
+  } else if (uri.empty()) {
+    h += "<strong>file missing</strong><span>" + escape(file) + "</span>";
+  } else {
+    std::string img = "<img src=\"" + escape(uri) + "\" alt=\"" + escape(truncate_utf8(prompt, 80)) + "\">";
+    if (e.contains("detailer") && e["detailer"].is_array() && !e["detailer"].empty())
+      img = "<span class=\"boxed\">" + img + detailer_boxes(e["detailer"]) + "</span>";
+    h += file.empty() ? img : "<a href=\"" + escape(url_path(file)) + "\">" + img + "</a>";
+  }
+  h += "</div><figcaption><span class=\"id\">" + escape(id_label(e)) + "</span> <span class=\"meta\">" +
+       escape(meta) + "</span>";
+  if (!prompt.empty()) h += "<div class=\"prompt\">" + escape(truncate_utf8(prompt, 80)) + "</div>";
+  h += "</figcaption></figure>\n";
+}
+
+// The contact sheet, kCardsPerBlock cards at a time (their thumbnails made, written to `sink`, dropped), so
+// that a sheet of 60,000 images never holds more than one block of thumbnails.
+void render_sheet(std::string& h, const json& r, const ThumbnailsOf& thumbnails_of, const PageSink& sink) {
   std::vector<Card> cards;
   const json& images = array_field(r, "images");
   for (size_t i = 0; i < images.size(); ++i) {
     const json& e = images[i];
-    const bool failed = !text(e, "error").empty();
-    cards.push_back({text(e, "task"), num(e, "index"), &e, i < uris.size() ? uris[i] : "", failed});
+    cards.push_back({text(e, "task"), num(e, "index"), &e, i, !text(e, "error").empty()});
   }
-  for (const json& f : array_field(r, "failures")) cards.push_back({text(f, "task"), num(f, "index"), &f, "", true});
+  for (const json& f : array_field(r, "failures"))
+    cards.push_back({text(f, "task"), num(f, "index"), &f, kNoImage, true});
   std::stable_sort(cards.begin(), cards.end(), [](const Card& a, const Card& b) {
     if (a.task != b.task) return natural_less(a.task, b.task);
     return a.index < b.index;
@@ -339,37 +383,19 @@ void render_sheet(std::string& h, const json& r, const std::vector<std::string>&
     return;
   }
   h += "<div class=\"sheet\">\n";
-  for (const Card& c : cards) {
-    const json& e = *c.entry;
-    const std::string prompt = text(e, "prompt");
-    const std::string file = text(e, "file");
-    std::string meta;
-    if (auto seed = text(e, "seed"); !seed.empty()) meta += "seed " + seed;
-    if (has_num(e, "width") && has_num(e, "height"))
-      meta += fmt(" \u00b7 %.0f\u00d7%.0f", num(e, "width"), num(e, "height"));
-    if (has_num(e, "total_s")) meta += fmt(" \u00b7 %.1f s", num(e, "total_s"));
-
-    std::string tooltip = id_label(e) + (meta.empty() ? "" : "  " + meta);
-    if (has_num(e, "steps")) tooltip += fmt("  steps %.0f", num(e, "steps"));
-    if (has_num(e, "cfg")) tooltip += fmt("  cfg %g", num(e, "cfg"));
-    if (!prompt.empty()) tooltip += "\n" + prompt;
-
-    const char* cls = c.failed ? "card failed" : c.uri.empty() ? "card missing" : "card";
-    h += "<figure class=\"" + std::string(cls) + "\" title=\"" + escape(tooltip) + "\"><div class=\"thumb\">";
-    if (c.failed) {
-      h += "<strong>failed</strong>" + escape(truncate_utf8(text(e, "error"), 400));
-    } else if (c.uri.empty()) {
-      h += "<strong>file missing</strong><span>" + escape(file) + "</span>";
-    } else {
-      std::string img = "<img src=\"" + escape(c.uri) + "\" alt=\"" + escape(truncate_utf8(prompt, 80)) + "\">";
-      if (e.contains("detailer") && e["detailer"].is_array() && !e["detailer"].empty())
-        img = "<span class=\"boxed\">" + img + detailer_boxes(e["detailer"]) + "</span>";
-      h += file.empty() ? img : "<a href=\"" + escape(url_path(file)) + "\">" + img + "</a>";
+  for (size_t begin = 0; begin < cards.size(); begin += kCardsPerBlock) {
+    const size_t end = std::min(cards.size(), begin + kCardsPerBlock);
+    std::vector<size_t> wanted;
+    for (size_t k = begin; k < end; ++k)
+      if (cards[k].image != kNoImage && !cards[k].failed) wanted.push_back(cards[k].image);
+    const std::vector<std::string> uris = thumbnails_of(wanted);
+    for (size_t k = begin, w = 0; k < end; ++k) {
+      const bool has_uri = cards[k].image != kNoImage && !cards[k].failed;
+      render_card(h, cards[k], has_uri && w < uris.size() ? uris[w] : std::string());
+      if (has_uri) ++w;
     }
-    h += "</div><figcaption><span class=\"id\">" + escape(id_label(e)) + "</span> <span class=\"meta\">" +
-         escape(meta) + "</span>";
-    if (!prompt.empty()) h += "<div class=\"prompt\">" + escape(truncate_utf8(prompt, 80)) + "</div>";
-    h += "</figcaption></figure>\n";
+    sink(h);
+    h.clear();
   }
   h += "</div>\n";
 }
@@ -378,6 +404,14 @@ void render_sheet(std::string& h, const json& r, const std::vector<std::string>&
 constexpr double kSvgWidth = 1100, kLabelWidth = 150, kRightPad = 16;
 constexpr double kPlotWidth = kSvgWidth - kLabelWidth - kRightPad;
 
+// Times past this are not plotted: no run lasts a year, and a report that says otherwise (a start years
+// off, a run_s of 1e300) must not stretch the axis.
+constexpr double kMaxPlotSeconds = 366 * 86400.0;
+// The most grid lines a chart draws (the step is chosen for about ten): each is a few hundred bytes of page.
+constexpr int kMaxGridLines = 24;
+
+bool plottable(double t) { return t >= 0 && t <= kMaxPlotSeconds; }
+
 struct TimeAxis {
   double end_s = 1, step_s = 1;
   double x(double t) const { return kLabelWidth + std::clamp(t / end_s, 0.0, 1.0) * kPlotWidth; }
@@ -385,7 +419,9 @@ struct TimeAxis {
 
 // Vertical grid lines at each tick, labelled above (labels_above) or below the plot.
 void render_time_ticks(std::string& h, const TimeAxis& ax, double top, double bottom, bool labels_above) {
-  for (double t = 0; t <= ax.end_s + 1e-9; t += ax.step_s) {
+  for (int k = 0; k <= kMaxGridLines; ++k) {
+    const double t = k * ax.step_s;
+    if (t > ax.end_s + 1e-9) break;
     h += fmt("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eef0f3\"/>", ax.x(t), top, ax.x(t),
              bottom);
     h += fmt("<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\">", ax.x(t),
@@ -397,7 +433,7 @@ void render_time_ticks(std::string& h, const TimeAxis& ax, double top, double bo
 void render_timeline(std::string& h, const json& r, const TimeAxis& ax) {
   std::vector<const json*> rows;
   for (const json& e : array_field(r, "images"))
-    if (has_num(e, "start_s")) rows.push_back(&e);
+    if (has_num(e, "start_s") && plottable(num(e, "start_s"))) rows.push_back(&e);
   std::stable_sort(rows.begin(), rows.end(),
                    [](const json* a, const json* b) { return num(*a, "start_s") < num(*b, "start_s"); });
 
@@ -472,7 +508,9 @@ void render_memory(std::string& h, const json& r, const TimeAxis& ax) {
 
   h += fmt("<svg viewBox=\"0 0 %.0f %.0f\" role=\"img\" aria-label=\"memory over the run\">", kSvgWidth, bottom + 20);
   render_time_ticks(h, ax, top, bottom, false);
-  for (double b = 0; b <= top_b + 1; b += step_b) {
+  for (int k = 0; k <= kMaxGridLines; ++k) {
+    const double b = k * step_b;
+    if (b > top_b + 1) break;
     h += fmt("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eef0f3\"/>", kLabelWidth, y(b),
              kLabelWidth + kPlotWidth, y(b));
     h += fmt("<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"end\">", kLabelWidth - 8, y(b) + 4) +
@@ -527,6 +565,8 @@ void render_runs(std::string& h, const json& r) {
          fmt("%.0f", num(x, "images_per_hour")) + "</td></tr>\n";
   }
   h += "</tbody></table>\n";
+  for (const json& x : array_field(field(r, "merged"), "left_out"))
+    h += "<p class=\"none\">Left out: " + escape(text(x, "report")) + ": " + escape(text(x, "why")) + "</p>\n";
   const json& hosts = array_field(r, "hosts");
   if (hosts.size() < 2) return;
   h += "<table><thead><tr><th>host</th><th>images made</th><th>run time</th><th>images / hour</th></tr></thead>"
@@ -537,21 +577,24 @@ void render_runs(std::string& h, const json& r) {
   h += "</tbody></table>\n";
 }
 
+// The axis spans the run and every plotted image (times past kMaxPlotSeconds are left out), in about ten
+// steps: seconds, then 1, 2, 5, 10, 15, 30, 60 or 120 minutes, then hours.
 TimeAxis make_time_axis(const json& r) {
-  double end = num(r, "run_s");
-  for (const json& e : array_field(r, "images")) end = std::max(end, num(e, "start_s") + num(e, "total_s"));
+  double end = plottable(num(r, "run_s")) ? num(r, "run_s") : 0;
+  for (const json& e : array_field(r, "images"))
+    if (const double t = num(e, "start_s") + num(e, "total_s"); plottable(num(e, "start_s")) && plottable(t))
+      end = std::max(end, t);
   TimeAxis ax;
   if (end > 0) {
     ax.step_s = nice_step(end / 10);
-    // Minutes when the run is long: 1, 2, 5, 10, 15, 30 min steps read better than 200 s.
     if (ax.step_s >= 60) {
-      double m = 1;
+      double m = 0;
       for (double c : {1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0})
         if (c * 60 >= end / 10) {
           m = c;
           break;
         }
-      ax.step_s = m * 60;
+      ax.step_s = m > 0 ? m * 60 : nice_step(end / 10 / 3600) * 3600;
     }
     ax.end_s = end;
   }
@@ -603,23 +646,60 @@ std::vector<std::uint8_t> downscale_rgb(const std::uint8_t* src, int w, int h, i
   return out;
 }
 
-// "" when the file is missing or not a PNG stb can read.
-std::string thumbnail_data_uri(const std::filesystem::path& png) {
+// `png` with only its critical chunks (IHDR, PLTE, IDAT, IEND), each checked against its CRC: an image that
+// needs no downscale is shown as it is, without being encoded again, and without its text chunks (its
+// parameters) or any other ancillary chunk. "" when the chunks do not parse (then it is encoded again).
+std::string critical_chunks(const std::string& png) {
+  auto be32 = [&png](size_t at) {
+    std::uint32_t v = 0;
+    for (size_t k = 0; k < 4; ++k) v = (v << 8) | static_cast<unsigned char>(png[at + k]);
+    return v;
+  };
+  std::string out = png.substr(0, 8);  // the signature (stb checked it)
+  for (size_t at = 8; at + 12 <= png.size();) {
+    const std::uint32_t len = be32(at);
+    if (len > png.size() - at - 12) return {};
+    const std::string type = png.substr(at + 4, 4);
+    const auto* body = reinterpret_cast<const Bytef*>(png.data() + at + 4);
+    if (crc32(0, body, static_cast<uInt>(len + 4)) != be32(at + 8 + len)) return {};
+    if (type == "IHDR" || type == "PLTE" || type == "IDAT" || type == "IEND") out.append(png, at, 12 + size_t{len});
+    if (type == "IEND") return out;
+    at += 12 + size_t{len};
+  }
+  return {};
+}
+
+// The largest file a thumbnail is made from: what an input image may be (image/png_reader.cpp).
+constexpr std::uint64_t kMaxThumbnailSourceBytes = 256ull << 20;
+
+// A thumbnail of out_dir/file as a data: URI, "" when it cannot be shown. The file is read as every input
+// is (core/input_file.h): only a regular file, at most kMaxThumbnailSourceBytes, that lies inside out_dir
+// once links are resolved, so a report or manifest line planted in a shared folder that names
+// "/abs/secret.png", "../x.png" or a link to either gets no thumbnail; and decoded by png_reader within
+// its pixel limit (kMaxInputImagePixels, from the header, before any pixel is decoded).
+std::string thumbnail_data_uri(const std::filesystem::path& out_dir, const std::string& file) {
   try {
-    int w = 0, h = 0, channels = 0;
-    std::unique_ptr<stbi_uc, void (*)(void*)> px(stbi_load(png.c_str(), &w, &h, &channels, 3), stbi_image_free);
-    if (!px || w <= 0 || h <= 0) return {};
+    const std::filesystem::path root = out_dir.empty() ? std::filesystem::path(".") : out_dir;  // "" is unconfined
+    const std::filesystem::path path = root / file;
+    InputFile f(path, kMaxThumbnailSourceBytes, root);
+    const std::string data = f.ok() ? f.read_all() : std::string();
+    if (!f.ok() || !f.error().empty()) return {};
+    const RgbImage img = decode_png_rgb(data, path, "image");
+    const int w = img.width, h = img.height;
+    if (w <= 0 || h <= 0) return {};
     const int longest = std::max(w, h);
+    if (longest <= kThumbnailMaxSide)
+      if (const std::string as_is = critical_chunks(data); !as_is.empty())
+        return "data:image/png;base64," +
+               base64_encode({reinterpret_cast<const std::uint8_t*>(as_is.data()), as_is.size()});
     std::vector<std::uint8_t> thumb;
     int tw = w, th = h;
     if (longest > kThumbnailMaxSide) {
       tw = std::max(1, static_cast<int>(std::lround(static_cast<double>(w) * kThumbnailMaxSide / longest)));
       th = std::max(1, static_cast<int>(std::lround(static_cast<double>(h) * kThumbnailMaxSide / longest)));
-      thumb = downscale_rgb(px.get(), w, h, tw, th);
-    } else {
-      thumb.assign(px.get(), px.get() + static_cast<size_t>(w) * h * 3);
+      thumb = downscale_rgb(img.rgb.data(), w, h, tw, th);
     }
-    const auto encoded = encode_png(tw, th, 3, thumb.data(), {});
+    const auto encoded = encode_png(tw, th, 3, thumb.empty() ? img.rgb.data() : thumb.data(), {});
     return "data:image/png;base64," + base64_encode(encoded);
   } catch (const std::exception&) {
     return {};  // a broken thumbnail must not cost the report
@@ -630,30 +710,31 @@ std::string thumbnail_data_uri(const std::filesystem::path& png) {
 
 std::string base64_encode(std::span<const std::uint8_t> data) {
   static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  out.reserve((data.size() + 2) / 3 * 4);
+  std::string out((data.size() + 2) / 3 * 4, '=');
+  char* o = out.data();
   size_t i = 0;
-  for (; i + 3 <= data.size(); i += 3) {
+  for (; i + 3 <= data.size(); i += 3, o += 4) {
     const std::uint32_t v = (std::uint32_t{data[i]} << 16) | (std::uint32_t{data[i + 1]} << 8) | data[i + 2];
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += kAlphabet[(v >> 6) & 63];
-    out += kAlphabet[v & 63];
+    o[0] = kAlphabet[(v >> 18) & 63];
+    o[1] = kAlphabet[(v >> 12) & 63];
+    o[2] = kAlphabet[(v >> 6) & 63];
+    o[3] = kAlphabet[v & 63];
   }
-  if (const size_t rest = data.size() - i; rest > 0) {
+  if (const size_t rest = data.size() - i; rest > 0) {  // the last 1 or 2 bytes; '=' pads the rest
     std::uint32_t v = std::uint32_t{data[i]} << 16;
     if (rest == 2) v |= std::uint32_t{data[i + 1]} << 8;
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += rest == 2 ? kAlphabet[(v >> 6) & 63] : '=';
-    out += '=';
+    o[0] = kAlphabet[(v >> 18) & 63];
+    o[1] = kAlphabet[(v >> 12) & 63];
+    if (rest == 2) o[2] = kAlphabet[(v >> 6) & 63];
   }
   return out;
 }
 
-std::string render_report_html(const nlohmann::json& report, const std::vector<std::string>& thumbnail_data_uris) {
+namespace {
+
+// The page, written to `sink` in pieces.
+void render_page(const json& report, const ThumbnailsOf& thumbnails_of, const PageSink& sink) {
   std::string h;
-  h.reserve(64 * 1024);
   const std::string batch = text(report, "batch");
   h += "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>";
@@ -663,23 +744,43 @@ std::string render_report_html(const nlohmann::json& report, const std::vector<s
   h += "</style></head>\n<body>\n";
   render_header(h, report);
   render_runs(h, report);
-  render_sheet(h, report, thumbnail_data_uris);
+  render_sheet(h, report, thumbnails_of, sink);
   const TimeAxis ax = make_time_axis(report);
   render_timeline(h, report, ax);
   render_memory(h, report, ax);
   render_failures(h, report);
   h += "</body></html>\n";
-  return h;
+  sink(h);
+}
+
+}  // namespace
+
+std::string render_report_html(const nlohmann::json& report, const std::vector<std::string>& thumbnail_data_uris) {
+  std::string page;
+  const ThumbnailsOf given = [&](const std::vector<size_t>& images) {
+    std::vector<std::string> uris;
+    for (size_t i : images) uris.push_back(i < thumbnail_data_uris.size() ? thumbnail_data_uris[i] : std::string());
+    return uris;
+  };
+  render_page(report, given, [&page](std::string_view piece) { page += piece; });
+  return page;
 }
 
 void write_report_html(const std::filesystem::path& out_dir, const nlohmann::json& report,
                        const std::string& file_name) {
-  std::vector<std::string> uris;
-  for (const json& e : array_field(report, "images")) {
-    const std::string file = text(e, "file");
-    uris.push_back(file.empty() ? std::string() : thumbnail_data_uri(out_dir / file));
-  }
-  write_file_atomic(out_dir / file_name, render_report_html(report, uris));
+  const json& images = array_field(report, "images");
+  // Each thumbnail is its own file's work (read, decode, downscale, encode): spread over the cores.
+  const ThumbnailsOf made = [&](const std::vector<size_t>& wanted) {
+    std::vector<std::string> uris(wanted.size());
+    parallel_ranges(wanted.size(), 1e6 * static_cast<double>(wanted.size()), [&](size_t begin, size_t end) {
+      for (size_t k = begin; k < end; ++k)
+        if (const std::string file = text(images[wanted[k]], "file"); !file.empty())
+          uris[k] = thumbnail_data_uri(out_dir, file);
+    });
+    return uris;
+  };
+  write_file_atomic_streamed(out_dir / file_name,
+                             [&](const std::function<void(std::string_view)>& write) { render_page(report, made, write); });
 }
 
 }  // namespace sdxl

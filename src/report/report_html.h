@@ -4,8 +4,9 @@
 // memory chart and failures table. Every string from the report is
 // HTML-escaped. Missing keys or wrong types in the report never throw, nor
 // does a missing or unreadable PNG (it shows as a grey "missing" card); only
-// writing the page itself throws (IoError naming the path). Thread-safe (no
-// shared state).
+// writing the page itself throws (IoError naming the path). The page's size is
+// bounded by the report's: the charts draw at most 24 grid lines, and times
+// over a year (or not finite) are not plotted. Thread-safe (no shared state).
 #pragma once
 
 #include <cstdint>
@@ -30,7 +31,13 @@ std::string base64_encode(std::span<const std::uint8_t> data);
 std::string render_report_html(const nlohmann::json& report, const std::vector<std::string>& thumbnail_data_uris);
 
 // Reads out_dir/<images[i].file>, makes PNG thumbnails, renders, and writes
-// out_dir/<file_name> atomically.
+// out_dir/<file_name> atomically. A thumbnail is made only from a regular file
+// inside out_dir once links are resolved, of at most 256 MiB and within the
+// input images' pixel limit (image/png_reader.h), as every input is read: a
+// report names any path, and its folder may be shared. An image no larger
+// than a thumbnail is embedded as it is, its critical chunks only (no text
+// chunks). The page is written in pieces (core/atomic_stream.h): it is never
+// held whole in memory.
 void write_report_html(const std::filesystem::path& out_dir, const nlohmann::json& report,
                        const std::string& file_name = "report.html");
 

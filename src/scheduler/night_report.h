@@ -19,9 +19,18 @@
 
 namespace sdxl {
 
-// The merged report of `out_dir` (nothing written). UsageError naming the
+// The merged report of `out_dir` (nothing written). The folder may be shared
+// and is read as hostile input: every file is read as an input (a regular
+// file inside the folder, bounded: core/input_file.h). UsageError naming the
 // files when the folder has no run report or its reports come from different
-// batch files; IoError naming a report that cannot be read or parsed.
+// batch files, and naming a manifest or seeds file that is a link or not a
+// regular file (as a run refuses it); IoError naming a report that cannot be
+// read, is nested deeper than kMaxJsonDepth or is not a JSON object, and when
+// no report is left to merge. A report with a key of the wrong type (a JSON
+// pointer and why: "merged": {"left_out": [{report, why}]}) is left out with a
+// warning; its images still come from the manifests. Runs that started more
+// than 31 days from the middle run's start, and times over a year, are left
+// off the time axis (their rows' and images' start_s are absent or null).
 nlohmann::json merge_run_reports(const std::filesystem::path& out_dir);
 
 // `merged` (merge_run_reports of out_dir), written as out_dir/report.json and

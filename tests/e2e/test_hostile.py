@@ -341,6 +341,53 @@ class UpscaleNeverInPlace(unittest.TestCase):
         self.assertFalse((d / "out-nan" / "p1.png").exists(), "no black frame")
 
 
+class ReportReadsOnlyItsFolder(unittest.TestCase):
+    """`sdxl-batch report DIR` on a shared folder where others planted reports, manifest lines and FIFOs (issue 56)."""
+
+    def setUp(self):
+        self.d = fresh("report")
+        self.out = self.d / "out"
+        r = run(batch(self.d, ONE), self.out)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.secret = self.d / "secret.png"
+        shutil.copy(next(self.out.glob("a-*.png")), self.secret)
+        self.run_report = (self.out / "report.json").read_bytes()
+
+    def report(self):
+        return sdxl("report", str(self.out), timeout=60)
+
+    def test_planted_names_and_links_get_no_thumbnail(self):
+        line = {"task": "b", "index": 0, "seed": 1, "sha256": "0", "finished": "2026-12-04T18:00:00Z"}
+        with open(self.out / "manifest-shard-1-of-2.jsonl", "w") as f:
+            for name in (str(self.secret), "../secret.png", "link.png"):
+                f.write(json.dumps({**line, "task": name, "file": name}) + "\n")
+        os.symlink(self.secret, self.out / "link.png")
+        r = self.report()
+        self.assertIn(r.returncode, (0, 3), r.stderr)
+        html = (self.out / "report.html").read_text()
+        self.assertEqual(html.count('src="data:image/png;base64,'), 1, "only the run's own image")
+        self.assertEqual(html.count('class="card missing"'), 3)
+
+    def test_deep_fifo_and_wrong_typed_reports_end_with_clear_errors(self):
+        batch_path = json.dumps(json.loads(self.run_report)["batch"])
+        deep = '{"batch": ' + batch_path + ', "images": [' + "[" * 200000 + "]" * 200000 + "]}"
+        (self.out / "report-shard-1-of-2.json").write_text(deep)
+        r = self.report()
+        self.assertEqual(r.returncode, 1, r.stderr[-300:])  # IoError, not SIGSEGV (-11)
+        self.assertIn("report-shard-1-of-2.json: not a run report (nested deeper than 64 levels)", r.stderr)
+        (self.out / "report-shard-1-of-2.json").write_text('{"images": 5}')
+        r = self.report()
+        self.assertIn(r.returncode, (0, 3), r.stderr)
+        self.assertIn("report-shard-1-of-2.json: /images is a number, not an array", r.stderr)
+        self.assertNotIn("unexpected", r.stderr)
+        (self.out / "report-shard-1-of-2.json").unlink()
+        (self.out / "report.json").write_bytes(self.run_report)  # the merge above replaced it
+        os.mkfifo(self.out / "seeds-shard-1-of-2.jsonl")
+        r = self.report()
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("seeds-shard-1-of-2.jsonl' is not a regular file", r.stderr)
+
+
 class ClearErrors(unittest.TestCase):
     def test_bad_numbers_in_flags(self):
         d = fresh("flags")
