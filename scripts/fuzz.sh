@@ -26,7 +26,7 @@ declare -A srcs=(
   [clip_tokenizer]="src/text/clip_tokenizer.cpp src/text/unicode_data.cpp"
   [prompt_parser]="src/text/prompt_parser.cpp src/text/prompt_chunks.cpp src/text/clip_tokenizer.cpp src/text/unicode_data.cpp"
   [safetensors]="src/lora/safetensors.cpp src/lora/lora_keys.cpp src/core/sha256.cpp src/core/input_file.cpp"
-  [report]="src/scheduler/night_report.cpp src/scheduler/output_folder.cpp src/report/report_html.cpp src/image/png_reader.cpp src/image/png_writer.cpp src/batch/manifest.cpp src/batch/generation_params.cpp src/core/error.cpp src/core/input_file.cpp src/core/json_shape.cpp src/core/input_text.cpp src/core/atomic_file.cpp src/core/run_lock.cpp"
+  [report]="src/scheduler/night_report.cpp src/scheduler/output_folder.cpp src/report/report_html.cpp src/image/png_reader.cpp src/image/png_writer.cpp src/batch/manifest.cpp src/batch/generation_params.cpp src/batch/task_keys.cpp src/batch/lora_ref.cpp src/core/error.cpp src/core/input_file.cpp src/core/json_shape.cpp src/core/input_text.cpp src/core/atomic_file.cpp src/core/run_lock.cpp"
 )
 # Libraries a target links beyond the sanitizers (the report target: zlib for PNGs, fmt for spdlog).
 declare -A libs=([report]="-lz -lfmt")
