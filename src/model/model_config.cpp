@@ -519,9 +519,11 @@ DetectorConfig parse_detector_config(const std::string& json_text, const std::fi
   c.imgsz_h = size[0].get<int>();
   c.imgsz_w = size[1].get<int>();
   c.stride = r.integer("stride", 1, 1024);
-  if (c.imgsz_h < c.stride || c.imgsz_w < c.stride || c.imgsz_h > 8192 || c.imgsz_w > 8192 ||
+  // The export's bound (scripts/export/detector.py IMGSZ_MAX): a folder edited past it is refused here too.
+  constexpr int kMaxImgsz = 2048;
+  if (c.imgsz_h < c.stride || c.imgsz_w < c.stride || c.imgsz_h > kMaxImgsz || c.imgsz_w > kMaxImgsz ||
       c.imgsz_h % c.stride || c.imgsz_w % c.stride)
-    r.fail("/imgsz", "must be multiples of the stride, at most 8192");
+    r.fail("/imgsz", "must be multiples of the stride, at most " + std::to_string(kMaxImgsz));
   if (c.task == "segment") c.mask_coefficients = r.integer("mask_coefficients", 1, 1024);
   c.ultralytics_version = r.str_or("ultralytics_version", "");
   if (check_files) check_model_file(files, dir, c.file, "/detector/file", origin);

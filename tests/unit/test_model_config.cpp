@@ -524,6 +524,8 @@ TEST(ModelConfig, DetectorFolder) {
   nlohmann::json bad = c;
   bad["imgsz"] = {640, 630};  // not a multiple of the stride
   expect_bad(bad, "/imgsz");
+  bad["imgsz"] = {4096, 4096};  // above the export's bound (a folder edited after its export)
+  expect_bad(bad, "at most 2048");
   bad = c;
   bad["task"] = "pose";
   expect_bad(bad, "/task");
