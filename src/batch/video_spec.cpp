@@ -20,6 +20,12 @@ constexpr double kMaxClipSeconds = 3600;
 constexpr std::uint64_t kMaxAudioBytes = 4ull << 30;
 constexpr std::uint64_t kMaxFontBytes = 256ull << 20;
 
+std::string short_number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
 std::string key_list(const std::set<std::string>& keys) {
   std::string s;
   for (const auto& k : keys) s += (s.empty() ? "" : ", ") + k;
@@ -50,8 +56,8 @@ struct VideoReader {
     const double x = v.is_number() ? v.get<double>() : NAN;
     const bool ok = v.is_number() && std::isfinite(x) && (lo_open ? x > lo : x >= lo) && x <= hi;
     if (!ok) {
-      add(ptr + "/" + key, "must be a number " + std::string(lo_open ? "> " : ">= ") + std::to_string(lo) +
-                               " and <= " + std::to_string(hi));
+      add(ptr + "/" + key, "must be a number " + std::string(lo_open ? "> " : ">= ") + short_number(lo) +
+                               " and <= " + short_number(hi));
       return false;
     }
     out = x;

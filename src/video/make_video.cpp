@@ -10,6 +10,7 @@
 #include "batch/manifest.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/input_file.h"
 #include "core/run_lock.h"
 #include "core/sha256.h"
 #include "core/subprocess.h"
@@ -202,10 +203,11 @@ VideoOutcome make_video(const BatchFile& batch, const VideoRequest& req) {
   if (!batch.video) throw UsageError("batch file '" + batch.path.string() + "' has no \"video\" section (docs/video.md)");
   const VideoSpec& spec = *batch.video;
   VideoOutcome r;
-  const std::vector<ClipSource> src = clip_sources(spec, req.out_dir, r.missing);
+  const fs::path out_dir = absolute_normal(req.out_dir);  // ffmpeg runs in the segments' folder
+  const std::vector<ClipSource> src = clip_sources(spec, out_dir, r.missing);
   if (!r.missing.empty()) return r;
-  RunLock lock(req.out_dir / ".sdxl-batch.lock");
-  const fs::path dir = req.out_dir / kSegmentsDir;
+  RunLock lock(out_dir / ".sdxl-batch.lock");
+  const fs::path dir = out_dir / kSegmentsDir;
   fs::create_directories(dir);
   const VideoTimeline t = plan_timeline(spec);
   const auto [family, font_key] = caption_font(spec, dir);
@@ -234,7 +236,7 @@ VideoOutcome make_video(const BatchFile& batch, const VideoRequest& req) {
   }
   r.frames = t.total_frames;
   r.seconds = static_cast<double>(t.total_frames) / spec.fps;
-  r.video = req.video_path.empty() ? req.out_dir / "video.mp4" : req.video_path;
+  r.video = absolute_normal(req.video_path.empty() ? out_dir / "video.mp4" : req.video_path);
   r.srt = fs::path(r.video).replace_extension(".srt");
   std::vector<fs::path> files;
   for (const Segment& s : segs) files.push_back(s.file);
