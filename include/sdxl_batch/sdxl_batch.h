@@ -638,7 +638,7 @@ struct VideoOptions {
   std::string batch_file{};
   std::string out_dir{};  // the run's output folder (manifest.jsonl and its PNGs)
   std::string video{};    // "" = out_dir/video.mp4; the .srt is written beside it
-  // Called from the calling thread as frames are encoded: frames done and to do (of the segments
+  // Called as frames are encoded (from the encoding threads, one call at a time): frames done and to do (of the segments
   // not yet made), seconds so far, seconds still to go (estimated).
   std::function<void(int done, int total, double elapsed_s, double eta_s)> on_progress{};
 };

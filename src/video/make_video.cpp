@@ -2,7 +2,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <exception>
+#include <mutex>
+#include <set>
+#include <thread>
 #include <cstdio>
 #include <map>
 #include <optional>
@@ -197,6 +203,55 @@ std::pair<std::string, std::string> caption_font(const VideoSpec& spec, const fs
                       spec.captions.position};
 }
 
+// Encodes the segments whose file is not there yet, on up to four threads (each segment once, even
+// when two clips make the same one); progress is reported one call at a time.
+void encode_missing(const VideoSpec& spec, const VideoTimeline& t, const std::vector<ClipSource>& src,
+                    const std::vector<Segment>& segs, const std::string& family,
+                    const std::function<void(const VideoProgress&)>& on_progress, VideoOutcome& r) {
+  std::vector<const Segment*> todo;
+  std::set<fs::path> planned;
+  VideoProgress p;
+  for (const Segment& s : segs) {
+    if (fs::exists(s.file) || !planned.insert(s.file).second) {
+      ++r.segments_reused;
+      continue;
+    }
+    todo.push_back(&s);
+    p.frames_total += s.count;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  std::mutex mu;
+  std::exception_ptr failure;
+  std::atomic<size_t> next{0};
+  auto on_frame = [&] {
+    const std::lock_guard<std::mutex> lock(mu);
+    ++p.frames_done;
+    p.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    p.eta_s = p.elapsed_s / p.frames_done * (p.frames_total - p.frames_done);
+    if (on_progress && (p.frames_done % 10 == 0 || p.frames_done == p.frames_total)) on_progress(p);
+  };
+  auto worker = [&] {
+    SourceCache cache;
+    for (size_t i; (i = next++) < todo.size();) {
+      try {
+        encode_segment(spec, t, src, *todo[i], family, cache, on_frame);
+        const std::lock_guard<std::mutex> lock(mu);
+        ++(todo[i]->transition ? r.transitions_encoded : r.clips_encoded);
+      } catch (...) {
+        const std::lock_guard<std::mutex> lock(mu);
+        if (!failure) failure = std::current_exception();
+        next = todo.size();
+      }
+    }
+  };
+  const size_t threads = std::min<size_t>({todo.size(), std::max(1U, std::thread::hardware_concurrency()), 4});
+  std::vector<std::thread> pool;
+  for (size_t k = 1; k < threads; ++k) pool.emplace_back(worker);
+  worker();
+  for (std::thread& th : pool) th.join();
+  if (failure) std::rethrow_exception(failure);
+}
+
 }  // namespace
 
 VideoOutcome make_video(const BatchFile& batch, const VideoRequest& req) {
@@ -215,25 +270,7 @@ VideoOutcome make_video(const BatchFile& batch, const VideoRequest& req) {
                              std::to_string(spec.width) + "x" + std::to_string(spec.height) +
                              " fps=" + std::to_string(spec.fps) + " crf=" + std::to_string(spec.crf);
   const std::vector<Segment> segs = plan_segments(spec, t, src, common, font_key, dir);
-  VideoProgress p;
-  for (const Segment& s : segs)
-    if (!fs::exists(s.file)) p.frames_total += s.count;
-  const auto t0 = std::chrono::steady_clock::now();
-  SourceCache cache;
-  auto on_frame = [&] {
-    ++p.frames_done;
-    p.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    p.eta_s = p.elapsed_s / p.frames_done * (p.frames_total - p.frames_done);
-    if (req.on_progress && (p.frames_done % 10 == 0 || p.frames_done == p.frames_total)) req.on_progress(p);
-  };
-  for (const Segment& s : segs) {
-    if (fs::exists(s.file)) {
-      ++r.segments_reused;
-      continue;
-    }
-    encode_segment(spec, t, src, s, family, cache, on_frame);
-    ++(s.transition ? r.transitions_encoded : r.clips_encoded);
-  }
+  encode_missing(spec, t, src, segs, family, req.on_progress, r);
   r.frames = t.total_frames;
   r.seconds = static_cast<double>(t.total_frames) / spec.fps;
   r.video = absolute_normal(req.video_path.empty() ? out_dir / "video.mp4" : req.video_path);
