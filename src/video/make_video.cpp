@@ -261,6 +261,7 @@ VideoOutcome make_video(const BatchFile& batch, const VideoRequest& req) {
   const fs::path out_dir = absolute_normal(req.out_dir);  // ffmpeg runs in the segments' folder
   const std::vector<ClipSource> src = clip_sources(spec, out_dir, r.missing);
   if (!r.missing.empty()) return r;
+  fs::create_directories(out_dir);  // a video of file clips alone needs no run before it
   RunLock lock(out_dir / ".sdxl-batch.lock");
   const fs::path dir = out_dir / kSegmentsDir;
   fs::create_directories(dir);
