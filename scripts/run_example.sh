@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The example (README's first command): set up, build, export the tiny model
 # (random weights, seconds on the CPU) and generate configs/example-batch.json
-# into out/example. Images of a tiny random model look like coloured noise; the
+# into out/example, then its 20-second video (out/example/video.mp4, docs/video.md). Images of a tiny random model look like coloured noise; the
 # same command with a real model (scripts/export_sdxl.py --from DIR) makes art.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,4 +10,5 @@ cmake --preset default >/dev/null
 cmake --build --preset default --target sdxl-batch
 [ -f models/tiny/model.json ] || .venv/bin/python scripts/export_sdxl.py --tiny --out models/tiny
 build/default/sdxl-batch run configs/example-batch.json --model models/tiny --out out/example "$@"
-echo "images and report.json are in out/example"
+build/default/sdxl-batch video configs/example-batch.json --out out/example
+echo "images, report.json and video.mp4 are in out/example"

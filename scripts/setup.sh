@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what sdxl-batch needs on Debian 12, idempotently:
 #  - Debian packages (only the missing ones): compiler, CMake, Ninja, ccache and the
-#    C++ libraries CLI11, nlohmann/json, spdlog + fmt, stb, GoogleTest, zlib;
+#    C++ libraries CLI11, nlohmann/json, spdlog + fmt, stb, GoogleTest, zlib; ffmpeg,
+#    fontconfig and the Noto CJK fonts for `sdxl-batch video`;
 #  - the Python venv .venv with torch==2.11.0 (libtorch for the C++ build) and the
 #    export/reference packages of requirements.txt (only if missing or out of date).
 # The CUDA toolkit (nvcc, 13.0) must already be installed: the torch wheel's CMake
@@ -13,6 +14,7 @@ pkgs=(build-essential cmake ninja-build ccache pkg-config python3 python3-venv
       libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libstb-dev libgtest-dev zlib1g-dev
       clang libclang-rt-dev
       libgl1 libglib2.0-0  # opencv-python (an ultralytics dependency) loads libGL and GLib at import
+      ffmpeg fontconfig fonts-noto-cjk  # `sdxl-batch video`: the ffmpeg program (libx264, libass), CJK captions
       slurmd slurmctld slurm-client munge)  # e2e_slurm: a one-node Slurm cluster started by the test
 missing=()
 for p in "${pkgs[@]}"; do

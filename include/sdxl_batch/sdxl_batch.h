@@ -627,4 +627,36 @@ struct ImageDetections {
 // not a detector folder or does not load.
 void detect_images(const DetectOptions& options, const std::function<void(const ImageDetections&)>& sink);
 
+// ---------------------------------------------------------------------------
+// The short video (`sdxl-batch video`, docs/video.md): a batch file's "video" section made into an
+// H.264 MP4 (and an .srt beside it) from a run's output folder, by the ffmpeg program. Each clip
+// and each transition is encoded once into a segment named by the hash of what makes it, so a rerun
+// encodes only what changed; the video is written under a temporary name and renamed into place,
+// under the folder's lock (as a run's).
+
+struct VideoOptions {
+  std::string batch_file{};
+  std::string out_dir{};  // the run's output folder (manifest.jsonl and its PNGs)
+  std::string video{};    // "" = out_dir/video.mp4; the .srt is written beside it
+  // Called as frames are encoded (from the encoding threads, one call at a time): frames done and to do (of the segments
+  // not yet made), seconds so far, seconds still to go (estimated).
+  std::function<void(int done, int total, double elapsed_s, double eta_s)> on_progress{};
+};
+
+struct VideoResult {
+  // "TASK#INDEX (pointer): why" for each image the video needs that the run has not made (missing
+  // or failed); then nothing was written.
+  std::vector<std::string> missing{};
+  std::string video{}, srt{};
+  int clips_encoded = 0, transitions_encoded = 0, segments_reused = 0;
+  int frames = 0;
+  double seconds = 0;
+  int exit_code() const { return missing.empty() ? 0 : static_cast<int>(ExitCode::kTasksFailed); }
+};
+
+// Throws InvalidInputError for a batch file with problems (those `validate` reports: the video
+// section's at their JSON pointers), UsageError when it has no "video" section, LockedError when
+// another process holds out_dir, IoError when ffmpeg fails or an output cannot be written.
+VideoResult make_video(const VideoOptions& options);
+
 }  // namespace sdxl_batch

@@ -24,6 +24,7 @@
 #include "batch/priority.h"
 #include "batch/story.h"
 #include "batch/task_keys.h"
+#include "batch/video_spec.h"
 #include "batch/wildcards.h"
 #include "core/units.h"
 
@@ -1020,7 +1021,7 @@ BatchFile parse_batch_text(const std::string& text, const std::filesystem::path&
     ck.add("", "a batch file is a JSON object with \"version\" and \"tasks\"");
   } else {
     ck.check_keys(j, "", {"$schema", "version", "model", "output", "loras", "defaults", "tasks", "characters",
-                          "styles", "wildcards_dir", "embeddings_dir", "pins"});
+                          "styles", "wildcards_dir", "embeddings_dir", "pins", "video"});
     read_lora_registry(ck, j, bf);
     read_pins(ck, j, bf);
     ck.registry = &bf.lora_registry;
@@ -1053,6 +1054,8 @@ BatchFile parse_batch_text(const std::string& text, const std::filesystem::path&
       }
       for (BatchProblem& p : output_name_collisions(bf.tasks, pointers, bf.name_template)) problems.push_back(p);
     }
+    if (j.contains("video"))
+      bf.video = std::make_shared<VideoSpec>(read_video_spec(j["video"], ck.base_dir, bf.tasks, checks, problems));
   }
   if (problems_out) *problems_out = problems;
   return bf;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <utility>
@@ -18,6 +19,8 @@
 #include "batch/lora_ref.h"
 
 namespace sdxl {
+
+struct VideoSpec;  // batch/video_spec.h
 
 struct BatchTask {
   std::string id;
@@ -62,6 +65,8 @@ struct BatchFile {
   };
   std::vector<FolderPin> pins;
   std::vector<BatchTask> tasks;
+  // The "video" section (`sdxl-batch video`), when the file has one.
+  std::shared_ptr<const VideoSpec> video;
 };
 
 struct BatchProblem {
@@ -88,6 +93,8 @@ class InputChecks {
   // The sha256 of the weights of a `kind` folder that folder_problem passed, as its model.json
   // records it ("" when not recorded): what a resume compares.
   virtual std::string folder_weights_sha256(const std::string& /*kind*/, const std::string& /*dir*/) { return ""; }
+  // Why an audio file cannot be decoded ("" when it can, or when not checked).
+  virtual std::string audio_problem(const std::string& /*path*/) { return ""; }
 };
 
 // Line (1-based) of every value of a JSON text by its JSON pointer ("" = root).

@@ -12,6 +12,7 @@
 #include "batch/story.h"
 #include "batch/wildcards.h"
 #include "core/error.h"
+#include "core/subprocess.h"
 #include "image/mask.h"
 #include "image/png_reader.h"
 #include "lora/embedding_files.h"
@@ -78,6 +79,16 @@ void FileInputChecks::canonicalize_sampler(GenerationParams& p) { sdxl::canonica
 
 // An empty mask is refused (validate and run): the task would only re-encode
 // its init image, which is not what a user who drew a mask asked for.
+std::string FileInputChecks::audio_problem(const std::string& path) {
+  if (!program_on_path("ffmpeg")) return "cannot be checked: the ffmpeg program is not installed (scripts/setup.sh)";
+  const ProgramResult r = run_program({"ffmpeg", "-nostdin", "-hide_banner", "-v", "error", "-i", path, "-map", "0:a:0",
+                                       "-t", "3", "-f", "null", "-"});
+  if (r.status == 0) return "";
+  std::string why = r.err.substr(0, 300);
+  while (!why.empty() && (why.back() == '\n' || why.back() == '\r')) why.pop_back();
+  return "cannot be decoded as audio by FFmpeg" + (why.empty() ? std::string() : ": " + why);
+}
+
 std::string FileInputChecks::mask_problem(const std::string& path) {
   int w = 0, h = 0;
   if (std::string why = png_size(path, w, h); !why.empty()) return why;

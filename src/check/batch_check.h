@@ -38,6 +38,8 @@ class FileInputChecks final : public InputChecks {
   void canonicalize_sampler(GenerationParams& p) override;
   std::string mask_problem(const std::string& path) override;
   std::string folder_weights_sha256(const std::string& kind, const std::string& dir) override;
+  // FFmpeg (the `ffmpeg` program) decodes the file's first audio stream for a few seconds.
+  std::string audio_problem(const std::string& path) override;
 
  private:
   struct PngResult {

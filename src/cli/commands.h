@@ -15,6 +15,7 @@ struct UpscaleArgs;
 struct DetectArgs;
 struct ReportArgs;
 struct KeysArgs;
+struct VideoArgs;
 
 CLI::App* add_generate(CLI::App& app, std::shared_ptr<GenerateArgs>& args);
 int run_generate(const GenerateArgs& args);
@@ -39,5 +40,8 @@ int run_report(const ReportArgs& args);
 
 CLI::App* add_keys(CLI::App& app, std::shared_ptr<KeysArgs>& args);
 int run_keys(const KeysArgs& args);
+
+CLI::App* add_video(CLI::App& app, std::shared_ptr<VideoArgs>& args);
+int run_video(const VideoArgs& args);
 
 }  // namespace sdxl::cli

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   std::shared_ptr<sdxl::cli::DetectArgs> detect;
   std::shared_ptr<sdxl::cli::ReportArgs> report;
   std::shared_ptr<sdxl::cli::KeysArgs> keys;
+  std::shared_ptr<sdxl::cli::VideoArgs> video;
   CLI::App* gen_cmd = sdxl::cli::add_generate(app, gen);
   CLI::App* run_cmd = sdxl::cli::add_run(app, run);
   CLI::App* tok_cmd = sdxl::cli::add_tokens(app, tokens);
@@ -32,13 +33,15 @@ int main(int argc, char** argv) {
   CLI::App* det_cmd = sdxl::cli::add_detect(app, detect);
   CLI::App* rep_cmd = sdxl::cli::add_report(app, report);
   CLI::App* keys_cmd = sdxl::cli::add_keys(app, keys);
+  CLI::App* video_cmd = sdxl::cli::add_video(app, video);
 
   // CLI11 reports an unknown first word only as "A subcommand is required".
   const std::string first = argc > 1 ? argv[1] : "";
   if (!first.empty() && first[0] != '-' && first != "generate" && first != "run" && first != "tokens" &&
-      first != "validate" && first != "upscale" && first != "detect" && first != "report" && first != "keys") {
+      first != "validate" && first != "upscale" && first != "detect" && first != "report" && first != "keys" &&
+      first != "video") {
     std::cerr << "unknown command '" << argv[1]
-              << "'; commands: generate, run, validate, tokens, upscale, detect, report, keys (see --help)\n";
+              << "'; commands: generate, run, validate, tokens, upscale, detect, report, keys, video (see --help)\n";
     return static_cast<int>(ExitCode::kUsage);
   }
   try {
@@ -69,6 +72,7 @@ int main(int argc, char** argv) {
     if (*det_cmd) return sdxl::cli::run_detect(*detect);
     if (*rep_cmd) return sdxl::cli::run_report(*report);
     if (*keys_cmd) return sdxl::cli::run_keys(*keys);
+    if (*video_cmd) return sdxl::cli::run_video(*video);
   } catch (const sdxl_batch::Error& e) {  // every library error, with its exit code
     spdlog::error("{}", e.what());
     return e.exit_code();

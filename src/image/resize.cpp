@@ -49,14 +49,15 @@ struct Taps {
   std::vector<std::int32_t> weights;
 };
 
-// PIL's precompute_coeffs + normalize_coeffs_8bpc for one axis.
-std::vector<Taps> lanczos_taps(int in_size, int out_size) {
-  const double scale = static_cast<double>(in_size) / out_size;
+// PIL's precompute_coeffs + normalize_coeffs_8bpc for one axis: the source span [in0, in1) of
+// `in_size` pixels onto `out_size` pixels.
+std::vector<Taps> lanczos_taps(int in_size, double in0, double in1, int out_size) {
+  const double scale = (in1 - in0) / out_size;
   const double filterscale = std::max(scale, 1.0);
   const double support = 3.0 * filterscale;
   std::vector<Taps> taps(static_cast<size_t>(out_size));
   for (int xx = 0; xx < out_size; ++xx) {
-    const double center = (xx + 0.5) * scale;
+    const double center = in0 + (xx + 0.5) * scale;
     const double ss = 1.0 / filterscale;
     const int xmin = std::max(0, static_cast<int>(center - support + 0.5));
     const int xmax = std::min(in_size, static_cast<int>(center + support + 0.5)) - xmin;
@@ -118,14 +119,14 @@ std::vector<std::uint8_t> resize_lanczos_rgb8(const std::uint8_t* rgb, int width
   int w = width, h = height;
   auto horizontal = [&] {  // each row
     std::vector<std::uint8_t> next(static_cast<size_t>(out_w) * static_cast<size_t>(h) * 3);
-    resample_axis(cur.data(), next.data(), lanczos_taps(w, out_w), h, 1, static_cast<size_t>(w), 1,
+    resample_axis(cur.data(), next.data(), lanczos_taps(w, 0, w, out_w), h, 1, static_cast<size_t>(w), 1,
                   static_cast<size_t>(out_w));
     cur.swap(next);
     w = out_w;
   };
   auto vertical = [&] {  // each column
     std::vector<std::uint8_t> next(static_cast<size_t>(w) * static_cast<size_t>(out_h) * 3);
-    resample_axis(cur.data(), next.data(), lanczos_taps(h, out_h), w, static_cast<size_t>(w), 1,
+    resample_axis(cur.data(), next.data(), lanczos_taps(h, 0, h, out_h), w, static_cast<size_t>(w), 1,
                   static_cast<size_t>(w), 1);
     cur.swap(next);
     h = out_h;
@@ -138,6 +139,26 @@ std::vector<std::uint8_t> resize_lanczos_rgb8(const std::uint8_t* rgb, int width
   if (out_w != width) horizontal();
   if (!vertical_first && out_h != height) vertical();
   return cur;
+}
+
+std::vector<std::uint8_t> resize_lanczos_box_rgb8(const std::uint8_t* rgb, int width, int height, int out_w, int out_h,
+                                                  const ResizeBox& box_in) {
+  // PIL passes the box as C floats.
+  const double x0 = static_cast<float>(box_in.x0), y0 = static_cast<float>(box_in.y0);
+  const double x1 = static_cast<float>(box_in.x1), y1 = static_cast<float>(box_in.y1);
+  const std::vector<Taps> vert = lanczos_taps(height, y0, y1, out_h);
+  // The horizontal pass reads only the rows the vertical pass uses.
+  const int row0 = vert.front().first;
+  const int row1 = vert.back().first + static_cast<int>(vert.back().weights.size());
+  const int rows = std::max(row1 - row0, 1);
+  std::vector<std::uint8_t> mid(static_cast<size_t>(out_w) * static_cast<size_t>(rows) * 3);
+  resample_axis(rgb + static_cast<size_t>(row0) * static_cast<size_t>(width) * 3, mid.data(),
+                lanczos_taps(width, x0, x1, out_w), rows, 1, static_cast<size_t>(width), 1, static_cast<size_t>(out_w));
+  std::vector<Taps> shifted = vert;
+  for (Taps& t : shifted) t.first -= row0;
+  std::vector<std::uint8_t> out(static_cast<size_t>(out_w) * static_cast<size_t>(out_h) * 3);
+  resample_axis(mid.data(), out.data(), shifted, out_w, static_cast<size_t>(out_w), 1, static_cast<size_t>(out_w), 1);
+  return out;
 }
 
 }  // namespace sdxl

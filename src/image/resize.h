@@ -19,4 +19,16 @@ std::vector<std::uint8_t> resize_nearest_rgb8(const std::uint8_t* rgb, int width
 // a dimension of the same size is not resampled.
 std::vector<std::uint8_t> resize_lanczos_rgb8(const std::uint8_t* rgb, int width, int height, int out_w, int out_h);
 
+// A region of the source in pixels (floating point): PIL's `box` argument.
+struct ResizeBox {
+  double x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+};
+
+// PIL Image.resize((out_w, out_h), Image.LANCZOS, box=(x0, y0, x1, y1)) for a box that is not the
+// whole image: the same taps over the box's span (its corners as C floats, as PIL takes them), the
+// horizontal pass first over the rows the vertical pass reads, each pass rounded to 8 bits.
+// The box must lie inside the image with x0 < x1, y0 < y1.
+std::vector<std::uint8_t> resize_lanczos_box_rgb8(const std::uint8_t* rgb, int width, int height, int out_w, int out_h,
+                                                  const ResizeBox& box);
+
 }  // namespace sdxl

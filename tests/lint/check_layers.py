@@ -61,7 +61,7 @@ LAYER_FLOORS = (
     ("batch", "device", "text"),
     ("model",),
     ("sampling", "image", "lora", "detect"),
-    ("check", "control", "report"),
+    ("check", "control", "report", "video"),
     ("pipeline",),
     ("scheduler",),
     ("api",),
