@@ -208,7 +208,7 @@ std::pair<std::string, std::string> caption_font(const VideoSpec& spec, const fs
 void encode_missing(const VideoSpec& spec, const VideoTimeline& t, const std::vector<ClipSource>& src,
                     const std::vector<Segment>& segs, const std::string& family,
                     const std::function<void(const VideoProgress&)>& on_progress, VideoOutcome& r) {
-  std::vector<const Segment*> todo;
+  std::vector<const Segment*> pending;
   std::set<fs::path> planned;
   VideoProgress p;
   for (const Segment& s : segs) {
@@ -216,7 +216,7 @@ void encode_missing(const VideoSpec& spec, const VideoTimeline& t, const std::ve
       ++r.segments_reused;
       continue;
     }
-    todo.push_back(&s);
+    pending.push_back(&s);
     p.frames_total += s.count;
   }
   const auto t0 = std::chrono::steady_clock::now();
@@ -232,19 +232,19 @@ void encode_missing(const VideoSpec& spec, const VideoTimeline& t, const std::ve
   };
   auto worker = [&] {
     SourceCache cache;
-    for (size_t i; (i = next++) < todo.size();) {
+    for (size_t i; (i = next++) < pending.size();) {
       try {
-        encode_segment(spec, t, src, *todo[i], family, cache, on_frame);
+        encode_segment(spec, t, src, *pending[i], family, cache, on_frame);
         const std::lock_guard<std::mutex> lock(mu);
-        ++(todo[i]->transition ? r.transitions_encoded : r.clips_encoded);
+        ++(pending[i]->transition ? r.transitions_encoded : r.clips_encoded);
       } catch (...) {
         const std::lock_guard<std::mutex> lock(mu);
         if (!failure) failure = std::current_exception();
-        next = todo.size();
+        next = pending.size();
       }
     }
   };
-  const size_t threads = std::min<size_t>({todo.size(), std::max(1U, std::thread::hardware_concurrency()), 4});
+  const size_t threads = std::min<size_t>({pending.size(), std::max(1U, std::thread::hardware_concurrency()), 4});
   std::vector<std::thread> pool;
   for (size_t k = 1; k < threads; ++k) pool.emplace_back(worker);
   worker();
