@@ -20,6 +20,7 @@
 #include "core/json_shape.h"
 #include "core/sha256.h"
 #include "batch/batch_strings.h"
+#include "batch/json_fields.h"
 #include "batch/output_names.h"
 #include "batch/priority.h"
 #include "batch/story.h"
@@ -61,8 +62,7 @@ bool is_choice(std::string_view choices, const std::string& v) {
 }
 
 // Collects problems instead of stopping at the first, so a user fixes a file in one go.
-struct Checker {
-  std::vector<BatchProblem>& problems;
+struct Checker : JsonFields {
   std::filesystem::path base_dir;  // relative LoRA paths start here
   InputChecks* checks = nullptr;  // null: folders, PNGs and sampler names are taken as written
   const LoraRegistry* registry = nullptr;
@@ -71,7 +71,6 @@ struct Checker {
   std::set<std::string> bad_upscales{};  // "upscale" objects with a problem of their own (not checked again per task)
   std::string task_id{};  // the id of the task being read ("" in /defaults): named in its detailer's problems
 
-  void add(const std::string& pointer, const std::string& msg) { problems.push_back({pointer, msg}); }
 
   // Whether folder `dir` reads as `kind` (InputChecks::folder_problem); each
   // folder is read once per batch file, however many tasks name it.
@@ -93,24 +92,6 @@ struct Checker {
     return checks ? checks->png_size(path, w, h) : std::string();
   }
 
-  void check_keys(const json& obj, const std::string& pointer, const std::set<std::string>& allowed) {
-    for (const auto& [key, value] : obj.items()) {
-      if (!allowed.count(key)) {
-        std::string list;
-        for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-        add(pointer + "/" + key, "unknown key (allowed here: " + list + ")");
-      }
-    }
-  }
-  bool get_string(const json& obj, const std::string& pointer, const char* key, std::string& out) {
-    if (!obj.contains(key)) return false;
-    if (!obj[key].is_string()) {
-      add(pointer + "/" + key, "must be a string");
-      return false;
-    }
-    out = obj[key].get<std::string>();
-    return true;
-  }
   // A file or folder named by the batch file: a string that is not empty.
   bool get_path(const json& obj, const std::string& pointer, const char* key, std::string& out) {
     if (!get_string(obj, pointer, key, out)) return false;
@@ -118,42 +99,12 @@ struct Checker {
     add(pointer + "/" + key, "must not be empty (a path relative to the batch file)");
     return false;
   }
-  bool get_int(const json& obj, const std::string& pointer, const char* key, long long lo, long long hi, long long& out) {
-    if (!obj.contains(key)) return false;
-    const json& v = obj[key];
-    if (!v.is_number_integer()) {
-      add(pointer + "/" + key, "must be an integer");
-      return false;
-    }
-    long long x = v.get<long long>();
-    if (x < lo || x > hi) {
-      add(pointer + "/" + key, std::to_string(x) + " is out of range " + std::to_string(lo) + ".." + std::to_string(hi));
-      return false;
-    }
-    out = x;
-    return true;
-  }
   // An integer key of the table within its range there.
   bool get_key_int(const json& obj, const std::string& pointer, std::string_view name, long long& out) {
     const TaskKey* k = find_task_key(name);
     if (!k) throw std::logic_error("no task key '" + std::string(name) + "'");
     return get_int(obj, pointer, std::string(name).c_str(), static_cast<long long>(k->lo), static_cast<long long>(k->hi),
                    out);
-  }
-  bool get_number(const json& obj, const std::string& pointer, const char* key, double lo, double hi, double& out) {
-    if (!obj.contains(key)) return false;
-    const json& v = obj[key];
-    if (!v.is_number()) {
-      add(pointer + "/" + key, "must be a number");
-      return false;
-    }
-    double x = v.get<double>();
-    if (!(x >= lo && x <= hi)) {
-      add(pointer + "/" + key, "is out of range " + std::to_string(lo) + ".." + std::to_string(hi));
-      return false;
-    }
-    out = x;
-    return true;
   }
 
   // Fields shared by /defaults and each task.
@@ -989,7 +940,7 @@ std::vector<DetailerUse> read_detailer_list(const nlohmann::json& list, const st
                                             InputChecks* checks, std::vector<BatchProblem>& problems) {
   const json obj = {{"detailer", list}};
   check_batch_strings(obj, problems);
-  Checker ck{problems, base_dir, checks};
+  Checker ck{{problems}, base_dir, checks};
   GenerationParams p;
   ck.read_detailer(obj, "", p);
   return p.detailer;
@@ -999,7 +950,7 @@ BatchFile parse_batch_text(const std::string& text, const std::filesystem::path&
                            const GenerationParams& fallback, std::vector<BatchProblem>* problems_out,
                            const std::vector<std::filesystem::path>& wildcard_dirs, InputChecks* checks) {
   std::vector<BatchProblem> problems;
-  Checker ck{problems, origin.parent_path(), checks};
+  Checker ck{{problems}, origin.parent_path(), checks};
   BatchFile bf;
   bf.path = origin;
   const JsonShape shape = check_json_shape(text);

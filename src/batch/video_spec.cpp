@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "batch/json_fields.h"
 #include "core/input_file.h"
 
 namespace sdxl {
@@ -26,27 +27,17 @@ std::string short_number(double v) {
   return buf;
 }
 
-std::string key_list(const std::set<std::string>& keys) {
-  std::string s;
-  for (const auto& k : keys) s += (s.empty() ? "" : ", ") + k;
-  return s;
-}
-
-// Collects the section's problems; each reader adds at its own pointer.
-struct VideoReader {
+// Collects the section's problems; each reader adds at its own pointer (the typed reads: JsonFields).
+struct VideoReader : JsonFields {
   const std::filesystem::path& base_dir;
   InputChecks* checks;
-  std::vector<BatchProblem>& problems;
-
-  void add(const std::string& ptr, const std::string& msg) { problems.push_back({ptr, msg, 0}); }
 
   bool object(const json& v, const std::string& ptr, const std::set<std::string>& allowed) {
     if (!v.is_object()) {
       add(ptr, "must be an object");
       return false;
     }
-    for (const auto& [k, unused] : v.items())
-      if (!allowed.count(k)) add(ptr + "/" + k, "unknown key (allowed here: " + key_list(allowed) + ")");
+    check_keys(v, ptr, allowed);
     return true;
   }
   bool number(const json& o, const std::string& ptr, const char* key, double lo, double hi, double& out,
@@ -64,23 +55,13 @@ struct VideoReader {
     return true;
   }
   bool integer(const json& o, const std::string& ptr, const char* key, long long lo, long long hi, int& out) {
-    if (!o.contains(key)) return false;
-    const json& v = o[key];
-    if (!v.is_number_integer() || v.get<long long>() < lo || v.get<long long>() > hi) {
-      add(ptr + "/" + key, "must be an integer in " + std::to_string(lo) + ".." + std::to_string(hi));
-      return false;
-    }
-    out = static_cast<int>(v.get<long long>());
+    long long v = 0;
+    if (!get_int(o, ptr, key, lo, hi, v)) return false;
+    out = static_cast<int>(v);
     return true;
   }
   bool string(const json& o, const std::string& ptr, const char* key, std::string& out) {
-    if (!o.contains(key)) return false;
-    if (!o[key].is_string()) {
-      add(ptr + "/" + key, "must be a string");
-      return false;
-    }
-    out = o[key].get<std::string>();
-    return true;
+    return get_string(o, ptr, key, out);
   }
   // A file the batch file names (relative to its folder): a readable regular file, confined as every
   // input is (a plain relative path stays inside the batch file's folder).
@@ -298,7 +279,7 @@ bool named_video_motion(const std::string& name, VideoMotion& out) {
 
 VideoSpec read_video_spec(const json& video, const std::filesystem::path& base_dir, const std::vector<BatchTask>& tasks,
                           InputChecks* checks, std::vector<BatchProblem>& problems) {
-  VideoReader r{base_dir, checks, problems};
+  VideoReader r{{problems}, base_dir, checks};
   VideoSpec spec;
   if (!r.object(video, "/video", {"size", "fps", "crf", "default", "clips", "audio", "captions"})) return spec;
   read_size(r, video, spec);
