@@ -40,6 +40,7 @@
 #                frames    16 panels of 768x1344 written as 1080x1920 frames (per-task "upscale") vs plain panels
 #                detect    sdxl-batch detect with a 640-px YOLOv8n detector, 48 panels, cuda vs cpu
 #                detailer  50 panels without / with a per-task detailer (1-3 regions each): s per region and per panel
+#                regions   64 panels without / with 2 / with 3 regional prompts (attention couple): s/image, memory
 # Knobs of every mode: OUT (results, bench/tmp), WORK (/tmp/sdxl-gpu), RUN_TIMEOUT
 # (400 s a run), RUN_LOG_LEVEL (warn), gpu_prepare.sh's SDXL_*; a mode's own knobs
 # are in its family's script.
@@ -55,11 +56,12 @@ case "$MODE" in
   trace) family=trace ;;
   fp8 | fp8-aoti | fp16-aoti | fp8-tiny) family=precision ;;
   fp8-geglu) family=fp8geglu ;;
-  inpaint | upscale | frames | detect | detailer) family=finish ;;
+  inpaint | upscale | frames | detect | detailer | regions) family=finish ;;
   *)
     echo "usage: [OUT=DIR] bash bench/gpu_runtime.sh MODE; MODE: check | order | mixed | caps | pipeline | single |" \
          "defaults | multi | x2 | scale | capmerge | wscap | alloc | loop | trace | single-file | vae-switch | controlnet |" \
-         "ip-adapter | fp8 | fp8-aoti | fp16-aoti | fp8-tiny | fp8-geglu | inpaint | upscale | frames | detect | detailer" >&2
+         "ip-adapter | fp8 | fp8-aoti | fp16-aoti | fp8-tiny | fp8-geglu | inpaint | upscale | frames | detect | detailer |" \
+         "regions" >&2
     exit 2 ;;
 esac
 exec bash "$(dirname "$0")/runtime/$family.sh" "$MODE"

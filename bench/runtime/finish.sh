@@ -23,12 +23,17 @@
 #        panel at confidence 0.01, ADetailer's other defaults: denoise 0.4, padding 32, only masked): the report's regions and
 #        detailer batches (UNet batches shared across panels), and the run's extra seconds per region and
 #        per panel (run_s of the report, after load, the same panels in both runs).
+# regions: regional prompts (attention couple) on the full-size random SDXL (1024², 28 steps, CFG 7,
+#        --max-batch 8, unet.ts: regions run on its forward_regional methods): PANELS (64) panels without
+#        regions, the same with 2 box regions each, and with 3; s/image (warm) and peak memory of each, and
+#        the ratio to the plain panels (goal: at most 1.15x); then 16 panels with 0, 2 and 3 regions in turn
+#        sharing UNet calls (the report's regions.panels and regions.batches).
 # Results: $OUT/summary.txt (+ the logs and reports).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 MODE=${1:-}
-case "$MODE" in inpaint | upscale | frames | detect | detailer) ;;
-  *) echo "usage: [OUT=DIR] bash bench/runtime/finish.sh inpaint|upscale|frames|detect|detailer" >&2; exit 2 ;; esac
+case "$MODE" in inpaint | upscale | frames | detect | detailer | regions) ;;
+  *) echo "usage: [OUT=DIR] bash bench/runtime/finish.sh inpaint|upscale|frames|detect|detailer|regions" >&2; exit 2 ;; esac
 source bench/lib/gpu_prepare.sh  # build + export; sets OUT WORK SDXL MODEL
 source bench/lib/runtime.sh
 
@@ -103,6 +108,49 @@ for dt in ("fp32", "fp16"):
         ps.append(10 * np.log10(255 ** 2 / max(((a - b) ** 2).mean(), 1e-12)))
     print(f"frames: ours vs the loop in {dt}: PSNR {min(ps):.1f}..{max(ps):.1f} dB over {len(ps)}")
 PY
+  exit 0
+fi
+
+if [ "$MODE" = regions ]; then
+  python3 - "$WORK" "${PANELS:-64}" <<'PY'
+import json, sys
+w, n = sys.argv[1], int(sys.argv[2])
+base = {"version": 1, "defaults": {"steps": 28, "cfg": 7.0, "width": 1024, "height": 1024,
+                                   "negative": "blurry, lowres"}}
+tasks = [{"id": f"p{i:02d}", "prompt": f"comic panel {i}, two people talking on a pier, bold ink lines", "seed": 700 + i}
+         for i in range(n)]
+two = [{"box": [0, 0, 0.5, 1], "prompt": "a girl with a red scarf, waving", "negative": "hat"},
+       {"box": [0.5, 0, 1, 1], "prompt": "an old lighthouse keeper, grey beard"}]
+three = [{"box": [0, 0, 0.4, 1], "prompt": "a girl with a red scarf, waving"},
+         {"box": [0.3, 0, 0.7, 1], "prompt": "a small orange fox", "weight": 1.5},
+         {"box": [0.6, 0, 1, 1], "prompt": "an old lighthouse keeper, grey beard"}]
+for name, regions in (("plain", None), ("two", two), ("three", three)):
+    ts = [dict(t, regions=regions) if regions else t for t in tasks]
+    json.dump(dict(base, tasks=ts), open(f"{w}/regions-{name}.json", "w"), indent=1)
+mixed = [dict(t, regions=[None, two, three][i % 3]) if i % 3 else t for i, t in enumerate(tasks[:16])]
+json.dump(dict(base, tasks=mixed), open(f"{w}/regions-mixed.json", "w"), indent=1)
+PY
+  for name in plain two three mixed; do
+    run "regions-$name" "$WORK/regions-$name.json" --max-batch 8 --unet-backend torchscript
+  done
+  python3 - "$WORK" <<'PY' | tee -a "$OUT/summary.txt"
+import json, sys
+from pathlib import Path
+w = Path(sys.argv[1])
+def warm(r):
+    b = r["batches"][1:] or r["batches"]
+    return sum(x["seconds"] for x in b) / max(1, sum(x["size"] for x in b))
+rep = {n: json.loads((w / f"regions-{n}" / "report.json").read_text()) for n in ("plain", "two", "three", "mixed")}
+p = warm(rep["plain"])
+for n in ("plain", "two", "three"):
+    r = rep[n]
+    print(f"regions {n}: {r['images_done']} panels, warm {warm(r):.3f} s/image ({warm(r) / p:.3f}x plain), "
+          f"peak allocated {r['memory']['peak_allocated_bytes'] / 2**30:.2f} GiB, regions {r.get('regions')}")
+m = rep["mixed"]
+print(f"regions mixed (0, 2, 3 regions in turn): {m['images_done']} panels in {len(m['batches'])} batches "
+      f"(sizes {[b['size'] for b in m['batches']]}), report regions {m.get('regions')}")
+PY
+  log_warnings
   exit 0
 fi
 

@@ -298,6 +298,21 @@ struct IpAdapter {
   std::vector<std::string> images{};  // reference PNGs, their tokens joined in order
   double scale = 1.0;
 };
+// A region of the panel (docs/story-tools.md#regions): a box in fractions of the panel [x0, y0, x1,
+// y1] or a mask PNG (white = inside, the panel's aspect ratio), with its own prompt, negative ("" = the
+// image's) and weight; the image's own prompt weighs `region_base` inside regions.
+struct Region {
+  std::vector<double> box{};  // 4 values, or empty with `mask`
+  std::string mask{};
+  std::string prompt{};
+  std::string negative{};
+  double weight = 1.0;
+};
+// "x0,y0,x1,y1:PROMPT" (the CLI's --region) and "FILE:PROMPT" (--region-mask); UsageError naming the
+// text when it is not one.
+Region parse_region(const std::string& text);
+Region parse_region_mask(const std::string& text);
+
 struct Hires {
   double scale = 0;                   // 0 = no second pass
   std::string upscaler = "Latent";    // A1111's hires upscaler names, or an upscaler folder
@@ -347,6 +362,8 @@ struct ImageRequest {
   Hires hires{};
   std::vector<ControlNet> controlnets{};
   IpAdapter ip_adapter{};
+  std::vector<Region> regions{};  // attention couple; checked against the model's unet.regions
+  double region_base = 0.2;
   std::vector<Detailer> detailer{};  // applied in order after the decode (faces, then hands ...)
   Upscale upscale{};           // the PNG written is this frame (made after the detailer)
   std::string out_path{};      // "" = sdxl-<seed>.png

@@ -3,6 +3,7 @@
 #include <sdxl_batch/sdxl_batch.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
@@ -11,6 +12,7 @@
 #include "api/session_impl.h"
 #include "batch/batch_file.h"
 #include "batch/lora_ref.h"
+#include "batch/regions.h"
 #include "check/batch_check.h"
 #include "check/model_files.h"
 #include "core/atomic_file.h"
@@ -182,6 +184,46 @@ std::vector<DetailerUse> detailer_of(const std::vector<sdxl_batch::Detailer>& un
   throw UsageError(msg);
 }
 
+// The request's regions, checked as a batch file's are (the mask's aspect against the image's size
+// comes later, when the model's defaults have filled it in).
+std::vector<RegionUse> regions_of(const sdxl_batch::ImageRequest& r) {
+  std::vector<RegionUse> out;
+  if (r.regions.size() > static_cast<size_t>(kMaxRegions))
+    throw UsageError(std::to_string(r.regions.size()) + " regions: a panel may have at most " +
+                     std::to_string(kMaxRegions));
+  if (!(r.region_base >= 0 && r.region_base <= 1))
+    throw UsageError("--region-base " + format_number(r.region_base) + " must be from 0 to 1");
+  FileInputChecks files;
+  for (size_t k = 0; k < r.regions.size(); ++k) {
+    const sdxl_batch::Region& g = r.regions[k];
+    const std::string name = "region " + std::to_string(k + 1);
+    RegionUse u;
+    if (g.mask.empty() == g.box.empty())
+      throw UsageError(name + " needs a box (--region) or a mask (--region-mask), not both");
+    if (!g.box.empty()) {
+      if (g.box.size() != 4) throw UsageError(name + "'s box must have 4 values (x0, y0, x1, y1)");
+      u.x0 = g.box[0], u.y0 = g.box[1], u.x1 = g.box[2], u.y1 = g.box[3];
+      if (const std::string why = region_box_problem(u.x0, u.y0, u.x1, u.y1); !why.empty())
+        throw UsageError(name + "'s box " + why);
+    } else {
+      if (const std::string why = files.region_mask_problem(g.mask); !why.empty())
+        throw UsageError("--region-mask '" + g.mask + "' " + why);
+      u.mask = flag_path("--region-mask", g.mask);
+      u.mask_sha256 = sha256_file_hex(u.mask).value_or("");
+    }
+    if (const std::string why = text_problem(g.prompt, TextKind::kMultiline); !why.empty())
+      throw UsageError(name + "'s prompt " + why);
+    if (!extract_lora_tags(g.prompt).tags.empty())
+      throw UsageError(name + "'s prompt has a <lora:...> tag: a LoRA changes the whole panel (put it in --prompt)");
+    u.prompt = g.prompt;
+    u.negative = g.negative;
+    if (!(g.weight > 0) || !std::isfinite(g.weight)) throw UsageError(name + "'s weight must be a positive number");
+    u.weight = g.weight;
+    out.push_back(u);
+  }
+  return out;
+}
+
 // Everything of the request checked that can be before the model loads; the
 // sizes the model's defaults fill in come later. `image_w/h`: the init image's.
 GenerationParams checked_params(const sdxl_batch::Session::Impl& s, const sdxl_batch::ImageRequest& r,
@@ -243,6 +285,9 @@ GenerationParams checked_params(const sdxl_batch::Session::Impl& s, const sdxl_b
   }
   p.controlnets = controlnets_of(r, config);
   p.ip_adapter = ip_adapter_of(r.ip_adapter, config);
+  p.regions = regions_of(r);
+  p.region_base = r.region_base;
+  if (const std::string why = regions_problem(config, p); !why.empty()) throw UsageError("--region: " + why);
   p.upscale = upscale_of(r.upscale);
   p.detailer = detailer_of(r.detailer);
   if (s.options.verify) verify_task_folders({&p});
@@ -288,6 +333,12 @@ sdxl_batch::ImageResult generate_image(sdxl_batch::Session::Impl& s, const sdxl_
       throw UsageError("--init-image '" + r.init_image + "' " + why);
   check_upscale(p);
   check_step_counts(p);
+  for (const RegionUse& g : p.regions) {
+    int mw = 0, mh = 0;
+    if (g.mask.empty() || !png_size(g.mask, mw, mh).empty()) continue;
+    if (const std::string why = region_mask_aspect_problem(mw, mh, p.width, p.height); !why.empty())
+      throw UsageError("--region-mask '" + g.mask + "' " + why);
+  }
   GeneratorLane lane(s.options.model_dir, runtime, {}, 0);  // a lane, so the detailer takes a run's steps
   lane.start();
   Generator& gen = lane.generator();
@@ -317,6 +368,26 @@ namespace sdxl_batch {
 
 ImageResult Session::generate(const ImageRequest& request) {
   return sdxl::api::guarded([&] { return sdxl::api::generate_image(*impl_, request); });
+}
+
+namespace {
+
+Region region_of(const sdxl::RegionUse& u) {
+  Region r;
+  if (u.mask.empty()) r.box = {u.x0, u.y0, u.x1, u.y1};
+  r.mask = u.mask;
+  r.prompt = u.prompt;
+  return r;
+}
+
+}  // namespace
+
+Region parse_region(const std::string& text) {
+  return sdxl::api::guarded([&] { return region_of(sdxl::parse_region_flag(text)); });
+}
+
+Region parse_region_mask(const std::string& text) {
+  return sdxl::api::guarded([&] { return region_of(sdxl::parse_region_mask_flag(text)); });
 }
 
 Lora parse_lora(const std::string& text) {

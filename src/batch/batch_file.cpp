@@ -23,6 +23,7 @@
 #include "batch/json_fields.h"
 #include "batch/output_names.h"
 #include "batch/priority.h"
+#include "batch/regions.h"
 #include "batch/story.h"
 #include "batch/task_keys.h"
 #include "batch/video_spec.h"
@@ -202,9 +203,9 @@ struct Checker : JsonFields {
       add(ptr + "/model", "is missing (an IP-Adapter folder made by scripts/export_sdxl.py --ip-adapter)");
     }
     const json* images = ip.contains("images") ? &ip["images"] : nullptr;
-    if (!images || !images->is_array() || images->empty()) {
-      add(ptr + "/images", "must be a non-empty array of reference images (PNG files)");
-    } else {
+    if (images && !images->is_array()) {
+      add(ptr + "/images", "must be an array of reference images (PNG files)");
+    } else if (images) {
       for (size_t k = 0; k < images->size(); ++k) {
         const std::string ip_k = ptr + "/images/" + std::to_string(k);
         if (!(*images)[k].is_string() || (*images)[k].get<std::string>().empty()) {
@@ -374,6 +375,7 @@ struct Checker : JsonFields {
         {"controlnets", &go_on<&Checker::read_controlnets>},
         {"ip_adapter", &go_on<&Checker::read_ip_adapter>},
         {"mask", &go_on<&Checker::read_mask>},
+        {"regions", &go_on<&Checker::read_regions>},
         {"hires", [](Checker& c, const json& obj, const std::string& pointer, GenerationParams& p) {
            return !obj.contains("hires") || c.read_hires(obj["hires"], pointer + "/hires", p);
          }},
@@ -467,6 +469,103 @@ struct Checker : JsonFields {
 
   // Inpainting mask: relative to the batch file, confined like every input
   // file, a PNG that marks something to repaint; its sha256 recorded.
+  // A character's "reference": {"image": PNG, "scale": 1}: a picture for the task's IP-Adapter.
+  void read_reference(const json& ref, const std::string& rp, Character& ch) {
+    if (!ref.is_object()) {
+      add(rp, "must be {\"image\": PNG, \"scale\": 1} (a reference picture for the task's IP-Adapter)");
+      return;
+    }
+    check_keys(ref, rp, {"image", "scale"});
+    std::string rel;
+    if (get_path(ref, rp, "image", rel)) {
+      ch.reference = resolve(rel);
+      int w = 0, h = 0;
+      const bool inside = stays_inside(rp + "/image", rel, ch.reference);
+      if (const std::string why = inside ? png_size(ch.reference, w, h) : ""; !why.empty())
+        add(rp + "/image", "'" + ch.reference + "' " + why);
+    } else if (!ref.contains("image")) {
+      add(rp + "/image", "is missing (the character's reference picture, a PNG)");
+    }
+    get_number(ref, rp, "scale", 0.0, 10.0, ch.reference_scale);
+  }
+
+  // "regions": [{"box": [x0, y0, x1, y1] | "mask": PNG, "prompt", "negative", "weight", "character"}, ...];
+  // a task's list replaces the defaults'; [] turns them off. A character's texts and reference join
+  // when the story is applied (apply_story); the mask's aspect is checked against the task's size
+  // (check_regions).
+  void read_regions(const json& obj, const std::string& pointer, GenerationParams& p) {
+    if (!obj.contains("regions")) return;
+    const std::string ptr = pointer + "/regions";
+    const json& list = obj["regions"];
+    p.regions.clear();
+    if (!list.is_array()) {
+      add(ptr, "must be an array of {\"box\": [x0, y0, x1, y1] or \"mask\": PNG, \"prompt\": TEXT, \"weight\": 1, "
+               "\"character\": NAME}");
+      return;
+    }
+    if (list.size() > static_cast<size_t>(kMaxRegions))
+      add(ptr, "has " + std::to_string(list.size()) + " regions; a panel may have at most " +
+                   std::to_string(kMaxRegions));
+    for (size_t k = 0; k < list.size() && k < static_cast<size_t>(kMaxRegions); ++k)
+      read_region(list[k], ptr + "/" + std::to_string(k), p);
+  }
+
+  void read_region(const json& r, const std::string& rp, GenerationParams& p) {
+    if (!r.is_object()) {
+      add(rp, "must be an object with \"box\" or \"mask\", and \"prompt\"");
+      return;
+    }
+    check_keys(r, rp, {"box", "mask", "prompt", "negative", "weight", "character"});
+    RegionUse u;
+    const bool box = r.contains("box"), mask = r.contains("mask");
+    if (box == mask)
+      add(rp, box ? "has both \"box\" and \"mask\": give one"
+                  : "needs a \"box\" ([x0, y0, x1, y1] in fractions of the panel) or a \"mask\" (a PNG, white = inside)");
+    if (box) read_region_box(r["box"], rp + "/box", u);
+    std::string rel;
+    if (mask && get_path(r, rp, "mask", rel)) {
+      u.mask = resolve(rel);
+      if (stays_inside(rp + "/mask", rel, u.mask)) {
+        const std::string why = checks ? checks->region_mask_problem(u.mask) : std::string();
+        if (!why.empty()) add(rp + "/mask", "'" + u.mask + "' " + why);
+        else u.mask_sha256 = sha256_file_hex(u.mask).value_or("");
+      }
+    }
+    if (!r.contains("prompt") && !r.contains("character"))
+      add(rp + "/prompt", "is missing (the region's prompt, or a \"character\" whose prompt it takes)");
+    get_string(r, rp, "prompt", u.prompt);
+    get_string(r, rp, "negative", u.negative);
+    if (get_number(r, rp, "weight", 0.0, 1000.0, u.weight) && !(u.weight > 0))
+      add(rp + "/weight", "must be a positive number (the region's weight against the others where they overlap)");
+    get_string(r, rp, "character", u.character);
+    p.regions.push_back(u);
+  }
+
+  void read_region_box(const json& b, const std::string& bp, RegionUse& u) {
+    const bool numbers = b.is_array() && b.size() == 4 &&
+                         std::all_of(b.begin(), b.end(), [](const json& v) { return v.is_number(); });
+    if (!numbers) {
+      add(bp, "must be [x0, y0, x1, y1]: four numbers, fractions of the panel from 0 to 1");
+      return;
+    }
+    u.x0 = b[0].get<double>(), u.y0 = b[1].get<double>(), u.x1 = b[2].get<double>(), u.y1 = b[3].get<double>();
+    if (const std::string why = region_box_problem(u.x0, u.y0, u.x1, u.y1); !why.empty()) add(bp, why);
+  }
+
+  // A task's region masks (its own or the defaults') against its size: the panel's aspect ratio.
+  void check_regions(const json& t, const std::string& ptr, const GenerationParams& p) {
+    const std::string base = t.contains("regions") ? ptr + "/regions/" : "/defaults/regions/";
+    for (size_t k = 0; k < p.regions.size(); ++k) {
+      const RegionUse& r = p.regions[k];
+      int mw = 0, mh = 0;
+      if (r.mask.empty() || !png_size(r.mask, mw, mh).empty()) continue;  // reported by read_region
+      const std::string why = region_mask_aspect_problem(mw, mh, p.width, p.height);
+      if (!why.empty())
+        add(base + std::to_string(k) + "/mask",
+            "'" + r.mask + "' " + why + (t.contains("regions") ? "" : " (task " + ptr + ")"));
+    }
+  }
+
   void read_mask(const json& obj, const std::string& pointer, GenerationParams& p) {
     std::string rel;
     if (!get_path(obj, pointer, "mask", rel)) return;
@@ -681,7 +780,7 @@ void read_header(Checker& ck, const json& j, BatchFile& bf) {
   }
 }
 
-// "characters": {NAME: {"prompt", "negative", "loras"}} and "styles": {NAME: {"prompt", "negative"}}.
+// "characters": {NAME: {"prompt", "negative", "loras", "reference"}} and "styles": {NAME: {"prompt", "negative"}}.
 StoryBook read_story_book(Checker& ck, const json& j) {
   StoryBook book;
   if (j.contains("characters")) {
@@ -693,11 +792,12 @@ StoryBook read_story_book(Checker& ck, const json& j) {
           ck.add(ptr, "must be an object with \"prompt\" (and optionally \"negative\", \"loras\")");
           continue;
         }
-        ck.check_keys(c, ptr, {"prompt", "negative", "loras"});
+        ck.check_keys(c, ptr, {"prompt", "negative", "loras", "reference"});
         Character ch;
         ck.get_string(c, ptr, "prompt", ch.prompt);
         ck.get_string(c, ptr, "negative", ch.negative);
         if (c.contains("loras")) ck.read_loras(c["loras"], ptr + "/loras", ch.loras);
+        if (c.contains("reference")) ck.read_reference(c["reference"], ptr + "/reference", ch);
         book.characters[name] = ch;
       }
   }
@@ -829,7 +929,20 @@ void apply_task_story(Checker& ck, const json& t, const std::string& ptr, const 
   task.style = f.style;
   std::vector<std::pair<std::string, std::string>> problems;
   apply_story(book, f.characters, f.style, task.params, problems);
-  for (const auto& [where, msg] : problems) ck.add(ptr + where, msg);
+  for (const auto& [where, msg] : problems) {
+    const bool from_defaults = where.starts_with("/regions/") && !t.contains("regions");
+    ck.add(from_defaults ? "/defaults" + where : ptr + where, msg + (from_defaults ? " (task " + ptr + ")" : ""));
+  }
+  const GenerationParams& p = task.params;
+  for (size_t k = 0; k < p.regions.size(); ++k)
+    if (!extract_lora_tags(p.regions[k].prompt).tags.empty())
+      ck.add(ptr + "/regions/" + std::to_string(k) + "/prompt",
+             "has a <lora:...> tag: a LoRA changes the weights of the whole panel, not one region (put the tag in "
+             "the task's prompt)");
+  if (p.ip_adapter.on() && p.ip_adapter.images.empty() && !p.region_references())
+    ck.add(ptr + (t.contains("ip_adapter") ? "/ip_adapter/images" : "/ip_adapter"),
+           "the IP-Adapter has no reference picture: give it \"images\", or name characters with a \"reference\" "
+           "(in the task's \"characters\" or its regions)");
   if (!prompt_has_wildcards(task.params)) return;
   std::string failed;
   try {
@@ -896,6 +1009,7 @@ bool read_task(Checker& ck, const json& t, const std::string& ptr, const TaskDef
   if (t.contains("sampler") || t.contains("schedule")) ck.check_sampler(t, ptr, task.params);
   ck.read_init_image(t, ptr, origin, td.sets_width, td.sets_height, task.params);
   ck.check_mask(t, ptr, task.params);
+  ck.check_regions(t, ptr, task.params);
   ck.check_step_counts(t, ptr, task.params);
   ck.check_task_upscale(t, ptr, task.params);
   read_task_schedule(ck, t, ptr, td, task);

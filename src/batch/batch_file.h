@@ -90,6 +90,8 @@ class InputChecks {
   // An inpainting mask PNG: "" when it marks something to repaint, else why
   // not (unreadable, or no pixel at 0.5 or above: nothing to repaint).
   virtual std::string mask_problem(const std::string& path) = 0;
+  // A region mask PNG: "" when it can be read and is not all black, else why not.
+  virtual std::string region_mask_problem(const std::string& /*path*/) { return ""; }
   // The sha256 of the weights of a `kind` folder that folder_problem passed, as its model.json
   // records it ("" when not recorded): what a resume compares.
   virtual std::string folder_weights_sha256(const std::string& /*kind*/, const std::string& /*dir*/) { return ""; }

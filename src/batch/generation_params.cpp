@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/input_text.h"
+#include "batch/regions.h"
 
 namespace sdxl {
 
@@ -26,11 +27,8 @@ std::string format_number(double v) {
   return buf;
 }
 
-namespace {
-
-// A1111 quotes a value that contains ',', ':' or '"' (infotext quote()). A value
-// is one line: its control characters (a line break in a ControlNet's name,
-// say) become spaces, so no value can start a line of its own (core/input_text.h).
+// A value is one line: its control characters (a line break in a ControlNet's name, say) become
+// spaces, so no value can start a line of its own (core/input_text.h).
 std::string quote_if_needed(const std::string& raw) {
   const std::string v = clean_metadata_text(raw, false);
   if (v.find_first_of(",:\"") == std::string::npos) return v;
@@ -41,6 +39,12 @@ std::string quote_if_needed(const std::string& raw) {
   }
   return out + "\"";
 }
+
+bool GenerationParams::region_references() const {
+  return std::any_of(regions.begin(), regions.end(), [](const RegionUse& r) { return !r.reference.empty(); });
+}
+
+namespace {
 
 // "NAME: HASH, NAME2: HASH2", quoted as A1111 quotes it.
 std::string hash_list(const std::vector<std::pair<std::string, std::string>>& hashes) {
@@ -155,6 +159,7 @@ std::string a1111_parameters(const GenerationParams& p, const ImageSources& src)
     s << ", ControlNet " << i << ": " << quote_if_needed(controlnet_unit(p, src, i));
   if (p.ip_adapter.on()) s << ", IP-Adapter: " << quote_if_needed(ip_adapter_unit(p, src));
   s << detailer_fields(p, src);
+  s << regions_a1111_fields(p);
   if (src.unet_precision == "fp8") s << ", UNet precision: fp8 e4m3";
   s << ", Version: " << kProgramName << " " << kProgramVersion;
   if (p.upscale.on())

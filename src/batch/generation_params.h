@@ -37,6 +37,24 @@ struct IpAdapterUse {
   bool operator==(const IpAdapterUse&) const = default;
 };
 
+// One region of a panel (attention couple, docs/story-tools.md#regions): where it is (a box in
+// fractions of the panel, or a mask PNG whose grey levels / 255 weigh each place), its prompt and
+// negative (final texts: a named character's joined and the style applied when the batch file was
+// read), its weight, and a reference picture acting only inside it (the character's, with its scale;
+// "" none). In every cross-attention layer the prompts' attentions are mixed by the normalised weights
+// weight_i * mask_i (regions) and 1 - (1 - region_base) * max_i mask_i (the task's own prompt).
+struct RegionUse {
+  double x0 = 0, y0 = 0, x1 = 1, y1 = 1;  // the box (when mask is "")
+  std::string mask;                       // a mask PNG (absolute once read); "" = the box
+  std::string mask_sha256;                // the mask file's (the manifest compares it)
+  std::string prompt, negative;
+  double weight = 1.0;
+  std::string character;                  // the character named, "" none
+  std::string reference;                  // its reference picture (a PNG), "" none
+  double reference_scale = 1.0;
+  bool operator==(const RegionUse&) const = default;
+};
+
 // A task's final upscale (its frame; image/frame_upscale.h makes it): an upscaler folder (export_sdxl.py
 // --upscaler) or "Lanczos" (no model), then LANCZOS by a factor (scale > 0) or to width x height with a
 // fit ("stretch", "crop", "pad"). weights_sha256 is the folder's upscaler file's as its model.json
@@ -158,6 +176,12 @@ struct GenerationParams {
   IpAdapterUse ip_adapter;
   UpscaleUse upscale;  // the frame the PNG is written as
   std::vector<DetailerUse> detailer;  // after decode, before the frame, in this order
+  // Regions (attention couple) and the weight of the task's own prompt inside them.
+  std::vector<RegionUse> regions;
+  double region_base = 0.2;
+  bool has_regions() const { return !regions.empty(); }
+  // Whether any region brings a reference picture (an IP-Adapter group of its own).
+  bool region_references() const;
   std::string notes;  // the batch file's "notes": carried into the manifest, changes no pixel
 };
 
@@ -194,6 +218,10 @@ std::string hires_upscaler_name_list();
 std::string hires_upscaler_name_of(const std::string& name);
 // What images call an upscaler folder (A1111's "Hires upscaler"): the folder's name.
 std::string upscaler_folder_name(const std::string& dir);
+
+// A1111's infotext quote(): a value that contains ',', ':' or '"' in double quotes, '"' and '\\'
+// escaped.
+std::string quote_if_needed(const std::string& raw);
 
 // Shortest decimal that reads back the same double: 7 -> "7", 7.5 -> "7.5".
 std::string format_number(double v);
@@ -250,6 +278,8 @@ struct ImageSources {
 // mask blur", "ADetailer denoising strength", "ADetailer inpaint only masked", "ADetailer inpaint
 // padding", "ADetailer mask only top k largest" when set, "ADetailer use separate steps" and
 // "ADetailer steps" when set), the 2nd unit's with " 2nd" and so on.
+// Regions add, after the detailer's, Regional Prompter's "RP Active: True, RP Divide mode: Mask, RP Calc
+// Mode: Attention, RP Base Ratios: B" and a "Region N" field each (batch/regions.h).
 // A final upscale adds postprocess_upscale_fields after Version (as A1111's extras tab appends them).
 std::string a1111_parameters(const GenerationParams& p, const ImageSources& sources);
 // The same with only a model name and LoRA hashes.

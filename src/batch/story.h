@@ -21,6 +21,10 @@ namespace sdxl {
 struct Character {
   std::string prompt, negative;
   std::vector<LoraRef> loras;
+  // A reference picture (a PNG) for the task's IP-Adapter, with its scale; "" none. In a region it
+  // acts there only; named by a task's "characters", everywhere.
+  std::string reference;
+  double reference_scale = 1.0;
 };
 struct Style {
   std::string prompt, negative;
@@ -34,9 +38,14 @@ struct StoryBook {
 std::string apply_style_text(const std::string& style, const std::string& text);
 
 // Joins the named characters (", "-joined after the prompt; their negatives
-// after the negative; their LoRAs after the task's) and then the style into
-// `p`. Problems as (pointer below the task, message): an unknown character or
-// style, a LoRA named twice at different weights.
+// after the negative; their LoRAs after the task's; their reference pictures after the IP-Adapter's
+// images) and then the style into `p`. A region's character joins that region only: its prompt after
+// the region's, its negative after the region's (or after the task's, when the region has none) and its
+// reference picture acting inside the region; the style wraps each region's texts as the task's.
+// Problems as (pointer below the task, message): an unknown character or style, a LoRA named twice at
+// different weights, a character with LoRAs in a region (they would act on the whole panel), a
+// reference picture without the task's IP-Adapter.
+
 void apply_story(const StoryBook& book, const std::vector<std::string>& characters, const std::string& style,
                  GenerationParams& p, std::vector<std::pair<std::string, std::string>>& problems);
 
@@ -46,8 +55,11 @@ void apply_story(const StoryBook& book, const std::vector<std::string>& characte
 // choices are drawn together (prompt first).
 struct ImagePrompt {
   std::string prompt, negative;
+  std::vector<std::pair<std::string, std::string>> regions;  // each region's prompt and negative
   std::vector<std::string> choices;
 };
+// The image's texts into `p` (its prompt, negative and each region's).
+void apply_image_prompt(ImagePrompt ip, GenerationParams& p);
 ImagePrompt expand_image_prompt(const GenerationParams& p, bool expand_all, int index, std::int64_t seed,
                                 const WildcardLibrary& lib);
 // Image `index` (seed `seed`) of `task`: its prompt as expand_image_prompt
@@ -55,9 +67,9 @@ ImagePrompt expand_image_prompt(const GenerationParams& p, bool expand_all, int 
 ImagePrompt task_image_prompt(const BatchTask& task, int index, std::int64_t seed, const WildcardLibrary& lib);
 // How many images expand_all makes of `p` (saturating at limit + 1).
 std::uint64_t prompt_combinations(const GenerationParams& p, const WildcardLibrary& lib, std::uint64_t limit);
-// Whether either text has wildcards; check_prompt_wildcards throws UsageError
-// like check_template, after setting `*failed` (when given) to the text that
-// failed: "prompt" or "negative".
+// Whether any text (prompt, negative, a region's) has wildcards; check_prompt_wildcards throws
+// UsageError like check_template, after setting `*failed` (when given) to the text that failed:
+// "prompt", "negative" or "regions/K/prompt" ("regions/K/negative").
 bool prompt_has_wildcards(const GenerationParams& p);
 void check_prompt_wildcards(const GenerationParams& p, const WildcardLibrary& lib, std::string* failed = nullptr);
 

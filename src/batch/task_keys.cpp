@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <type_traits>
 
+#include "batch/regions.h"
+
 namespace sdxl {
 namespace {
 
@@ -35,6 +37,7 @@ const json* at_pointer(const json& params, std::string_view pointer) {
 bool img2img(const GP& p) { return !p.init_image.empty(); }
 bool inpaint(const GP& p) { return p.inpaint(); }
 bool inpaint_masked(const GP& p) { return p.inpaint_masked(); }
+bool has_regions(const GP& p) { return p.has_regions(); }
 
 // --- the structured keys' hooks ---------------------------------------------------------------------
 
@@ -148,6 +151,17 @@ const KeyHooks kIpAdapterHooks{
     [](const GP& p, std::string& key) {
       // The same folder and reference count (one token row length); images and scale are each image's own.
       if (p.ip_adapter.on()) key += "|ip:" + p.ip_adapter.model + ":" + std::to_string(p.ip_adapter.images.size());
+    }};
+
+const KeyHooks kRegionHooks{
+    [](const GP& a, const GP& b) { return a.regions == b.regions; },
+    [](const GP& p, json& j) { record_regions(p, j); },
+    [](const json& j, GP& p) { restore_regions(j, p); },
+    [](const GP& p, std::string& key) {
+      // Rows with and without regions share calls (each row carries its own prompts and weights); a
+      // panel with regions and an IP-Adapter gives each reference its own masked group, so it does
+      // not share with a panel whose references join one row.
+      if (p.has_regions() && p.ip_adapter.on()) key += "|regions-ip";
     }};
 
 const KeyHooks kUpscaleHooks{
@@ -319,6 +333,14 @@ std::vector<TaskKey> settings_keys() {
       {.name = "loras", .type = kArray, .scope = kBoth, .part = kSettings, .default_text = "none",
        .a1111 = "Lora hashes", .manifest = "/loras", .split = kParts, .generate_flag = "--lora",
        .summary = "LoRAs by name (the top-level \"loras\") or path, with weights", .hooks = &kLoraHooks},
+      {.name = "regions", .type = kArray, .scope = kBoth, .part = kSettings, .default_text = "none",
+       .a1111 = "RP Active", .manifest = "/regions", .split = kParts, .generate_flag = "--region",
+       .summary = "parts of the panel with their own prompt, weight and character (attention couple)",
+       .hooks = &kRegionHooks},
+      {.name = "region_base", .type = kNumber, .scope = kBoth, .part = kSettings, .lo = 0, .hi = 1,
+       .default_text = "0.2", .a1111 = "RP Base Ratios", .manifest = "/region_base", .generate_flag = "--region-base",
+       .summary = "regions: the weight of the task's own prompt inside a region", .field = &GP::region_base,
+       .matters = has_regions},
       {.name = "notes", .type = kString, .scope = kBoth, .part = kSettings, .manifest = "/notes",
        .summary = "free text carried into the manifest (changes no pixel: a new note remakes nothing)",
        .field = &GP::notes, .compared = false},

@@ -101,6 +101,22 @@ std::string FileInputChecks::mask_problem(const std::string& path) {
   return "";
 }
 
+// A region mask all black would weigh nothing: its region could never act.
+std::string FileInputChecks::region_mask_problem(const std::string& path) {
+  int w = 0, h = 0;
+  if (std::string why = png_size(path, w, h); !why.empty()) return why;
+  try {
+    const RgbImage mask = read_png_rgb(path, "region mask");
+    const std::vector<std::uint8_t> grey = grey_of_rgb8(mask.rgb.data(), mask.width, mask.height);
+    if (std::all_of(grey.begin(), grey.end(), [](std::uint8_t v) { return v == 0; }))
+      return "is all black: a region mask weighs each place by its grey level (white = inside), so this region "
+             "would act nowhere";
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
 namespace {
 
 // The model's tokenizers with the embeddings the run will load (counted as
@@ -173,6 +189,7 @@ void check_image_prompts(const ModelConfig* mc, const BatchFile& bf, const Batch
         if (!mc) continue;
         size_t n = chunks(ip.prompt);
         if (task.params.cfg > 1.0 && !ip.negative.empty()) n = std::max(n, chunks(ip.negative));
+        for (const auto& [rp, rn] : ip.regions) n = std::max({n, chunks(rp), task.params.cfg > 1.0 ? chunks(rn) : 0});
         if (n <= static_cast<size_t>(mc->limits.context_chunks_max)) continue;
         problems.push_back({at + "/prompt", "image " + std::to_string(k) + "'s prompt needs " + std::to_string(n) +
                                                 " chunks of 75 tokens; model '" + mc->name + "' was checked for at most " +
@@ -217,6 +234,8 @@ void check_task_against_model(const ModelConfig& model, TaskFolderFits& fits, si
   } catch (const UsageError& e) {
     out.problems.push_back({at, e.what(), 0});
   }
+  if (const std::string why = regions_problem(model, p); !why.empty())
+    out.problems.push_back({at + "/regions", why, 0});
   try {
     if (p.clip_skip != 0) check_clip_skip(model, p.clip_skip);
   } catch (const UsageError& e) {

@@ -43,6 +43,8 @@ struct GenerateArgs {
   std::string ip_adapter;
   std::vector<std::string> ip_images;
   double ip_scale = 1.0;
+  std::vector<std::string> regions, region_masks;
+  double region_base = 0.2;
   CLI::App* cmd = nullptr;
 };
 
@@ -216,6 +218,11 @@ CLI::App* add_generate(CLI::App& app, std::shared_ptr<GenerateArgs>& args) {
   cmd->add_option("--ip-scale", args->ip_scale, "Scale of the --ip-adapter (diffusers' set_ip_adapter_scale)")
       ->check(finite_range(0.0, 10.0))
       ->capture_default_str();
+  key_flag(*cmd, "regions", args->regions)->description(
+      "A region \"x0,y0,x1,y1:PROMPT\" (a box in fractions of the panel) with its own prompt; repeatable");
+  cmd->add_option("--region-mask", args->region_masks,
+                  "A region \"FILE:PROMPT\" (a mask PNG, white = inside, the panel's shape); repeatable");
+  key_flag(*cmd, "region_base", args->region_base);
   cmd->add_option("--out,-o", args->out, "Output PNG (default: sdxl-<seed>.png)");
   cmd->add_option("--save-latents", args->save_latents, "Also write the final latents as float32 .npy (parity checks)");
   cmd->add_option("--timings-json", args->timings_json, "Write stage timings and peak memory as JSON to this file");
@@ -248,6 +255,9 @@ int run_generate(const GenerateArgs& a) {
   if (a.hires_scale > 0) r.hires = {a.hires_scale, a.hires_upscaler, a.hires_steps, a.hires_denoise};
   r.controlnets = controlnet_flags(a);
   r.ip_adapter = {a.ip_adapter, a.ip_images, a.ip_scale};
+  for (const std::string& g : a.regions) r.regions.push_back(sdxl_batch::parse_region(g));
+  for (const std::string& g : a.region_masks) r.regions.push_back(sdxl_batch::parse_region_mask(g));
+  r.region_base = a.region_base;
   r.detailer = detailer_flags(a);
   r.upscale = upscale_of_flags(a.frame);
   r.out_path = a.out;

@@ -185,6 +185,11 @@ void read_unet(const Reader& r, ModelConfig& c) {
     c.unet_ip.layers = read_layer_widths(ip, "layers");
     c.unet_ip.cross_attention_dim = ip.integer("cross_attention_dim", 1, 1 << 16);
   }
+  if (u.has("regions")) {
+    const Reader rg = u.child("regions");
+    c.unet_regions.downscales = read_layer_widths(rg, "downscales");
+    c.unet_regions.max_regions = rg.integer("max_regions", 1, 32);
+  }
 }
 
 void read_scheduler(const Reader& r, ModelConfig& c) {

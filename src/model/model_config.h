@@ -99,6 +99,16 @@ struct UnetIpInputs {
   bool supported() const { return !layers.empty(); }
 };
 
+// unet.regions in model.json: unet.ts's forward_regional methods (attention couple,
+// docs/story-tools.md#regions) take each row's prompts [B, R, L, C] and, for each downscale here (of
+// the blocks with cross-attention, relative to the latent, ascending), the prompts' weights per cell
+// [B, R, n_d]; max_regions bounds R - 1. Empty in models exported before regional prompts.
+struct UnetRegionInputs {
+  std::vector<int> downscales;
+  int max_regions = 0;
+  bool supported() const { return !downscales.empty(); }
+};
+
 // unet.fp8 in model.json (optional; written by export_sdxl.py --fp8): a second
 // UNet, unet_fp8.ts, whose transformer-block linear layers are FP8 e4m3 with
 // static per-tensor scales (each such weight has a `<layer>.weight_scale`
@@ -144,6 +154,7 @@ struct ModelConfig {
   std::string unet_precision;
   UnetControlInputs unet_control;
   UnetIpInputs unet_ip;
+  UnetRegionInputs unet_regions;
   std::string vae_decoder_file;
   AotiConfig vae_decoder_aoti;   // .file empty: no vae_decoder.pt2
   std::string vae_encoder_file;  // optional ("" when absent)

@@ -24,4 +24,20 @@ std::string unmasked_task_on_inpainting_unet(const ModelConfig& model) {
          "this task has no \"mask\" (give it \"init_image\" and \"mask\", or use a text-to-image model)";
 }
 
+std::string regions_problem(const ModelConfig& model, const GenerationParams& p) {
+  if (!p.has_regions()) return "";
+  if (!model.unet_regions.supported())
+    return "model '" + model.name + "' was exported before regional prompts (its unet.ts has no forward_regional "
+           "methods and its model.json no unet.regions): export it again with scripts/export_sdxl.py (--max-regions N "
+           "sets how many regions a panel may have)";
+  if (p.regions.size() > static_cast<size_t>(model.unet_regions.max_regions))
+    return "has " + std::to_string(p.regions.size()) + " regions; model '" + model.name + "' allows at most " +
+           std::to_string(model.unet_regions.max_regions) +
+           " (model.json unet.regions.max_regions: export it again with scripts/export_sdxl.py --max-regions N)";
+  if (model.unet_precision == "fp8")
+    return "has regions, which run on unet.ts's forward_regional methods; the FP8 UNet (unet_fp8.ts) has none: run "
+           "it without --precision fp8";
+  return "";
+}
+
 }  // namespace sdxl

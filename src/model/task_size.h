@@ -20,5 +20,10 @@ std::string check_task_size(const ModelConfig& model, const GenerationParams& p)
 // diffusers' StableDiffusionXLInpaintPipeline, which needs an image and a mask).
 std::string unmasked_task_on_inpainting_unet(const ModelConfig& model);
 
+// Why a task's regions cannot run on `model` ("" when they can, or it has none): an export without the
+// regional methods (unet.regions), more regions than it allows, the FP8 UNet (no regional methods),
+// an IP-Adapter on an export without forward_regional_ip.
+std::string regions_problem(const ModelConfig& model, const GenerationParams& p);
+
 
 }  // namespace sdxl

@@ -108,6 +108,7 @@ GenerationParams detailer_pass_params(const GenerationParams& image, const Detai
   p.ip_adapter = IpAdapterUse{};
   p.upscale = UpscaleUse{};
   p.detailer.clear();
+  p.regions.clear();  // a region pass is its own crop: the panel's regions do not map onto it
   return p;
 }
 

@@ -33,6 +33,7 @@
 #include "batch/task_keys.h"
 #include "model/sdxl_model.h"
 #include "model/task_size.h"
+#include "pipeline/region_weights.h"
 #include "device/device.h"
 #include "pipeline/stage_stream.h"
 #include "pipeline/unet_runner.h"
@@ -328,6 +329,10 @@ struct TextInputs {
   SdxlPromptTokens pos, neg;
   bool neg_text = false;
   size_t chunks = 1;
+  // Each region's prompt and (with CFG, when it has text) negative; a region without its own negative
+  // text takes the task's.
+  std::vector<SdxlPromptTokens> region_pos, region_neg;
+  std::vector<bool> region_neg_text;
 };
 
 }  // namespace
@@ -340,6 +345,12 @@ struct SubBatch {
   std::vector<std::int64_t> seeds;
   torch::Tensor context, pooled;  // CFG order [negatives, positives]
   std::vector<torch::Tensor> ip_kv;  // the IP-Adapter's keys and values per layer, in the same row order
+  // With a row that has regions: context is [rows, prompts, L, C] (the task's prompt, then each region's,
+  // padded with copies of the first to `prompts`), and ip_kv holds masked groups [rows, groups, T, C]
+  // whose masks are made per pass size (pipeline/region_weights.h). 0: the plain path.
+  std::int64_t prompts = 0;
+  std::int64_t ip_groups = 0;
+  std::vector<std::vector<const RegionUse*>> ip_group_regions;  // per row (sub order): each group's region, null = all
   torch::Tensor latents;          // after sampling
 };
 
@@ -497,7 +508,10 @@ void read_inpaint_masks(const ModelConfig& cfg, EncodedBatch& eb) {
 void plan_batch_sampling(const ModelConfig& cfg, EncodedBatch& eb) {
   const std::vector<GenerationParams>& ps = eb.params;
   const GenerationParams& p0 = ps.front();
-  for (const auto& p : ps) warn_once(check_task_size(cfg, p));
+  for (const auto& p : ps) {
+    warn_once(check_task_size(cfg, p));
+    if (const std::string why = regions_problem(cfg, p); !why.empty()) throw UsageError("regions: " + why);
+  }
   check_generation_size(cfg, p0.width, p0.height, static_cast<int>(ps.size()));
   const SamplerChoice choice = parse_sampler_choice(p0.sampler, p0.schedule);
   eb.plan = make_sampler_plan(cfg.scheduler, choice, p0.steps);
@@ -522,6 +536,20 @@ void plan_batch_sampling(const ModelConfig& cfg, EncodedBatch& eb) {
   eb.cfg_on = p0.cfg > 1.0;
 }
 
+// A row's region prompts and negatives (a region without negative text of its own takes the task's).
+void tokenize_regions(SdxlModel& m, bool cfg_on, const GenerationParams& p, TextInputs& ti) {
+  for (const RegionUse& r : p.regions) {
+    ti.region_pos.push_back(tokenize_sdxl_prompt(m, r.prompt));
+    for (const auto& w : ti.region_pos.back().warnings)
+      spdlog::warn("region prompt, character {}: {}", w.position, w.message);
+    ti.chunks = std::max(ti.chunks, ti.region_pos.back().chunk_count());
+    const bool own = cfg_on && !r.negative.empty();
+    ti.region_neg_text.push_back(own);
+    ti.region_neg.push_back(own ? tokenize_sdxl_prompt(m, r.negative) : SdxlPromptTokens{});
+    if (own) ti.chunks = std::max(ti.chunks, ti.region_neg.back().chunk_count());
+  }
+}
+
 // Tokenizes every prompt first, so an over-long prompt fails before any device work.
 std::vector<TextInputs> tokenize_batch(SdxlModel& m, const EncodedBatch& eb, const std::vector<std::string>& prompts) {
   const ModelConfig& cfg = m.config;
@@ -537,6 +565,7 @@ std::vector<TextInputs> tokenize_batch(SdxlModel& m, const EncodedBatch& eb, con
       for (const auto& w : ti.neg.warnings) spdlog::warn("negative prompt, character {}: {}", w.position, w.message);
       ti.chunks = std::max(ti.chunks, ti.neg.chunk_count());
     }
+    tokenize_regions(m, eb.cfg_on, eb.params[i], ti);
     if (ti.chunks > static_cast<size_t>(cfg.limits.context_chunks_max))
       throw UsageError("the prompt needs " + std::to_string(ti.chunks) + " chunks of 75 tokens; model '" + cfg.name +
                        "' was checked for at most " + std::to_string(cfg.limits.context_chunks_max) +
@@ -580,26 +609,72 @@ std::vector<SubBatch> group_by_chunks(const std::vector<GenerationParams>& ps, c
   return subs;
 }
 
+// One row's prompts stacked [1, prompts, L, C]: `base`, then each region's, then copies of `base`.
+torch::Tensor stack_prompts(const torch::Tensor& base, const std::vector<torch::Tensor>& regions, std::int64_t prompts) {
+  std::vector<torch::Tensor> all{base};
+  all.insert(all.end(), regions.begin(), regions.end());
+  while (static_cast<std::int64_t>(all.size()) < prompts) all.push_back(base);
+  return torch::stack(all, 1);
+}
+
+// Row i's encodings: its prompt, negative (with CFG) and, in a sub-batch with regions, each region's
+// (regional, stacked to sub.prompts).
+struct RowEmbeds {
+  torch::Tensor ctx_pos, ctx_neg, pool_pos, pool_neg;
+};
+
+RowEmbeds encode_row(SdxlModel& m, const EncodedBatch& eb, size_t i, TextInputs& ti, std::int64_t prompts) {
+  pad_sdxl_prompt(m, ti.pos, ti.chunks);
+  const int clip_skip = eb.params[i].clip_skip;
+  const PromptEmbeds pos = encode_prompt_tokens(m, ti.pos, clip_skip);
+  RowEmbeds row{pos.context, {}, pos.pooled, {}};
+  PromptEmbeds neg;
+  if (eb.cfg_on) {
+    neg = zero_embeds(pos);
+    if (ti.neg_text) {
+      pad_sdxl_prompt(m, ti.neg, ti.chunks);
+      neg = encode_prompt_tokens(m, ti.neg, clip_skip);
+    }
+    row.ctx_neg = neg.context;
+    row.pool_neg = neg.pooled;
+  }
+  if (prompts == 0) return row;
+  std::vector<torch::Tensor> rpos, rneg;
+  for (size_t k = 0; k < ti.region_pos.size(); ++k) {
+    pad_sdxl_prompt(m, ti.region_pos[k], ti.chunks);
+    rpos.push_back(encode_prompt_tokens(m, ti.region_pos[k], clip_skip).context);
+    if (!eb.cfg_on) continue;
+    if (!ti.region_neg_text[k]) {
+      rneg.push_back(neg.context);
+      continue;
+    }
+    pad_sdxl_prompt(m, ti.region_neg[k], ti.chunks);
+    rneg.push_back(encode_prompt_tokens(m, ti.region_neg[k], clip_skip).context);
+  }
+  row.ctx_pos = stack_prompts(row.ctx_pos, rpos, prompts);
+  if (eb.cfg_on) row.ctx_neg = stack_prompts(row.ctx_neg, rneg, prompts);
+  return row;
+}
+
 // Text conditioning (A1111 prompt rules), per image so an image's embedding
 // never depends on its batch; CFG order [negatives, positives].
 void encode_sub_batches(SdxlModel& m, EncodedBatch& eb, std::vector<TextInputs>& text) {
   for (SubBatch& sub : eb.subs) {
+    size_t most = 0;
+    bool regional = false;
+    for (size_t i : sub.idx) {
+      most = std::max(most, eb.params[i].regions.size());
+      regional |= eb.params[i].has_regions();
+    }
+    sub.prompts = regional ? static_cast<std::int64_t>(most) + 1 : 0;
     std::vector<torch::Tensor> ctx_pos, ctx_neg, pool_pos, pool_neg;
     for (size_t i : sub.idx) {
-      TextInputs& ti = text[i];
-      pad_sdxl_prompt(m, ti.pos, ti.chunks);
-      const int clip_skip = eb.params[i].clip_skip;
-      const PromptEmbeds pos = encode_prompt_tokens(m, ti.pos, clip_skip);
-      ctx_pos.push_back(pos.context);
-      pool_pos.push_back(pos.pooled);
+      RowEmbeds row = encode_row(m, eb, i, text[i], sub.prompts);
+      ctx_pos.push_back(row.ctx_pos);
+      pool_pos.push_back(row.pool_pos);
       if (eb.cfg_on) {
-        PromptEmbeds neg = zero_embeds(pos);
-        if (ti.neg_text) {
-          pad_sdxl_prompt(m, ti.neg, ti.chunks);
-          neg = encode_prompt_tokens(m, ti.neg, clip_skip);
-        }
-        ctx_neg.push_back(neg.context);
-        pool_neg.push_back(neg.pooled);
+        ctx_neg.push_back(row.ctx_neg);
+        pool_neg.push_back(row.pool_neg);
       }
     }
     sub.context = torch::cat(ctx_pos);
@@ -644,9 +719,80 @@ IpRows ip_adapter_rows(IpAdapterCache& cache, const EncodedBatch& eb, std::vecto
   return rows;
 }
 
+// A masked IP-Adapter group of a row with regions: one reference picture's keys and values (values
+// times its scale), the negative's, and the region it acts in (null: the whole panel, the task's own
+// images). Each group is its own attention, masked (diffusers' ip_adapter_masks).
+struct IpGroup {
+  std::vector<torch::Tensor> pos, neg;
+  const RegionUse* region = nullptr;
+};
+
+std::vector<std::vector<IpGroup>> regional_ip_groups(IpAdapterCache& cache, const EncodedBatch& eb,
+                                                     std::vector<GeneratedImage>& out) {
+  const std::shared_ptr<IpAdapter> ip = cache.get(eb.params.front().ip_adapter.model);
+  std::vector<std::vector<IpGroup>> rows(eb.params.size());
+  for (size_t i = 0; i < eb.params.size(); ++i) {
+    const GenerationParams& p = eb.params[i];
+    out[i].ip_adapter_name = ip->config().display_name();
+    out[i].ip_adapter_hash = ip->config().short_hash();
+    const auto add = [&](const std::string& path, double scale, const RegionUse* region) {
+      const std::shared_ptr<IpImageKv> ref = cache.image(ip, path);
+      IpGroup g{ref->kv, ip->negative_kv(), region};
+      for (size_t l = 1; l < g.pos.size(); l += 2) {
+        g.pos[l] = g.pos[l] * scale;
+        g.neg[l] = g.neg[l] * scale;
+      }
+      rows[i].push_back(std::move(g));
+      out[i].ip_images.emplace_back(std::filesystem::path(path).filename().string(), ref->sha256.substr(0, 10));
+    };
+    for (const std::string& path : p.ip_adapter.images) add(path, p.ip_adapter.scale, nullptr);
+    for (const RegionUse& r : p.regions)
+      if (!r.reference.empty()) add(r.reference, r.reference_scale, &r);
+  }
+  return rows;
+}
+
+// A sub-batch with regions: each layer's keys and values [rows, groups, T, C] (rows in CFG order, a row's
+// missing groups zero: masked out), and each row's groups' regions for their masks.
+void bind_regional_ip(const EncodedBatch& eb, const std::vector<std::vector<IpGroup>>& groups, SubBatch& sub) {
+  std::int64_t most = 1;
+  for (size_t i : sub.idx) most = std::max<std::int64_t>(most, static_cast<std::int64_t>(groups[i].size()));
+  sub.ip_groups = most;
+  const size_t layers2 = groups[sub.idx.front()].empty() ? 0 : groups[sub.idx.front()].front().pos.size();
+  const auto row_kv = [&](size_t i, size_t l, bool negative) {
+    std::vector<torch::Tensor> parts;
+    for (const IpGroup& g : groups[i]) parts.push_back(negative ? g.neg[l] : g.pos[l]);
+    torch::Tensor row = torch::stack(parts, 1);  // [1, groups, T, C]
+    if (row.size(1) < most) {
+      auto shape = row.sizes().vec();
+      shape[1] = most - row.size(1);
+      row = torch::cat({row, torch::zeros(shape, row.options())}, 1);
+    }
+    return row;
+  };
+  sub.ip_kv.assign(layers2, torch::Tensor());
+  for (size_t l = 0; l < layers2; ++l) {
+    std::vector<torch::Tensor> parts;
+    if (eb.cfg_on)
+      for (size_t i : sub.idx) parts.push_back(row_kv(i, l, true));
+    for (size_t i : sub.idx) parts.push_back(row_kv(i, l, false));
+    sub.ip_kv[l] = torch::cat(parts);
+  }
+  sub.ip_group_regions.clear();
+  for (size_t i : sub.idx) {
+    sub.ip_group_regions.emplace_back();
+    for (const IpGroup& g : groups[i]) sub.ip_group_regions.back().push_back(g.region);
+  }
+}
+
 // The sub-batches' IP-Adapter rows, in the context's CFG order [negatives, positives].
 void bind_ip_adapter(IpAdapterCache& cache, EncodedBatch& eb) {
   if (!eb.params.front().ip_adapter.on()) return;
+  if (eb.params.front().has_regions()) {  // the group key keeps such panels together (task_keys.cpp)
+    const std::vector<std::vector<IpGroup>> groups = regional_ip_groups(cache, eb, eb.out);
+    for (SubBatch& sub : eb.subs) bind_regional_ip(eb, groups, sub);
+    return;
+  }
   const IpRows rows = ip_adapter_rows(cache, eb, eb.out);
   for (SubBatch& sub : eb.subs) {
     const size_t layers2 = rows.pos[sub.idx.front()].size();
@@ -753,7 +899,7 @@ torch::Tensor controlled_unet_call(SubSampling& s, const torch::Tensor& x, const
   std::vector<torch::Tensor> residuals;
   for (const ActiveControl& c : s.controls) {
     if (i / n < c.start || (i + 1) / n > c.end) continue;
-    add_residuals(residuals, c.net->residuals(x, t, s.unet.context(), s.unet.pooled(), s.unet.time_ids(), c.cond,
+    add_residuals(residuals, c.net->residuals(x, t, s.unet.text_context(), s.unet.pooled(), s.unet.time_ids(), c.cond,
                                               c.strength));
   }
   return s.unet(unet_input(s, x), t, residuals);
@@ -806,9 +952,45 @@ void bind_controls(SubSampling& s, const SamplerPlan& plan, int width, int heigh
 
 // The UNet with CFG (and the batch's ControlNets) for a pass of `plan` at a
 // size (SDXL's time_ids: original = target = that size, crop 0).
+// A sub-batch with regions at a pass of width x height: each attention grid's prompt weights [rows,
+// prompts, n_d] and reference masks [rows, groups, n_d], rows in CFG order (both halves the same).
+RegionInputs region_inputs(const SubSampling& s, int width, int height) {
+  RegionInputs in;
+  if (s.sub.prompts == 0) return in;
+  const ModelConfig& cfg = s.m.config;
+  const std::int64_t lh = height / cfg.vae_downsample, lw = width / cfg.vae_downsample;
+  const std::vector<int>& downs = cfg.unet_regions.downscales;
+  std::vector<std::vector<torch::Tensor>> per_row;  // [row][downscale]
+  std::vector<torch::Tensor> px_masks;              // the rows' groups' pixel masks, in order
+  for (size_t k = 0; k < s.sub.idx.size(); ++k) {
+    per_row.push_back(region_prompt_weights(s.eb.params[s.sub.idx[k]], downs, lh, lw, s.sub.prompts));
+    if (s.sub.ip_groups > 0)
+      for (const RegionUse* r : s.sub.ip_group_regions[k]) px_masks.push_back(reference_pixel_mask(r, width, height));
+  }
+  const auto cfg_rows = [&](torch::Tensor t) {
+    t = t.to(s.m.device, s.m.dtype);
+    return s.eb.cfg_on ? torch::cat({t, t}) : t;
+  };
+  for (size_t d = 0; d < downs.size(); ++d) {
+    std::vector<torch::Tensor> rows;
+    for (const auto& w : per_row) rows.push_back(w[d]);
+    in.weights.push_back(cfg_rows(torch::stack(rows)));
+    if (s.sub.ip_groups == 0) continue;
+    const std::int64_t tokens = attention_grid_side(lh, downs[d]) * attention_grid_side(lw, downs[d]);
+    torch::Tensor masks = torch::zeros({s.b, s.sub.ip_groups, tokens}, torch::kFloat32);
+    size_t at = 0;
+    for (size_t k = 0; k < s.sub.idx.size(); ++k)
+      for (size_t g = 0; g < s.sub.ip_group_regions[k].size(); ++g)
+        masks[static_cast<std::int64_t>(k)][static_cast<std::int64_t>(g)] =
+            downsample_reference_mask(px_masks[at++], tokens);
+    in.ip_masks.push_back(cfg_rows(masks));
+  }
+  return in;
+}
+
 ModelFn model_at(SubSampling& s, const SamplerPlan& plan, int width, int height) {
   torch::Tensor time_ids = sdxl_time_ids(width, height, s.m.dtype, s.m.device).repeat({s.rows, 1});
-  s.unet.bind(s.sub.context, s.sub.pooled, time_ids, s.sub.ip_kv);
+  s.unet.bind(s.sub.context, s.sub.pooled, time_ids, s.sub.ip_kv, region_inputs(s, width, height));
   bind_controls(s, plan, width, height);
   return [&s](const torch::Tensor& x_in, double timestep) { return guided_unet_call(s, x_in, timestep); };
 }

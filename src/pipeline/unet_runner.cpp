@@ -31,6 +31,7 @@ struct UnetRunner::Graph {
   at::cuda::CUDAGraph graph;
   torch::Tensor x, t, context, pooled, time_ids, out;
   std::vector<torch::Tensor> residuals, ip_kv;  // static copies (residuals per step, ip_kv per bind)
+  RegionInputs regions;                          // static copies, per bind
   std::uint64_t last_used = 0;
   std::uint64_t bind_generation = 0;  // the bind() whose conditioning the static inputs hold
 };
@@ -45,20 +46,32 @@ UnetRunner::UnetRunner(SdxlModel& model, bool cuda_graphs, const std::string& ba
   if (chosen == "aoti") aoti_ = std::make_unique<AotiUnet>(model);
 }
 
+torch::Tensor UnetRunner::call_method(std::vector<c10::IValue> inputs, const std::vector<torch::Tensor>& residuals,
+                                      const std::vector<torch::Tensor>& ip_kv, const RegionInputs& regions) {
+  auto tuple = [](const std::vector<torch::Tensor>& v) {
+    return c10::ivalue::Tuple::create(std::vector<c10::IValue>(v.begin(), v.end()));
+  };
+  std::string method = regions.on() ? "forward_regional" : "forward";
+  if (regions.on()) inputs.emplace_back(tuple(regions.weights));
+  if (!residuals.empty()) {
+    inputs.emplace_back(tuple(residuals));
+    method += "_control";
+  }
+  if (!ip_kv.empty()) {
+    inputs.emplace_back(tuple(ip_kv));
+    if (regions.on()) inputs.emplace_back(tuple(regions.ip_masks));
+    method += "_ip";
+  }
+  return translate_device_errors(("unet.ts " + method).c_str(),
+                                 [&] { return model_.unet.get_method(method)(inputs).toTensor(); });
+}
+
 torch::Tensor UnetRunner::call(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,
                                const torch::Tensor& pooled, const torch::Tensor& time_ids,
-                               const std::vector<torch::Tensor>& residuals, const std::vector<torch::Tensor>& ip_kv) {
-  if (!residuals.empty() || !ip_kv.empty()) {
-    auto tuple = [](const std::vector<torch::Tensor>& v) {
-      return c10::ivalue::Tuple::create(std::vector<c10::IValue>(v.begin(), v.end()));
-    };
-    std::vector<c10::IValue> inputs{x, t, context, pooled, time_ids};
-    if (!residuals.empty()) inputs.emplace_back(tuple(residuals));
-    if (!ip_kv.empty()) inputs.emplace_back(tuple(ip_kv));
-    const char* method = ip_kv.empty() ? "forward_control" : residuals.empty() ? "forward_ip" : "forward_control_ip";
-    return translate_device_errors((std::string("unet.ts ") + method).c_str(),
-                                   [&] { return model_.unet.get_method(method)(inputs).toTensor(); });
-  }
+                               const std::vector<torch::Tensor>& residuals, const std::vector<torch::Tensor>& ip_kv,
+                               const RegionInputs& regions) {
+  if (!residuals.empty() || !ip_kv.empty() || regions.on())
+    return call_method({x, t, context, pooled, time_ids}, residuals, ip_kv, regions);
   if (aoti_) {
     if (aoti_->covers(x, context)) {
       ++aoti_calls_;
@@ -77,7 +90,7 @@ torch::Tensor UnetRunner::call(const torch::Tensor& x, const torch::Tensor& t, c
 UnetRunner::~UnetRunner() = default;
 
 void UnetRunner::bind(const torch::Tensor& context, const torch::Tensor& pooled, const torch::Tensor& time_ids,
-                      const std::vector<torch::Tensor>& ip_kv) {
+                      const std::vector<torch::Tensor>& ip_kv, RegionInputs regions) {
   if (release_requested_.exchange(false) && !graphs_by_key_.empty()) {
     release();
     c10::cuda::CUDACachingAllocator::emptyCache();  // the graphs' private pool, back to the driver
@@ -86,6 +99,7 @@ void UnetRunner::bind(const torch::Tensor& context, const torch::Tensor& pooled,
   pooled_ = pooled;
   time_ids_ = time_ids;
   ip_kv_ = ip_kv;
+  regions_ = std::move(regions);
   ++bind_generation_;
   plain_key_.clear();
   plain_calls_ = 0;
@@ -106,15 +120,19 @@ torch::Tensor UnetRunner::operator()(const torch::Tensor& x, const torch::Tensor
   // calls with residuals or IP-Adapter tokens run other methods: shapes of their own
   if (!residuals.empty()) key.push_back(-1);
   if (!ip_kv_.empty()) key.insert(key.end(), {-2, ip_kv_.front().size(1)});
+  if (regions_.on()) {  // forward_regional*: the groups' token count too (context's sizes hold the prompts)
+    key.push_back(-3);
+    if (!ip_kv_.empty()) key.push_back(ip_kv_.front().size(2));
+  }
   warm_up(key, x, t, residuals);
-  if (!graphs_) return call(x, t, context_, pooled_, time_ids_, residuals, ip_kv_);
+  if (!graphs_) return call(x, t, context_, pooled_, time_ids_, residuals, ip_kv_, regions_);
   if (auto it = graphs_by_key_.find(key); it != graphs_by_key_.end()) return replay(*it->second, x, t, residuals);
   // A shape without a graph: a plain call first (the graph is captured at the second).
   if (key != plain_key_) {
     plain_key_ = key;
     plain_calls_ = 0;
   }
-  if (++plain_calls_ < 2) return call(x, t, context_, pooled_, time_ids_, residuals, ip_kv_);
+  if (++plain_calls_ < 2) return call(x, t, context_, pooled_, time_ids_, residuals, ip_kv_, regions_);
   if (graphs_by_key_.size() >= kMaxGraphs) drop_least_recent_graph();
   return capture(key, x, t, residuals);
 }
@@ -128,7 +146,7 @@ void UnetRunner::warm_up(const std::vector<std::int64_t>& key, const torch::Tens
   // Timed (one sync per shape and process): a new shape's first call pays
   // for kernel loading and cuDNN / cuBLAS plan choice; the report shows it.
   const auto t0 = std::chrono::steady_clock::now();
-  (void)call(x, t, context_, pooled_, time_ids_, residuals, ip_kv_);
+  (void)call(x, t, context_, pooled_, time_ids_, residuals, ip_kv_, regions_);
   if (model_.device.is_cuda()) c10::cuda::getCurrentCUDAStream(model_.device.index()).synchronize();
   first_call_us_ += std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -144,6 +162,8 @@ torch::Tensor UnetRunner::replay(Graph& g, const torch::Tensor& x, const torch::
     g.pooled.copy_(pooled_);
     g.time_ids.copy_(time_ids_);
     for (size_t i = 0; i < ip_kv_.size(); ++i) g.ip_kv[i].copy_(ip_kv_[i]);
+    for (size_t i = 0; i < regions_.weights.size(); ++i) g.regions.weights[i].copy_(regions_.weights[i]);
+    for (size_t i = 0; i < regions_.ip_masks.size(); ++i) g.regions.ip_masks[i].copy_(regions_.ip_masks[i]);
     g.bind_generation = bind_generation_;
   }
   g.graph.replay();
@@ -171,6 +191,8 @@ torch::Tensor UnetRunner::capture(const std::vector<std::int64_t>& key, const to
   g->time_ids = time_ids_.clone();
   for (const torch::Tensor& r : residuals) g->residuals.push_back(r.clone());
   for (const torch::Tensor& kv : ip_kv_) g->ip_kv.push_back(kv.clone());
+  for (const torch::Tensor& w : regions_.weights) g->regions.weights.push_back(w.clone());
+  for (const torch::Tensor& m : regions_.ip_masks) g->regions.ip_masks.push_back(m.clone());
   const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(model_.device.index());
   c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, model_.device.index());
   stream_wait(side, current);  // the static inputs are filled on `current`
@@ -193,7 +215,7 @@ torch::Tensor UnetRunner::capture(const std::vector<std::int64_t>& key, const to
   try {
     g->graph.capture_begin(pool_, cudaStreamCaptureModeThreadLocal);
     capturing = true;
-    g->out = call(g->x, g->t, g->context, g->pooled, g->time_ids, g->residuals, g->ip_kv);
+    g->out = call(g->x, g->t, g->context, g->pooled, g->time_ids, g->residuals, g->ip_kv, g->regions);
     capturing = false;
     g->graph.capture_end();
   } catch (const std::exception& e) {
@@ -205,7 +227,7 @@ torch::Tensor UnetRunner::capture(const std::vector<std::int64_t>& key, const to
     c10::cuda::CUDACachingAllocator::emptyCache();
     graphs_ = false;
     spdlog::warn("CUDA graph capture of the UNet failed, continuing without graphs: {}", e.what());
-    return call(x, t, context_, pooled_, time_ids_, residuals, ip_kv_);
+    return call(x, t, context_, pooled_, time_ids_, residuals, ip_kv_, regions_);
   }
   guard.reset_stream(current);
   stream_wait(current, side);

@@ -41,6 +41,14 @@ class CUDAStream;
 
 namespace sdxl {
 
+// A call's regional inputs (unet.ts's forward_regional methods; docs/story-tools.md#regions): for each
+// attention grid (model.json unet.regions.downscales) the prompts' weights [rows, prompts, n_d] and, with
+// an IP-Adapter, its groups' masks [rows, groups, n_d] (pipeline/region_weights.h). No weights: a plain call.
+struct RegionInputs {
+  std::vector<torch::Tensor> weights, ip_masks;
+  bool on() const { return !weights.empty(); }
+};
+
 class UnetRunner {
  public:
   // backend: "torchscript" or "aoti"; anything else throws UsageError, aoti on a
@@ -55,9 +63,10 @@ class UnetRunner {
 
   // The conditioning of the calls until the next bind: the text's, and an
   // IP-Adapter's keys and values per cross-attention layer (k_0, v_0, ...,
-  // rows as the context's; empty: none).
+  // rows as the context's; empty: none). With regions the context is [rows, prompts, L, C], the keys and
+  // values [rows, groups, T, C], and every call runs a forward_regional method.
   void bind(const torch::Tensor& context, const torch::Tensor& pooled, const torch::Tensor& time_ids,
-            const std::vector<torch::Tensor>& ip_kv = {});
+            const std::vector<torch::Tensor>& ip_kv = {}, RegionInputs regions = {});
   // Noise prediction for latents x [rows, 4, h, w] at timestep t [rows], with
   // ControlNet residuals added to the UNet's blocks when given (the down
   // residuals, then the mid one). With a graph the result is its static
@@ -67,8 +76,10 @@ class UnetRunner {
   // too (the residuals are copied into the graph's inputs at each step).
   torch::Tensor operator()(const torch::Tensor& x, const torch::Tensor& t,
                            const std::vector<torch::Tensor>& residuals = {});
-  // The conditioning bound last (what a ControlNet of the same call takes).
+  // The conditioning bound last; a ControlNet of the same call takes the task's own prompt
+  // (text_context: with regions, the first of each row's prompts).
   const torch::Tensor& context() const { return context_; }
+  torch::Tensor text_context() const { return context_.dim() == 4 ? context_.select(1, 0) : context_; }
   const torch::Tensor& pooled() const { return pooled_; }
   const torch::Tensor& time_ids() const { return time_ids_; }
   static constexpr size_t kMaxGraphs = 8;
@@ -95,7 +106,11 @@ class UnetRunner {
   // ip_kv, the unet.ts method that takes them.
   torch::Tensor call(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,
                      const torch::Tensor& pooled, const torch::Tensor& time_ids,
-                     const std::vector<torch::Tensor>& residuals, const std::vector<torch::Tensor>& ip_kv);
+                     const std::vector<torch::Tensor>& residuals, const std::vector<torch::Tensor>& ip_kv,
+                     const RegionInputs& regions);
+  // One call of a unet.ts method that takes residuals, IP-Adapter tokens or regions.
+  torch::Tensor call_method(std::vector<c10::IValue> inputs, const std::vector<torch::Tensor>& residuals,
+                            const std::vector<torch::Tensor>& ip_kv, const RegionInputs& regions);
   // The steps of operator(): a discarded first call per shape, a graph's
   // replay, making room for a graph, capturing one (or falling back to plain
   // calls for good when capture fails).
@@ -115,6 +130,7 @@ class UnetRunner {
   bool graphs_;
   torch::Tensor context_, pooled_, time_ids_;
   std::vector<torch::Tensor> ip_kv_;
+  RegionInputs regions_;
   // Captured graphs by shape (latents sizes + context sizes), with the step at
   // which each was last used (for the LRU drop); one shared memory pool.
   std::map<std::vector<std::int64_t>, std::unique_ptr<Graph>> graphs_by_key_;

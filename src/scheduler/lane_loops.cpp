@@ -191,6 +191,11 @@ bool finish_batch(RunState& run, LaneState& l, const BatchPtr& bp, std::vector<G
   const auto passes = std::count_if(jobs.begin(), jobs.end(), [](const WriteJob& j) { return j.item.detailer != nullptr; });
   run.res.detailer_regions += static_cast<int>(passes);
   run.res.detailer_batches += passes > 0 ? 1 : 0;
+  const auto regional = std::count_if(jobs.begin(), jobs.end(), [](const WriteJob& j) {
+    return j.item.detailer == nullptr && j.item.params.has_regions();
+  });
+  run.res.panels_with_regions += static_cast<int>(regional);
+  run.res.region_batches += regional > 0 ? 1 : 0;
   for (const auto& q : b.picked) {  // a finished pass's pixels live on in its job only
     WorkItem& w = run.work[q.handle];
     if (!w.detailer) continue;

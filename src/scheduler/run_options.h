@@ -100,6 +100,9 @@ struct RunResult {
   int batches = 0, oom_recoveries = 0, retries = 0, deadlines_missed = 0;
   int devices_failed = 0;
   int detailer_regions = 0, detailer_batches = 0;  // region passes made, and the UNet batches they went in
+  // Panels with regions (docs/story-tools.md#regions) that the UNet made, and the UNet batches they went in
+  // (with panels without regions or not).
+  int panels_with_regions = 0, region_batches = 0;
   std::string stop_reason;  // "" when every image was attempted
   std::filesystem::path report_path;
   ExitCode exit_code() const {

@@ -139,6 +139,7 @@ nlohmann::json report_json(const RunState& run, const DeviceTotals& t, const nlo
                      {"retries", res.retries},
                      {"deadlines_missed", res.deadlines_missed}}},
           {"detailer", {{"regions", res.detailer_regions}, {"batches", res.detailer_batches}}},
+          {"regions", {{"panels", res.panels_with_regions}, {"batches", res.region_batches}}},
           {"pipeline", {{"overlap", o.overlap}}},
           {"devices", devices},
           {"device_events", run.rec.device_events},

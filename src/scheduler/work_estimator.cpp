@@ -133,15 +133,17 @@ std::optional<TimeEstimate> WorkEstimator::seconds_per_image(int width, int heig
 
 namespace {
 
-// side_modules_key in the saved JSON: "controlnets": N (when > 0), "ip_adapter": true, "upscaler": true.
+// side_modules_key in the saved JSON: "controlnets": N (when > 0), "ip_adapter": true, "upscaler": true,
+// "regions": N (when > 0).
 void add_side_modules(nlohmann::json& j, int key) {
   if (key % kIpAdapterKey > 0) j["controlnets"] = key % kIpAdapterKey;
   if (key % kUpscalerKey >= kIpAdapterKey) j["ip_adapter"] = true;
-  if (key >= kUpscalerKey) j["upscaler"] = true;
+  if (key % kRegionsKey >= kUpscalerKey) j["upscaler"] = true;
+  if (key >= kRegionsKey) j["regions"] = key / kRegionsKey;
 }
 int side_modules_of(const nlohmann::json& j) {
   return j.value("controlnets", 0) + (j.value("ip_adapter", false) ? kIpAdapterKey : 0) +
-         (j.value("upscaler", false) ? kUpscalerKey : 0);
+         (j.value("upscaler", false) ? kUpscalerKey : 0) + j.value("regions", 0) * kRegionsKey;
 }
 
 }  // namespace

@@ -21,7 +21,7 @@
 // Batches that run ControlNets or an IP-Adapter beside the UNet (`controlnets`
 // > 0: their activations and residuals, the eager UNet path) are kept apart
 // from plain ones of the same size: every figure is per (width, height,
-// side_modules_key), saved as "controlnets" and "ip_adapter".
+// side_modules_key), saved as "controlnets", "ip_adapter", "upscaler" and "regions".
 //
 // Saved as JSON (estimates.json in the output folder) so the next run and
 // `--dry-run` start from this run's figures; keyed by device and model, since
@@ -44,12 +44,16 @@ namespace sdxl {
 // The third part of an estimate's key: the ControlNet count, plus kIpAdapterKey with an IP-Adapter,
 // plus kUpscalerKey with an upscaler model: a frame's (its weights and tiles' activations join the
 // decode stage's peak) or the hires fix's (the sampling stage's).
+// Regions add kRegionsKey per region: each is a prompt's context and attention more in every
+// cross-attention layer (regions of panels that share a batch: the key is each image's own, and a batch's
+// images share one key's figures, so a panel's regions are counted as its own).
 inline constexpr int kIpAdapterKey = 1000;
 inline constexpr int kUpscalerKey = 10000;
+inline constexpr int kRegionsKey = 100000;
 inline int side_modules_key(const GenerationParams& p) {
   const bool upscaler = p.upscale.uses_model() || p.hires_uses_model();
   return static_cast<int>(p.controlnets.size()) + (p.ip_adapter.on() ? kIpAdapterKey : 0) +
-         (upscaler ? kUpscalerKey : 0);
+         (upscaler ? kUpscalerKey : 0) + static_cast<int>(p.regions.size()) * kRegionsKey;
 }
 
 struct TimeEstimate {

@@ -71,9 +71,8 @@ WorkList build_work(const BatchFile& batch, const WorkListOptions& o, const Mani
       WorkItem w{&task, i, task.params, "", prio, deadline, 0, 0, {}, nullptr};
       w.params.seed = base + i;
       ImagePrompt ip = task_image_prompt(task, i, w.params.seed, lib);  // wildcards: from the seed, or "all"'s index
-      w.params.prompt = std::move(ip.prompt);
-      w.params.negative_prompt = std::move(ip.negative);
       w.wildcard_choices = std::move(ip.choices);
+      apply_image_prompt(std::move(ip), w.params);
       w.file = output_file_name(task, i, w.params.seed, batch.name_template, date);
       ++wl.total;
       if (!o.force && already_done(task, w, manifest, out_dir, o.unet_precision, wl)) continue;

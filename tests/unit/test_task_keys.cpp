@@ -44,6 +44,9 @@ GenerationParams all_set() {
   p.detailer.push_back({});
   p.detailer.back().detector = "/det/face";
   p.notes = "panel 3";
+  p.regions.push_back({});
+  p.regions.back().prompt = "the keeper";
+  p.region_base = 0.3;
   return p;
 }
 
