@@ -462,6 +462,7 @@ struct PlannedBatch {
   std::int64_t est_peak_bytes = -1;   // -1: never measured (the size runs alone first)
   double est_seconds = -1;            // -1: unknown
   bool time_measured = false;         // false: est_seconds is extrapolated
+  int regions = 0;                    // the most regions of one of its images (each a prompt more per row)
 };
 // A task's detailer (docs/detailer.md): its units and the region passes its images need. Regions
 // exist only once an image is decoded, so they come from what earlier runs into the folder found

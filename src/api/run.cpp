@@ -303,6 +303,7 @@ sdxl_batch::PlannedBatch public_batch(const PlannedBatch& b) {
   out.est_peak_bytes = b.est_peak_bytes;
   out.est_seconds = b.est_seconds;
   out.time_measured = b.time_measured;
+  out.regions = b.regions;
   return out;
 }
 

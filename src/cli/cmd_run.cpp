@@ -202,7 +202,9 @@ int print_plan(const std::string& batch_path, const sdxl_batch::Plan& plan) {
     const std::string mem = b.est_peak_bytes >= 0 ? format_bytes(static_cast<std::uint64_t>(b.est_peak_bytes)) : "probe";
     const std::string time = b.est_seconds >= 0 ? format_eta(b.est_seconds) + (b.time_measured ? "" : "~") : "?";
     std::printf("  %-4d %-6s %5dx%-5d %5d %6zu %12s %10s  %s\n", ++k, b.priority.c_str(), b.width, b.height, b.steps,
-                b.images.size(), mem.c_str(), time.c_str(), batch_images(b.images).c_str());
+                b.images.size(), mem.c_str(), time.c_str(),
+                (batch_images(b.images) + (b.regions > 0 ? " (regions: up to " + std::to_string(b.regions) + " a panel)" : ""))
+                    .c_str());
   }
   print_plan_detailers(plan);
   std::printf("  %zu batch(es); estimated time %s%s\n", plan.batches.size(),

@@ -112,7 +112,9 @@ BatchPtr take_batch(RunState& run, LaneState& l, const Room& room, double now) {
   b->n = static_cast<int>(b->picked.size());
   b->est_w = est_width(p0);
   b->est_h = est_height(p0);
-  if (room.budget) b->est_peak = o.estimator->peak_bytes(b->est_w, b->est_h, b->n, side_modules_key(p0));
+  int key = 0;  // the batch's most demanding image (panels with other region counts share it)
+  for (const GenerationParams& p : b->params) key = std::max(key, side_modules_key(p));
+  if (room.budget) b->est_peak = o.estimator->peak_bytes(b->est_w, b->est_h, b->n, key);
   b->solo = room.budget && !b->est_peak;
   b->lora_switch = b->picked.front().lora_set != l.current_lora;
   l.current_lora = b->picked.front().lora_set;

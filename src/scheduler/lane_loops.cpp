@@ -171,7 +171,8 @@ bool finish_batch(RunState& run, LaneState& l, const BatchPtr& bp, std::vector<G
   if (WorkEstimator* est = run.opts.estimator) {
     // Only a device with an allocator budget (CUDA) has a per-batch peak,
     // and only a batch that ran alone on it measures its own.
-    const int controlnets = side_modules_key(b.params.front());
+    int controlnets = 0;  // the estimates' key: the batch's most demanding image (as the dispatcher keys it)
+    for (const GenerationParams& p : b.params) controlnets = std::max(controlnets, side_modules_key(p));
     if (m.limit > 0 && b.alone)
       est->observe_memory(b.est_w, b.est_h, b.n, std::max(b.sample_peak, b.decode_peak), b.sample_peak, controlnets);
     est->observe_time(b.est_w, b.est_h, b.n, b.params.front().steps, text + sample + decode, controlnets);

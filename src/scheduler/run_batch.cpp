@@ -212,12 +212,17 @@ BatchPlan plan_batch(const BatchFile& batch, const RunOptions& o, std::uint64_t 
     pb.height = w0.params.height;
     pb.steps = w0.params.steps;
     pb.priority = priority_name(w0.priority);
-    for (const auto& q : picked) pb.images.push_back(image_label(wl.work[q.handle]));
+    int cns = 0;  // the estimates' key: the batch's most demanding image (regions differ within a batch)
+    for (const auto& q : picked) {
+      const GenerationParams& p = wl.work[q.handle].params;
+      pb.images.push_back(image_label(wl.work[q.handle]));
+      pb.regions = std::max(pb.regions, static_cast<int>(p.regions.size()));
+      cns = std::max(cns, side_modules_key(p));
+    }
     const int n = static_cast<int>(picked.size());
     const int est_w = w0.params.hires_on() ? w0.params.hires_width() : pb.width;
     const int est_h = w0.params.hires_on() ? w0.params.hires_height() : pb.height;
     if (o.estimator) {
-      const int cns = side_modules_key(w0.params);
       if (const auto m = o.estimator->peak_bytes(est_w, est_h, n, cns)) pb.est_peak_bytes = static_cast<std::int64_t>(*m);
       if (const auto t = o.estimator->seconds_per_image(est_w, est_h, n, pb.steps, cns)) {
         pb.est_seconds = t->seconds_per_image * n;

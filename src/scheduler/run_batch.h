@@ -78,6 +78,7 @@ struct PlannedBatch {
   std::int64_t est_peak_bytes = -1;  // -1: not measured yet (runs alone first)
   double est_seconds = -1;           // -1: unknown
   bool time_measured = false;
+  int regions = 0;  // the most regions of one of its images (each a prompt more per UNet row)
 };
 // A task's detailer in the plan: its units and the region passes its images will need, from the
 // regions per image that earlier runs into the folder measured per detector folder (WorkEstimator).
