@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Story tools through the real binary (ctest label e2e): characters, styles and
-wildcards of configs/story-wildcards.json on the tiny model, and the
-combinatorial order of `"expand": "all"` against the dynamicprompts package.
+wildcards of configs/story-wildcards.json on the tiny model, the
+combinatorial order of `"expand": "all"` against the dynamicprompts package, and
+regions: panels with 0, 2 and 3 regions sharing UNet calls, each within the batch
+tolerance of the panel made alone (their formula against diffusers: parity_regions_cpu).
 
     test_story.py --binary BUILD/sdxl-batch --model TINY_MODEL_DIR --work DIR --source REPO
 """
@@ -15,7 +17,7 @@ import sys
 import unittest
 from pathlib import Path
 
-from e2e_common import ARGS, main, parameters, read_manifest, read_report, sdxl
+from e2e_common import ARGS, main, parameters, pixels, read_manifest, read_report, sdxl
 
 LINE = re.compile(r"^(?P<id>\S+) #(?P<index>\d+)(?: seed (?P<seed>\d+))?: (?P<prompt>.*)$")
 
@@ -126,6 +128,52 @@ class StoryExample(unittest.TestCase):
         self.run_into(sharded, "--shard", "0/2")
         self.run_into(sharded, "--shard", "1/2")
         self.assertEqual(self.fixed_files(sharded), before, "two shards make what one run makes")
+
+
+class RegionsShareCalls(unittest.TestCase):
+    """Panels with 0, 2 and 3 regions in one UNet call: counted in the report, each within 1 level of itself
+    made alone; recorded in the PNG and the manifest; a moved box remakes only its panel."""
+
+    def batch(self, folder: Path, box_end: float = 0.5) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        two = [{"box": [0, 0, box_end, 1], "prompt": "a girl with a red scarf", "negative": "hat"},
+               {"box": [0.5, 0, 1, 1], "prompt": "an old keeper", "weight": 2}]
+        three = [{"box": [0, 0, 0.4, 1], "prompt": "a girl"}, {"box": [0.3, 0.2, 0.7, 0.8], "prompt": "a fox"},
+                 {"box": [0.6, 0, 1, 1], "prompt": "a keeper"}]
+        tasks = [{"id": "plain", "prompt": "two people on a pier", "seed": 11},
+                 {"id": "two", "prompt": "two people on a pier", "seed": 12, "regions": two, "region_base": 0.3},
+                 {"id": "three", "prompt": "three on a pier", "seed": 13, "regions": three}]
+        b = folder / "regions.json"
+        b.write_text(json.dumps({"version": 1, "defaults": {"steps": 3, "width": 64, "height": 64,
+                                                            "negative": "blurry"}, "tasks": tasks}))
+        return b
+
+    def test_panels_with_regions_share_calls_and_resume(self):
+        root = Path(ARGS.work) / "regions"
+        shutil.rmtree(root, ignore_errors=True)
+        b = self.batch(root)
+        shared, alone = root / "shared", root / "alone"
+        for out, n in ((shared, "3"), (alone, "1")):
+            r = sdxl("run", str(b), "--model", ARGS.model, "--out", str(out), "--max-batch", n, "--order", "file")
+            self.assertEqual(r.returncode, 0, r.stderr)
+        rep = read_report(shared)
+        self.assertEqual(rep["regions"], {"panels": 2, "batches": 1}, rep["regions"])
+        self.assertEqual([x["size"] for x in rep["batches"]], [3])
+        for name in ("plain-0-11.png", "two-0-12.png", "three-0-13.png"):
+            d = abs(pixels(shared / name).astype(int) - pixels(alone / name).astype(int))
+            self.assertLessEqual(d.max(), 1, f"{name}: {d.max()} levels from the panel made alone")
+        text = parameters(shared / "two-0-12.png")
+        self.assertIn("RP Active: True, RP Divide mode: Mask", text)
+        self.assertIn("RP Base Ratios: 0.3", text)
+        self.assertIn('Region 2: "Box: 0.5 0 1 1, Weight: 2, Prompt: an old keeper"', text)
+        self.assertNotIn("RP Active", parameters(shared / "plain-0-11.png"))
+        entry = [e for e in read_manifest(shared) if e["task"] == "two"][0]
+        self.assertEqual(entry["params"]["regions"][0]["box"], [0, 0, 0.5, 1])
+        # A moved box remakes that panel only.
+        b = self.batch(root, box_end=0.6)
+        r = sdxl("run", str(b), "--model", ARGS.model, "--out", str(shared), "--max-batch", "3")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(read_report(shared)["images_done"], 1)
 
 
 class StoryErrors(unittest.TestCase):
