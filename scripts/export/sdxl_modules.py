@@ -141,40 +141,39 @@ class RegionalAttnProcessor:
         # As IPAttnProcessor: 3-D hidden states, no mask, no spatial / group / q-k norm, no cross norm.
         assert hidden_states.ndim == 3 and attention_mask is None and not attn.norm_cross
         assert attn.spatial_norm is None and attn.group_norm is None and attn.norm_q is None and attn.norm_k is None
-        batch, tokens = hidden_states.shape[0], hidden_states.shape[1]
+        tokens = hidden_states.shape[1]
         with warnings.catch_warnings():  # a check of the trace's own shapes, meant to be evaluated once, there
             warnings.simplefilter("ignore", category=torch.jit.TracerWarning)
             if self.weights.shape[-1] != tokens:  # the layer's downscale (attn2_downscales) is not its resolution's
                 raise ValueError(f"{self.layer}: {tokens} tokens, but the weights of its downscale have "
                                  f"{self.weights.shape[-1]}")
         query = attn.to_q(hidden_states)
-        heads, head_dim = attn.heads, query.shape[-1] // attn.heads
-        query = query.view(batch, tokens, heads, head_dim).transpose(1, 2)
-        out = self._mixed(query, attn.to_k(self.contexts), attn.to_v(self.contexts), self.weights)
+        heads, head_dim = attn.heads, attn.to_q.out_features // attn.heads
+        query = query.unflatten(-1, (heads, head_dim)).transpose(1, 2)
+        out = self._mixed(query, attn.to_k(self.contexts), attn.to_v(self.contexts), self.weights, heads, head_dim)
         if self.ip is not None:
             k_ip, v_ip, masks = self.ip
-            out = out + self._mixed(query, k_ip, v_ip, masks)
+            out = out + self._mixed(query, k_ip, v_ip, masks, heads, head_dim)
         out = attn.to_out[1](attn.to_out[0](out))
         if attn.residual_connection:
             out = out + hidden_states
         return out / attn.rescale_output_factor
 
     @staticmethod
-    def _mixed(query, key, value, weights):
+    def _mixed(query, key, value, weights, heads: int, head_dim: int):
         """sum_g weights[:, g, :, None] * sdpa(query, key[:, g], value[:, g]) over the G groups of
-        key / value [B, G, L, C] (query [B, H, N, D]): G dynamic, one sdpa over B*G rows."""
-        batch, heads, tokens, head_dim = query.shape
+        key / value [B, G, L, H*D] (query [B, H, N, D]): G dynamic, one sdpa over B*G rows. Sizes come
+        from constants or -1 where they can (every size read from a tensor is a node of the traced graph)."""
         groups = key.shape[1]
 
         def split(x):  # [B, G, L, H*D] -> [B*G, H, L, D]
-            return x.flatten(0, 1).view(-1, x.shape[2], heads, head_dim).transpose(1, 2)
+            return x.flatten(0, 1).unflatten(-1, (heads, head_dim)).transpose(1, 2)
 
         q = query.unsqueeze(1).expand(-1, groups, -1, -1, -1).flatten(0, 1)
         o = torch.nn.functional.scaled_dot_product_attention(q, split(key), split(value), dropout_p=0.0,
                                                              is_causal=False)
-        o = o.view(batch, groups, heads, tokens, head_dim).transpose(2, 3).reshape(batch, groups, tokens,
-                                                                                     heads * head_dim)
-        return (o.to(query.dtype) * weights.unsqueeze(-1)).sum(1)
+        o = o.transpose(1, 2).flatten(2).unflatten(0, (-1, groups))  # [B, G, N, H*D]
+        return (o * weights.unsqueeze(-1)).sum(1)
 
 
 @contextlib.contextmanager
