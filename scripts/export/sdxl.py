@@ -158,9 +158,10 @@ def trace_modules(pipe, d: dict, tmp: Path, dtype, device, gen, timings: dict) -
     res = control_residuals(control, 2, lat_h, lat_w, dtype, device, gen)
     ip = ip_layout(unet)
     kv = ip_kv_inputs(ip, 2, 5, dtype, device, gen)  # 5 tokens: no count of a real adapter gets baked in
-    # The regional methods: 3 prompts and 2 image groups a row (no count of 1 gets baked in as a broadcast).
+    # The regional methods: 3 prompts and 2 image groups a row (no count of 1 gets baked in as a broadcast),
+    # drawn from a generator of their own (gen's later draws, the VAE's, AOTI's and FP8's inputs, stay as they were).
     ctx, weights, rkv, masks = regional_inputs(regions_layout(unet, 1), ip, 2, 3, 2, lat_h, lat_w, 1, d["ctx_dim"],
-                                               dtype, device, gen)
+                                               dtype, device, torch.Generator().manual_seed(59))
     rin = (*inp[:2], ctx, *inp[3:], weights)
     warns["unet.ts"] = trace_module(UNetTS(unet, dtype), {"forward": inp, "forward_control": inp + (res,),
                                                           "forward_ip": inp + (kv,),
