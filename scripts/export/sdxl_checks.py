@@ -186,39 +186,35 @@ def formula_processors(unet, contexts, weights: tuple, ip_kv: tuple | None, ip_m
 
 def check_unet_regional(chk: Checker, ts, unet, cases: list, ctx_dim: int, pdim: int, gen) -> None:
     """unet.ts forward_regional* at each case: with R = 1 and weights all ones == forward (eager); with
-    R = 3 prompts (and M = 2 image groups) == the formula evaluated eagerly (FormulaAttnProcessor),
-    with random normalised weights, masks and residuals."""
+    R prompts and M image groups (3 and 2; forward_regional_ip 2 and 1, other counts than the trace's) ==
+    the formula evaluated eagerly (FormulaAttnProcessor), with random normalised weights, masks and residuals."""
     dtype, device = chk.dtype, chk.device
     eager = UNetTS(unet, dtype)
     layout, ip, regions = control_layout(unet.config), ip_layout(unet), regions_layout(unet, 1)
     for (b, w, h, k) in cases:
         inp = unet_inputs(b, w, h, k, ctx_dim, pdim, dtype, device, gen, unet.config.in_channels)
         key = dict(batch=b, width=w, height=h, chunks=k)
-        ctx, weights, kv, masks = regional_inputs(regions, ip, b, 1, 1, h // 8, w // 8, k, ctx_dim, dtype, device, gen)
+        ctx, weights, _, _ = regional_inputs(regions, ip, b, 1, 1, h // 8, w // 8, k, ctx_dim, dtype, device, gen)
         ones = tuple(torch.ones_like(t) for t in weights)
         chk.run_safe("unet.ts forward_regional (R = 1) vs forward", key,
                      lambda *x: ts.forward_regional(*x[:2], x[2][:, None], *x[3:], ones), eager, inp)
-        ctx, weights, kv, masks = regional_inputs(regions, ip, b, 3, 2, h // 8, w // 8, k, ctx_dim, dtype, device, gen)
         res = control_residuals(layout, b, h // 8, w // 8, dtype, device, gen)
-        rin = (*inp[:2], ctx, *inp[3:], weights)
+        for name, r, m in (("forward_regional", 3, 0), ("forward_regional_control", 3, 0),
+                           ("forward_regional_ip", 2, 1), ("forward_regional_control_ip", 3, 2)):
+            ctx, weights, kv, masks = regional_inputs(regions, ip, b, r, max(m, 1), h // 8, w // 8, k, ctx_dim, dtype,
+                                                      device, gen)
+            control = "control" in name
+            res_args, ip_args = (res,) if control else (), (kv, masks) if m else ()
+            method = eager.forward_control if control else eager.forward
 
-        def formula(with_ip: bool, method):
-            def run(*x):
-                with formula_processors(unet, ctx, weights, kv if with_ip else None, masks if with_ip else None):
-                    return method(*inp[:2], ctx[:, 0], *inp[3:], *x)
-            return run
+            def formula():  # run at once by run_safe, within this iteration
+                with formula_processors(unet, ctx, weights, kv if m else None, masks if m else None):
+                    return method(*inp[:2], ctx[:, 0], *inp[3:], *res_args)  # noqa: B023
 
-        key3 = dict(key, regions=3, groups=2)
-        chk.run_safe("unet.ts forward_regional (R = 3) vs formula", key3, lambda: ts.forward_regional(*rin),
-                     formula(False, eager.forward), ())
-        chk.run_safe("unet.ts forward_regional_control vs formula", key3,
-                     lambda: ts.forward_regional_control(*rin, res), lambda: formula(False, eager.forward_control)(res),
-                     ())
-        chk.run_safe("unet.ts forward_regional_ip vs formula", key3, lambda: ts.forward_regional_ip(*rin, kv, masks),
-                     formula(True, eager.forward), ())
-        chk.run_safe("unet.ts forward_regional_control_ip vs formula", key3,
-                     lambda: ts.forward_regional_control_ip(*rin, res, kv, masks),
-                     lambda: formula(True, eager.forward_control)(res), ())
+            def traced():
+                return getattr(ts, name)(*inp[:2], ctx, *inp[3:], weights, *res_args, *ip_args)  # noqa: B023
+
+            chk.run_safe(f"unet.ts {name} vs formula", dict(key, regions=r, groups=m), traced, formula, ())
 
 
 def settle_limits(limits: dict, results: list[dict]) -> list[str]:
