@@ -62,6 +62,20 @@ keys of that component, so LoRA keys map without a prefix):
                      IPAdapterAttnProcessor2_0 with one adapter when the caller passes
                      v_l = scale * to_v_ip(tokens) (the IP scale goes into v); several reference
                      images are their tokens concatenated along dim 1
+                     method forward_regional(latent, timestep, contexts, text_embeds, time_ids,
+                     weights) and forward_regional_control(.., weights, residuals),
+                     forward_regional_ip(.., weights, ip_kv, ip_masks),
+                     forward_regional_control_ip(.., weights, residuals, ip_kv, ip_masks):
+                     regional prompts (attention couple). contexts [B,R,77k,H1+H2]: R >= 1
+                     prompts a row (0 = the task's own, then each region; R - 1 <= model.json
+                     unet.regions.max_regions, --max-regions); weights a tuple of one [B,R,n_d]
+                     per unet.regions.downscales entry d (n_d = the latent's cells after
+                     log2(d) stride-2 convolutions, row-major), >= 0 and summing to 1 over R;
+                     each attn2 of downscale d: to_out(sum_r weights_d[:,r,:,None] *
+                     sdpa(q, K_r, V_r)); ip_kv a k and a v [B,M,T,C_l] per cross-attention
+                     layer (M masked groups, one reference image each, scale in v), ip_masks
+                     one [B,M,n_d] per downscale: + sum_m ip_masks_d[:,m,:,None] *
+                     sdpa(q, k_m, v_m) before to_out (diffusers' ip_adapter_masks)
   vae_decoder.ts     latent / scaling_factor [B,4,h,w] -> image [B,3,8h,8w] in [-1,1]
   vae_encoder.ts     image [B,3,H,W] in [-1,1] -> latent mean [B,4,H/8,W/8] (unscaled)
   unet.pt2           (--aoti) the same UNet wrapper, torch.export'ed and compiled by
@@ -201,6 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--batch-max", type=int, metavar="N", default=8,
                     help="images per UNet call the model is made for (default 8; model.json limits.batch_max): "
                          "sdxl-batch caps --max-batch at it, and the AOTI packages take 1 .. 2*N rows (CFG)")
+    ap.add_argument("--max-regions", type=int, metavar="N", default=8,
+                    help="regions a task may add to its own prompt (default 8, 1..32; model.json unet.regions."
+                         "max_regions): what sdxl-batch allows in the forward_regional* methods")
     ap.add_argument("--fp8", action="store_true",
                     help="also write unet_fp8.ts: the transformer blocks' linear layers in FP8 e4m3 with scales "
                          "calibrated on --fp8-prompts (sdxl-batch --precision fp8; docs/models-and-export.md#fp8-unet)")
@@ -239,6 +256,8 @@ def check_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         ap.error("--ip-adapter FILE and --image-encoder DIR go together")
     if not 1 <= a.batch_max <= 64:
         ap.error(f"--batch-max {a.batch_max}: must be 1..64 (sdxl-batch --max-batch takes 1..64)")
+    if not 1 <= a.max_regions <= 32:
+        ap.error(f"--max-regions {a.max_regions}: must be 1..32")
     names = set(a.aoti_variants.replace(" ", "").split(","))
     if not names <= {"all", "fp16", "fp8", "vae"}:
         ap.error(f"--aoti-variants '{a.aoti_variants}': {', '.join(sorted(names - {'all', 'fp16', 'fp8', 'vae'}))} "

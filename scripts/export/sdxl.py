@@ -1,5 +1,6 @@
 """The model folder (export_sdxl.py --tiny, --tiny-aoti, --random-full, --from DIR|FILE): the pipeline from its
-source (sdxl_sources), the two text encoders, the UNet (four methods) and the VAE traced
+source (sdxl_sources), the two text encoders, the UNet (eight methods: plain, ControlNet, IP-Adapter, both, and
+each of them regional) and the VAE traced
 (sdxl_modules), their --check (sdxl_checks), the optional AOTInductor packages (aoti) and FP8 UNet
 (fp8), and model.json, the export contract (docs/models-and-export.md)."""
 from __future__ import annotations
@@ -18,7 +19,8 @@ from .architecture import TINY_KINDS
 from .common import Job, check_names, count_params, dtype_str, file_digests, log, publish, trace_module, tracer_warnings
 from .sdxl_checks import check_traces
 from .sdxl_modules import (TextEncoder2TS, TextEncoderTS, UNetTS, VaeDecoderTS, VaeEncoderTS, control_layout,
-                           control_residuals, ip_kv_inputs, ip_layout, make_ids, unet_inputs)
+                           control_residuals, ip_kv_inputs, ip_layout, make_ids, regional_inputs, regions_layout,
+                           unet_inputs)
 from .sdxl_sources import build_random_pipeline, load_source
 
 
@@ -100,7 +102,7 @@ def export(a, job: Job) -> int:
     files = file_digests(tmp)
     timings["sha256"] = time.time() - t0
     parts = {"aoti": aoti_meta, "fp8": fp8_meta, "control": trace_inputs[3], "ip_adapter": trace_inputs[4],
-             "vae_aoti": vae_aoti_meta}
+             "regions": regions_layout(pipe.unet, a.max_regions), "vae_aoti": vae_aoti_meta}
     meta = model_meta(pipe, d, job.dtype_name, device, dict(name=name, source=source, seed=seed), parts, defaults,
                       limits, files_meta, files)
     if check is not None:
@@ -133,7 +135,7 @@ def model_dims(pipe, dtype) -> dict:
 
 
 def trace_modules(pipe, d: dict, tmp: Path, dtype, device, gen, timings: dict) -> tuple:
-    """Traces text_encoder.ts, text_encoder_2.ts, unet.ts (four methods) and the VAE (in
+    """Traces text_encoder.ts, text_encoder_2.ts, unet.ts (eight methods) and the VAE (in
     d["vae_dtype"], which the caller has set) into tmp; returns the UNet's trace inputs
     (inp, res, kv) and its control and ip_adapter layouts."""
     te1, te2, unet, vae = pipe.text_encoder, pipe.text_encoder_2, pipe.unet, pipe.vae
@@ -156,9 +158,19 @@ def trace_modules(pipe, d: dict, tmp: Path, dtype, device, gen, timings: dict) -
     res = control_residuals(control, 2, lat_h, lat_w, dtype, device, gen)
     ip = ip_layout(unet)
     kv = ip_kv_inputs(ip, 2, 5, dtype, device, gen)  # 5 tokens: no count of a real adapter gets baked in
+    # The regional methods: 3 prompts and 2 image groups a row (no count of 1 gets baked in as a broadcast),
+    # drawn from a generator of their own (gen's later draws, the VAE's, AOTI's and FP8's inputs, stay as they were).
+    ctx, weights, rkv, masks = regional_inputs(regions_layout(unet, 1), ip, 2, 3, 2, lat_h, lat_w, 1, d["ctx_dim"],
+                                               dtype, device, torch.Generator().manual_seed(59))
+    rin = (*inp[:2], ctx, *inp[3:], weights)
     warns["unet.ts"] = trace_module(UNetTS(unet, dtype), {"forward": inp, "forward_control": inp + (res,),
                                                           "forward_ip": inp + (kv,),
-                                                          "forward_control_ip": inp + (res, kv)}, tmp / "unet.ts")
+                                                          "forward_control_ip": inp + (res, kv),
+                                                          "forward_regional": rin,
+                                                          "forward_regional_control": rin + (res,),
+                                                          "forward_regional_ip": rin + (rkv, masks),
+                                                          "forward_regional_control_ip": rin + (res, rkv, masks)},
+                                    tmp / "unet.ts")
     check_names(tmp / "unet.ts", unet, device, "unet")
     timings["trace_unet"] = time.time() - t0
 
@@ -212,7 +224,7 @@ def trace_text_encoder(mod: nn.Module, eager: nn.Module, ids: torch.Tensor, path
 def model_meta(pipe, d: dict, dtype_name: str, device, origin: dict, parts: dict, defaults: dict, limits: dict,
                files_meta: dict, files: dict) -> dict:
     """model.json (docs/models-and-export.md: the model directory contract); origin: name,
-    source, seed; parts: the UNet's optional aoti and fp8 parts and its control / ip_adapter
+    source, seed; parts: the UNet's optional aoti and fp8 parts and its control / ip_adapter / regions
     layouts, and vae_aoti: the VAE decoder's optional AOTI package."""
     te1, te2, unet = pipe.text_encoder, pipe.text_encoder_2, pipe.unet
     sc = pipe.scheduler.config
@@ -237,7 +249,7 @@ def model_meta(pipe, d: dict, dtype_name: str, device, origin: dict, parts: dict
         ],
         "unet": {"file": "unet.ts", "in_channels": int(unet.config.in_channels), "context_dim": d["ctx_dim"],
                  "pooled_dim": d["pdim"], "time_ids_dim": 6, "parameters": count_params(unet),
-                 "control": parts["control"], "ip_adapter": parts["ip_adapter"],
+                 "control": parts["control"], "ip_adapter": parts["ip_adapter"], "regions": parts["regions"],
                  **({"aoti": parts["aoti"]} if parts["aoti"] else {}),
                  **({"fp8": parts["fp8"]} if parts["fp8"] else {})},
         "vae_decoder": {"file": "vae_decoder.ts", **({"aoti": parts["vae_aoti"]} if parts["vae_aoti"] else {})},

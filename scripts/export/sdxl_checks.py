@@ -3,6 +3,7 @@ wrapper at other batch sizes, context lengths and resolutions than the trace's, 
 where a case fails (LIMIT NARROWED), and model.json's "check"."""
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -10,8 +11,9 @@ from pathlib import Path
 import torch
 
 from .common import Checker, log, summarize_checks
-from .sdxl_modules import (TextEncoder2Eager, TextEncoderEager, UNetTS, VaeDecoderTS, VaeEncoderTS, control_layout,
-                           control_residuals, ip_kv_inputs, ip_layout, make_ids, unet_inputs)
+from .sdxl_modules import (TextEncoder2Eager, TextEncoderEager, UNetTS, VaeDecoderTS, VaeEncoderTS, attn2_downscales,
+                           control_layout, control_residuals, ip_attentions, ip_kv_inputs, ip_layout, make_ids,
+                           regional_inputs, regions_layout, unet_inputs)
 
 
 def check_traces(a, tiny: bool, tmp: Path, pipe, dtype, d: dict, device, limits: dict, timings: dict) -> dict:
@@ -86,8 +88,14 @@ def run_checks(level: str, tiny: bool, out: Path, pipe, dtype, vae_dtype, device
     log(f"  checked text encoders ({time.time() - t0:.1f}s)")
     control_cases = unet_cases if level == "quick" else unet_cases[::4]
     check_unet(chk, load("unet.ts"), pipe.unet, unet_cases, control_cases, h1 + h2, pdim, gen)
+    # quick: one case of batch 2, 2 chunks and a size that is not a multiple of 32 (the widest test of a shape).
+    regional_cases = [max(control_cases, key=lambda c: (c[0] > 1, c[3] > 1, c[1] % 32 > 0))] if level == "quick" \
+        else control_cases
+    # A generator of their own: the VAE cases below draw what they drew before the regional methods.
+    check_unet_regional(chk, load("unet.ts"), pipe.unet, regional_cases, h1 + h2, pdim,
+                        torch.Generator().manual_seed(59))
     log(f"  checked unet: {len(unet_cases)} shapes, forward_control / forward_ip / forward_control_ip "
-        f"{len(control_cases)} ({time.time() - t0:.1f}s)")
+        f"{len(control_cases)}, forward_regional* {len(regional_cases)} ({time.time() - t0:.1f}s)")
 
     vae = pipe.vae
     dec_ts, dec_e = load("vae_decoder.ts"), VaeDecoderTS(vae, vae_dtype)
@@ -128,6 +136,85 @@ def check_unet(chk: Checker, ts, unet, unet_cases: list, control_cases: list, ct
                 d = float((ts.forward_ip(*inp, zero).float() - got[0].float()).abs().max())
             chk.results.append(dict(module="unet.ts forward_ip (v = 0) vs forward", **key, max_abs_diff=d, ok=d == 0.0))
         n_ip += 1
+
+
+class FormulaAttnProcessor:
+    """The regional formula written out for the checks, one prompt and one image group at a time:
+    to_out(sum_r w_r * sdpa(q, K_r, V_r) + sum_m mask_m * sdpa(q, k_m, v_m)) (no vectorising over R or M,
+    unlike sdxl_modules.RegionalAttnProcessor, which the traced methods use)."""
+
+    def __init__(self, contexts, weights, ip):
+        self.contexts, self.weights, self.ip = contexts, weights, ip
+
+    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, temb=None, *a, **kw):
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        b = hidden_states.shape[0]
+        q = attn.to_q(hidden_states)
+        d = q.shape[-1] // attn.heads
+        heads = lambda x: x.reshape(b, -1, attn.heads, d).transpose(1, 2)  # noqa: E731
+        q = heads(q)
+        out = 0
+        for r in range(self.contexts.shape[1]):
+            o = sdpa(q, heads(attn.to_k(self.contexts[:, r])), heads(attn.to_v(self.contexts[:, r])))
+            out = out + self.weights[:, r, :, None] * o.transpose(1, 2).reshape(b, -1, attn.heads * d)
+        if self.ip is not None:
+            k, v, masks = self.ip
+            for m in range(k.shape[1]):
+                o = sdpa(q, heads(k[:, m]), heads(v[:, m]))
+                out = out + masks[:, m, :, None] * o.transpose(1, 2).reshape(b, -1, attn.heads * d)
+        out = attn.to_out[1](attn.to_out[0](out))
+        return (out + hidden_states if attn.residual_connection else out) / attn.rescale_output_factor
+
+
+@contextlib.contextmanager
+def formula_processors(unet, contexts, weights: tuple, ip_kv: tuple | None, ip_masks: tuple | None):
+    """FormulaAttnProcessor on every cross-attention layer, each given the weights and masks of
+    its block's downscale (attn2_downscales), for one call; the processors are put back after."""
+    layers = ip_attentions(unet)
+    scales = sorted(set(attn2_downscales(unet)))
+    saved = [m.processor for _, m in layers]
+    try:
+        for i, ((_, m), ds) in enumerate(zip(layers, attn2_downscales(unet))):
+            j = scales.index(ds)
+            ip = None if ip_kv is None else (ip_kv[2 * i], ip_kv[2 * i + 1], ip_masks[j])
+            m.set_processor(FormulaAttnProcessor(contexts, weights[j], ip))
+        yield
+    finally:
+        for (_, m), proc in zip(layers, saved):
+            m.set_processor(proc)
+
+
+def check_unet_regional(chk: Checker, ts, unet, cases: list, ctx_dim: int, pdim: int, gen) -> None:
+    """unet.ts forward_regional* at each case: with R = 1 and weights all ones == forward (eager); with
+    R prompts and M image groups (3 and 2; forward_regional_ip 2 and 1, other counts than the trace's) ==
+    the formula evaluated eagerly (FormulaAttnProcessor), with random normalised weights, masks and residuals."""
+    dtype, device = chk.dtype, chk.device
+    eager = UNetTS(unet, dtype)
+    layout, ip, regions = control_layout(unet.config), ip_layout(unet), regions_layout(unet, 1)
+    for (b, w, h, k) in cases:
+        inp = unet_inputs(b, w, h, k, ctx_dim, pdim, dtype, device, gen, unet.config.in_channels)
+        key = dict(batch=b, width=w, height=h, chunks=k)
+        ctx, weights, _, _ = regional_inputs(regions, ip, b, 1, 1, h // 8, w // 8, k, ctx_dim, dtype, device, gen)
+        ones = tuple(torch.ones_like(t) for t in weights)
+        chk.run_safe("unet.ts forward_regional (R = 1) vs forward", key,
+                     lambda *x: ts.forward_regional(*x[:2], x[2][:, None], *x[3:], ones), eager, inp)
+        res = control_residuals(layout, b, h // 8, w // 8, dtype, device, gen)
+        for name, r, m in (("forward_regional", 3, 0), ("forward_regional_control", 3, 0),
+                           ("forward_regional_ip", 2, 1), ("forward_regional_control_ip", 3, 2)):
+            ctx, weights, kv, masks = regional_inputs(regions, ip, b, r, max(m, 1), h // 8, w // 8, k, ctx_dim, dtype,
+                                                      device, gen)
+            control = "control" in name
+            res_args, ip_args = (res,) if control else (), (kv, masks) if m else ()
+            method = eager.forward_control if control else eager.forward
+
+            def formula():  # run at once by run_safe, within this iteration
+                with formula_processors(unet, ctx, weights, kv if m else None, masks if m else None):
+                    return method(*inp[:2], ctx[:, 0], *inp[3:], *res_args)  # noqa: B023
+
+            def traced():
+                return getattr(ts, name)(*inp[:2], ctx, *inp[3:], weights, *res_args, *ip_args)  # noqa: B023
+
+            chk.run_safe(f"unet.ts {name} vs formula", dict(key, regions=r, groups=m), traced, formula, ())
 
 
 def settle_limits(limits: dict, results: list[dict]) -> list[str]:

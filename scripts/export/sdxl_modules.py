@@ -6,6 +6,7 @@ are the state-dict keys."""
 from __future__ import annotations
 
 import contextlib
+import warnings
 
 import torch
 import torch.nn as nn
@@ -96,6 +97,112 @@ def ip_processors(unet, ip_kv: tuple, dtype):
             m.set_processor(proc)
 
 
+def attn2_downscales(unet) -> list[int]:
+    """Each cross-attention layer's downscale relative to the latent, in ip_attentions order, from its
+    block: down_blocks.i -> 2^i, mid_block -> 2^(n-1), up_blocks.j -> 2^(n-1-j) (n = len(block_out_channels));
+    the regional methods check it against the hidden states' token count while tracing."""
+    n = len(unet.config.block_out_channels)
+    out = []
+    for name, _ in ip_attentions(unet):
+        block, _, rest = name.partition(".")
+        if block == "mid_block":
+            out.append(2 ** (n - 1))
+        elif block in ("down_blocks", "up_blocks"):
+            i = int(rest.split(".")[0])
+            out.append(2 ** (i if block == "down_blocks" else n - 1 - i))
+        else:
+            raise ValueError(f"cross-attention layer {name} is in no down, mid or up block: no downscale for it")
+    return out
+
+
+def regions_layout(unet, max_regions: int) -> dict:
+    """model.json unet.regions: the sorted downscales of the cross-attention layers (one weights and
+    one ip_masks tensor each in forward_regional*), each layer's index into them (ip_attentions
+    order), and --max-regions (regions beside the task's own prompt a row may carry)."""
+    per_layer = attn2_downscales(unet)
+    downscales = sorted(set(per_layer))
+    return {"downscales": downscales, "layers": [downscales.index(d) for d in per_layer], "max_regions": max_regions}
+
+
+class RegionalAttnProcessor:
+    """The attn2 processor of the forward_regional* methods: for R prompts per row (contexts
+    [B, R, L, C]) and their weights at this layer's resolution ([B, R, N], N = the hidden states'
+    tokens), out = to_out(sum_r weights[:, r, :, None] * sdpa(q, to_k(contexts[:, r]), to_v(contexts[:, r])))
+    in one sdpa over B*R rows; with ip = (k, v, masks) ([B, M, T, C], [B, M, T, C], [B, M, N]) it adds
+    sum_m masks[:, m, :, None] * sdpa(q, k[:, m], v[:, m]) before to_out (diffusers'
+    IPAdapterAttnProcessor2_0 with ip_adapter_masks: each image its own softmax; the scale in v).
+    Not an nn.Module: the k/v projections of the image tokens run in ip_adapter.ts."""
+
+    def __init__(self, contexts: torch.Tensor, weights: torch.Tensor, ip: tuple | None, layer: str):
+        self.contexts, self.weights, self.ip, self.layer = contexts, weights, ip, layer
+
+    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, temb=None,
+                 *args, **kwargs):
+        # As IPAttnProcessor: 3-D hidden states, no mask, no spatial / group / q-k norm, no cross norm.
+        assert hidden_states.ndim == 3 and attention_mask is None and not attn.norm_cross
+        assert attn.spatial_norm is None and attn.group_norm is None and attn.norm_q is None and attn.norm_k is None
+        tokens = hidden_states.shape[1]
+        with warnings.catch_warnings():  # a check of the trace's own shapes, meant to be evaluated once, there
+            warnings.simplefilter("ignore", category=torch.jit.TracerWarning)
+            if self.weights.shape[-1] != tokens:  # the layer's downscale (attn2_downscales) is not its resolution's
+                raise ValueError(f"{self.layer}: {tokens} tokens, but the weights of its downscale have "
+                                 f"{self.weights.shape[-1]}")
+        query = attn.to_q(hidden_states)
+        heads, head_dim = attn.heads, attn.to_q.out_features // attn.heads
+        query = query.unflatten(-1, (heads, head_dim)).transpose(1, 2)
+        out = self._mixed(query, attn.to_k(self.contexts), attn.to_v(self.contexts), self.weights, heads, head_dim)
+        if self.ip is not None:
+            k_ip, v_ip, masks = self.ip
+            out = out + self._mixed(query, k_ip, v_ip, masks, heads, head_dim)
+        out = attn.to_out[1](attn.to_out[0](out))
+        if attn.residual_connection:
+            out = out + hidden_states
+        return out / attn.rescale_output_factor
+
+    @staticmethod
+    def _mixed(query, key, value, weights, heads: int, head_dim: int):
+        """sum_g weights[:, g, :, None] * sdpa(query, key[:, g], value[:, g]) over the G groups of
+        key / value [B, G, L, H*D] (query [B, H, N, D]): G dynamic, one sdpa over B*G rows. Sizes come
+        from constants or -1 where they can (every size read from a tensor is a node of the traced graph)."""
+        groups = key.shape[1]
+
+        def split(x):  # [B, G, L, H*D] -> [B*G, H, L, D]
+            return x.flatten(0, 1).unflatten(-1, (heads, head_dim)).transpose(1, 2)
+
+        q = query.unsqueeze(1).expand(-1, groups, -1, -1, -1).flatten(0, 1)
+        o = torch.nn.functional.scaled_dot_product_attention(q, split(key), split(value), dropout_p=0.0,
+                                                             is_causal=False)
+        o = o.transpose(1, 2).flatten(2).unflatten(0, (-1, groups))  # [B, G, N, H*D]
+        return (o * weights.unsqueeze(-1)).sum(1)
+
+
+@contextlib.contextmanager
+def regional_processors(unet, contexts, weights: tuple, ip_kv: tuple | None, ip_masks: tuple | None, dtype):
+    """RegionalAttnProcessor on every cross-attention layer for one inner call: the layer's
+    downscale (regions_layout) picks its weights and ip_masks; ip_kv gives its (k, v) pair as
+    forward_ip's, each [B, M, T, C_l]. The original processors are put back after."""
+    layers = ip_attentions(unet)
+    index = regions_layout(unet, 1)["layers"]
+    n_scales = max(index) + 1
+    if len(weights) != n_scales or (ip_masks is not None and len(ip_masks) != n_scales):
+        raise ValueError(f"weights / ip_masks have {len(weights)} / {len(ip_masks or ())} tensors; this UNet takes "
+                         f"{n_scales} (one per downscale of model.json unet.regions.downscales)")
+    if ip_kv is not None and len(ip_kv) != 2 * len(layers):
+        raise ValueError(f"ip_kv has {len(ip_kv)} tensors; this UNet takes {2 * len(layers)} "
+                         f"(a k and a v for each of its {len(layers)} cross-attention layers)")
+    contexts = contexts.to(dtype)
+    saved = [m.processor for _, m in layers]
+    try:
+        for i, (name, m) in enumerate(layers):
+            d = index[i]
+            ip = None if ip_kv is None else (ip_kv[2 * i].to(dtype), ip_kv[2 * i + 1].to(dtype), ip_masks[d].to(dtype))
+            m.set_processor(RegionalAttnProcessor(contexts, weights[d].to(dtype), ip, name))
+        yield
+    finally:
+        for (_, m), proc in zip(layers, saved):
+            m.set_processor(proc)
+
+
 class UNetTS(SharedChildren):
     def __init__(self, unet, dtype):
         super().__init__(unet)
@@ -134,6 +241,32 @@ class UNetTS(SharedChildren):
         """forward_control with an IP-Adapter's per-layer (k, v) image tokens."""
         with ip_processors(self._inner, ip_kv, self._dtype):
             return self.forward_control(latent, timestep, context, text_embeds, time_ids, residuals)
+
+
+    def forward_regional(self, latent, timestep, contexts, text_embeds, time_ids, weights: tuple):
+        """forward with R prompts per row (contexts [B, R, 77k, C], index 0 the task's own prompt) mixed in
+        every cross-attention layer by weights (one [B, R, n_d] per unet.regions downscale; RegionalAttnProcessor)."""
+        with regional_processors(self._inner, contexts, weights, None, None, self._dtype):
+            return self.forward(latent, timestep, contexts[:, 0], text_embeds, time_ids)
+
+    def forward_regional_control(self, latent, timestep, contexts, text_embeds, time_ids, weights: tuple,
+                                 residuals: tuple):
+        """forward_regional plus a ControlNet's residuals (as forward_control)."""
+        with regional_processors(self._inner, contexts, weights, None, None, self._dtype):
+            return self.forward_control(latent, timestep, contexts[:, 0], text_embeds, time_ids, residuals)
+
+    def forward_regional_ip(self, latent, timestep, contexts, text_embeds, time_ids, weights: tuple, ip_kv: tuple,
+                            ip_masks: tuple):
+        """forward_regional plus M masked groups of image tokens: ip_kv a k and a v [B, M, T, C_l] per
+        cross-attention layer (scale in v), ip_masks one [B, M, n_d] per downscale."""
+        with regional_processors(self._inner, contexts, weights, ip_kv, ip_masks, self._dtype):
+            return self.forward(latent, timestep, contexts[:, 0], text_embeds, time_ids)
+
+    def forward_regional_control_ip(self, latent, timestep, contexts, text_embeds, time_ids, weights: tuple,
+                                    residuals: tuple, ip_kv: tuple, ip_masks: tuple):
+        """forward_regional_ip plus a ControlNet's residuals."""
+        with regional_processors(self._inner, contexts, weights, ip_kv, ip_masks, self._dtype):
+            return self.forward_control(latent, timestep, contexts[:, 0], text_embeds, time_ids, residuals)
 
 
 def control_layout(unet_config) -> dict:
@@ -176,6 +309,22 @@ def ip_kv_inputs(layout: dict, batch: int, tokens: int, dtype, device, gen, v_ze
         v = torch.zeros(batch, tokens, c) if v_zero else torch.randn(batch, tokens, c, generator=gen)
         out += [k.to(device, dtype), v.to(device, dtype)]
     return tuple(out)
+
+
+def regional_inputs(layout: dict, ip: dict, batch: int, regions: int, groups: int, lat_h: int, lat_w: int, k: int,
+                    ctx_dim: int, dtype, device, gen, tokens: int = 5) -> tuple:
+    """Random (contexts, weights, ip_kv, ip_masks) for forward_regional*: contexts [B, R, 77k, C]; weights
+    per downscale [B, R, n_d], positive and summing to 1 over R; ip_kv [B, M, T, C_l] per layer; ip_masks
+    per downscale [B, M, n_d] in [0, 1]."""
+    ctx = torch.randn(batch, regions, 77 * k, ctx_dim, generator=gen).to(device, dtype)
+    cells = [residual_size(lat_h, d) * residual_size(lat_w, d) for d in layout["downscales"]]
+    weights = []
+    for n in cells:
+        w = torch.rand(batch, regions, n, generator=gen) + 0.05
+        weights.append((w / w.sum(1, keepdim=True)).to(device, dtype))
+    kv = tuple(t.view(batch, groups, tokens, -1) for t in ip_kv_inputs(ip, batch * groups, tokens, dtype, device, gen))
+    masks = tuple(torch.rand(batch, groups, n, generator=gen).to(device, dtype) for n in cells)
+    return ctx, tuple(weights), kv, masks
 
 
 class VaeDecoderTS(SharedChildren):

@@ -13,6 +13,7 @@ References:
   a1111_schedulers        A1111 sampler / schedule names -> diffusers schedulers
   lora_reference          LoRA files fused into a diffusers pipeline (diffusers' key mapping, peft's merge)
   diffusers_loop          the diffusers for-loop over a batch file (the baseline bench/gpu_runtime.sh loop times)
+  regions_reference       regional prompts (attention couple) and masked IP-Adapter images in a diffusers processor
   compare_images          PSNR / max difference of two images (and latents)
   architecture            the SDXL configs scripts/export_sdxl.py exports (asked from it as a program)
 Golden files and fixtures (written into the build tree by ctest's fixture_* tests):

@@ -37,13 +37,23 @@ def a1111_embeds(pipe, prompt: str, negative: str, cfg_on: bool, clip_skip: int 
     multiplied by the weights and rescaled to the chunk's mean before weighting,
     chunks concatenated; pooled output of encoder 2's first chunk; zeros for an
     empty negative prompt."""
+    texts = [prompt] + ([negative] if (cfg_on and negative) else [])
+    encoded = a1111_encode(pipe, texts, clip_skip)
+    z, pooled = encoded[0]
+    kwargs = {"prompt_embeds": z, "pooled_prompt_embeds": pooled}
+    if len(encoded) > 1:
+        kwargs.update(negative_prompt_embeds=encoded[1][0], negative_pooled_prompt_embeds=encoded[1][1])
+    else:
+        kwargs.update(negative_prompt_embeds=torch.zeros_like(z), negative_pooled_prompt_embeds=torch.zeros_like(pooled))
+    return kwargs
+
+
+def a1111_encode(pipe, texts: list[str], clip_skip: int = 0) -> list[tuple]:
+    """Each text's (hidden states [1, 77k, C], pooled) under A1111's rules (a1111_embeds), all padded
+    to the same count k of 75-token chunks, the most any of them needs: as sdxl-batch pads the
+    prompts of one task (its prompt and negative, and each region's)."""
     layer = -clip_skip if clip_skip >= 3 else -2
     chunkers = (Chunker(pipe.tokenizer), Chunker(pipe.tokenizer_2))
-
-    def chunks_of(text: str) -> list:
-        lists = [ch.tokenize_line(text)[0] for ch in chunkers]
-        k = max(len(c) for c in lists)
-        return [pad_chunks(ch, c, k) for ch, c in zip(chunkers, lists)]
 
     def encode(encoder, chunk_list):
         zs, pooled = [], None
@@ -60,24 +70,14 @@ def a1111_embeds(pipe, prompt: str, negative: str, cfg_on: bool, clip_skip: int 
             zs.append(z)
         return torch.cat(zs, dim=1), pooled
 
-    pos = chunks_of(prompt)
-    k = len(pos[0])
-    neg = chunks_of(negative) if (cfg_on and negative) else None
-    if neg is not None:
-        k = max(k, len(neg[0]))
-        neg = [pad_chunks(ch, c, k) for ch, c in zip(chunkers, neg)]
-    pos = [pad_chunks(ch, c, k) for ch, c in zip(chunkers, pos)]
-    z1, _ = encode(pipe.text_encoder, pos[0])
-    z2, pooled = encode(pipe.text_encoder_2, pos[1])
-    kwargs = {"prompt_embeds": torch.cat([z1, z2], dim=-1), "pooled_prompt_embeds": pooled}
-    if neg is not None:
-        n1, _ = encode(pipe.text_encoder, neg[0])
-        n2, npooled = encode(pipe.text_encoder_2, neg[1])
-        kwargs.update(negative_prompt_embeds=torch.cat([n1, n2], dim=-1), negative_pooled_prompt_embeds=npooled)
-    else:
-        kwargs.update(negative_prompt_embeds=torch.zeros_like(kwargs["prompt_embeds"]),
-                      negative_pooled_prompt_embeds=torch.zeros_like(pooled))
-    return kwargs
+    chunked = [[ch.tokenize_line(text)[0] for ch in chunkers] for text in texts]
+    k = max(len(c) for lists in chunked for c in lists)
+    out = []
+    for lists in chunked:
+        z1, _ = encode(pipe.text_encoder, pad_chunks(chunkers[0], lists[0], k))
+        z2, pooled = encode(pipe.text_encoder_2, pad_chunks(chunkers[1], lists[1], k))
+        out.append((torch.cat([z1, z2], dim=-1), pooled))
+    return out
 
 
 def parse_lora_spec(spec: str) -> tuple[str, float]:
