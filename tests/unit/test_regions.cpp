@@ -144,7 +144,7 @@ TEST(Regions, BadRegionsAreRefusedAtTheirPointers) {
   const auto too_many =
       parse(R"({"version": 1, "tasks": [{"id": "t", "prompt": "x", "region_base": 1.5, "regions": [)" + many + "]}]}");
   EXPECT_NE(problem_at(too_many, "/tasks/0/regions").find("at most 32"), std::string::npos) << all_problems(too_many);
-  EXPECT_NE(problem_at(too_many, "/tasks/0/region_base").find("1.5"), std::string::npos);
+  EXPECT_FALSE(problem_at(too_many, "/tasks/0/region_base").empty()) << all_problems(too_many);
 }
 
 TEST(Regions, AModelWithoutRegionalMethodsOrWithFewerIsRefused) {

@@ -191,8 +191,8 @@ TEST(Story, StylesFollowA1111) {
 
 TEST(Story, CharactersJoinPromptNegativeAndLoras) {
   sdxl::StoryBook book;
-  book.characters["hero"] = {"Mara, red scarf", "extra fingers", {{"hero", "/l/hero.safetensors", 0.8, false}}};
-  book.characters["fox"] = {"Pip the fox", "", {{"ink", "/l/ink.safetensors", 0.5, false}}};
+  book.characters["hero"] = {"Mara, red scarf", "extra fingers", {{"hero", "/l/hero.safetensors", 0.8, false}}, "", 1.0};
+  book.characters["fox"] = {"Pip the fox", "", {{"ink", "/l/ink.safetensors", 0.5, false}}, "", 1.0};
   book.styles["ink"] = {"comic panel, {prompt}, ink", "photo"};
   sdxl::GenerationParams p;
   p.prompt = "at the harbour";
