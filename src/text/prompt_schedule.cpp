@@ -345,6 +345,21 @@ PromptSchedule prompt_schedule(std::string_view prompt, int base_steps, std::opt
   return out;
 }
 
+PassSchedules pass_schedules(std::string_view prompt, int steps, int hires_steps) {
+  PassSchedules out;
+  out.passes.push_back(prompt_schedule(prompt, steps));
+  if (hires_steps > 0) out.passes.push_back(prompt_schedule(prompt, steps, hires_steps));
+  for (const PromptSchedule& pass : out.passes) {
+    std::vector<size_t>& of = out.text_of_entry.emplace_back();
+    for (const PromptScheduleEntry& e : pass.entries) {
+      const auto it = std::find(out.texts.begin(), out.texts.end(), e.text);
+      of.push_back(static_cast<size_t>(it - out.texts.begin()));
+      if (it == out.texts.end()) out.texts.push_back(e.text);
+    }
+  }
+  return out;
+}
+
 bool prompt_has_schedule(std::string_view prompt) {
   const std::optional<Seq> tree = Parser(prompt).parse_start();
   return tree && has_groups(*tree);

@@ -45,6 +45,18 @@ struct PromptSchedule {
 // outside "[...]", a trailing '\') is one entry of the prompt as written.
 PromptSchedule prompt_schedule(std::string_view prompt, int base_steps, std::optional<int> hires_steps = {});
 
+// A prompt's schedules over a run's passes: the first pass of `steps`, and
+// when hires_steps > 0 the hires pass (prompt_schedule's hires rule), with the
+// distinct texts they use. A prompt without edits has one text, the prompt as written.
+struct PassSchedules {
+  std::vector<std::string> texts;                  // distinct, in order of first use
+  std::vector<PromptSchedule> passes;              // one per pass
+  std::vector<std::vector<size_t>> text_of_entry;  // per pass, per entry: its index in texts
+  // The text of sampler step `step` (from 0) of pass `pass`, as PromptSchedule::index_at.
+  size_t text_at(size_t pass, int step) const { return text_of_entry[pass][passes[pass].index_at(step)]; }
+};
+PassSchedules pass_schedules(std::string_view prompt, int steps, int hires_steps);
+
 // Whether the prompt contains any edit or alternation (its schedule has more
 // than one text for some step count). Throws as prompt_schedule.
 bool prompt_has_schedule(std::string_view prompt);
