@@ -142,7 +142,7 @@ void check_detailer_loras(const BatchTask& task, const std::string& image_prompt
 
 // A prompt's edits read as the run reads them (text/prompt_schedule.h: a `when`
 // that is no number or beyond any step): false after adding the problem at `at`.
-bool prompt_schedule_problem(const std::string& text, const GenerationParams& p, const std::string& at, int k,
+bool prompt_schedule_ok(const std::string& text, const GenerationParams& p, const std::string& at, int k,
                              std::vector<BatchProblem>& problems) {
   try {
     (void)pass_schedules(text, std::max(p.steps, 1), p.hires_on() ? std::max(p.hires_steps(), 1) : 0);
@@ -168,7 +168,7 @@ void check_image_prompts(const ModelConfig* mc, const BatchFile& bf, const Batch
   auto chunks = [&](const std::string& text, const GenerationParams& p) {
     size_t n = 0;
     const int hires = p.hires_on() ? std::max(p.hires_steps(), 1) : 0;
-    for (const std::string& s : pass_schedules(text, std::max(p.steps, 1), hires).texts)
+    for (const std::string& s : pass_schedules(extract_lora_tags(text).text, std::max(p.steps, 1), hires).texts)
       for (const auto& t : toks) n = std::max(n, tokenize_prompt(t, s, nullptr).size());
     return n;
   };
@@ -188,8 +188,9 @@ void check_image_prompts(const ModelConfig* mc, const BatchFile& bf, const Batch
         (void)merge_lora_tags(task.params.loras, extract_lora_tags(ip.prompt).tags, bf.lora_registry, inputs.lora_dirs);
         check_detailer_loras(task, ip.prompt, at, bf, inputs, k, problems);
         const std::string prompt = extract_lora_tags(ip.prompt).text;
-        if (!prompt_schedule_problem(prompt, task.params, at + "/prompt", k, problems)) break;
-        if (!prompt_schedule_problem(ip.negative, task.params, at + "/negative", k, problems)) break;
+        if (!prompt_schedule_ok(prompt, task.params, at + "/prompt", k, problems)) break;
+        const bool negative_used = task.params.cfg > 1.0;  // the run encodes no negative without CFG
+        if (negative_used && !prompt_schedule_ok(ip.negative, task.params, at + "/negative", k, problems)) break;
         if (!mc) continue;
         size_t n = chunks(prompt, task.params);
         if (task.params.cfg > 1.0 && !ip.negative.empty()) n = std::max(n, chunks(ip.negative, task.params));
