@@ -48,5 +48,29 @@ TEST(PromptSteps, EachRowTakesItsOwnTextPerCall) {
   EXPECT_EQ(steps.tensors().size(), 12u);
 }
 
+// The hires pass has its own schedule: "[one:two:1.5]" over a first pass of 4 steps and a hires
+// pass of 4 holds "one" through the first pass (1.5 of its steps is past its end) and switches
+// halfway through the hires pass: (1.5 - 1) * 4 = step 2 is its last "one" (calls 0..2).
+TEST(PromptSteps, TheHiresPassHasItsOwnSchedule) {
+  ImageTextSteps a;
+  a.pos_schedules = pass_schedules("[one:two:1.5]", 4, 4);
+  ASSERT_EQ(a.pos_schedules.texts, (std::vector<std::string>{"one", "two"}));
+  a.pos = {constant(1), constant(2)};
+  StepConditioning steps;
+  steps.add_image(std::move(a));
+  torch::Tensor ctx, pooled;
+  std::vector<float> first, second;
+  for (int call = 0; call < 4; ++call) {
+    (void)steps.select(0, call, false, ctx, pooled);
+    first.push_back(rows_of(ctx)[0]);
+  }
+  for (int call = 0; call < 4; ++call) {
+    (void)steps.select(1, call, false, ctx, pooled);
+    second.push_back(rows_of(ctx)[0]);
+  }
+  EXPECT_EQ(first, (std::vector<float>{1, 1, 1, 1}));
+  EXPECT_EQ(second, (std::vector<float>{1, 1, 1, 2}));
+}
+
 }  // namespace
 }  // namespace sdxl
