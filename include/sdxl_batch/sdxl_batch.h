@@ -204,10 +204,18 @@ struct PromptWarning {
   std::size_t position = 0;  // character offset in the prompt
   std::string message{};
 };
+// A1111 prompt editing and alternation: the text sampler steps first..last
+// (from 1) use, as A1111's reconstruct_cond_batch picks it.
+struct PromptScheduleSpan {
+  int first_step = 1, last_step = 1;
+  std::string text{};
+};
 struct TokenReport {
-  std::vector<EncoderTokens> encoders{};
+  std::vector<EncoderTokens> encoders{};  // of the text of the first step (the prompt itself without edits)
   std::vector<PromptWarning> warnings{};
   int context_chunks_max = 1;
+  int schedule_steps = 0;                     // the steps the schedule is for
+  std::vector<PromptScheduleSpan> schedule{};  // empty when the prompt has no edits
 };
 
 // ---------------------------------------------------------------------------
@@ -510,9 +518,11 @@ class Session {
   ModelInfo model() const;
 
   // How both tokenizers read `text`, with the session's embeddings (and
-  // `embedding_dirs`) as their vectors. Throws UsageError for unreadable
-  // embeddings.
-  TokenReport tokens(const std::string& text, const std::vector<std::string>& embedding_dirs = {}) const;
+  // `embedding_dirs`) as their vectors, and its schedule over `steps` sampler
+  // steps (0: the model's default) when it uses prompt editing. Throws
+  // UsageError for unreadable embeddings and prompt edits the run refuses.
+  TokenReport tokens(const std::string& text, const std::vector<std::string>& embedding_dirs = {},
+                     int steps = 0) const;
 
   // check_batch_file with this model: also sizes, clip skip, folders that fit
   // the model and prompt lengths, with the model's defaults for what the file

@@ -11,6 +11,7 @@
 #include "lora/embedding_files.h"
 #include "text/clip_tokenizer.h"
 #include "text/prompt_chunks.h"
+#include "text/prompt_schedule.h"
 
 namespace sdxl_batch {
 
@@ -62,9 +63,30 @@ ModelInfo Session::model() const {
   return m;
 }
 
-TokenReport Session::tokens(const std::string& text, const std::vector<std::string>& embedding_dirs) const {
+namespace {
+
+// The steps each text of the prompt's schedule holds for, runs of one text joined.
+std::vector<PromptScheduleSpan> schedule_spans(const sdxl::PassSchedules& ps, int steps) {
+  std::vector<PromptScheduleSpan> out;
+  for (int k = 0; k < steps; ++k) {
+    const std::string& text = ps.texts[ps.text_at(0, k)];
+    if (!out.empty() && out.back().text == text)
+      out.back().last_step = k + 1;
+    else
+      out.push_back({k + 1, k + 1, text});
+  }
+  return out;
+}
+
+}  // namespace
+
+TokenReport Session::tokens(const std::string& prompt, const std::vector<std::string>& embedding_dirs,
+                            int steps) const {
   return guarded([&] {
     const sdxl::ModelConfig& mc = impl_->config;
+    const int schedule_steps = steps > 0 ? steps : std::max(mc.defaults.steps, 1);
+    const sdxl::PassSchedules ps = sdxl::pass_schedules(prompt, schedule_steps, 0);
+    const std::string& text = ps.texts.front();
     std::vector<std::filesystem::path> dirs(impl_->options.embedding_dirs.begin(), impl_->options.embedding_dirs.end());
     dirs.insert(dirs.end(), embedding_dirs.begin(), embedding_dirs.end());
     const std::vector<sdxl::EmbeddingFile> embeddings = sdxl::scan_embedding_files(dirs);
@@ -81,6 +103,8 @@ TokenReport Session::tokens(const std::string& text, const std::vector<std::stri
     }
     for (const auto& w : warnings) r.warnings.push_back({w.position, w.message});
     r.context_chunks_max = mc.limits.context_chunks_max;
+    r.schedule_steps = schedule_steps;
+    if (ps.texts.size() > 1) r.schedule = schedule_spans(ps, schedule_steps);
     return r;
   });
 }

@@ -22,6 +22,7 @@
 #include "sampling/sampler_plan.h"
 #include "text/clip_tokenizer.h"
 #include "text/prompt_chunks.h"
+#include "text/prompt_schedule.h"
 
 namespace sdxl {
 
@@ -155,6 +156,24 @@ void check_detailer_loras(const BatchTask& task, const std::string& image_prompt
   }
 }
 
+// A prompt's edits read as the run reads them (text/prompt_schedule.h: a `when`
+// that is no number or beyond any step): false after adding the problem at `at`.
+bool prompt_schedule_ok(const std::string& text, const GenerationParams& p, const std::string& at, int k,
+                             std::vector<BatchProblem>& problems) {
+  try {
+    const PassSchedules s = pass_schedules(text, std::max(p.steps, 1), p.hires_on() ? std::max(p.hires_steps(), 1) : 0);
+    if (p.has_regions() && s.texts.size() > 1) {
+      problems.push_back({at, "image " + std::to_string(k) + ": prompt editing ([from:to:when], [a|b]) cannot be "
+                                  "combined with \"regions\" (each region's prompt is one text for all steps)", 0});
+      return false;
+    }
+    return true;
+  } catch (const UsageError& e) {
+    problems.push_back({at, "image " + std::to_string(k) + ": " + e.what(), 0});
+    return false;
+  }
+}
+
 // Every image whose prompt is known now (random-seed tasks with wildcards draw
 // theirs at run time), checked as the run will use it: its <lora:NAME:W> tags
 // resolved with the task's LoRAs (merge_lora_tags, as the run does: an unknown
@@ -166,9 +185,12 @@ void check_image_prompts(const ModelConfig* mc, const BatchFile& bf, const Batch
   std::vector<std::filesystem::path> emb_dirs = inputs.embedding_dirs;
   emb_dirs.insert(emb_dirs.end(), bf.embedding_dirs.begin(), bf.embedding_dirs.end());
   if (mc && !embedding_tokenizers(*mc, emb_dirs, toks, problems)) mc = nullptr;
-  auto chunks = [&](const std::string& text) {
+  // The most chunks of any text the prompt's edits schedule (all are padded to it).
+  auto chunks = [&](const std::string& text, const GenerationParams& p) {
     size_t n = 0;
-    for (const auto& t : toks) n = std::max(n, tokenize_prompt(t, extract_lora_tags(text).text, nullptr).size());
+    const int hires = p.hires_on() ? std::max(p.hires_steps(), 1) : 0;
+    for (const std::string& s : pass_schedules(extract_lora_tags(text).text, std::max(p.steps, 1), hires).texts)
+      for (const auto& t : toks) n = std::max(n, tokenize_prompt(t, s, nullptr).size());
     return n;
   };
   const WildcardLibrary lib(bf.wildcard_dirs);
@@ -186,10 +208,15 @@ void check_image_prompts(const ModelConfig* mc, const BatchFile& bf, const Batch
         if (!seen.insert(ip.prompt + '\x1e' + ip.negative).second) continue;
         (void)merge_lora_tags(task.params.loras, extract_lora_tags(ip.prompt).tags, bf.lora_registry, inputs.lora_dirs);
         check_detailer_loras(task, ip.prompt, at, bf, inputs, k, problems);
+        const std::string prompt = extract_lora_tags(ip.prompt).text;
+        if (!prompt_schedule_ok(prompt, task.params, at + "/prompt", k, problems)) break;
+        const bool negative_used = task.params.cfg > 1.0;  // the run encodes no negative without CFG
+        if (negative_used && !prompt_schedule_ok(ip.negative, task.params, at + "/negative", k, problems)) break;
         if (!mc) continue;
-        size_t n = chunks(ip.prompt);
-        if (task.params.cfg > 1.0 && !ip.negative.empty()) n = std::max(n, chunks(ip.negative));
-        for (const auto& [rp, rn] : ip.regions) n = std::max({n, chunks(rp), task.params.cfg > 1.0 ? chunks(rn) : 0});
+        size_t n = chunks(prompt, task.params);
+        if (task.params.cfg > 1.0 && !ip.negative.empty()) n = std::max(n, chunks(ip.negative, task.params));
+        for (const auto& [rp, rn] : ip.regions)
+          n = std::max({n, chunks(rp, task.params), task.params.cfg > 1.0 ? chunks(rn, task.params) : size_t{0}});
         if (n <= static_cast<size_t>(mc->limits.context_chunks_max)) continue;
         problems.push_back({at + "/prompt", "image " + std::to_string(k) + "'s prompt needs " + std::to_string(n) +
                                                 " chunks of 75 tokens; model '" + mc->name + "' was checked for at most " +

@@ -48,6 +48,8 @@
 #include "image/png_reader.h"
 #include "sampling/sampler_plan.h"
 #include "pipeline/text_encode.h"
+#include "pipeline/prompt_steps.h"
+#include "text/prompt_schedule.h"
 
 namespace sdxl {
 namespace {
@@ -325,6 +327,8 @@ void check_compatible(const std::vector<GenerationParams>& ps) {
                        "); group images by batch_group_key()");
 }
 
+// pos and neg: the tokens of the first scheduled text (the prompt as written
+// when it has no edits); with prompt editing, the other texts' in *_rest.
 struct TextInputs {
   SdxlPromptTokens pos, neg;
   bool neg_text = false;
@@ -333,6 +337,9 @@ struct TextInputs {
   // text takes the task's.
   std::vector<SdxlPromptTokens> region_pos, region_neg;
   std::vector<bool> region_neg_text;
+  PassSchedules pos_schedules, neg_schedules;
+  std::vector<SdxlPromptTokens> pos_rest, neg_rest;
+  bool edited() const { return !pos_rest.empty() || !neg_rest.empty(); }
 };
 
 }  // namespace
@@ -351,6 +358,7 @@ struct SubBatch {
   std::int64_t prompts = 0;
   std::int64_t ip_groups = 0;
   std::vector<std::vector<const RegionUse*>> ip_group_regions;  // per row (sub order): each group's region, null = all
+  StepConditioning steps;            // prompt editing: each call's context and pooled (off without edits)
   torch::Tensor latents;          // after sampling
 };
 
@@ -550,22 +558,47 @@ void tokenize_regions(SdxlModel& m, bool cfg_on, const GenerationParams& p, Text
   }
 }
 
+// A prompt's schedules over the batch's passes (A1111 counts a pass's steps in
+// model calls: its whole plan's, before an img2img strength skips some) and
+// each distinct text tokenized: the first into `first`, the others into `rest`.
+void tokenize_scheduled(const SdxlModel& m, const EncodedBatch& eb, const std::string& prompt, const char* what,
+                        PassSchedules& schedules, SdxlPromptTokens& first, std::vector<SdxlPromptTokens>& rest) {
+  const int hires_calls = eb.params.front().hires_on() ? static_cast<int>(eb.hires_plan.timesteps.size()) : 0;
+  try {
+    schedules = pass_schedules(prompt, static_cast<int>(eb.plan.timesteps.size()), hires_calls);
+  } catch (const UsageError& e) {
+    throw UsageError(std::string(what) + ": " + e.what());
+  }
+  for (size_t k = 0; k < schedules.texts.size(); ++k) {
+    SdxlPromptTokens t = tokenize_sdxl_prompt(m, schedules.texts[k]);
+    for (const auto& w : t.warnings) spdlog::warn("{}, character {}: {}", what, w.position, w.message);
+    if (k == 0)
+      first = std::move(t);
+    else
+      rest.push_back(std::move(t));
+  }
+}
+
 // Tokenizes every prompt first, so an over-long prompt fails before any device work.
 std::vector<TextInputs> tokenize_batch(SdxlModel& m, const EncodedBatch& eb, const std::vector<std::string>& prompts) {
   const ModelConfig& cfg = m.config;
   std::vector<TextInputs> text(eb.params.size());
   for (size_t i = 0; i < eb.params.size(); ++i) {
     TextInputs& ti = text[i];
-    ti.pos = tokenize_sdxl_prompt(m, prompts[i]);
-    for (const auto& w : ti.pos.warnings) spdlog::warn("prompt, character {}: {}", w.position, w.message);
+    tokenize_scheduled(m, eb, prompts[i], "prompt", ti.pos_schedules, ti.pos, ti.pos_rest);
     ti.chunks = ti.pos.chunk_count();
+    for (const SdxlPromptTokens& t : ti.pos_rest) ti.chunks = std::max(ti.chunks, t.chunk_count());
     ti.neg_text = eb.cfg_on && !eb.params[i].negative_prompt.empty();
     if (ti.neg_text) {
-      ti.neg = tokenize_sdxl_prompt(m, eb.params[i].negative_prompt);
-      for (const auto& w : ti.neg.warnings) spdlog::warn("negative prompt, character {}: {}", w.position, w.message);
+      tokenize_scheduled(m, eb, eb.params[i].negative_prompt, "negative prompt", ti.neg_schedules, ti.neg, ti.neg_rest);
       ti.chunks = std::max(ti.chunks, ti.neg.chunk_count());
+      for (const SdxlPromptTokens& t : ti.neg_rest) ti.chunks = std::max(ti.chunks, t.chunk_count());
+    } else if (eb.cfg_on) {
+      ti.neg_schedules = pass_schedules("", 1, eb.params[i].hires_on() ? 1 : 0);  // the zero embedding throughout
     }
     tokenize_regions(m, eb.cfg_on, eb.params[i], ti);
+    if (ti.edited() && eb.params[i].has_regions())
+      throw UsageError("prompt editing ([from:to:when], [a|b]) cannot be combined with \"regions\"");
     if (ti.chunks > static_cast<size_t>(cfg.limits.context_chunks_max))
       throw UsageError("the prompt needs " + std::to_string(ti.chunks) + " chunks of 75 tokens; model '" + cfg.name +
                        "' was checked for at most " + std::to_string(cfg.limits.context_chunks_max) +
@@ -580,7 +613,10 @@ std::vector<std::pair<std::string, std::string>> used_embedding_hashes(const Sdx
                                                                       const std::map<std::string, std::string>& hashes) {
   std::vector<std::string> names;
   collect_used_embeddings(*m.tokenizer, ti.pos.te1, names);
+  for (const SdxlPromptTokens& t : ti.pos_rest) collect_used_embeddings(*m.tokenizer, t.te1, names);
   if (ti.neg_text) collect_used_embeddings(*m.tokenizer, ti.neg.te1, names);
+  if (ti.neg_text)
+    for (const SdxlPromptTokens& t : ti.neg_rest) collect_used_embeddings(*m.tokenizer, t.te1, names);
   std::vector<std::pair<std::string, std::string>> out;
   for (std::string name : names) {
     const auto it = hashes.find(name);
@@ -591,7 +627,8 @@ std::vector<std::pair<std::string, std::string>> used_embedding_hashes(const Sdx
   return out;
 }
 
-// Images with the same chunk count share a sub-batch, in order.
+// Images with the same chunk count share a sub-batch, in order; edited prompts (their conditioning
+// picked per call) and plain ones (which may carry regions) go apart.
 std::vector<SubBatch> group_by_chunks(const std::vector<GenerationParams>& ps, const std::vector<TextInputs>& text) {
   std::vector<SubBatch> subs;
   std::vector<bool> grouped(ps.size(), false);
@@ -599,7 +636,8 @@ std::vector<SubBatch> group_by_chunks(const std::vector<GenerationParams>& ps, c
     if (grouped[first]) continue;
     SubBatch sub;
     for (size_t i = first; i < ps.size(); ++i)
-      if (!grouped[i] && text[i].chunks == text[first].chunks) sub.idx.push_back(i);
+      if (!grouped[i] && text[i].chunks == text[first].chunks && text[i].edited() == text[first].edited())
+        sub.idx.push_back(i);
     for (size_t i : sub.idx) {
       grouped[i] = true;
       sub.seeds.push_back(ps[i].seed);
@@ -656,10 +694,35 @@ RowEmbeds encode_row(SdxlModel& m, const EncodedBatch& eb, size_t i, TextInputs&
   return row;
 }
 
+// Every scheduled text of an image encoded, padded to the image's chunk count.
+ImageTextSteps encode_image_steps(SdxlModel& m, bool cfg_on, TextInputs& ti, int clip_skip) {
+  ImageTextSteps im;
+  auto encode_all = [&](SdxlPromptTokens& first, std::vector<SdxlPromptTokens>& rest, std::vector<PromptEmbeds>& out) {
+    pad_sdxl_prompt(m, first, ti.chunks);
+    out.push_back(encode_prompt_tokens(m, first, clip_skip));
+    for (SdxlPromptTokens& t : rest) {
+      pad_sdxl_prompt(m, t, ti.chunks);
+      out.push_back(encode_prompt_tokens(m, t, clip_skip));
+    }
+  };
+  encode_all(ti.pos, ti.pos_rest, im.pos);
+  if (cfg_on && ti.neg_text) encode_all(ti.neg, ti.neg_rest, im.neg);
+  if (cfg_on && !ti.neg_text) im.neg.push_back(zero_embeds(im.pos.front()));
+  im.pos_schedules = ti.pos_schedules;
+  im.neg_schedules = ti.neg_schedules;
+  return im;
+}
+
 // Text conditioning (A1111 prompt rules), per image so an image's embedding
-// never depends on its batch; CFG order [negatives, positives].
+// never depends on its batch; CFG order [negatives, positives]. A sub-batch
+// with an edited prompt gets its conditioning per call (sub.steps).
 void encode_sub_batches(SdxlModel& m, EncodedBatch& eb, std::vector<TextInputs>& text) {
   for (SubBatch& sub : eb.subs) {
+    if (std::any_of(sub.idx.begin(), sub.idx.end(), [&](size_t i) { return text[i].edited(); })) {
+      for (size_t i : sub.idx) sub.steps.add_image(encode_image_steps(m, eb.cfg_on, text[i], eb.params[i].clip_skip));
+      sub.steps.select(0, 0, eb.cfg_on, sub.context, sub.pooled);
+      continue;
+    }
     size_t most = 0;
     bool regional = false;
     for (size_t i : sub.idx) {
@@ -878,6 +941,8 @@ struct SubSampling {
   int64_t b = 0, rows = 0;                 // images; UNet rows (2b with CFG)
   std::vector<ActiveControl> controls;     // the pass's ControlNets (model_at)
   int call = 0, calls = 0;                 // the pass's model calls so far, and in all
+  size_t text_pass = 0;                    // prompt editing: 0 the first pass, 1 the hires pass
+  int text_call = 0;                       // and its model calls so far
   torch::Tensor image_latents, noise, mask;  // inpainting: the init latents, first noise, [b, 1, h, w] mask
   // A 9-channel inpainting UNet: cat(mask, masked image latents) per UNet row
   // (CFG order, both halves the same), appended to the latents of every call.
@@ -914,6 +979,9 @@ torch::Tensor guided_unet_call(SubSampling& s, const torch::Tensor& x_in, double
     stream_synchronize(s.m.device);
     t_call = Clock::now();
   }
+  if (s.sub.steps.on() && s.sub.steps.select(s.text_pass, s.text_call, s.eb.cfg_on, s.sub.context, s.sub.pooled))
+    s.unet.bind(s.sub.context, s.sub.pooled, s.unet.time_ids(), s.sub.ip_kv);
+  ++s.text_call;
   torch::Tensor x = s.eb.cfg_on ? torch::cat({x_in, x_in}) : x_in;
   torch::Tensor t = torch::full({s.rows}, timestep, torch::TensorOptions().dtype(torch::kFloat32).device(s.m.device));
   torch::Tensor eps = s.controls.empty() ? s.unet(unet_input(s, x), t) : controlled_unet_call(s, x, t);
@@ -950,8 +1018,6 @@ void bind_controls(SubSampling& s, const SamplerPlan& plan, int width, int heigh
   }
 }
 
-// The UNet with CFG (and the batch's ControlNets) for a pass of `plan` at a
-// size (SDXL's time_ids: original = target = that size, crop 0).
 // A sub-batch with regions at a pass of width x height: each attention grid's prompt weights [rows,
 // prompts, n_d] and reference masks [rows, groups, n_d], rows in CFG order (both halves the same).
 RegionInputs region_inputs(const SubSampling& s, int width, int height) {
@@ -988,9 +1054,13 @@ RegionInputs region_inputs(const SubSampling& s, int width, int height) {
   return in;
 }
 
+// The UNet with CFG (and the batch's ControlNets) for a pass of `plan` at a
+// size (SDXL's time_ids: original = target = that size, crop 0).
 ModelFn model_at(SubSampling& s, const SamplerPlan& plan, int width, int height) {
   torch::Tensor time_ids = sdxl_time_ids(width, height, s.m.dtype, s.m.device).repeat({s.rows, 1});
   s.unet.bind(s.sub.context, s.sub.pooled, time_ids, s.sub.ip_kv, region_inputs(s, width, height));
+  s.text_pass = &plan == &s.eb.hires_plan ? 1 : 0;
+  s.text_call = 0;
   bind_controls(s, plan, width, height);
   return [&s](const torch::Tensor& x_in, double timestep) { return guided_unet_call(s, x_in, timestep); };
 }
@@ -1105,11 +1175,12 @@ std::shared_ptr<SampledBatch> Generator::sample_batch(const std::shared_ptr<Enco
     const auto t0 = Clock::now();
     for (SubBatch& sub : eb->subs) {
       im.sample_stream.hand_over(sub.context);
+      for (const torch::Tensor& e : sub.steps.tensors()) im.sample_stream.hand_over(e);
       im.sample_stream.hand_over(sub.pooled);
       for (torch::Tensor& kv : sub.ip_kv) im.sample_stream.hand_over(kv);
       const int64_t b = static_cast<int64_t>(sub.idx.size());
       SubSampling s{m, *im.unet, *im.vaes, *im.upscalers, *eb, sub, im.vae_tiling, im.trace_last_call_end,
-                    b, eb->cfg_on ? 2 * b : b, {}, 0, 0, {}, {}, {}, {}};
+                    b, eb->cfg_on ? 2 * b : b, {}, 0, 0, 0, 0, {}, {}, {}, {}};
       // Each image's generator (its seed) draws its initial noise and then the
       // noise ancestral / SDE samplers draw, as diffusers' list of generators does.
       std::vector<at::Generator> gens = cpu_generators(sub.seeds);
@@ -1133,6 +1204,7 @@ std::shared_ptr<SampledBatch> Generator::sample_batch(const std::shared_ptr<Enco
       sub.context = torch::Tensor();
       sub.pooled = torch::Tensor();
       sub.ip_kv.clear();
+      sub.steps = StepConditioning();
     }
     sb->ready = im.sample_stream.record();
     stamp_stage(m.device, t0, eb->out, &StageSeconds::sample);

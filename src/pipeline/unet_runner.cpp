@@ -100,9 +100,7 @@ void UnetRunner::bind(const torch::Tensor& context, const torch::Tensor& pooled,
   time_ids_ = time_ids;
   ip_kv_ = ip_kv;
   regions_ = std::move(regions);
-  ++bind_generation_;
-  plain_key_.clear();
-  plain_calls_ = 0;
+  ++bind_generation_;  // plain calls count on across binds: a prompt edit rebinds at every call it switches
 }
 
 void UnetRunner::release() {

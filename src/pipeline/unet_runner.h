@@ -137,7 +137,7 @@ class UnetRunner {
   std::pair<unsigned long long, unsigned long long> pool_{0, 0};  // at::cuda::MempoolId_t
   std::uint64_t use_clock_ = 0;
   std::uint64_t bind_generation_ = 0;  // a graph copies the bound conditioning once per bind()
-  std::vector<std::int64_t> plain_key_;  // the shape of the plain calls so far in this bind()
+  std::vector<std::int64_t> plain_key_;  // the shape of the latest plain calls (any bind)
   int plain_calls_ = 0;
   std::atomic<int> captures_{0}, replays_{0}, graphs_held_{0};
   std::atomic<std::int64_t> first_call_us_{0}, capture_us_{0};

@@ -546,6 +546,22 @@ class Tokens(unittest.TestCase):
         self.assertIn("cat</w>(1.2)", r.stdout)
         self.assertIn("2 chunk(s)", r.stdout)
 
+    def test_tokens_schedule(self):
+        # A1111 prompt editing: the steps of each text (step k uses the first entry with k <= its end,
+        # counted from 0), each text's tokens with its own emphasis; a bad `when` is refused (exit 2).
+        r = sdxl("tokens", "--model", ARGS.model, "--json", "--steps", "4", "a [(cat:1.2):dog:0.5] [red|blue]")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = json.loads(r.stdout)
+        self.assertEqual(out["schedule"], {"steps": 4, "spans": [
+            {"first_step": 1, "last_step": 2, "text": "a (cat:1.2) red"},
+            {"first_step": 3, "last_step": 3, "text": "a (cat:1.2) blue"},
+            {"first_step": 4, "last_step": 4, "text": "a dog red"}]})
+        cat = out["texts"][0]["encoders"][0]["chunks"][0]["tokens"][1]
+        self.assertEqual((cat["text"], round(cat["weight"], 5)), ("cat</w>", 1.2))
+        r = sdxl("tokens", "--model", ARGS.model, "a [cat:dog:soon]")
+        self.assertEqual(r.returncode, 2, r.stdout)
+        self.assertIn("when 'soon' is not a number", r.stderr)
+
 
 if __name__ == "__main__":
     sys.exit(main(__doc__, "--binary", "--model", "--work", "--source"))

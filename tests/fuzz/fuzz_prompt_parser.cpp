@@ -3,6 +3,9 @@
 // vocabulary, loaded once from $SDXL_FUZZ_TOKENIZER_DIR. Aborts on any broken
 // invariant: every chunk 77 ids in range and 77 finite multipliers, bos first,
 // at least one chunk, tokens_used per chunk <= 75, warning positions in range.
+// A1111 prompt editing (prompt_schedule.h) on the same bytes: nothing but
+// UsageError thrown, end steps increasing to the steps, every step's entry and
+// text in range, first pass and hires pass.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -13,7 +16,37 @@
 
 #include "text/clip_tokenizer.h"
 #include "text/prompt_chunks.h"
+#include "core/error.h"
 #include "text/prompt_parser.h"
+#include "text/prompt_schedule.h"
+
+namespace {
+
+void check_schedules(const std::string& text) {
+  const int steps = 1 + static_cast<int>(text.size() % 40);
+  const int hires = text.size() % 3 == 0 ? 7 : 0;
+  sdxl::PassSchedules ps;
+  try {
+    ps = sdxl::pass_schedules(text, steps, hires);
+  } catch (const sdxl::UsageError&) {
+    return;  // a `when` that is no number or beyond any step
+  }
+  if (ps.texts.empty() || ps.passes.size() != (hires > 0 ? 2u : 1u) || ps.text_of_entry.size() != ps.passes.size())
+    std::abort();
+  for (size_t pass = 0; pass < ps.passes.size(); ++pass) {
+    const auto& entries = ps.passes[pass].entries;
+    const int n = pass == 0 ? steps : hires;
+    if (entries.empty() || entries.back().end_at_step != n || ps.text_of_entry[pass].size() != entries.size())
+      std::abort();
+    for (size_t k = 1; k < entries.size(); ++k)
+      if (entries[k].end_at_step <= entries[k - 1].end_at_step || entries[k - 1].end_at_step < 1) std::abort();
+    for (int step = 0; step < n; ++step)
+      if (ps.text_at(pass, step) >= ps.texts.size()) std::abort();
+  }
+  if (ps.texts.size() == 1 && !sdxl::prompt_has_schedule(text) && ps.texts.front() != text) std::abort();
+}
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static std::unique_ptr<sdxl::ClipTokenizer> tok = [] {
@@ -46,6 +79,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     for (float m : c.multipliers)
       if (!std::isfinite(m)) std::abort();
   }
+
+  check_schedules(text);
 
   std::vector<sdxl::PromptChunk> padded = got.chunks;
   sdxl::pad_chunks(*tok, padded, got.chunks.size() + 2);

@@ -12,6 +12,14 @@ in the prompt (which must be at least 10 dB lower, or the comparison proves
 nothing: the tiny model's images depend little on the text), and that the PNG's
 parameters name the embeddings used with A1111's short hashes ("TI hashes").
 
+The same process checks A1111 prompt editing and alternation ([from:to:when], [a|b]):
+one `sdxl-batch run` of EDIT_CASES sharing UNet calls (rows that switch their text at
+different steps; the long one, of two chunks, in a call of its own) against diffusers
+with each step's embeddings swapped in by callback_on_step_end, the schedules being
+those A1111's grammar gives (tests/reference/prompt_schedule_goldens.json), at >= 65 dB;
+and the first case's image against the reference that never switches, which must be
+below 65 dB (or the check proves nothing).
+
     PYTHONPATH=tests parity_embeddings.py --binary B --model TINY --diffusers TINY_DIFFUSERS --work DIR
 """
 from __future__ import annotations
@@ -20,7 +28,7 @@ import json
 import sys
 from pathlib import Path
 
-from parity_common import cli_args, finish, parse_args, reference_image
+from parity_common import cli_args, finish, parse_args, reference_image, run_ours_batch
 from testkit import run_ok
 
 from reference.compare_images import load_rgb, psnr
@@ -46,6 +54,50 @@ BASE = {  # the same prompts without the embeddings' names
     "negative-any-case": ("comic panel, a lighthouse in a storm", "blurry,"),
     "two-in-one-prompt": ("at dusk,", ""),
 }
+
+
+EDIT_MIN_PSNR = 65.0
+EDIT_STEPS = 6
+# tag -> (prompt, negative): every prompt and edited negative is in the goldens' corpus at 6 steps. The first
+# switches to an embedding (sdxlhero), which changes the tiny model's image far more than words do.
+EDIT_CASES = {
+    "edit-fraction": ("comic panel, a [lighthouse:sdxlhero:0.5] in a storm", "blurry"),
+    "alternate-both": ("comic panel, a [cat|dog] at dusk", "[blurry|lowres]"),
+    "nested-steps": ("[sunny:[rainy:snowy:4]:2] harbour", ""),
+    "two-chunks": ("[" + "red house, " * 30 + "by the sea:a short prompt:0.5] at noon", "blurry"),
+}
+
+
+def golden_schedule(text: str, steps: int) -> list:
+    """A1111's schedule of `text` from the goldens (lark and A1111's grammar)."""
+    goldens = Path(__file__).resolve().parents[1] / "reference" / "prompt_schedule_goldens.json"
+    for c in json.loads(goldens.read_text(encoding="utf-8"))["cases"]:
+        if c["prompt"] == text and c["steps"] == steps and c["hires_steps"] is None:
+            return c["schedule"]
+    return [[steps, text]]  # no edit: one text
+
+
+def prompt_editing_rows(a, work: Path, files: list[str]) -> list[dict]:
+    settings = {"seed": 11, "steps": EDIT_STEPS, "cfg": 5.0, "width": 128, "height": 128}
+    tasks = {tag: {"prompt": p, "negative": n, **settings} for tag, (p, n) in EDIT_CASES.items()}
+    pngs = run_ours_batch(a, work, tasks, top={"embeddings_dir": "embeddings"}, extra=["--max-batch", "4"])
+    rows = []
+    for tag, (prompt, negative) in EDIT_CASES.items():
+        ref_png = work / f"{tag}-ref.png"
+        reference_image(a.diffusers, ref_png, embeddings=files, prompt=prompt, negative=negative, **settings,
+                        prompt_steps=golden_schedule(prompt, EDIT_STEPS),
+                        negative_steps=golden_schedule(negative, EDIT_STEPS))
+        p = psnr(load_rgb(str(pngs[tag])), load_rgb(str(ref_png)))
+        rows.append({"case": "edit: " + tag, "prompt": prompt[:40], "negative": negative, "psnr_db": p,
+                     "psnr_vs_without_db": float("nan"), "ti_hashes": "-", "ok": p >= EDIT_MIN_PSNR})
+    tag, (prompt, negative) = "edit-fraction", EDIT_CASES["edit-fraction"]
+    still_png = work / "edit-never-switches-ref.png"
+    first = golden_schedule(prompt, EDIT_STEPS)[0][1]
+    reference_image(a.diffusers, still_png, embeddings=files, prompt=first, negative=negative, **settings)
+    p = psnr(load_rgb(str(pngs[tag])), load_rgb(str(still_png)))
+    rows.append({"case": "edit: never switches", "prompt": first[:40], "negative": negative, "psnr_db": p,
+                 "psnr_vs_without_db": float("nan"), "ti_hashes": "-", "ok": p < EDIT_MIN_PSNR})
+    return rows
 
 
 def make_embeddings(diffusers: Path, out: Path) -> None:
@@ -109,6 +161,8 @@ def main() -> int:
     ours("unused", "comic panel, a lighthouse", "blurry")  # embeddings loaded, none used: no TI hashes item
     unused_ok = ti_hashes_ok(work / "unused-sdxl.png", [], emb)
     failed |= not unused_ok
+    rows += prompt_editing_rows(a, work, files)
+    failed |= not all(r["ok"] for r in rows[-len(EDIT_CASES) - 1:])
     rows.append({"case": "loaded-not-used", "prompt": "comic panel, a lighthouse", "negative": "blurry",
                  "psnr_db": float("nan"), "psnr_vs_without_db": float("nan"),
                  "ti_hashes": "ok" if unused_ok else "wrong", "ok": unused_ok})
@@ -117,7 +171,7 @@ def main() -> int:
                          ("TI hashes", "ti_hashes", ">9")],
                   work / "parity_embeddings.json", failed,
                   "a case is below {min_psnr} dB, its embedding did not change the image, or its PNG's TI hashes "
-                  "are wrong", " and changed by their embeddings, TI hashes right", a.min_psnr)
+                  "are wrong; or a prompt edit is below 65 dB, or its never-switching control is not", " and changed by their embeddings, TI hashes right", a.min_psnr)
 
 
 if __name__ == "__main__":

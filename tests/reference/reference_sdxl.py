@@ -30,15 +30,20 @@ from reference.prompt_reference import Chunker, pad_chunks
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-def a1111_embeds(pipe, prompt: str, negative: str, cfg_on: bool, clip_skip: int = 0) -> dict:
+def a1111_chunk_count(pipe, text: str) -> int:
+    """The 75-token chunks of `text` (the more of the two tokenizers')."""
+    return max(len(Chunker(t).tokenize_line(text)[0]) for t in (pipe.tokenizer, pipe.tokenizer_2))
+
+
+def a1111_embeds(pipe, prompt: str, negative: str, cfg_on: bool, clip_skip: int = 0, min_chunks: int = 1) -> dict:
     """The reference of sdxl-batch's conditioning: A1111's chunks and weights
     (reference.prompt_reference), each encoder's penultimate hidden states (with
     clip skip N >= 3, hidden_states[-N], for the prompt and the negative prompt)
     multiplied by the weights and rescaled to the chunk's mean before weighting,
-    chunks concatenated; pooled output of encoder 2's first chunk; zeros for an
-    empty negative prompt."""
+    chunks concatenated (at least min_chunks, padded with empty chunks); pooled
+    output of encoder 2's first chunk; zeros for an empty negative prompt."""
     texts = [prompt] + ([negative] if (cfg_on and negative) else [])
-    encoded = a1111_encode(pipe, texts, clip_skip)
+    encoded = a1111_encode(pipe, texts, clip_skip, min_chunks)
     z, pooled = encoded[0]
     kwargs = {"prompt_embeds": z, "pooled_prompt_embeds": pooled}
     if len(encoded) > 1:
@@ -48,10 +53,10 @@ def a1111_embeds(pipe, prompt: str, negative: str, cfg_on: bool, clip_skip: int 
     return kwargs
 
 
-def a1111_encode(pipe, texts: list[str], clip_skip: int = 0) -> list[tuple]:
+def a1111_encode(pipe, texts: list[str], clip_skip: int = 0, min_chunks: int = 1) -> list[tuple]:
     """Each text's (hidden states [1, 77k, C], pooled) under A1111's rules (a1111_embeds), all padded
-    to the same count k of 75-token chunks, the most any of them needs: as sdxl-batch pads the
-    prompts of one task (its prompt and negative, and each region's)."""
+    to the same count k of 75-token chunks, the most any of them needs (at least min_chunks): as
+    sdxl-batch pads the prompts of one task (its prompt and negative, and each region's)."""
     layer = -clip_skip if clip_skip >= 3 else -2
     chunkers = (Chunker(pipe.tokenizer), Chunker(pipe.tokenizer_2))
 
@@ -71,7 +76,7 @@ def a1111_encode(pipe, texts: list[str], clip_skip: int = 0) -> list[tuple]:
         return torch.cat(zs, dim=1), pooled
 
     chunked = [[ch.tokenize_line(text)[0] for ch in chunkers] for text in texts]
-    k = max(len(c) for lists in chunked for c in lists)
+    k = max([min_chunks] + [len(c) for lists in chunked for c in lists])
     out = []
     for lists in chunked:
         z1, _ = encode(pipe.text_encoder, pad_chunks(chunkers[0], lists[0], k))
@@ -114,11 +119,36 @@ def load_pipeline(diffusers: str, dtype: str = "fp32", device: str = "cpu", lora
     return pipe, lora_counts
 
 
+def text_at(entries: list, step: int) -> str:
+    """A1111's reconstruct_cond_batch: the text of sampler step `step` (from 0) of a schedule
+    [[end_at_step, text], ...], the first entry with step <= end_at_step."""
+    return next((text for end, text in entries if step <= end), entries[0][1])
+
+
+def scheduled_embeds(pipe, prompt_steps: list, negative_steps: list, steps: int, cfg_on: bool, clip_skip: int) -> list:
+    """Prompt editing as A1111 applies it: each step's conditioning (a1111_embeds of that step's
+    prompt and negative texts, every text padded to the chunk count of the longest), per step."""
+    texts = [t for _, t in prompt_steps] + ([t for _, t in negative_steps if t] if cfg_on else [])
+    k = max(a1111_chunk_count(pipe, t) for t in texts)
+    cache, out = {}, []
+    for i in range(steps):
+        key = (text_at(prompt_steps, i), text_at(negative_steps, i) if cfg_on else "")
+        if key not in cache:
+            cache[key] = a1111_embeds(pipe, key[0], key[1], cfg_on, clip_skip, min_chunks=k)
+        out.append(cache[key])
+    return out
+
+
 def generate(pipe, prompt: str, negative: str = "", seed: int = 0, steps: int = 28, cfg: float = 7.0,
              width: int = 1024, height: int = 1024, sampler: str = "Euler", schedule: str = "Automatic",
-             guidance_rescale: float = 0.0, clip_skip: int = 0, prompt_rules: str = "a1111"):
+             guidance_rescale: float = 0.0, clip_skip: int = 0, prompt_rules: str = "a1111",
+             prompt_steps: list | None = None, negative_steps: list | None = None):
     """One image of load_pipeline's `pipe` (a fresh scheduler of sampler / schedule, the noise of a
-    CPU generator list of one). -> (PIL image, the final latents before the VAE as float32 numpy)."""
+    CPU generator list of one). prompt_steps / negative_steps: A1111 prompt editing, the
+    schedules [[end_at_step, text], ...] of the prompt and the negative prompt (A1111's
+    get_learned_conditioning_prompt_schedules), swapped in by callback_on_step_end before each
+    step (a first-order sampler: one model call per step). -> (PIL image, the final latents
+    before the VAE as float32 numpy)."""
     from reference.a1111_schedulers import make_scheduler
 
     pipe.scheduler = make_scheduler(pipe.sdxl_base_scheduler_config, sampler, schedule)
@@ -126,14 +156,28 @@ def generate(pipe, prompt: str, negative: str = "", seed: int = 0, steps: int = 
         prompt = pipe.maybe_convert_prompt(prompt, pipe.tokenizer)
         negative = pipe.maybe_convert_prompt(negative, pipe.tokenizer) if negative else negative
     captured: dict[str, torch.Tensor] = {}
+    per_step = None
+    if prompt_steps is not None:
+        with torch.inference_mode():
+            per_step = scheduled_embeds(pipe, prompt_steps, negative_steps or [[steps, negative]], steps, cfg > 1.0,
+                                        clip_skip)
 
     def on_step_end(p, i, t, kwargs):
         if i == p.num_timesteps - 1:
             captured["latents"] = kwargs["latents"].detach().clone()
+        elif per_step is not None:  # the conditioning of step i + 1, in the pipeline's CFG order [negative, positive]
+            e = per_step[i + 1]
+            pos, pooled = e["prompt_embeds"], e["pooled_prompt_embeds"]
+            if cfg > 1.0:
+                pos = torch.cat([e["negative_prompt_embeds"], pos])
+                pooled = torch.cat([e["negative_pooled_prompt_embeds"], pooled])
+            kwargs["prompt_embeds"], kwargs["add_text_embeds"] = pos, pooled
         return kwargs
 
     prompt_kwargs = {"prompt": prompt, "negative_prompt": negative if negative else None}
-    if prompt_rules == "a1111":
+    if per_step is not None:
+        prompt_kwargs = per_step[0]
+    elif prompt_rules == "a1111":
         with torch.inference_mode():
             prompt_kwargs = a1111_embeds(pipe, prompt, negative, cfg > 1.0, clip_skip)
     elif clip_skip >= 3:
@@ -150,7 +194,7 @@ def generate(pipe, prompt: str, negative: str = "", seed: int = 0, steps: int = 
             generator=[torch.Generator("cpu").manual_seed(seed)],
             output_type="pil",
             callback_on_step_end=on_step_end,
-            callback_on_step_end_tensor_inputs=["latents"],
+            callback_on_step_end_tensor_inputs=["latents"] + (["prompt_embeds", "add_text_embeds"] if per_step else []),
         )
     if "latents" not in captured:
         raise RuntimeError("the last step's latents were not captured")

@@ -365,3 +365,22 @@ TEST(HostileInput, PromptTagLorasAreResolvedAtCheck) {
   EXPECT_TRUE(has(p[0].message, "LoRA 'nosuch'")) << p[0].message;
   EXPECT_EQ(check_problems(text, t.root / "b.json").size(), 2u) << "without the --lora-dir neither resolves";
 }
+
+// Rule (validate = run): A1111 prompt editing is read at check time as the run reads it: a
+// "[from:to:when]" whose `when` is no number, or a `when` beyond any step (A1111's int() fails),
+// is a problem at the prompt's or negative prompt's pointer (the negative only with CFG, as the
+// run encodes it); edits A1111 reads as text pass.
+TEST(HostileInput, PromptEditsWithBadWhenAreProblemsAtTheirPointers) {
+  TempDir t("h61-edit");
+  const std::string text = R"({"version": 1, "tasks": [
+      {"id": "ok", "prompt": "a [cat:dog:0.5] [red|blue] [note: text] x | y", "negative": "[blurry::4]"},
+      {"id": "bad-when", "prompt": "a [cat:dog:abc] on a sofa"},
+      {"id": "bad-negative", "prompt": "x", "negative": "[blurry:lowres:1e999]"},
+      {"id": "no-cfg", "prompt": "x", "cfg": 1, "negative": "[blurry:lowres:zz]"}]})";
+  const auto p = check_problems(text, t.root / "b.json");
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[0].pointer, "/tasks/1/prompt");
+  EXPECT_TRUE(has(p[0].message, "when 'abc' is not a number")) << p[0].message;
+  EXPECT_EQ(p[1].pointer, "/tasks/2/negative");
+  EXPECT_TRUE(has(p[1].message, "beyond any step")) << p[1].message;
+}
