@@ -148,6 +148,18 @@ class ExportRefusals(ExportCase):
                 folder = self.vae_folder(name, weights=path)
                 self.refused(["--vae-only", "--vae", str(folder)], words, "diffusion_pytorch_model.safetensors")
 
+    def test_prediction_flags_that_contradict_the_checkpoint_markers_are_refused(self):
+        """Issue 61: a single file's v_pred / ztsnr marker keys against --prediction-type epsilon and
+        --no-zero-snr, refused from the header before torch loads."""
+        keys = ["model.diffusion_model.label_emb.0.0.weight", "conditioner.embedders.0.transformer.w",
+                "conditioner.embedders.1.model.w"]
+        header = {k: t("F32", [1], 4 * i, 4 * i + 4) for i, k in enumerate(keys)}
+        header.update(v_pred=t("F32", [0], 12, 12), ztsnr=t("F32", [0], 12, 12))
+        path = self.write("vpred-markers.safetensors", safetensors(header, f32(0, 0, 0)))
+        self.refused(["--from", str(path), "--prediction-type", "epsilon"], "--prediction-type epsilon contradicts",
+                     "'v_pred' marker")
+        self.refused(["--from", str(path), "--no-zero-snr"], "--no-zero-snr contradicts", "'ztsnr' marker")
+
     def test_every_weights_flag_checks_its_files(self):
         bad = self.write("overlap.safetensors", HOSTILE["overlap"][0])
         encoder = self.work / "folders" / "encoder"
