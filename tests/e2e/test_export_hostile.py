@@ -160,6 +160,30 @@ class ExportRefusals(ExportCase):
                      "'v_pred' marker")
         self.refused(["--from", str(path), "--no-zero-snr"], "--no-zero-snr contradicts", "'ztsnr' marker")
 
+    def test_prediction_settings_come_from_the_source_and_the_flags(self):
+        """Issue 61: what model.json records (checkpoint_family.prediction_settings, torch-free): a
+        diffusers folder's scheduler config, a single file's markers, the flags over both."""
+        sys.path.insert(0, str(Path(ARGS.source) / "scripts"))
+        from export.checkpoint_family import prediction_settings
+
+        def flags(**kw) -> argparse.Namespace:
+            return argparse.Namespace(**{"from_path": "src", "prediction_type": None, "zero_snr": None,
+                                         "guidance_rescale": None, **kw})
+        vz = {"prediction_type": "v_prediction", "rescale_betas_zero_snr": True, "guidance_rescale": 0.7,
+              "timestep_spacing": "trailing"}
+        eps = {"prediction_type": "epsilon", "rescale_betas_zero_snr": False, "guidance_rescale": 0.0}
+        self.assertEqual(prediction_settings(flags(), {"prediction_type": "v_prediction",
+                                                       "rescale_betas_zero_snr": True}, None), vz)
+        self.assertEqual(prediction_settings(flags(), {}, {"v_pred", "ztsnr"}), vz)
+        self.assertEqual(prediction_settings(flags(), {}, None), eps)
+        self.assertEqual(prediction_settings(flags(), {}, {"v_pred"}), dict(eps, prediction_type="v_prediction"))
+        self.assertEqual(prediction_settings(flags(prediction_type="v_prediction", zero_snr=True), {}, None), vz)
+        self.assertEqual(prediction_settings(flags(prediction_type="epsilon", zero_snr=False),
+                                             {"prediction_type": "v_prediction", "rescale_betas_zero_snr": True},
+                                             None), eps)
+        self.assertEqual(prediction_settings(flags(guidance_rescale=0.5), {}, {"v_pred", "ztsnr"})["guidance_rescale"],
+                         0.5)
+
     def test_every_weights_flag_checks_its_files(self):
         bad = self.write("overlap.safetensors", HOSTILE["overlap"][0])
         encoder = self.work / "folders" / "encoder"
