@@ -198,6 +198,7 @@ bool sampler_takes_timesteps(SamplerKind kind) {
     case SamplerKind::kHeun:
     case SamplerKind::kDpmpp2m:
     case SamplerKind::kDpmpp2mSde:
+    case SamplerKind::kDpmppSde:
     case SamplerKind::kLcm:
     case SamplerKind::kTcd: return true;
     default: return false;
@@ -209,7 +210,7 @@ std::string timesteps_problem(const SamplerChoice& choice, const std::vector<int
   if (!sampler_takes_timesteps(choice.sampler))
     return "sampler '" + choice.sampler_name +
            "' takes no timestep list (its diffusers scheduler has no set_timesteps(timesteps=...)); samplers that do: "
-           "Euler, Heun, DPM++ 2M, DPM++ 2M SDE, LCM, TCD";
+           "Euler, Heun, DPM++ 2M, DPM++ 2M SDE, DPM++ SDE, LCM, TCD";
   if (choice.schedule != ScheduleKind::kAutomatic)
     return "a timestep list replaces the schedule: give schedule type Automatic, not '" + choice.schedule_name +
            "' (diffusers refuses timesteps with its sigmas)";
@@ -318,7 +319,7 @@ SamplerPlan make_sampler_plan(const SchedulerConfig& cfg, const SamplerChoice& c
     case SamplerKind::kDpmppSde: {
       // Ref: scheduling_dpmsolver_singlestep.py set_timesteps + get_order_list
       // (solver_order 2, lower_order_final, final_sigmas_type "zero").
-      plan_multistep(cfg, choice.schedule, steps, /*singlestep=*/true, p);
+      plan_multistep(cfg, choice.schedule, steps, /*singlestep=*/true, p, given);
       std::vector<int> o;
       for (int i = 0; i < steps / 2 - (steps % 2 == 0 ? 1 : 0); ++i) o.insert(o.end(), {1, 2});
       if (steps % 2 == 0) o.insert(o.end(), {1, 1});

@@ -52,7 +52,7 @@ struct SamplerPlan {
 };
 
 // Whether the sampler's diffusers scheduler takes set_timesteps(timesteps=[...]) (Euler, Heun,
-// DPM++ 2M, DPM++ 2M SDE, LCM, TCD).
+// DPM++ 2M, DPM++ 2M SDE, DPM++ SDE, LCM, TCD).
 bool sampler_takes_timesteps(SamplerKind kind);
 
 // set_timesteps(steps) of the scheduler for `choice`, from the model's config; with `timesteps`

@@ -10,7 +10,7 @@ prompt, seed and settings, one generator per image.
   left to the model's default), DPM++ 2M and DPM++ 2M SDE Karras (0.7 given), and the other
   samplers whose diffusers scheduler takes rescale_betas_zero_snr (Euler a, DDIM, UniPC, TCD).
 - The epsilon tiny model: LCM with DMD2's timesteps [999, 749, 499, 249] (diffusers' timesteps=),
-  TCD at 4 and 8 steps with eta 0.3.
+  DPM++ SDE with a list of 5 (its solver orders follow the count), TCD at 4 and 8 steps with eta 0.3.
 
 sdxl-batch makes each model's cases in one `run` of one batch file; prints each PSNR and fails
 below --min-psnr (65 dB here).
@@ -41,14 +41,16 @@ DMD2 = [999, 749, 499, 249]
 CASES = [
     ("vpred-euler", "vpred", dict(sampler="Euler", steps=8), dict(steps=8, rescale=0.7)),
     ("vpred-dpmpp2m", "vpred", dict(sampler="DPM++ 2M", steps=8, guidance_rescale=0.7), dict(steps=8, rescale=0.7)),
-    ("vpred-dpmpp2m-sde-karras", "vpred", dict(sampler="DPM++ 2M SDE", schedule="Karras", steps=8, guidance_rescale=0.7),
-     dict(steps=8, rescale=0.7)),
+    ("vpred-dpmpp2m-sde-karras", "vpred",
+     dict(sampler="DPM++ 2M SDE", schedule="Karras", steps=8, guidance_rescale=0.7), dict(steps=8, rescale=0.7)),
     ("vpred-euler-a", "vpred", dict(sampler="Euler a", steps=8, guidance_rescale=0.7), dict(steps=8, rescale=0.7)),
     ("vpred-ddim", "vpred", dict(sampler="DDIM", steps=8, guidance_rescale=0.7), dict(steps=8, rescale=0.7)),
     ("vpred-unipc", "vpred", dict(sampler="UniPC", steps=8, guidance_rescale=0.7), dict(steps=8, rescale=0.7)),
     ("vpred-tcd", "vpred", dict(sampler="TCD", steps=4, eta=0.3, guidance_rescale=0.7),
      dict(steps=4, rescale=0.7, eta=0.3)),
     ("lcm-dmd2", "eps", dict(sampler="LCM", timesteps=DMD2), dict(timesteps=DMD2)),
+    ("dpmpp-sde-list", "eps", dict(sampler="DPM++ SDE", timesteps=[999, 874, 749, 499, 249]),
+     dict(timesteps=[999, 874, 749, 499, 249])),
     ("tcd-4", "eps", dict(sampler="TCD", steps=4, eta=0.3), dict(steps=4, eta=0.3)),
     ("tcd-8", "eps", dict(sampler="TCD", steps=8, eta=0.3), dict(steps=8, eta=0.3)),
 ]
@@ -79,8 +81,9 @@ def reference(pipe, base_config: dict, embeds: dict, sampler: str, schedule: str
     steps = {"timesteps": kw["timesteps"]} if "timesteps" in kw else {"num_inference_steps": kw["steps"]}
     t0 = time.time()
     with torch.inference_mode():
-        out = pipe(**embeds, **steps, guidance_scale=CFG, guidance_rescale=kw.get("rescale", 0.0), eta=kw.get("eta", 0.0),
-                   width=W, height=H, generator=[torch.Generator("cpu").manual_seed(SEED)], output_type="pil")
+        out = pipe(**embeds, **steps, guidance_scale=CFG, guidance_rescale=kw.get("rescale", 0.0),
+                   eta=kw.get("eta", 0.0), width=W, height=H, generator=[torch.Generator("cpu").manual_seed(SEED)],
+                   output_type="pil")
     out.images[0].save(png)
     return time.time() - t0
 
