@@ -357,7 +357,11 @@ struct Detailer {
 // image made outside a run takes. Flag names in error messages are the CLI's.
 struct ImageRequest {
   Task task{};
-  double guidance_rescale = 0.0;
+  std::optional<double> guidance_rescale{};  // diffusers' guidance_rescale, 0..1 (empty = the model's default)
+  // diffusers' timesteps=: the UNet's timesteps, strictly decreasing; the steps are their count
+  // (a task's steps must then equal it). Empty = the sampler's spacing.
+  std::vector<int> timesteps{};
+  double eta = 0.3;  // TCD's eta (gamma), 0..1
   int clip_skip = 0;
   std::string init_image{};  // img2img: its size unless the task sets width/height, which must then match
   double strength = 0.75;

@@ -57,3 +57,41 @@ def check_checkpoint_file(path: Path) -> None:
     what = not_sdxl_base(read_header(path))
     if what:
         raise ExportError(f"{path}: {what}")
+
+
+# The marker keys a v-prediction / zero-terminal-SNR single file carries (empty tensors, as
+# NoobAI-XL V-Pred's do; ComfyUI's and A1111's loaders read them).
+MARKERS = {"v_pred": "v-prediction", "ztsnr": "zero-terminal-SNR"}
+
+
+def prediction_settings(a, source: dict, markers: set[str] | None) -> dict:
+    """The scheduler settings model.json records: prediction_type and rescale_betas_zero_snr from the
+    source (`source`: a diffusers folder's scheduler config, or {}; `markers`: the MARKERS keys a
+    single file holds, None for other sources), then --prediction-type and --zero-snr / --no-zero-snr.
+    A flag that contradicts a marker is refused (ExportError naming both). With zero-SNR the spacing
+    becomes "trailing" (diffusers' recommendation: the first step is then t = 999, where SNR is 0),
+    and guidance_rescale defaults to 0.7 with v-prediction (0 otherwise), unless --guidance-rescale."""
+    markers = markers or set()
+    where = f"--from {a.from_path}"
+    if "v_pred" in markers and a.prediction_type == "epsilon":
+        raise ExportError(f"--prediction-type epsilon contradicts {where}: the checkpoint holds the 'v_pred' marker "
+                          "key (a v-prediction model); drop the flag")
+    if "ztsnr" in markers and a.zero_snr is False:
+        raise ExportError(f"--no-zero-snr contradicts {where}: the checkpoint holds the 'ztsnr' marker key (trained "
+                          "with zero terminal SNR); drop the flag")
+    pred = a.prediction_type or ("v_prediction" if "v_pred" in markers else source.get("prediction_type", "epsilon"))
+    if pred not in ("epsilon", "v_prediction"):
+        raise ExportError(f"{where}: the scheduler's prediction_type '{pred}' is not supported (epsilon, v_prediction)")
+    zsnr = a.zero_snr if a.zero_snr is not None else ("ztsnr" in markers or bool(source.get("rescale_betas_zero_snr")))
+    rescale = a.guidance_rescale
+    if rescale is None:
+        rescale = 0.7 if pred == "v_prediction" and zsnr else 0.0
+    out = {"prediction_type": pred, "rescale_betas_zero_snr": zsnr, "guidance_rescale": rescale}
+    if zsnr:
+        out["timestep_spacing"] = "trailing"
+    return out
+
+
+def checkpoint_markers(path: Path) -> set[str]:
+    """The MARKERS keys in a single file's header."""
+    return set(read_header(path)) & set(MARKERS)

@@ -212,6 +212,15 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--aoti-config", metavar="KEY=VALUE", action="append", default=[],
                     help="extra torch._inductor config for the AOTI compile (repeatable), "
                          "e.g. max_autotune=True")
+    ap.add_argument("--prediction-type", choices=["epsilon", "v_prediction"],
+                    help="what the UNet predicts (default: the source's: a diffusers folder's scheduler config, a "
+                         "single file's v_pred marker key, else epsilon); a flag that contradicts a marker is refused")
+    ap.add_argument("--zero-snr", action=argparse.BooleanOptionalAction, default=None,
+                    help="betas rescaled to zero terminal SNR, trailing timestep spacing (default: the source's: "
+                         "rescale_betas_zero_snr, or a single file's ztsnr marker key)")
+    ap.add_argument("--guidance-rescale", type=float, metavar="R",
+                    help="the model's default guidance_rescale, 0..1 (model.json defaults; default 0.7 for "
+                         "v-prediction with zero-SNR, else 0); a task's guidance_rescale replaces it")
     ap.add_argument("--batch-max", type=int, metavar="N", default=8,
                     help="images per UNet call the model is made for (default 8; model.json limits.batch_max): "
                          "sdxl-batch caps --max-batch at it, and the AOTI packages take 1 .. 2*N rows (CFG)")
@@ -280,6 +289,12 @@ def check_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         ap.error("--fp8-conv goes with --fp8")
     if a.fp8_geglu and not a.fp8:
         ap.error("--fp8-geglu goes with --fp8 (it fuses the GEGLU into the FP8 UNet's feed-forward GEMMs)")
+    model = a.tiny or a.tiny_aoti or a.random_full or a.from_path
+    if (a.prediction_type or a.zero_snr is not None or a.guidance_rescale is not None) and not model:
+        ap.error("--prediction-type, --zero-snr and --guidance-rescale go with a model export "
+                 "(--tiny, --tiny-aoti, --random-full or --from)")
+    if a.guidance_rescale is not None and not 0.0 <= a.guidance_rescale <= 1.0:
+        ap.error(f"--guidance-rescale {a.guidance_rescale}: must be 0..1")
     if a.fp8 and (a.vae_only or a.controlnet or a.ip_adapter):
         ap.error("--fp8 goes with a model export (--tiny, --tiny-aoti, --random-full or --from)")
 
@@ -315,9 +330,11 @@ def check_kinds(a: argparse.Namespace) -> None:
     its headers and config.json, is refused before torch is imported (ExportError naming it); the
     modules that load them check again."""
     if a.from_path and Path(a.from_path).is_file():
-        from .checkpoint_family import check_checkpoint_file  # these three: the standard library only
+        from .checkpoint_family import (check_checkpoint_file, checkpoint_markers,  # the standard library only
+                                        prediction_settings)
 
         check_checkpoint_file(Path(a.from_path).resolve())
+        prediction_settings(a, {}, checkpoint_markers(Path(a.from_path).resolve()))  # flags against the markers
     if a.controlnet:
         from .controlnet_family import classify
 

@@ -16,6 +16,7 @@ import torch.nn as nn
 
 from .aoti import export_unet_aoti, export_vae_decoder_aoti, parse_inductor_configs
 from .architecture import TINY_KINDS
+from .checkpoint_family import checkpoint_markers, prediction_settings
 from .common import Job, check_names, count_params, dtype_str, file_digests, log, publish, trace_module, tracer_warnings
 from .sdxl_checks import check_traces
 from .sdxl_modules import (TextEncoder2TS, TextEncoderTS, UNetTS, VaeDecoderTS, VaeEncoderTS, control_layout,
@@ -37,6 +38,7 @@ def export(a, job: Job) -> int:
     else:
         pipe = build_random_pipeline(kind, device, dtype, a.seed, tmp)
         name, source, seed = f"sdxl-{kind}", kind, a.seed
+    pred = apply_prediction(a, pipe, kind)
     t_built = time.time()
     d = model_dims(pipe, dtype)
     if a.fp8 and d["unet_in"] != d["latent_channels"]:
@@ -82,6 +84,8 @@ def export(a, job: Job) -> int:
         timings["aoti_unet"] = time.time() - t0
     defaults = ({"width": 256, "height": 256, "steps": 8, "cfg": 5.0} if tiny
                 else {"width": 1024, "height": 1024, "steps": 28, "cfg": 7.0})
+    if pred["guidance_rescale"]:
+        defaults["guidance_rescale"] = pred["guidance_rescale"]
     vae_aoti_meta = None
     if a.aoti and "vae" in a.aoti_variants:
         t0 = time.time()
@@ -221,6 +225,21 @@ def trace_text_encoder(mod: nn.Module, eager: nn.Module, ids: torch.Tensor, path
     return msgs
 
 
+def apply_prediction(a, pipe, kind: str) -> dict:
+    """The source's prediction settings with the flags over them (checkpoint_family.prediction_settings)
+    put into the pipeline's scheduler, which model.json and --save-diffusers record."""
+    from diffusers import EulerDiscreteScheduler
+
+    src = Path(a.from_path) if kind == "from" else None
+    markers = checkpoint_markers(src.resolve()) if src is not None and src.is_file() else None
+    pred = prediction_settings(a, dict(pipe.scheduler.config) if src is not None else {}, markers)
+    sched = {k: pred[k] for k in ("prediction_type", "rescale_betas_zero_snr", "timestep_spacing") if k in pred}
+    pipe.scheduler = EulerDiscreteScheduler.from_config(pipe.scheduler.config, **sched)
+    log(f"  scheduler: {pred['prediction_type']}, zero-SNR {'on' if pred['rescale_betas_zero_snr'] else 'off'}, "
+        f"spacing {pipe.scheduler.config.timestep_spacing}, default guidance_rescale {pred['guidance_rescale']}")
+    return pred
+
+
 def model_meta(pipe, d: dict, dtype_name: str, device, origin: dict, parts: dict, defaults: dict, limits: dict,
                files_meta: dict, files: dict) -> dict:
     """model.json (docs/models-and-export.md: the model directory contract); origin: name,
@@ -254,8 +273,9 @@ def model_meta(pipe, d: dict, dtype_name: str, device, origin: dict, parts: dict
                  **({"fp8": parts["fp8"]} if parts["fp8"] else {})},
         "vae_decoder": {"file": "vae_decoder.ts", **({"aoti": parts["vae_aoti"]} if parts["vae_aoti"] else {})},
         "vae_encoder": {"file": "vae_encoder.ts"},
-        "scheduler": {k: sc[k] for k in ("num_train_timesteps", "beta_start", "beta_end", "beta_schedule",
-                                          "timestep_spacing", "steps_offset", "prediction_type")},
+        "scheduler": {**{k: sc[k] for k in ("num_train_timesteps", "beta_start", "beta_end", "beta_schedule",
+                                            "timestep_spacing", "steps_offset", "prediction_type")},
+                      "rescale_betas_zero_snr": bool(sc.get("rescale_betas_zero_snr", False))},
         "defaults": defaults,
         "limits": limits,
         **files_meta,

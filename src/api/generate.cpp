@@ -240,9 +240,19 @@ GenerationParams checked_params(const sdxl_batch::Session::Impl& s, const sdxl_b
   (void)merge_lora_tags(p.loras, extract_lora_tags(t.prompt).tags, {}, runtime.lora_dirs);
   p.sampler = t.sampler;
   p.schedule = t.schedule;
-  p.guidance_rescale = r.guidance_rescale;
+  p.guidance_rescale = r.guidance_rescale.value_or(s.config.defaults.guidance_rescale);
   p.clip_skip = r.clip_skip;
   canonicalize_sampler(p);  // UsageError listing the valid names
+  p.eta = r.eta;
+  if (!r.timesteps.empty()) {
+    p.timesteps = r.timesteps;
+    std::string why = timestep_list_problem(p.timesteps, s.config.scheduler.num_train_timesteps);
+    if (why.empty()) why = FileInputChecks().timesteps_problem(p);
+    if (!why.empty()) throw UsageError("--timesteps " + why);
+    if (r.task.steps && *r.task.steps != static_cast<int>(p.timesteps.size()))
+      throw UsageError("--steps " + std::to_string(*r.task.steps) + " but --timesteps holds " +
+                       std::to_string(p.timesteps.size()) + " (the step count follows from the list): give one of them");
+  }
   if (!r.init_image.empty()) {
     check_png("--init-image", r.init_image, image_w, image_h);
     p.init_image = r.init_image;
@@ -323,7 +333,7 @@ sdxl_batch::ImageResult generate_image(sdxl_batch::Session::Impl& s, const sdxl_
   p.prompt = t.prompt;
   p.negative_prompt = t.negative;
   p.seed = t.seed < 0 ? random_seed() : t.seed;
-  p.steps = t.steps.value_or(defaults.steps);
+  p.steps = p.timesteps.empty() ? t.steps.value_or(defaults.steps) : static_cast<int>(p.timesteps.size());
   p.cfg = t.cfg.value_or(defaults.cfg);
   p.width = t.width.value_or(image_w > 0 ? image_w : defaults.width);
   p.height = t.height.value_or(image_h > 0 ? image_h : defaults.height);

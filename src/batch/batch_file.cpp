@@ -376,6 +376,7 @@ struct Checker : JsonFields {
         {"ip_adapter", &go_on<&Checker::read_ip_adapter>},
         {"mask", &go_on<&Checker::read_mask>},
         {"regions", &go_on<&Checker::read_regions>},
+        {"timesteps", &go_on<&Checker::read_timesteps>},
         {"hires", [](Checker& c, const json& obj, const std::string& pointer, GenerationParams& p) {
            return !obj.contains("hires") || c.read_hires(obj["hires"], pointer + "/hires", p);
          }},
@@ -465,6 +466,50 @@ struct Checker : JsonFields {
                                    (from_defaults ? " (a size from /defaults: give the task its own \"width\" and "
                                                     "\"height\", or leave the size out of /defaults)"
                                                   : ""));
+  }
+
+  // "timesteps": [999, 749, 499, 249]: integers, strictly decreasing, within SDXL's 1000 training
+  // timesteps (the run checks the model's count again); the step count becomes their number, and a
+  // "steps" beside them must equal it.
+  void read_timesteps(const json& obj, const std::string& pointer, GenerationParams& p) {
+    if (!obj.contains("timesteps")) return;
+    const json& v = obj["timesteps"];
+    const std::string tp = pointer + "/timesteps";
+    std::vector<int> ts;
+    for (size_t i = 0; v.is_array() && i < v.size(); ++i) {
+      if (!v[i].is_number_integer() || v[i].get<long long>() < -1 || v[i].get<long long>() > 1000000) {
+        add(tp + "/" + std::to_string(i), "must be an integer timestep (0..999)");
+        return;
+      }
+      ts.push_back(v[i].get<int>());
+    }
+    if (!v.is_array()) {
+      add(tp, "must be a list of integer timesteps, strictly decreasing, e.g. [999, 749, 499, 249]");
+      return;
+    }
+    if (const std::string why = timestep_list_problem(ts, 1000); !why.empty()) {
+      add(tp, why);
+      return;
+    }
+    if (obj.contains("steps") && obj["steps"].is_number_integer() &&
+        obj["steps"].get<long long>() != static_cast<long long>(ts.size()))
+      add(pointer + "/steps", "is " + obj["steps"].dump() + " but \"timesteps\" holds " + std::to_string(ts.size()) +
+                                  " (the step count follows from the list): give one of them");
+    p.timesteps = std::move(ts);
+    p.steps = static_cast<int>(p.timesteps.size());
+  }
+
+  // A task's timesteps (its own or the defaults') against its sampler and its steps.
+  void check_timesteps(const json& t, const std::string& ptr, const GenerationParams& p) {
+    if (p.timesteps.empty()) return;
+    const bool own = t.contains("timesteps");
+    const std::string from = own || ptr == "/defaults" ? "" : " (from /defaults)";
+    if (p.steps != static_cast<int>(p.timesteps.size()))
+      add(ptr + "/steps", "is " + std::to_string(p.steps) + " but the timesteps" + from + " hold " +
+                              std::to_string(p.timesteps.size()) + " (the step count follows from the list): give one of them");
+    if (!checks) return;
+    if (const std::string why = checks->timesteps_problem(p); !why.empty())
+      add(ptr + (own ? "/timesteps" : (t.contains("sampler") ? "/sampler" : "")), "timesteps" + from + ": " + why);
   }
 
   // Inpainting mask: relative to the batch file, confined like every input
@@ -871,6 +916,7 @@ TaskDefaults read_defaults(Checker& ck, const json& j, const GenerationParams& f
   ck.check_keys(d, "/defaults", allowed_keys(true));
   ck.read_settings(d, "/defaults", td.params);
   ck.check_sampler(d, "/defaults", td.params);
+  ck.check_timesteps(d, "/defaults", td.params);
   if (ck.get_string(d, "/defaults", "priority", td.priority) && !parse_priority(td.priority)) {
     ck.add("/defaults/priority", "'" + td.priority + "' is not a priority (high, mid, low)");
     td.priority = "mid";
@@ -1007,6 +1053,8 @@ bool read_task(Checker& ck, const json& t, const std::string& ptr, const TaskDef
   ck.read_settings(t, ptr, task.params);
   ck.task_id.clear();
   if (t.contains("sampler") || t.contains("schedule")) ck.check_sampler(t, ptr, task.params);
+  if (t.contains("timesteps") || t.contains("sampler") || t.contains("schedule") || t.contains("steps"))
+    ck.check_timesteps(t, ptr, task.params);
   ck.read_init_image(t, ptr, origin, td.sets_width, td.sets_height, task.params);
   ck.check_mask(t, ptr, task.params);
   ck.check_regions(t, ptr, task.params);

@@ -95,6 +95,9 @@ class InputChecks {
   // The sha256 of the weights of a `kind` folder that folder_problem passed, as its model.json
   // records it ("" when not recorded): what a resume compares.
   virtual std::string folder_weights_sha256(const std::string& /*kind*/, const std::string& /*dir*/) { return ""; }
+  // Why a task's timestep list cannot be used with its (canonical) sampler and schedule ("" when it
+  // can, or when not checked).
+  virtual std::string timesteps_problem(const GenerationParams& /*p*/) { return ""; }
   // Why an audio file cannot be decoded ("" when it can, or when not checked).
   virtual std::string audio_problem(const std::string& /*path*/) { return ""; }
 };

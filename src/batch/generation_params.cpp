@@ -143,6 +143,14 @@ std::string a1111_parameters(const GenerationParams& p, const ImageSources& src)
   if (img2img) s << ", Denoising strength: " << format_number(p.strength);
   else if (p.hires_on()) s << ", Denoising strength: " << format_number(p.hires.denoise);
   if (p.clip_skip != 0) s << ", Clip skip: " << p.clip_skip;
+  if (p.sampler == "TCD") s << ", Eta: " << format_number(p.eta);
+  if (!p.timesteps.empty()) {
+    std::string list;
+    for (int t : p.timesteps) list += (list.empty() ? "" : ", ") + std::to_string(t);
+    s << ", Timesteps: " << quote_if_needed(list);
+  }
+  // A1111's zero-SNR option writes this field (modules/sd_models.py, apply_alpha_schedule_override).
+  if (src.zero_terminal_snr) s << ", Noise Schedule: Zero Terminal SNR";
   if (img2img) s << ", Init image: " << quote_if_needed(std::filesystem::path(p.init_image).filename().string());
   if (img2img && p.inpaint()) s << ", Mask blur: " << p.mask_blur;
   if (img2img && p.inpaint_masked())

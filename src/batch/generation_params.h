@@ -118,7 +118,11 @@ struct GenerationParams {
   int height = 1024;
   std::string sampler = "Euler";       // A1111 sampler name (sdxl/sampler_plan.h), canonical after validation
   std::string schedule = "Automatic";  // A1111 schedule type; Automatic = the model's own (diffusers leading, offset 1)
-  double guidance_rescale = 0.0;       // diffusers' guidance_rescale (0 = off)
+  double guidance_rescale = 0.0;       // diffusers' guidance_rescale (0 = off; the model's default fills in)
+  // diffusers' set_timesteps(timesteps=...): the UNet's timesteps, strictly decreasing; the step
+  // count is their number. Empty = the sampler's own spacing of `steps`.
+  std::vector<int> timesteps;
+  double eta = 0.3;                    // TCD's eta (its gamma): 0 deterministic .. 1 fully stochastic
   // Clip skip, counted from the end as A1111 does: 0 = not set; 1 and 2 give
   // SDXL's default (the penultimate hidden states); N >= 3 takes hidden_states[-N]
   // of both text encoders (diffusers' clip_skip = N - 2). Pooled outputs unchanged.
@@ -234,6 +238,7 @@ inline constexpr const char* kProgramVersion = "0.1.0";
 // the applied LoRAs and the textual-inversion embeddings its prompts used.
 struct ImageSources {
   std::string model_name;
+  bool zero_terminal_snr = false;  // the model's betas are rescaled to zero terminal SNR ("Noise Schedule")
   std::string model_hash;  // "Model hash": first 10 hex digits of the checkpoint file's sha256
   std::string vae_name;    // "VAE": the VAE file's name (written with its hash)
   std::string vae_hash;    // "VAE hash": first 10 hex digits of the VAE file's sha256

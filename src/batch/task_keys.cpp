@@ -35,6 +35,7 @@ const json* at_pointer(const json& params, std::string_view pointer) {
 }
 
 bool img2img(const GP& p) { return !p.init_image.empty(); }
+bool tcd(const GP& p) { return p.sampler == "TCD"; }
 bool inpaint(const GP& p) { return p.inpaint(); }
 bool inpaint_masked(const GP& p) { return p.inpaint_masked(); }
 bool has_regions(const GP& p) { return p.has_regions(); }
@@ -83,6 +84,20 @@ const KeyHooks kHiresHooks{
       if (p.hires_on())
         key += "|hires" + num(p.hires.scale) + ":" + p.hires.upscaler + ":" + std::to_string(p.hires.steps) + ":" +
                num(p.hires.denoise);
+    }};
+
+const KeyHooks kTimestepsHooks{
+    [](const GP& a, const GP& b) { return a.timesteps == b.timesteps; },
+    [](const GP& p, json& j) {
+      if (!p.timesteps.empty()) j["timesteps"] = p.timesteps;
+    },
+    [](const json& j, GP& p) {
+      if (const json* t = at_pointer(j, "/timesteps"); t && t->is_array()) p.timesteps = t->get<std::vector<int>>();
+    },
+    [](const GP& p, std::string& key) {
+      if (p.timesteps.empty()) return;
+      key += "|timesteps";
+      for (int t : p.timesteps) key += ":" + std::to_string(t);
     }};
 
 const KeyHooks kLoraHooks{
@@ -301,9 +316,17 @@ std::vector<TaskKey> settings_keys() {
        .summary = "A1111 schedule type: Automatic, Karras, Exponential, SGM Uniform", .field = &GP::schedule,
        .recorded_always = true},
       {.name = "guidance_rescale", .type = kNumber, .scope = kBoth, .part = kSettings, .lo = 0, .hi = 1,
-       .default_text = "0", .a1111 = "Guidance rescale", .manifest = "/guidance_rescale", .split = kValue,
+       .default_text = "the model's (0)", .a1111 = "Guidance rescale", .manifest = "/guidance_rescale", .split = kValue,
        .generate_flag = "--guidance-rescale", .summary = "diffusers' guidance_rescale (0 = off)",
        .field = &GP::guidance_rescale},
+      {.name = "timesteps", .type = kArray, .scope = kBoth, .part = kSettings,
+       .default_text = "none (the sampler's spacing of steps)", .a1111 = "Timesteps", .manifest = "/timesteps",
+       .split = kParts, .generate_flag = "--timesteps",
+       .summary = "the UNet's timesteps, strictly decreasing (diffusers' timesteps=); steps = their count",
+       .hooks = &kTimestepsHooks},
+      {.name = "eta", .type = kNumber, .scope = kBoth, .part = kSettings, .lo = 0, .hi = 1, .default_text = "0.3",
+       .a1111 = "Eta", .manifest = "/eta", .split = kValue, .generate_flag = "--eta",
+       .summary = "TCD: its eta (gamma), 0 = deterministic", .field = &GP::eta, .matters = tcd},
       {.name = "clip_skip", .type = kInteger, .scope = kBoth, .part = kSettings, .lo = 1, .hi = kMaxClipSkip,
        .default_text = "not set (SDXL's penultimate layer)", .a1111 = "Clip skip", .manifest = "/clip_skip",
        .generate_flag = "--clip-skip",

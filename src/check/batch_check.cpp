@@ -30,6 +30,7 @@ GenerationParams defaults_of(const ModelConfig& mc) {
   GenerationParams p;
   p.steps = mc.defaults.steps;
   p.cfg = mc.defaults.cfg;
+  p.guidance_rescale = mc.defaults.guidance_rescale;
   p.width = mc.defaults.width;
   p.height = mc.defaults.height;
   return p;
@@ -77,6 +78,14 @@ std::string FileInputChecks::png_size(const std::string& path, int& width, int& 
 }
 
 void FileInputChecks::canonicalize_sampler(GenerationParams& p) { sdxl::canonicalize_sampler(p); }
+
+std::string FileInputChecks::timesteps_problem(const GenerationParams& p) {
+  try {
+    return sdxl::timesteps_problem(parse_sampler_choice(p.sampler, p.schedule), p.timesteps, 1000);
+  } catch (const UsageError&) {
+    return "";  // the sampler's own problem, reported at /sampler
+  }
+}
 
 // An empty mask is refused (validate and run): the task would only re-encode
 // its init image, which is not what a user who drew a mask asked for.

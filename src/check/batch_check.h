@@ -36,6 +36,7 @@ class FileInputChecks final : public InputChecks {
   std::string folder_problem(const std::string& kind, const std::string& dir) override;
   std::string png_size(const std::string& path, int& width, int& height) override;
   void canonicalize_sampler(GenerationParams& p) override;
+  std::string timesteps_problem(const GenerationParams& p) override;
   std::string mask_problem(const std::string& path) override;
   std::string region_mask_problem(const std::string& path) override;
   std::string folder_weights_sha256(const std::string& kind, const std::string& dir) override;

@@ -17,7 +17,9 @@ struct GenerateArgs {
   ModelFlags model;
   std::string prompt, negative, out, save_latents, timings_json;
   std::string sampler = "Euler", schedule = "Automatic";
-  double guidance_rescale = 0.0;
+  double guidance_rescale = -1;  // -1: the model's default
+  std::vector<int> timesteps;
+  double eta = 0.3;
   int clip_skip = 0;
   std::string init_image;
   double strength = 0.75;
@@ -171,6 +173,8 @@ CLI::App* add_generate(CLI::App& app, std::shared_ptr<GenerateArgs>& args) {
   key_flag(*cmd, "sampler", args->sampler)->capture_default_str();
   key_flag(*cmd, "schedule", args->schedule)->capture_default_str();
   key_flag(*cmd, "guidance_rescale", args->guidance_rescale);
+  key_flag(*cmd, "timesteps", args->timesteps)->delimiter(',');
+  key_flag(*cmd, "eta", args->eta);
   key_flag(*cmd, "clip_skip", args->clip_skip);
   key_flag(*cmd, "init_image", args->init_image);
   key_flag(*cmd, "strength", args->strength)->capture_default_str();
@@ -244,7 +248,9 @@ int run_generate(const GenerateArgs& a) {
   t.sampler = a.sampler;
   t.schedule = a.schedule;
   for (const std::string& l : a.loras) t.loras.push_back(sdxl_batch::parse_lora(l));
-  r.guidance_rescale = a.guidance_rescale;
+  if (a.guidance_rescale >= 0) r.guidance_rescale = a.guidance_rescale;
+  r.timesteps = a.timesteps;
+  r.eta = a.eta;
   r.clip_skip = a.clip_skip;
   r.init_image = a.init_image;
   r.strength = a.strength;

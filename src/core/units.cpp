@@ -179,3 +179,20 @@ std::uint64_t parse_size_bytes(const std::string& text) {
 }
 
 }  // namespace sdxl
+
+namespace sdxl {
+
+std::string timestep_list_problem(const std::vector<int>& ts, int n) {
+  if (ts.empty()) return "must hold at least one timestep, e.g. [999, 749, 499, 249]";
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const std::string item = "item " + std::to_string(i) + " (" + std::to_string(ts[i]) + ")";
+    if (ts[i] < 0 || ts[i] >= n)
+      return item + " is out of range: the model's timesteps are 0.." + std::to_string(n - 1);
+    if (i > 0 && ts[i] >= ts[i - 1])
+      return "must be strictly decreasing: " + item + " is not below item " + std::to_string(i - 1) + " (" +
+             std::to_string(ts[i - 1]) + ")";
+  }
+  return "";
+}
+
+}  // namespace sdxl

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace sdxl {
 
@@ -23,6 +24,10 @@ std::uint64_t parse_size_bytes(const std::string& text);
 
 // --shard K/N: "K/N" with 0 <= K < N.
 std::pair<int, int> parse_shard(const std::string& text);
+
+// A timestep list (the task key "timesteps", diffusers' set_timesteps(timesteps=...)): "" when it is
+// not empty, each in [0, num_train_timesteps) and strictly decreasing, else why not (naming the item).
+std::string timestep_list_problem(const std::vector<int>& timesteps, int num_train_timesteps);
 
 // An environment variable's value, or nothing when it is not set.
 using EnvLookup = std::function<std::optional<std::string>(const char* name)>;

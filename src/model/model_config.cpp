@@ -200,7 +200,12 @@ void read_scheduler(const Reader& r, ModelConfig& c) {
   c.scheduler.beta_schedule = s.one_of("beta_schedule", {"scaled_linear", "linear"});
   c.scheduler.timestep_spacing = s.one_of("timestep_spacing", {"leading", "trailing", "linspace"});
   c.scheduler.steps_offset = s.integer_or("steps_offset", 0, 1000, 0);
-  c.scheduler.prediction_type = s.one_of("prediction_type", {"epsilon"});
+  c.scheduler.prediction_type = s.one_of("prediction_type", {"epsilon", "v_prediction"});
+  if (s.has("rescale_betas_zero_snr")) {
+    const json& z = s.raw("rescale_betas_zero_snr");
+    if (!z.is_boolean()) s.fail(s.at("rescale_betas_zero_snr"), "must be true or false");
+    c.scheduler.rescale_betas_zero_snr = z.get<bool>();
+  }
 }
 
 // /defaults and /limits, both optional.
@@ -211,6 +216,7 @@ void read_defaults_and_limits(const Reader& r, ModelConfig& c) {
     c.defaults.height = d.integer_or("height", 8, 16384, c.defaults.height);
     c.defaults.steps = d.integer_or("steps", 1, 1000, c.defaults.steps);
     if (d.has("cfg")) c.defaults.cfg = d.number("cfg", 0.0, 100.0);
+    if (d.has("guidance_rescale")) c.defaults.guidance_rescale = d.number("guidance_rescale", 0.0, 1.0);
   }
   if (r.has("limits")) {
     Reader l = r.child("limits");

@@ -19,7 +19,11 @@ struct SchedulerConfig {
   std::string beta_schedule = "scaled_linear";  // scaled_linear | linear
   std::string timestep_spacing = "leading";     // leading | trailing | linspace
   int steps_offset = 1;
-  std::string prediction_type = "epsilon";
+  std::string prediction_type = "epsilon";      // epsilon | v_prediction
+  // diffusers' rescale_betas_zero_snr: betas rescaled to zero terminal SNR
+  // (rescale_zero_terminal_snr), the schedulers' alphas_cumprod[-1] as each sets it.
+  bool rescale_betas_zero_snr = false;
+  bool v_prediction() const { return prediction_type == "v_prediction"; }
 };
 
 struct TextEncoderConfig {
@@ -123,6 +127,9 @@ struct UnetFp8Config {
 struct GenerationDefaults {
   int width = 1024, height = 1024, steps = 28;
   double cfg = 7.0;
+  // A task's guidance_rescale when it gives none (model.json /defaults/guidance_rescale;
+  // export_sdxl.py --guidance-rescale: 0.7 for v-prediction with zero-SNR, else 0).
+  double guidance_rescale = 0.0;
 };
 
 struct ModelConfig {

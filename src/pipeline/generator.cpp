@@ -206,6 +206,7 @@ ImageSources model_sources(const ModelConfig& mc) {
   s.model_name = mc.name;
   s.unet_precision = mc.unet_precision;
   if (mc.source_file.recorded()) s.model_hash = mc.source_file.short_hash();
+  s.zero_terminal_snr = mc.scheduler.rescale_betas_zero_snr;
   if (mc.vae_file.recorded()) {
     s.vae_hash = mc.vae_file.short_hash();
     s.vae_name = mc.vae_file.name;
@@ -522,11 +523,14 @@ void plan_batch_sampling(const ModelConfig& cfg, EncodedBatch& eb) {
   }
   check_generation_size(cfg, p0.width, p0.height, static_cast<int>(ps.size()));
   const SamplerChoice choice = parse_sampler_choice(p0.sampler, p0.schedule);
-  eb.plan = make_sampler_plan(cfg.scheduler, choice, p0.steps);
+  eb.plan = make_sampler_plan(cfg.scheduler, choice, p0.steps, p0.timesteps);
+  eb.plan.eta = p0.eta;
   eb.img2img = !p0.init_image.empty();
   if (eb.img2img) plan_apply_strength(eb.plan, p0.strength);
   if (p0.hires_on()) {
+    // The hires pass spaces its own steps (a timestep list is the first pass's).
     eb.hires_plan = make_sampler_plan(cfg.scheduler, choice, p0.hires_steps());
+    eb.hires_plan.eta = p0.eta;
     plan_apply_strength(eb.hires_plan, p0.hires.denoise);
   }
   if (eb.img2img) {

@@ -36,6 +36,8 @@ const std::vector<SamplerInfo>& sampler_table() {
       {SamplerKind::kUniPc, "UniPC", "UniPCMultistepScheduler", {S::kAutomatic, S::kKarras, S::kExponential, S::kSgmUniform}},
       // LCMScheduler has its own timesteps (original_inference_steps = 50).
       {SamplerKind::kLcm, "LCM", "LCMScheduler", {S::kAutomatic}},
+      // TCDScheduler: LCM's timesteps (original_inference_steps = 50); eta is its gamma.
+      {SamplerKind::kTcd, "TCD", "TCDScheduler", {S::kAutomatic}},
   };
   return table;
 }
@@ -106,9 +108,11 @@ std::string spacing_for(const SchedulerConfig& cfg, ScheduleKind s) {
 // Euler / Euler a / Heun: EulerDiscreteScheduler.set_timesteps (interpolation
 // "linear", final_sigmas_type "zero"); HeunDiscreteScheduler and
 // EulerAncestralDiscreteScheduler compute the same sigmas.
-void plan_euler_family(const SchedulerConfig& cfg, ScheduleKind sched, int steps, SamplerPlan& p) {
+// Given timesteps (not empty) replace the spaced ones.
+void plan_euler_family(const SchedulerConfig& cfg, ScheduleKind sched, int steps, SamplerPlan& p,
+                       const std::vector<int>& given) {
   const std::string spacing = spacing_for(cfg, sched);
-  std::vector<double> ts = spaced_timesteps(cfg, spacing, steps, 0);
+  std::vector<double> ts = given.empty() ? spaced_timesteps(cfg, spacing, steps, 0) : std::vector<double>(given.begin(), given.end());
   for (double& t : ts) t = static_cast<double>(static_cast<float>(t));
   const std::vector<float> train = train_sigmas(cfg);
   const std::vector<float> log_sigmas = log_of(train);
@@ -133,10 +137,13 @@ void plan_euler_family(const SchedulerConfig& cfg, ScheduleKind sched, int steps
 // DPMSolverMultistepScheduler / DPMSolverSinglestepScheduler / UniPCMultistepScheduler
 // set_timesteps: integer timesteps; Karras timesteps are rounded, exponential
 // ones truncated by the int64 cast, as in diffusers.
-void plan_multistep(const SchedulerConfig& cfg, ScheduleKind sched, int steps, bool singlestep, SamplerPlan& p) {
+// Given timesteps (not empty) replace the spaced ones.
+void plan_multistep(const SchedulerConfig& cfg, ScheduleKind sched, int steps, bool singlestep, SamplerPlan& p,
+                    const std::vector<int>& given = {}) {
   const std::string spacing = singlestep ? std::string("linspace") : spacing_for(cfg, sched);
   // linspace / leading space n + 1 points and drop the last; trailing is as Euler's.
-  std::vector<double> ts = spaced_timesteps(cfg, spacing, steps, /*extra=*/1);
+  std::vector<double> ts = given.empty() ? spaced_timesteps(cfg, spacing, steps, /*extra=*/1)
+                                         : std::vector<double>(given.begin(), given.end());
   const std::vector<float> train = train_sigmas(cfg);
   const std::vector<float> log_sigmas = log_of(train);
   std::vector<double> sig;
@@ -159,7 +166,56 @@ void plan_multistep(const SchedulerConfig& cfg, ScheduleKind sched, int steps, b
   p.init_noise_sigma = 1.0;
 }
 
+// LCMScheduler / TCDScheduler set_timesteps (original_inference_steps 50, strength 1): `steps`
+// of the 50 timesteps k - 1, 2k - 1, ..., N - 1 (k = N / 50), evenly spaced by index; given
+// timesteps are taken as they are.
+void plan_consistency(const SchedulerConfig& cfg, int steps, SamplerPlan& p, const std::vector<int>& given) {
+  constexpr int kOriginal = 50;
+  const int n = cfg.num_train_timesteps;
+  p.alphas_cumprod = train_alphas_cumprod(cfg);
+  p.final_alpha_cumprod = p.alphas_cumprod.front();
+  if (!given.empty()) {
+    p.timesteps.assign(given.begin(), given.end());
+    return;
+  }
+  if (steps > kOriginal)
+    throw UsageError(std::string(p.kind == SamplerKind::kLcm ? "LCM" : "TCD") + " takes at most " + std::to_string(kOriginal) +
+                     " steps (its original_inference_steps); got " + std::to_string(steps));
+  const int k = n / kOriginal;
+  std::vector<int> origin;
+  for (int i = kOriginal; i >= 1; --i) origin.push_back(i * k - 1);
+  for (int i = 0; i < steps; ++i) {
+    const double idx = std::floor(static_cast<double>(i) * (static_cast<double>(kOriginal) / steps));  // np.linspace(endpoint=False)
+    p.timesteps.push_back(origin[static_cast<size_t>(idx)]);
+  }
+}
+
 }  // namespace
+
+bool sampler_takes_timesteps(SamplerKind kind) {
+  switch (kind) {
+    case SamplerKind::kEuler:
+    case SamplerKind::kHeun:
+    case SamplerKind::kDpmpp2m:
+    case SamplerKind::kDpmpp2mSde:
+    case SamplerKind::kDpmppSde:
+    case SamplerKind::kLcm:
+    case SamplerKind::kTcd: return true;
+    default: return false;
+  }
+}
+
+std::string timesteps_problem(const SamplerChoice& choice, const std::vector<int>& timesteps, int n) {
+  if (std::string why = timestep_list_problem(timesteps, n); !why.empty()) return why;
+  if (!sampler_takes_timesteps(choice.sampler))
+    return "sampler '" + choice.sampler_name +
+           "' takes no timestep list (its diffusers scheduler has no set_timesteps(timesteps=...)); samplers that do: "
+           "Euler, Heun, DPM++ 2M, DPM++ 2M SDE, DPM++ SDE, LCM, TCD";
+  if (choice.schedule != ScheduleKind::kAutomatic)
+    return "a timestep list replaces the schedule: give schedule type Automatic, not '" + choice.schedule_name +
+           "' (diffusers refuses timesteps with its sigmas)";
+  return "";
+}
 
 std::vector<std::string> sampler_names() {
   std::vector<std::string> v;
@@ -220,25 +276,31 @@ SamplerChoice parse_sampler_choice(const std::string& sampler, const std::string
   return c;
 }
 
-SamplerPlan make_sampler_plan(const SchedulerConfig& cfg, const SamplerChoice& choice, int steps) {
+SamplerPlan make_sampler_plan(const SchedulerConfig& cfg, const SamplerChoice& choice, int steps,
+                              const std::vector<int>& given) {
   const int n = cfg.num_train_timesteps;
+  if (!given.empty()) {
+    if (const std::string why = timesteps_problem(choice, given, n); !why.empty()) throw UsageError("timesteps " + why);
+    steps = static_cast<int>(given.size());
+  }
   if (steps < 1 || steps > n)
     throw UsageError("steps " + std::to_string(steps) + " must be in 1.." + std::to_string(n));
   SamplerPlan p;
   p.kind = choice.sampler;
   p.steps = steps;
+  p.v_prediction = cfg.v_prediction();
   for (const auto& info : sampler_table())
     if (info.kind == choice.sampler) p.scheduler = info.scheduler;
   switch (choice.sampler) {
     case SamplerKind::kEuler:
     case SamplerKind::kEulerAncestral:
       // Ref: scheduling_euler_discrete.py / scheduling_euler_ancestral_discrete.py set_timesteps.
-      plan_euler_family(cfg, choice.schedule, steps, p);
+      plan_euler_family(cfg, choice.schedule, steps, p, given);
       break;
     case SamplerKind::kHeun: {
       // Ref: scheduling_heun_discrete.py set_timesteps: every sigma but the first and
       // the last, and every timestep but the first, repeated for the corrector call.
-      plan_euler_family(cfg, choice.schedule, steps, p);
+      plan_euler_family(cfg, choice.schedule, steps, p, given);
       std::vector<double> sig{p.sigmas.front()}, ts{p.timesteps.front()};
       for (size_t i = 1; i + 1 < p.sigmas.size(); ++i) sig.insert(sig.end(), {p.sigmas[i], p.sigmas[i]});
       sig.push_back(p.sigmas.back());
@@ -252,12 +314,12 @@ SamplerPlan make_sampler_plan(const SchedulerConfig& cfg, const SamplerChoice& c
     case SamplerKind::kDpmpp2mSde:
     case SamplerKind::kUniPc:
       // Ref: scheduling_dpmsolver_multistep.py / scheduling_unipc_multistep.py set_timesteps.
-      plan_multistep(cfg, choice.schedule, steps, /*singlestep=*/false, p);
+      plan_multistep(cfg, choice.schedule, steps, /*singlestep=*/false, p, given);
       break;
     case SamplerKind::kDpmppSde: {
       // Ref: scheduling_dpmsolver_singlestep.py set_timesteps + get_order_list
       // (solver_order 2, lower_order_final, final_sigmas_type "zero").
-      plan_multistep(cfg, choice.schedule, steps, /*singlestep=*/true, p);
+      plan_multistep(cfg, choice.schedule, steps, /*singlestep=*/true, p, given);
       std::vector<int> o;
       for (int i = 0; i < steps / 2 - (steps % 2 == 0 ? 1 : 0); ++i) o.insert(o.end(), {1, 2});
       if (steps % 2 == 0) o.insert(o.end(), {1, 1});
@@ -283,22 +345,11 @@ SamplerPlan make_sampler_plan(const SchedulerConfig& cfg, const SamplerChoice& c
       p.ddim_step_ratio = n / steps;
       break;
     }
-    case SamplerKind::kLcm: {
-      // Ref: scheduling_lcm.py set_timesteps (original_inference_steps 50, strength 1).
-      constexpr int kOriginal = 50;
-      if (steps > kOriginal)
-        throw UsageError("LCM takes at most " + std::to_string(kOriginal) + " steps (its original_inference_steps); got " +
-                         std::to_string(steps));
-      const int k = n / kOriginal;
-      std::vector<int> origin;
-      for (int i = kOriginal; i >= 1; --i) origin.push_back(i * k - 1);
-      std::vector<double> idx;
-      for (int i = 0; i < steps; ++i) idx.push_back(std::floor(static_cast<double>(i) * (static_cast<double>(kOriginal) / steps)));  // np.linspace(endpoint=False)
-      for (double i : idx) p.timesteps.push_back(origin[static_cast<size_t>(i)]);
-      p.alphas_cumprod = train_alphas_cumprod(cfg);
-      p.final_alpha_cumprod = p.alphas_cumprod.front();
+    case SamplerKind::kLcm:
+    case SamplerKind::kTcd:
+      // Ref: scheduling_lcm.py / scheduling_tcd.py set_timesteps.
+      plan_consistency(cfg, steps, p, given);
       break;
-    }
   }
   return p;
 }

@@ -14,7 +14,7 @@
 
 namespace sdxl {
 
-enum class SamplerKind { kEuler, kEulerAncestral, kHeun, kDpmpp2m, kDpmpp2mSde, kDpmppSde, kDdim, kUniPc, kLcm };
+enum class SamplerKind { kEuler, kEulerAncestral, kHeun, kDpmpp2m, kDpmpp2mSde, kDpmppSde, kDdim, kUniPc, kLcm, kTcd };
 enum class ScheduleKind { kAutomatic, kKarras, kExponential, kSgmUniform };
 
 struct SamplerChoice {
@@ -47,11 +47,25 @@ struct SamplerPlan {
   double final_alpha_cumprod = 1.0;   // DDIM: alpha at "timestep -1"
   int ddim_step_ratio = 0;            // DDIM: num_train_timesteps // steps
   std::vector<int> orders;            // DPM++ SDE (singlestep): solver order per step
+  bool v_prediction = false;          // the model predicts v (model.json prediction_type)
+  double eta = 0.3;                   // TCD: its gamma, in [0, 1]
 };
 
-// set_timesteps(steps) of the scheduler for `choice`, from the model's config.
-// Throws UsageError for steps out of range (LCM: at most 50, its original steps).
-SamplerPlan make_sampler_plan(const SchedulerConfig& cfg, const SamplerChoice& choice, int steps);
+// Whether the sampler's diffusers scheduler takes set_timesteps(timesteps=[...]) (Euler, Heun,
+// DPM++ 2M, DPM++ 2M SDE, DPM++ SDE, LCM, TCD).
+bool sampler_takes_timesteps(SamplerKind kind);
+
+// set_timesteps(steps) of the scheduler for `choice`, from the model's config; with `timesteps`
+// (not empty) set_timesteps(timesteps=...) instead, and steps is their count. Throws UsageError
+// for steps out of range (LCM, TCD: at most 50, their original steps), and for timesteps that
+// are not strictly decreasing within [0, num_train_timesteps), or that the sampler (or a
+// schedule other than Automatic) cannot take, naming it.
+SamplerPlan make_sampler_plan(const SchedulerConfig& cfg, const SamplerChoice& choice, int steps,
+                              const std::vector<int>& timesteps = {});
+
+// Why `timesteps` cannot be used with `choice` on a model of num_train_timesteps `n`
+// ("" when they can): the checks of make_sampler_plan, for the batch-file check.
+std::string timesteps_problem(const SamplerChoice& choice, const std::vector<int>& timesteps, int n);
 
 // img2img: StableDiffusionXLImg2ImgPipeline.get_timesteps: the first
 // steps - min(int(steps * strength), steps) steps are skipped. Throws

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <optional>
+#include <utility>
 
 #include "core/error.h"
 
@@ -52,6 +53,15 @@ torch::Tensor scale_by_sigma(const torch::Tensor& x, double sigma) {
   return x / d(std::sqrt(s * s + 1.0f));
 }
 
+// The denoised sample of EulerDiscreteScheduler.step (Euler a's and Heun's alike) from the model
+// output `out` at `sigma`: epsilon x - sigma * out; v_prediction
+// out * (-sigma / sqrt(sigma^2 + 1)) + x / (sigma^2 + 1).
+torch::Tensor euler_x0(const SamplerPlan& p, const torch::Tensor& x, const torch::Tensor& out, float sigma) {
+  if (!p.v_prediction) return x - out * d(sigma);
+  const float s2 = sigma * sigma + 1.0f;
+  return out * d(-sigma / std::sqrt(s2)) + x / d(s2);
+}
+
 // Ref: diffusers 0.42 scheduling_euler_discrete.py EulerDiscreteScheduler.step
 // (s_churn = 0: no noise), scale_model_input; k-diffusion sample_euler.
 torch::Tensor sample_euler(const SamplerPlan& p, torch::Tensor x, const ModelFn& model, Progress& prog) {
@@ -60,7 +70,7 @@ torch::Tensor sample_euler(const SamplerPlan& p, torch::Tensor x, const ModelFn&
     const torch::Tensor eps = model(scale_by_sigma(x, sigma), p.timesteps[i]);
     const torch::Tensor xf = x.to(torch::kFloat32);
     // sigma * eps stays in eps's dtype, as a 0-d float32 tensor leaves it.
-    const torch::Tensor x0 = xf - eps * d(sigma);
+    const torch::Tensor x0 = euler_x0(p, xf, eps, sigma);
     const torch::Tensor derivative = (xf - x0) / d(sigma);
     const float dt = static_cast<float>(p.sigmas[i + 1]) - sigma;
     x = (xf + derivative * d(dt)).to(eps.scalar_type());
@@ -79,7 +89,7 @@ torch::Tensor sample_euler_ancestral(const SamplerPlan& p, torch::Tensor x, cons
     const float sigma_to = static_cast<float>(p.sigmas[i + 1]);
     const torch::Tensor eps = model(scale_by_sigma(x, sigma), p.timesteps[i]);
     const torch::Tensor xf = x.to(torch::kFloat32);
-    const torch::Tensor x0 = xf - eps * d(sigma);
+    const torch::Tensor x0 = euler_x0(p, xf, eps, sigma);
     const float sigma_up = std::sqrt(sigma_to * sigma_to * (sigma * sigma - sigma_to * sigma_to) / (sigma * sigma));
     const float sigma_down = std::sqrt(sigma_to * sigma_to - sigma_up * sigma_up);
     const torch::Tensor derivative = (xf - x0) / d(sigma);
@@ -101,7 +111,7 @@ torch::Tensor sample_heun(const SamplerPlan& p, torch::Tensor x, const ModelFn& 
     const torch::Tensor eps = model(scale_by_sigma(x, p.sigmas[i]), p.timesteps[i]);
     if (!prev_derivative) {
       const float sigma = static_cast<float>(p.sigmas[i]);
-      const torch::Tensor x0 = x - eps * d(sigma);
+      const torch::Tensor x0 = euler_x0(p, x, eps, sigma);
       const torch::Tensor derivative = (x - x0) / d(sigma);
       dt = static_cast<float>(p.sigmas[i + 1]) - sigma;
       prev_derivative = derivative;
@@ -109,7 +119,7 @@ torch::Tensor sample_heun(const SamplerPlan& p, torch::Tensor x, const ModelFn& 
       x = x + derivative * d(dt);
     } else {
       const float sigma_next = static_cast<float>(p.sigmas[i]);
-      const torch::Tensor x0 = x - eps * d(sigma_next);
+      const torch::Tensor x0 = euler_x0(p, x, eps, sigma_next);
       torch::Tensor derivative = (x - x0) / d(sigma_next);
       derivative = (*prev_derivative + derivative) / 2;
       x = *first_sample + derivative * d(dt);
@@ -121,11 +131,22 @@ torch::Tensor sample_heun(const SamplerPlan& p, torch::Tensor x, const ModelFn& 
   return x;
 }
 
-// DPM-Solver++ data prediction: x0 = (x - sigma_t * eps) / alpha_t
-// (convert_model_output, algorithm_type dpmsolver++ / sde-dpmsolver++, epsilon).
-torch::Tensor dpm_x0(const torch::Tensor& x, const torch::Tensor& eps, double sigma) {
+// DPM-Solver++ (and UniPC predict_x0) data prediction, convert_model_output: epsilon
+// x0 = (x - sigma_t * out) / alpha_t; v_prediction x0 = alpha_t * x - sigma_t * out.
+torch::Tensor dpm_x0(const SamplerPlan& p, const torch::Tensor& x, const torch::Tensor& out, double sigma) {
   const AlphaSigma s = alpha_sigma(sigma);
-  return (x - eps * d(s.sigma)) / d(s.alpha);
+  if (p.v_prediction) return x * d(s.alpha) - out * d(s.sigma);
+  return (x - out * d(s.sigma)) / d(s.alpha);
+}
+
+// DDIM, LCM and TCD: (x0, eps) from the model output at alphas_cumprod a_t: epsilon
+// x0 = (x - sqrt(1 - a_t) * out) / sqrt(a_t); v_prediction x0 = sqrt(a_t) x - sqrt(1 - a_t) out,
+// eps = sqrt(a_t) out + sqrt(1 - a_t) x.
+std::pair<torch::Tensor, torch::Tensor> ddim_x0_eps(const SamplerPlan& p, const torch::Tensor& x,
+                                                    const torch::Tensor& out, float a_t) {
+  const float beta_t = 1 - a_t;
+  if (!p.v_prediction) return {(x - out * d(std::sqrt(beta_t))) / d(std::sqrt(a_t)), out};
+  return {x * d(std::sqrt(a_t)) - out * d(std::sqrt(beta_t)), out * d(std::sqrt(a_t)) + x * d(std::sqrt(beta_t))};
 }
 
 // Ref: diffusers 0.42 scheduling_dpmsolver_multistep.py DPMSolverMultistepScheduler.step,
@@ -139,7 +160,7 @@ torch::Tensor sample_dpmpp_2m(const SamplerPlan& p, torch::Tensor x, const Model
   int lower_order_nums = 0;
   for (size_t i = static_cast<size_t>(p.begin); i < n; ++i) {
     const torch::Tensor eps = model(x, p.timesteps[i]);
-    const torch::Tensor m0 = dpm_x0(x, eps, p.sigmas[i]);
+    const torch::Tensor m0 = dpm_x0(p, x, eps, p.sigmas[i]);
     const torch::Tensor xf = x.to(torch::kFloat32);
     torch::Tensor noise;
     if (sde) noise = randn_per_image(gens, eps.sizes(), torch::kFloat32, eps.device());
@@ -188,7 +209,7 @@ torch::Tensor sample_dpmpp_sde(const SamplerPlan& p, torch::Tensor x, const Mode
   for (size_t i = static_cast<size_t>(p.begin); i < n; ++i) {
     const torch::Tensor eps = model(x, p.timesteps[i]);
     m_prev = m_cur;
-    m_cur = dpm_x0(x, eps, p.sigmas[i]);
+    m_cur = dpm_x0(p, x, eps, p.sigmas[i]);
     int order = p.orders[i];
     if (order == 2 && !m_prev) order = 1;
     if (order == 1) stored = x;
@@ -240,7 +261,7 @@ torch::Tensor sample_unipc(const SamplerPlan& p, torch::Tensor x, const ModelFn&
   int lower_order_nums = 0, this_order = 1;
   for (size_t i = static_cast<size_t>(p.begin); i < n; ++i) {
     const torch::Tensor eps = model(x, p.timesteps[i]);
-    const torch::Tensor m_t = dpm_x0(x, eps, p.sigmas[i]);
+    const torch::Tensor m_t = dpm_x0(p, x, eps, p.sigmas[i]);
     if (i > static_cast<size_t>(p.begin) && last_sample) {
       // Corrector from the last sample to this one with the new model output.
       const AlphaSigma t = alpha_sigma(p.sigmas[i]), s0 = alpha_sigma(p.sigmas[i - 1]);
@@ -288,7 +309,7 @@ torch::Tensor sample_unipc(const SamplerPlan& p, torch::Tensor x, const ModelFn&
   return x;
 }
 
-// Ref: diffusers 0.42 scheduling_ddim.py DDIMScheduler.step (eta 0, epsilon,
+// Ref: diffusers 0.42 scheduling_ddim.py DDIMScheduler.step (eta 0, epsilon or v_prediction,
 // clip_sample false, set_alpha_to_one false as in SDXL's scheduler config).
 torch::Tensor sample_ddim(const SamplerPlan& p, torch::Tensor x, const ModelFn& model, Progress& prog) {
   for (size_t i = static_cast<size_t>(p.begin); i < p.timesteps.size(); ++i) {
@@ -297,16 +318,15 @@ torch::Tensor sample_ddim(const SamplerPlan& p, torch::Tensor x, const ModelFn& 
     const int prev_t = t - p.ddim_step_ratio;
     const float a_t = p.alphas_cumprod[static_cast<size_t>(t)];
     const float a_prev = prev_t >= 0 ? p.alphas_cumprod[static_cast<size_t>(prev_t)] : static_cast<float>(p.final_alpha_cumprod);
-    const float beta_t = 1 - a_t;
-    const torch::Tensor x0 = (x - eps * d(std::sqrt(beta_t))) / d(std::sqrt(a_t));
-    const torch::Tensor dir = eps * d(std::sqrt(1 - a_prev - 0.0f));
+    const auto [x0, pred_eps] = ddim_x0_eps(p, x, eps, a_t);
+    const torch::Tensor dir = pred_eps * d(std::sqrt(1 - a_prev - 0.0f));
     x = x0 * d(std::sqrt(a_prev)) + dir;
     x = prog.done(std::move(x), i);
   }
   return x;
 }
 
-// Ref: diffusers 0.42 scheduling_lcm.py LCMScheduler.step (epsilon, timestep_scaling 10,
+// Ref: diffusers 0.42 scheduling_lcm.py LCMScheduler.step (epsilon or v_prediction, timestep_scaling 10,
 // sigma_data 0.5); noise randn_tensor(dtype=denoised.dtype) on every step but the last.
 torch::Tensor sample_lcm(const SamplerPlan& p, torch::Tensor x, const ModelFn& model, std::vector<at::Generator>& gens,
                          Progress& prog) {
@@ -321,13 +341,40 @@ torch::Tensor sample_lcm(const SamplerPlan& p, torch::Tensor x, const ModelFn& m
     const float st2 = static_cast<float>(scaled * scaled) + 0.25f;
     const float c_skip = 0.25f / st2;
     const float c_out = static_cast<float>(scaled) / std::sqrt(st2);
-    const torch::Tensor x0 = (x - eps * d(std::sqrt(1 - a_t))) / d(std::sqrt(a_t));
+    const torch::Tensor x0 = ddim_x0_eps(p, x, eps, a_t).first;
     const torch::Tensor denoised = x0 * d(c_out) + x * d(c_skip);
     if (i != n - 1) {
       const torch::Tensor noise = randn_per_image(gens, eps.sizes(), denoised.scalar_type(), eps.device());
       x = denoised * d(std::sqrt(a_prev)) + noise * d(std::sqrt(1 - a_prev));
     } else {
       x = denoised;
+    }
+    x = prog.done(std::move(x), i);
+  }
+  return x;
+}
+
+// Ref: diffusers 0.42 scheduling_tcd.py TCDScheduler.step (eta = its gamma): the sample noised back
+// to s = floor((1 - eta) * prev_t) from the predicted x0 and eps, then, when eta > 0 and before the
+// last step, forward to prev_t with noise randn_tensor(dtype=pred_noised_sample.dtype).
+torch::Tensor sample_tcd(const SamplerPlan& p, torch::Tensor x, const ModelFn& model, std::vector<at::Generator>& gens,
+                         Progress& prog) {
+  const size_t n = p.timesteps.size();
+  const auto ac = [&p](int64_t t) { return p.alphas_cumprod[static_cast<size_t>(t)]; };
+  for (size_t i = static_cast<size_t>(p.begin); i < n; ++i) {
+    const auto t = static_cast<int64_t>(p.timesteps[i]);
+    const torch::Tensor out = model(x, p.timesteps[i]);
+    const int64_t prev_t = i + 1 < n ? static_cast<int64_t>(p.timesteps[i + 1]) : 0;
+    // torch.floor((1 - eta) * prev_timestep): a float32 product.
+    const auto s = static_cast<int64_t>(std::floor(static_cast<float>(1.0 - p.eta) * static_cast<float>(prev_t)));
+    const float a_prev = ac(prev_t), a_s = ac(s);
+    const auto [x0, pred_eps] = ddim_x0_eps(p, x, out, ac(t));
+    const torch::Tensor noised = x0 * d(std::sqrt(a_s)) + pred_eps * d(std::sqrt(1 - a_s));
+    if (p.eta > 0 && i != n - 1) {
+      const torch::Tensor noise = randn_per_image(gens, out.sizes(), noised.scalar_type(), out.device());
+      x = noised * d(std::sqrt(a_prev / a_s)) + noise * d(std::sqrt(1 - a_prev / a_s));
+    } else {
+      x = noised;
     }
     x = prog.done(std::move(x), i);
   }
@@ -377,7 +424,8 @@ torch::Tensor add_noise_at(const SamplerPlan& p, const torch::Tensor& latents, c
       return latents * d(s.alpha) + noise * d(s.sigma);
     }
     case SamplerKind::kDdim:
-    case SamplerKind::kLcm: {
+    case SamplerKind::kLcm:
+    case SamplerKind::kTcd: {
       // DDIMScheduler.add_noise: sqrt(ac) * x + sqrt(1 - ac) * noise.
       const float ac = p.alphas_cumprod[static_cast<size_t>(p.timesteps[b])];
       return latents * d(std::sqrt(ac)) + noise * d(std::sqrt(1 - ac));
@@ -402,6 +450,7 @@ torch::Tensor sample(const SamplerPlan& plan, torch::Tensor latents, const Model
     case SamplerKind::kDdim: return sample_ddim(plan, std::move(latents), model, prog);
     case SamplerKind::kUniPc: return sample_unipc(plan, std::move(latents), model, prog);
     case SamplerKind::kLcm: return sample_lcm(plan, std::move(latents), model, gens, prog);
+    case SamplerKind::kTcd: return sample_tcd(plan, std::move(latents), model, gens, prog);
   }
   return latents;
 }

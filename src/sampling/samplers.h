@@ -1,7 +1,9 @@
 // Samplers: one function per method, each following the diffusers scheduler
 // that diffusers' documentation maps to the A1111 name (the file and function
 // are cited at each). They work on a batch of latents [B, 4, h, w]; the model
-// function applies CFG (and guidance rescale) and returns eps for the batch.
+// function applies CFG (and guidance rescale) and returns the model's output for
+// the batch: eps, or v for a v-prediction model (plan.v_prediction), which each
+// sampler converts to x0 / eps as its diffusers scheduler does.
 // Noise that an ancestral/SDE sampler draws comes from one CPU generator per
 // image, drawn as diffusers' randn_tensor does with a list of generators, so
 // an image is the same whatever batch it lands in. Not thread-safe per call;
@@ -19,7 +21,7 @@
 namespace sdxl {
 
 // model_input: latents already scaled by the sampler (scale_model_input);
-// returns the noise prediction with CFG applied, same shape.
+// returns the model output (eps or v) with CFG applied, same shape.
 using ModelFn = std::function<torch::Tensor(const torch::Tensor& model_input, double timestep)>;
 // Called after each model call with (calls done, calls total); may throw to stop.
 using StepHook = std::function<void(int step, int total)>;

@@ -8,9 +8,12 @@
 
 namespace sdxl {
 
-// sigma = sqrt((1 - ac) / ac) in float32, from train_alphas_cumprod below.
+// sigma = sqrt((1 - ac) / ac) in float32, from train_alphas_cumprod below; with zero-SNR the
+// sigma schedulers (Euler, DPM-Solver, UniPC) set alphas_cumprod[-1] = 2**-24 so that the
+// first sigma is finite.
 std::vector<float> train_sigmas(const SchedulerConfig& cfg) {
-  const std::vector<float> ac = train_alphas_cumprod(cfg);
+  std::vector<float> ac = train_alphas_cumprod(cfg);
+  if (cfg.rescale_betas_zero_snr) ac.back() = std::ldexp(1.0f, -24);
   std::vector<float> sigmas(ac.size());
   for (size_t i = 0; i < ac.size(); ++i) sigmas[i] = std::sqrt((1.0f - ac[i]) / ac[i]);
   return sigmas;
@@ -65,6 +68,26 @@ Schedule euler_discrete_schedule(const SchedulerConfig& cfg, int steps) {
 }
 
 
+std::vector<float> rescale_zero_terminal_snr(const std::vector<float>& betas) {
+  const size_t n = betas.size();
+  std::vector<float> bar_sqrt(n);
+  double a = 1.0;  // torch.cumprod on the CPU accumulates float32 in double
+  for (size_t i = 0; i < n; ++i) {
+    a *= static_cast<double>(1.0f - betas[i]);
+    bar_sqrt[i] = std::sqrt(static_cast<float>(a));
+  }
+  const float first = bar_sqrt.front(), last = bar_sqrt.back();
+  const float scale = first / (first - last);
+  std::vector<float> bar(n);
+  for (size_t i = 0; i < n; ++i) {
+    const float v = (bar_sqrt[i] - last) * scale;
+    bar[i] = v * v;
+  }
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = 1.0f - (i == 0 ? bar[0] : bar[i] / bar[i - 1]);
+  return out;
+}
+
 // Mirrors diffusers' float32 arithmetic: betas = linspace(sqrt(b0), sqrt(b1), N)^2
 // (torch.linspace fills the second half backwards from the end), alphas_cumprod
 // = cumprod(1 - betas).
@@ -85,6 +108,17 @@ std::vector<float> train_alphas_cumprod(const SchedulerConfig& cfg) {
     }
   }
   std::vector<float> ac(static_cast<size_t>(n));
+  if (cfg.rescale_betas_zero_snr) {
+    // torch.cumprod's double accumulation (the path without zero-SNR below keeps the float32
+    // one that its goldens and images were made with).
+    betas = rescale_zero_terminal_snr(betas);
+    double acc = 1.0;
+    for (size_t i = 0; i < ac.size(); ++i) {
+      acc *= static_cast<double>(1.0f - betas[i]);
+      ac[i] = static_cast<float>(acc);
+    }
+    return ac;
+  }
   float a = 1.0f;
   for (size_t i = 0; i < ac.size(); ++i) {
     a *= 1.0f - betas[i];

@@ -19,8 +19,14 @@ struct Schedule {
 // arithmetic as diffusers computes them (num_train_timesteps entries).
 std::vector<float> train_sigmas(const SchedulerConfig& cfg);
 
-// alphas_cumprod = cumprod(1 - betas) in float32 (num_train_timesteps entries).
+// alphas_cumprod = cumprod(1 - betas) in float32 (num_train_timesteps entries); with
+// cfg.rescale_betas_zero_snr the betas are rescaled first and the last entry is 0, as
+// DDIMScheduler, LCMScheduler and TCDScheduler keep it.
 std::vector<float> train_alphas_cumprod(const SchedulerConfig& cfg);
+
+// diffusers' rescale_zero_terminal_snr (Lin et al. 2023, algorithm 1) in float32: betas
+// whose alphas_cumprod ends at 0 and keeps its first value.
+std::vector<float> rescale_zero_terminal_snr(const std::vector<float>& betas);
 
 // numpy helpers with numpy's float64 arithmetic, for mirroring set_timesteps.
 // np.linspace(start, stop, num) (endpoint included).

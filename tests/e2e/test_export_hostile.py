@@ -148,6 +148,42 @@ class ExportRefusals(ExportCase):
                 folder = self.vae_folder(name, weights=path)
                 self.refused(["--vae-only", "--vae", str(folder)], words, "diffusion_pytorch_model.safetensors")
 
+    def test_prediction_flags_that_contradict_the_checkpoint_markers_are_refused(self):
+        """Issue 61: a single file's v_pred / ztsnr marker keys against --prediction-type epsilon and
+        --no-zero-snr, refused from the header before torch loads."""
+        keys = ["model.diffusion_model.label_emb.0.0.weight", "conditioner.embedders.0.transformer.w",
+                "conditioner.embedders.1.model.w"]
+        header = {k: t("F32", [1], 4 * i, 4 * i + 4) for i, k in enumerate(keys)}
+        header.update(v_pred=t("F32", [0], 12, 12), ztsnr=t("F32", [0], 12, 12))
+        path = self.write("vpred-markers.safetensors", safetensors(header, f32(0, 0, 0)))
+        self.refused(["--from", str(path), "--prediction-type", "epsilon"], "--prediction-type epsilon contradicts",
+                     "'v_pred' marker")
+        self.refused(["--from", str(path), "--no-zero-snr"], "--no-zero-snr contradicts", "'ztsnr' marker")
+
+    def test_prediction_settings_come_from_the_source_and_the_flags(self):
+        """Issue 61: what model.json records (checkpoint_family.prediction_settings, torch-free): a
+        diffusers folder's scheduler config, a single file's markers, the flags over both."""
+        sys.path.insert(0, str(Path(ARGS.source) / "scripts"))
+        from export.checkpoint_family import prediction_settings
+
+        def flags(**kw) -> argparse.Namespace:
+            return argparse.Namespace(**{"from_path": "src", "prediction_type": None, "zero_snr": None,
+                                         "guidance_rescale": None, **kw})
+        vz = {"prediction_type": "v_prediction", "rescale_betas_zero_snr": True, "guidance_rescale": 0.7,
+              "timestep_spacing": "trailing"}
+        eps = {"prediction_type": "epsilon", "rescale_betas_zero_snr": False, "guidance_rescale": 0.0}
+        self.assertEqual(prediction_settings(flags(), {"prediction_type": "v_prediction",
+                                                       "rescale_betas_zero_snr": True}, None), vz)
+        self.assertEqual(prediction_settings(flags(), {}, {"v_pred", "ztsnr"}), vz)
+        self.assertEqual(prediction_settings(flags(), {}, None), eps)
+        self.assertEqual(prediction_settings(flags(), {}, {"v_pred"}), dict(eps, prediction_type="v_prediction"))
+        self.assertEqual(prediction_settings(flags(prediction_type="v_prediction", zero_snr=True), {}, None), vz)
+        self.assertEqual(prediction_settings(flags(prediction_type="epsilon", zero_snr=False),
+                                             {"prediction_type": "v_prediction", "rescale_betas_zero_snr": True},
+                                             None), eps)
+        self.assertEqual(prediction_settings(flags(guidance_rescale=0.5), {}, {"v_pred", "ztsnr"})["guidance_rescale"],
+                         0.5)
+
     def test_every_weights_flag_checks_its_files(self):
         bad = self.write("overlap.safetensors", HOSTILE["overlap"][0])
         encoder = self.work / "folders" / "encoder"

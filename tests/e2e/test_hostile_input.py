@@ -423,5 +423,34 @@ class Round3(Case):
         out = self.refused_by_both(b, "/pins/linked", "leads out of its folder", self.d)
         self.assertIn("/pins/model", out)
 
+
+class SamplingKeys(Case):
+    """Issue 61's keys (validate = run, at their pointer): a timestep list that is empty, out of
+    range, not strictly decreasing, not a list, given with a sampler whose diffusers scheduler takes
+    none, or beside a different "steps"; eta outside [0, 1]."""
+
+    def test_bad_timesteps_and_eta(self):
+        d = fresh("sampling_keys")
+        cases = [({"timesteps": []}, "/tasks/0/timesteps", "at least one timestep"),
+                 ({"timesteps": [999, 1000]}, "/tasks/0/timesteps", "item 1 (1000) is out of range"),
+                 ({"timesteps": [499, 749]}, "/tasks/0/timesteps", "strictly decreasing"),
+                 ({"timesteps": "999,749"}, "/tasks/0/timesteps", "must be a list of integer timesteps"),
+                 ({"timesteps": [999, 499], "sampler": "DDIM"}, "/tasks/0/timesteps", "sampler 'DDIM' takes no"),
+                 ({"timesteps": [999, 499], "sampler": "Euler", "schedule": "Karras"}, "/tasks/0/timesteps",
+                  "not 'Karras'"),
+                 ({"timesteps": [999, 499], "steps": 3}, "/tasks/0/steps", "holds 2"),
+                 ({"eta": 1.5, "sampler": "TCD"}, "/tasks/0/eta", "eta")]
+        for i, (keys, pointer, words) in enumerate(cases):
+            with self.subTest(keys=keys):
+                b = batch(d, [{"id": "a", "prompt": "x", "seed": 1, **keys}])
+                # run too for every other case (one check serves both; this keeps the test short)
+                self.refused_by_both(b, pointer, words, d, validate_only=i % 2 == 1)
+        r = sdxl("generate", "--model", ARGS.model, "--prompt", "x", "--sampler", "UniPC", "--timesteps", "999,499",
+                 "--out", str(d / "g.png"))
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("sampler 'UniPC' takes no timestep list", r.stderr)
+        self.assertNotIn("loading", r.stderr.lower(), "refused before the weights load")
+
+
 if __name__ == "__main__":
     sys.exit(main(__doc__, "--binary", "--model", "--work"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from diffusers import (DDIMScheduler, DPMSolverMultistepScheduler, DPMSolverSinglestepScheduler,
                        EulerAncestralDiscreteScheduler, EulerDiscreteScheduler, HeunDiscreteScheduler, LCMScheduler,
-                       UniPCMultistepScheduler)
+                       TCDScheduler, UniPCMultistepScheduler)
 
 SAMPLERS = {
     "Euler": (EulerDiscreteScheduler, {}),
@@ -22,6 +22,7 @@ SAMPLERS = {
     "DDIM": (DDIMScheduler, {}),
     "UniPC": (UniPCMultistepScheduler, {}),
     "LCM": (LCMScheduler, {}),
+    "TCD": (TCDScheduler, {}),
 }
 
 SCHEDULES = {
@@ -31,7 +32,8 @@ SCHEDULES = {
     "SGM Uniform": {"timestep_spacing": "trailing"},
 }
 
-# What sdxl-batch accepts (sampler_plan.cpp); the rest is an error there.
+# What sdxl-batch accepts (sampler_plan.cpp); the rest is an error there. TCD (Automatic only) is
+# left out: its eta is a task key, which parity_vpred.py compares.
 VALID = {
     "Euler": ["Automatic", "Karras", "Exponential", "SGM Uniform"],
     "Euler a": ["Automatic", "SGM Uniform"],

@@ -539,3 +539,31 @@ TEST(ModelConfig, DetectorFolder) {
     EXPECT_NE(std::string(e.what()).find("is a detector folder"), std::string::npos) << e.what();
   }
 }
+
+// Issue 61: v-prediction, zero-SNR and the model's guidance_rescale default are read; other values
+// are refused at their pointer.
+TEST(ModelConfig, PredictionSettings) {
+  auto j = valid();
+  j["scheduler"]["prediction_type"] = "v_prediction";
+  j["scheduler"]["rescale_betas_zero_snr"] = true;
+  j["defaults"]["guidance_rescale"] = 0.7;
+  const sdxl::ModelConfig c = sdxl::parse_model_config(j.dump(), "/m", "/m/model.json", false);
+  EXPECT_TRUE(c.scheduler.v_prediction());
+  EXPECT_TRUE(c.scheduler.rescale_betas_zero_snr);
+  EXPECT_DOUBLE_EQ(c.defaults.guidance_rescale, 0.7);
+  const sdxl::ModelConfig e = sdxl::parse_model_config(valid().dump(), "/m", "/m/model.json", false);
+  EXPECT_FALSE(e.scheduler.v_prediction());
+  EXPECT_FALSE(e.scheduler.rescale_betas_zero_snr);
+  EXPECT_DOUBLE_EQ(e.defaults.guidance_rescale, 0.0);
+
+  j = valid();
+  j["scheduler"]["prediction_type"] = "sample";
+  EXPECT_NE(error_of(j).find("/scheduler/prediction_type is 'sample', expected one of: epsilon, v_prediction"),
+            std::string::npos) << error_of(j);
+  j = valid();
+  j["scheduler"]["rescale_betas_zero_snr"] = "yes";
+  EXPECT_NE(error_of(j).find("/scheduler/rescale_betas_zero_snr must be true or false"), std::string::npos) << error_of(j);
+  j = valid();
+  j["defaults"]["guidance_rescale"] = 1.5;
+  EXPECT_NE(error_of(j).find("/defaults/guidance_rescale must be in"), std::string::npos) << error_of(j);
+}

@@ -125,3 +125,54 @@ TEST(SamplerPlan, Img2ImgStrengthSkipsLikeGetTimesteps) {
   EXPECT_THROW(sdxl::plan_apply_strength(q, 0.2), sdxl::UsageError);  // int(0.8) = 0 steps
   EXPECT_THROW(sdxl::plan_apply_strength(q, 0.0), sdxl::UsageError);
 }
+
+// Issue 61: diffusers' set_timesteps(timesteps=...) for the samplers whose scheduler takes a list;
+// the others, and a list that is empty, out of range or not strictly decreasing, refused by name.
+TEST(SamplerPlan, TimestepListReplacesTheSpacing) {
+  sdxl::SchedulerConfig cfg;
+  const std::vector<int> dmd2{999, 749, 499, 249};
+  for (const char* s : {"Euler", "Heun", "DPM++ 2M", "DPM++ 2M SDE", "DPM++ SDE", "LCM", "TCD"}) {
+    const sdxl::SamplerPlan p = sdxl::make_sampler_plan(cfg, sdxl::parse_sampler_choice(s, ""), 8, dmd2);
+    EXPECT_EQ(p.steps, 4) << s;
+    EXPECT_EQ(p.timesteps.front(), 999.0) << s;
+    EXPECT_EQ(p.timesteps.back(), 249.0) << s;
+    EXPECT_EQ(p.timesteps.size(), std::string(s) == "Heun" ? 7u : 4u) << s;
+  }
+  const auto why = [&](const char* sampler, const char* schedule, const std::vector<int>& ts) -> std::string {
+    try {
+      (void)sdxl::make_sampler_plan(cfg, sdxl::parse_sampler_choice(sampler, schedule), 4, ts);
+    } catch (const sdxl::UsageError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(why("DDIM", "", dmd2).find("sampler 'DDIM' takes no timestep list"), std::string::npos) << why("DDIM", "", dmd2);
+  EXPECT_NE(why("Euler a", "", dmd2).find("'Euler a'"), std::string::npos);
+  EXPECT_NE(why("UniPC", "", dmd2).find("'UniPC'"), std::string::npos);
+  EXPECT_NE(why("Euler", "Karras", dmd2).find("not 'Karras'"), std::string::npos) << why("Euler", "Karras", dmd2);
+  EXPECT_NE(why("LCM", "", {999, 999}).find("strictly decreasing: item 1 (999)"), std::string::npos);
+  EXPECT_NE(why("LCM", "", {1000, 10}).find("item 0 (1000) is out of range"), std::string::npos);
+  EXPECT_NE(why("LCM", "", {10, -1}).find("item 1 (-1) is out of range"), std::string::npos);
+  EXPECT_EQ(sdxl::timesteps_problem(sdxl::parse_sampler_choice("TCD", ""), {}, 1000).rfind("must hold at least one", 0), 0u);
+}
+
+// rescale_zero_terminal_snr: alphas_cumprod keeps its first value and ends at 0 (DDIM, LCM, TCD);
+// the sigma schedulers clamp it to 2**-24, so the first sigma is 4096 and trailing starts there.
+TEST(SamplerPlan, ZeroTerminalSnr) {
+  sdxl::SchedulerConfig plain, z;
+  z.rescale_betas_zero_snr = true;
+  z.timestep_spacing = "trailing";
+  const std::vector<float> a = sdxl::train_alphas_cumprod(plain), b = sdxl::train_alphas_cumprod(z);
+  EXPECT_NEAR(b.front(), a.front(), 1e-6);
+  EXPECT_EQ(b.back(), 0.0f);
+  EXPECT_GT(a.back(), 0.004f);
+  const std::vector<float> sig = sdxl::train_sigmas(z);
+  EXPECT_NEAR(sig.back(), 4096.0f, 0.01f);
+  const sdxl::SamplerPlan p = sdxl::make_sampler_plan(z, sdxl::parse_sampler_choice("Euler", ""), 4);
+  EXPECT_EQ(p.timesteps.front(), 999.0);
+  EXPECT_NEAR(p.sigmas.front(), 4096.0, 0.01);
+  EXPECT_DOUBLE_EQ(p.init_noise_sigma, p.sigmas.front());
+  EXPECT_FALSE(p.v_prediction);
+  z.prediction_type = "v_prediction";
+  EXPECT_TRUE(sdxl::make_sampler_plan(z, sdxl::parse_sampler_choice("DDIM", ""), 4).v_prediction);
+}

@@ -21,9 +21,11 @@ GenerationParams all_set() {
   p.cfg = 5.5;
   p.width = 512;
   p.height = 768;
-  p.sampler = "DPM++ 2M";
+  p.sampler = "TCD";  // eta matters (is compared, recorded, grouped) only for TCD
   p.schedule = "Karras";
   p.guidance_rescale = 0.3;
+  p.timesteps = {999, 749, 499, 249};
+  p.eta = 0.5;
   p.clip_skip = 3;
   p.init_image = "/in/init.png";
   p.strength = 0.6;
