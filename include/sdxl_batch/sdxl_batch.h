@@ -300,6 +300,8 @@ struct ControlNet {
   std::string model{};  // a ControlNet folder (scripts/export_sdxl.py --controlnet)
   std::string image{};  // its control image (PNG), resized to the image's size
   double strength = 1.0, start = 0.0, end = 1.0;  // scale; the fraction of the steps it acts in
+  std::string type{};      // a Union ControlNet's control type of the image ("openpose"); "" for a plain one
+  bool same_call = false;  // one call with the ControlNet before (the same Union ControlNet's next image)
 };
 struct IpAdapter {
   std::string model{};                // an IP-Adapter folder ("" = none)

@@ -10,6 +10,8 @@ from pathlib import Path
 from .inputs import ExportError, read_header
 
 LDM_PREFIX = "control_model."
+# diffusers' class, and the name xinsir's own config.json gives it.
+UNION_CLASSES = ("ControlNetUnionModel", "ControlNetModel_Union")
 UNION_KEYS = ("task_embedding", "control_type_proj.", "control_add_embedding.", "transformer_layes.",
               "spatial_ch_projs.")
 
@@ -29,8 +31,9 @@ def what_else(shapes: dict[str, list[int]]) -> str | None:
         return "a LoRA, not a ControlNet (use it with --lora or a task's \"loras\")"
     if _any(keys, lambda k: k.startswith("adapter.") or (k.startswith("body.") and ".block1." in k)):
         return "a T2I-Adapter, not a ControlNet; not supported"
-    if _any(keys, lambda k: k.startswith(UNION_KEYS)):
-        return "a Union ControlNet (ControlNetUnionModel: several control types in one); not supported yet"
+    if is_union(shapes) and not diffusers_layout(shapes):
+        return "a Union ControlNet (ControlNetUnionModel) without diffusers' keys (controlnet_cond_embedding.*); " \
+               "only xinsir's diffusers layout is read"
     if _any(keys, lambda k: "ctrl_to_base" in k or "base_to_ctrl" in k):
         return "a ControlNet-XS adapter, not a ControlNet; not supported"
     if _any(keys, lambda k: k.startswith(("model.diffusion_model.", "first_stage_model.", "conditioner."))):
@@ -40,6 +43,11 @@ def what_else(shapes: dict[str, list[int]]) -> str | None:
         return f"not a ControlNet (no controlnet_cond_embedding.* or input_hint_block.* tensors; top-level " \
                f"names: {', '.join(prefixes)})"
     return not_sdxl(shapes)
+
+
+def is_union(shapes) -> bool:
+    """A Union ControlNet (xinsir's controlnet-union-sdxl-1.0 / ProMax: task_embedding, transformer_layes.*)."""
+    return _any(list(shapes), lambda k: k.startswith(UNION_KEYS))
 
 
 def diffusers_layout(shapes) -> bool:
@@ -68,11 +76,9 @@ def not_sdxl(shapes) -> str | None:
 
 
 def config_not_sdxl(cfg: dict, where: str) -> None:
-    """Refuses a ControlNet config that is not an SDXL ControlNet (or a Union one)."""
-    if cfg.get("_class_name") not in (None, "ControlNetModel"):
-        what = ("a Union ControlNet (ControlNetUnionModel); not supported yet"
-                if cfg["_class_name"] == "ControlNetUnionModel" else f"a {cfg['_class_name']}, not a ControlNetModel")
-        raise ExportError(f"{where}: {what}")
+    """Refuses a ControlNet config that is not an SDXL ControlNet (plain or Union)."""
+    if cfg.get("_class_name") not in (None, "ControlNetModel", *UNION_CLASSES):
+        raise ExportError(f"{where}: a {cfg['_class_name']}, not a ControlNetModel or ControlNetUnionModel")
     if cfg.get("addition_embed_type") != "text_time":
         ctx = cfg.get("cross_attention_dim")
         family = {768: "an SD 1.x ControlNet", 1024: "an SD 2.x ControlNet"}.get(ctx, "a ControlNet")

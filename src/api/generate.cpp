@@ -48,17 +48,27 @@ std::string flag_path(const std::string& flag, const std::string& path) {
 std::vector<ControlNetUse> controlnets_of(const sdxl_batch::ImageRequest& r, const ModelConfig& config) {
   std::vector<ControlNetUse> out;
   for (const sdxl_batch::ControlNet& c : r.controlnets) {
-    out.push_back({flag_path("--controlnet", c.model), c.image, c.strength, c.start, c.end});
+    out.push_back({flag_path("--controlnet", c.model), c.image, c.strength, c.start, c.end, c.type, c.same_call});
     const size_t k = out.size() - 1;
     if (c.image.empty())
       throw UsageError("ControlNet " + std::to_string(k) + " (" + out[k].model + ") has no --control-image FILE after it");
     if (c.start >= c.end)
       throw UsageError("ControlNet " + std::to_string(k) + ": --control-start must be below --control-end");
+    if (c.same_call && (k == 0 || out[k - 1].model != out[k].model))
+      throw UsageError("ControlNet " + std::to_string(k) + ": an image of the same call follows no image of " +
+                       out[k].model);
     int w = 0, h = 0;
     check_png("--control-image", c.image, w, h);
   }
-  for (const ControlNetUse& c : out)  // ModelError naming the folder, before the model loads
-    check_controlnet_fits(load_controlnet_config(c.model), config);
+  for (size_t k = 0; k < out.size(); ++k) {  // ModelError naming the folder, before the model loads
+    const ControlNetConfig cn = load_controlnet_config(out[k].model);
+    check_controlnet_fits(cn, config);
+    if (const std::string why = control_type_problem(cn, out[k].type); !why.empty())
+      throw UsageError("ControlNet " + std::to_string(k) + ": --control-type " + why);
+    if (out[k].same_call && !cn.is_union())
+      throw UsageError("ControlNet " + std::to_string(k) + " (" + out[k].model +
+                       ") has several --control-image: only a Union ControlNet takes several images in one call");
+  }
   return out;
 }
 

@@ -138,17 +138,9 @@ struct Checker : JsonFields {
     return absolute_normal(path.is_relative() ? base_dir / path : path).string();
   }
 
-  // One entry of "controlnets": a ControlNet folder and a readable PNG, strength and window.
-  void read_controlnet(const json& c, const std::string& cp, GenerationParams& p) {
-    check_keys(c, cp, {"model", "image", "strength", "start", "end"});
-    ControlNetUse u;
+  // A control image of "controlnets" at `cp`: a readable PNG inside the batch file's folder.
+  void read_control_image(const json& c, const std::string& cp, ControlNetUse& u) {
     std::string rel;
-    if (get_path(c, cp, "model", rel)) {
-      u.model = resolve(rel);
-      folder_ok("controlnet", rel, u.model, cp + "/model");
-    } else if (!c.contains("model")) {
-      add(cp + "/model", "is missing (a ControlNet folder made by scripts/export_sdxl.py --controlnet)");
-    }
     if (get_path(c, cp, "image", rel)) {
       u.image = resolve(rel);
       int w = 0, h = 0;
@@ -158,11 +150,57 @@ struct Checker : JsonFields {
     } else if (!c.contains("image")) {
       add(cp + "/image", "is missing (the control image: a PNG pose, edge or depth map)");
     }
+    if (get_string(c, cp, "type", u.type) && u.type.empty())
+      add(cp + "/type", "must not be empty (a Union ControlNet's control type, e.g. \"openpose\")");
     get_number(c, cp, "strength", 0.0, 10.0, u.strength);
     get_number(c, cp, "start", 0.0, 1.0, u.start);
     get_number(c, cp, "end", 0.0, 1.0, u.end);
     if (u.start >= u.end) add(cp + "/start", "must be below \"end\" (fractions of the steps)");
-    p.controlnets.push_back(u);
+  }
+
+  // One entry of "controlnets": a ControlNet folder and a readable PNG (with a Union
+  // ControlNet's "type"), strength and window; or a Union ControlNet's "images" of one
+  // call, each {image, type} with the entry's strength and window unless it has its own.
+  void read_controlnet(const json& c, const std::string& cp, GenerationParams& p) {
+    check_keys(c, cp, {"model", "image", "type", "images", "strength", "start", "end"});
+    ControlNetUse u;
+    std::string rel;
+    if (get_path(c, cp, "model", rel)) {
+      u.model = resolve(rel);
+      folder_ok("controlnet", rel, u.model, cp + "/model");
+    } else if (!c.contains("model")) {
+      add(cp + "/model", "is missing (a ControlNet folder made by scripts/export_sdxl.py --controlnet)");
+    }
+    if (!c.contains("images")) {
+      read_control_image(c, cp, u);
+      p.controlnets.push_back(u);
+      return;
+    }
+    const json& list = c["images"];
+    for (const char* key : {"image", "type"})
+      if (c.contains(key))
+        add(cp + "/" + key, "goes with \"images\" only inside its entries (one call's images, each with its type)");
+    if (!list.is_array() || list.size() < 2) {
+      add(cp + "/images", "must be an array of 2 or more {\"image\": PNG, \"type\": NAME} (for one image: "
+                          "\"image\" and \"type\")");
+      return;
+    }
+    get_number(c, cp, "strength", 0.0, 10.0, u.strength);
+    get_number(c, cp, "start", 0.0, 1.0, u.start);
+    get_number(c, cp, "end", 0.0, 1.0, u.end);
+    for (size_t k = 0; k < list.size(); ++k) {
+      const std::string ip = cp + "/images/" + std::to_string(k);
+      if (!list[k].is_object()) {
+        add(ip, "must be an object {\"image\": PNG, \"type\": NAME}");
+        continue;
+      }
+      check_keys(list[k], ip, {"image", "type", "strength", "start", "end"});
+      ControlNetUse part = u;
+      part.same_call = k > 0;
+      read_control_image(list[k], ip, part);
+      if (!list[k].contains("type")) add(ip + "/type", "is missing (each image of \"images\" names its control type)");
+      p.controlnets.push_back(part);
+    }
   }
 
   // "controlnets": a task's list replaces the defaults'.
@@ -170,7 +208,8 @@ struct Checker : JsonFields {
     if (!obj.contains("controlnets")) return;
     const std::string ptr = pointer + "/controlnets";
     const json& list = obj["controlnets"];
-    const char* shape = "an array of {\"model\": DIR, \"image\": PNG, \"strength\": 1, \"start\": 0, \"end\": 1}";
+    const char* shape = "an array of {\"model\": DIR, \"image\": PNG, \"type\": NAME (a Union ControlNet), "
+                        "\"strength\": 1, \"start\": 0, \"end\": 1}";
     if (!list.is_array()) {
       add(ptr, std::string("must be ") + shape);
       return;

@@ -17,12 +17,18 @@ namespace sdxl {
 // a ControlNet folder (export_sdxl.py --controlnet), its control image (a PNG,
 // resized to the task's size as diffusers' control image processor does), its
 // strength (controlnet_conditioning_scale) and the fraction of the model calls
-// it acts in (control_guidance_start / _end).
+// it acts in (control_guidance_start / _end). A Union ControlNet
+// (StableDiffusionXLControlNetUnionPipeline) names each image's control type;
+// the images of one call (diffusers' control_mode list, a batch file's
+// "images") are consecutive entries of the same folder, each after the first
+// marked same_call.
 struct ControlNetUse {
   std::string model;  // the folder
   std::string image;  // the control image
   double strength = 1.0;
   double start = 0.0, end = 1.0;
+  std::string type;        // a Union ControlNet's control type ("openpose"); "" for a plain ControlNet
+  bool same_call = false;  // one call with the entry before (a Union ControlNet's several images)
   bool operator==(const ControlNetUse&) const = default;
 };
 

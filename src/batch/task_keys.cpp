@@ -125,9 +125,12 @@ const KeyHooks kLoraHooks{
 const KeyHooks kControlNetHooks{
     [](const GP& a, const GP& b) { return a.controlnets == b.controlnets; },
     [](const GP& p, json& j) {
-      for (const auto& c : p.controlnets)
-        j["controlnets"].push_back(
-            {{"model", c.model}, {"image", c.image}, {"strength", c.strength}, {"start", c.start}, {"end", c.end}});
+      for (const auto& c : p.controlnets) {
+        json e = {{"model", c.model}, {"image", c.image}, {"strength", c.strength}, {"start", c.start}, {"end", c.end}};
+        if (!c.type.empty()) e["type"] = c.type;  // a plain ControlNet's record stays as it was
+        if (c.same_call) e["same_call"] = true;
+        j["controlnets"].push_back(e);
+      }
     },
     [](const json& j, GP& p) {
       const json* list = at_pointer(j, "/controlnets");
@@ -139,13 +142,16 @@ const KeyHooks kControlNetHooks{
         u.strength = c.value("strength", 1.0);
         u.start = c.value("start", 0.0);
         u.end = c.value("end", 1.0);
+        u.type = c.value("type", "");
+        u.same_call = c.value("same_call", false);
         p.controlnets.push_back(u);
       }
     },
     [](const GP& p, std::string& key) {
       // The same models, strengths and windows (each image brings its own control image).
       for (const auto& c : p.controlnets)
-        key += "|cn:" + c.model + ":" + num(c.strength) + ":" + num(c.start) + ":" + num(c.end);
+        key += "|cn:" + c.model + ":" + num(c.strength) + ":" + num(c.start) + ":" + num(c.end) + ":" + c.type +
+               (c.same_call ? ":+" : "");
     }};
 
 const KeyHooks kIpAdapterHooks{
@@ -281,7 +287,8 @@ std::vector<TaskKey> settings_keys() {
        .hooks = &kUpscaleHooks},
       {.name = "controlnets", .type = kArray, .scope = kBoth, .part = kSettings, .default_text = "none",
        .a1111 = "ControlNet 0", .manifest = "/controlnets", .split = kParts, .generate_flag = "--controlnet",
-       .summary = "ControlNet folders with their control images, strengths and windows",
+       .summary = "ControlNet folders with their control images, strengths and windows (a Union ControlNet: "
+                  "each image's \"type\", several in one call as \"images\")",
        .hooks = &kControlNetHooks},
       {.name = "ip_adapter", .type = kObject, .scope = kBoth, .part = kSettings, .default_text = "none",
        .a1111 = "IP-Adapter", .manifest = "/ip_adapter", .split = kParts, .generate_flag = "--ip-adapter",

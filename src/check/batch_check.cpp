@@ -257,6 +257,18 @@ void check_mask_blur(const ModelConfig& model, const std::string& at, const Gene
                                               " and the resize to the latent grid (widen it, or lower mask_blur)", 0});
 }
 
+// The JSON pointer (below the task's) of flattened ControlNet entry `k`: a
+// Union ControlNet's "images" (2 or more, batch_file.cpp) are entries marked
+// same_call after their first.
+std::string controlnet_pointer(const std::vector<ControlNetUse>& cns, size_t k) {
+  size_t entry = 0, first = 0;
+  for (size_t i = 1; i <= k; ++i)
+    if (!cns[i].same_call) ++entry, first = i;
+  const bool joint = k > first || (k + 1 < cns.size() && cns[k + 1].same_call);
+  const std::string base = "/controlnets/" + std::to_string(entry);
+  return joint ? base + "/images/" + std::to_string(k - first) : base;
+}
+
 // The model's limits for task `i`: sizes (and the hires pass), clip skip, and
 // whether its VAE, ControlNet and IP-Adapter folders fit the model.
 void check_task_against_model(const ModelConfig& model, TaskFolderFits& fits, size_t i, const GenerationParams& p,
@@ -283,10 +295,12 @@ void check_task_against_model(const ModelConfig& model, TaskFolderFits& fits, si
     out.problems.push_back({at, e.what(), 0});
   }
   for (size_t k = 0; k < p.controlnets.size(); ++k) {
+    const std::string cp = at + controlnet_pointer(p.controlnets, k);
     try {
-      fits.controlnet(p.controlnets[k].model);
+      const std::string why = fits.control_type(p.controlnets[k].model, p.controlnets[k].type);
+      if (!why.empty()) out.problems.push_back({cp + "/type", why, 0});
     } catch (const ModelError& e) {
-      out.problems.push_back({at + "/controlnets/" + std::to_string(k), e.what(), 0});
+      out.problems.push_back({cp, e.what(), 0});
     }
   }
   try {

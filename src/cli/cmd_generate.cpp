@@ -36,7 +36,7 @@ struct GenerateArgs {
   int steps = 0, width = 0, height = 0;
   double cfg = -1;
   // --controlnet and its --control-* flags, grouped by the order they came in (controlnet_flags).
-  std::vector<std::string> cn_models, cn_images;
+  std::vector<std::string> cn_models, cn_images, cn_types;
   std::vector<double> cn_strengths, cn_starts, cn_ends;
   // --detailer and its --detailer-* flags, grouped by the order they came in (detailer_flags).
   std::vector<std::string> det_dirs, det_prompts, det_negatives;
@@ -52,17 +52,20 @@ struct GenerateArgs {
 
 namespace {
 
-// --controlnet DIR --control-image FILE [--control-strength W] [--control-start S]
-// [--control-end E], repeatable: each --controlnet starts a ControlNet and the
-// --control-* flags after it set its fields (Session::generate checks them).
+// --controlnet DIR --control-image FILE [--control-type T] [--control-strength W]
+// [--control-start S] [--control-end E], repeatable: each --controlnet starts a
+// ControlNet and the --control-* flags after it set its fields. A further
+// --control-image after the same --controlnet adds an image to its call (a Union
+// ControlNet's several types in one step, diffusers' control_mode list); the
+// --control-* flags after it are that image's (Session::generate checks them).
 std::vector<sdxl_batch::ControlNet> controlnet_flags(const GenerateArgs& a) {
   std::vector<sdxl_batch::ControlNet> out;
   std::map<std::string, size_t> taken;  // values used so far per flag
-  std::vector<std::set<std::string>> seen;  // flags given per ControlNet
+  std::vector<std::set<std::string>> seen;  // flags given per ControlNet image
   for (const CLI::Option* o : a.cmd->parse_order()) {
     const std::string flag = o->get_name();
-    static const std::set<std::string> kFlags = {"--controlnet", "--control-image", "--control-strength",
-                                                 "--control-start", "--control-end"};
+    static const std::set<std::string> kFlags = {"--controlnet", "--control-image", "--control-type",
+                                                 "--control-strength", "--control-start", "--control-end"};
     if (!kFlags.count(flag)) continue;
     const size_t i = taken[flag]++;
     if (flag == "--controlnet") {
@@ -72,11 +75,16 @@ std::vector<sdxl_batch::ControlNet> controlnet_flags(const GenerateArgs& a) {
     }
     if (out.empty())
       throw sdxl_batch::UsageError(flag + " comes before any --controlnet DIR (it sets the ControlNet before it)");
+    if (flag == "--control-image" && seen.back().count(flag)) {  // the next image of the same call
+      out.push_back({out.back().model, "", 1.0, 0.0, 1.0, "", true});
+      seen.emplace_back();
+    }
     if (!seen.back().insert(flag).second)
       throw sdxl_batch::UsageError("ControlNet " + std::to_string(out.size() - 1) + " (" + out.back().model + ") has " +
                                    flag + " twice");
     sdxl_batch::ControlNet& c = out.back();
     if (flag == "--control-image") c.image = a.cn_images.at(i);
+    else if (flag == "--control-type") c.type = a.cn_types.at(i);
     else if (flag == "--control-strength") c.strength = a.cn_strengths.at(i);
     else if (flag == "--control-start") c.start = a.cn_starts.at(i);
     else if (flag == "--control-end") c.end = a.cn_ends.at(i);
@@ -204,6 +212,10 @@ CLI::App* add_generate(CLI::App& app, std::shared_ptr<GenerateArgs>& args) {
   cmd->add_option("--control-image", args->cn_images,
                   "The control image (PNG: pose, edges, depth...) of the --controlnet before it; resized to the "
                   "image's size as diffusers does");
+  cmd->add_option("--control-type", args->cn_types,
+                  "The control type of the --control-image before it, for a Union ControlNet (openpose, depth, canny, "
+                  "tile, repaint...: the names its model.json lists); a further --control-image after the same "
+                  "--controlnet adds another image and type to the same call");
   cmd->add_option("--control-strength", args->cn_strengths,
                   "Strength of the --controlnet before it (diffusers' controlnet_conditioning_scale; default 1)")
       ->check(finite_range(0.0, 10.0));

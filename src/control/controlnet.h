@@ -31,6 +31,19 @@ class ControlNet {
                                        const torch::Tensor& pooled, const torch::Tensor& time_ids,
                                        const torch::Tensor& cond, double strength);
 
+  // A Union ControlNet's residuals for one call with K control images `cond`
+  // [K, rows, 3, 8h, 8w] of the types `types` (indices into the model's
+  // types) at `scales` (each image's strength times its window's keep): as
+  // diffusers' ControlNetUnionModel with control_type_idx = types and
+  // conditioning_scale = scales; for K = 1 the residuals are scaled, for K > 1
+  // each image's scale acts inside. Its transformer attends across the rows:
+  // pass one image's rows (its CFG pair), as diffusers makes one image. The
+  // first call of a shape is discarded, as residuals' is.
+  std::vector<torch::Tensor> union_residuals(const torch::Tensor& x, const torch::Tensor& t,
+                                             const torch::Tensor& context, const torch::Tensor& pooled,
+                                             const torch::Tensor& time_ids, const torch::Tensor& cond,
+                                             const std::vector<std::int64_t>& types, const std::vector<double>& scales);
+
   const ControlNetConfig& config() const { return config_; }
   std::uint64_t weight_bytes() const { return weight_bytes_; }
 

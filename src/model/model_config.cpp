@@ -465,7 +465,30 @@ ModelConfig read_task_folder(const json& j, const Reader& r, const FolderKind& k
   return files;
 }
 
+// controlnet.union: {"num_control_type": T, "types": {name: index < T, ...}}.
+void read_union_types(const Reader& u, ControlNetConfig& c) {
+  c.union_type_count = u.integer("num_control_type", 1, 256);
+  const Reader names = u.child("types");
+  for (const auto& item : u.raw("types").items()) {
+    if (const std::string why = text_problem(item.key(), TextKind::kName); !why.empty()) names.fail(names.at(""), why);
+    c.union_types[item.key()] = names.integer(item.key(), 0, c.union_type_count - 1);
+  }
+  if (c.union_types.empty()) u.fail(u.at("types"), "names no control type");
+}
+
 }  // namespace
+
+std::string control_type_problem(const ControlNetConfig& cn, const std::string& type) {
+  const std::string folder = "'" + cn.dir.string() + "'";
+  if (!cn.is_union())
+    return type.empty() ? "" : "is set, but ControlNet " + folder + " is no Union ControlNet (it has no control types)";
+  std::string names;
+  for (const auto& [name, index] : cn.union_types) names += (names.empty() ? "" : ", ") + name;
+  if (type.empty()) return "is missing: Union ControlNet " + folder + " needs the control type (one of " + names + ")";
+  if (!cn.union_types.count(type))
+    return "'" + type + "': Union ControlNet " + folder + " has no such control type (it has " + names + ")";
+  return "";
+}
 
 ControlNetConfig parse_controlnet_config(const std::string& json_text, const std::filesystem::path& dir,
                                          const std::string& origin, bool check_files) {
@@ -486,6 +509,7 @@ ControlNetConfig parse_controlnet_config(const std::string& json_text, const std
       cn.raw("global_pool_conditions").get<bool>())
     cn.fail(cn.at("global_pool_conditions"), "is true: ControlNets with pooled conditions (diffusers' guess mode, "
                                               "e.g. shuffle) are not supported");
+  if (cn.has("union")) read_union_types(cn.child("union"), c);
   if (check_files) check_model_file(files, dir, c.file, "/controlnet/file", origin);
   return c;
 }
@@ -664,7 +688,15 @@ void TaskFolderFits::vae(const std::string& dir) {
   once("vae:" + dir, [&] { check_vae_fits(load_vae_config(dir), model_); });
 }
 void TaskFolderFits::controlnet(const std::string& dir) {
-  once("controlnet:" + dir, [&] { check_controlnet_fits(load_controlnet_config(dir), model_); });
+  once("controlnet:" + dir, [&] {
+    ControlNetConfig c = load_controlnet_config(dir);
+    check_controlnet_fits(c, model_);
+    controlnets_.emplace(dir, std::move(c));
+  });
+}
+std::string TaskFolderFits::control_type(const std::string& dir, const std::string& type) {
+  controlnet(dir);
+  return control_type_problem(controlnets_.at(dir), type);
 }
 void TaskFolderFits::ip_adapter(const std::string& dir) {
   once("ip_adapter:" + dir, [&] { check_ip_adapter_fits(load_ip_adapter_config(dir), model_); });

@@ -219,12 +219,23 @@ struct TaskFolderConfig {
 // A ControlNet folder (export_sdxl.py --controlnet; model.json "kind": "controlnet"):
 // controlnet.ts maps (latent, timestep, context, text_embeds, time_ids, control
 // image [B,3,H,W] in [0,1]) to the residuals the UNet's forward_control takes.
+// A Union ControlNet (controlnet.union in model.json) takes K control images
+// [K,B,3,H,W], the one-hot of their types, their type indices and scales
+// (scripts/export/controlnet.py states the contract).
 struct ControlNetConfig : TaskFolderConfig {
   std::string file;
   int in_channels = 4, context_dim = 0, pooled_dim = 0, cond_channels = 3, downscale = 8;
   UnetControlInputs outputs;  // the residuals it makes
+  int union_type_count = 0;               // > 0: a Union ControlNet with this many control types
+  std::map<std::string, int> union_types;  // each type's names ("openpose", "canny", ...) -> its index
+  bool is_union() const { return union_type_count > 0; }
   std::string short_hash() const { return short_hash_of(file); }
 };
+
+// Why `type` (a task's "type" of this ControlNet, "" for none) cannot drive
+// `cn`, or "": a Union ControlNet needs one of its types' names, a plain one
+// takes none.
+std::string control_type_problem(const ControlNetConfig& cn, const std::string& type);
 
 // Throws ModelError naming the folder or the field.
 ControlNetConfig load_controlnet_config(const std::filesystem::path& dir);
@@ -266,6 +277,8 @@ class TaskFolderFits {
   explicit TaskFolderFits(const ModelConfig& model) : model_(model) {}
   void vae(const std::string& dir);
   void controlnet(const std::string& dir);
+  // controlnet(dir), then control_type_problem of its config and `type`.
+  std::string control_type(const std::string& dir, const std::string& type);
   void ip_adapter(const std::string& dir);
 
  private:
@@ -273,6 +286,7 @@ class TaskFolderFits {
   void once(const std::string& key, Check&& check);
   const ModelConfig& model_;
   std::map<std::string, std::string> errors_;  // kind + folder -> "" or the error
+  std::map<std::string, ControlNetConfig> controlnets_;  // the ControlNet folders that fit
 };
 
 // Bytes of the TorchScript files (*.ts) listed in model.json: what the resident

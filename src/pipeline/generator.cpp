@@ -899,6 +899,8 @@ std::shared_ptr<EncodedBatch> Generator::encode_batch(const std::vector<Generati
   for (const ControlNetUse& c : ps.front().controlnets) {
     eb->controlnets.push_back(translate_device_errors("loading a ControlNet", [&] { return im.controlnets->get(c.model); }));
     const ControlNetConfig& cc = eb->controlnets.back()->config();
+    if (const std::string why = control_type_problem(cc, c.type); !why.empty())  // as validate says it
+      throw UsageError("ControlNet " + std::to_string(cn_names.size()) + ": \"type\" " + why);
     cn_names.emplace_back(cc.display_name(), cc.short_hash());
   }
   eb->out.resize(ps.size());
@@ -924,12 +926,15 @@ std::shared_ptr<EncodedBatch> Generator::encode_batch(const std::vector<Generati
 
 namespace {
 
-// A ControlNet in one pass: its module, its control images at the pass's size
-// (CFG order [negatives, positives], as diffusers doubles them), strength and window.
+// A ControlNet call in one pass: its module, and per control image (one, or a
+// Union ControlNet's several of one call) the images at the pass's size (CFG
+// order [negatives, positives], as diffusers doubles them), its type's index
+// (a Union ControlNet's; none for a plain one), strength and window.
 struct ActiveControl {
   ControlNet* net = nullptr;
-  torch::Tensor cond;
-  double strength = 1.0, start = 0.0, end = 1.0;
+  std::vector<torch::Tensor> conds;
+  std::vector<std::int64_t> types;
+  std::vector<double> strength, start, end;
 };
 
 // What the sampling of one sub-batch needs from the generator.
@@ -959,17 +964,59 @@ torch::Tensor unet_input(const SubSampling& s, const torch::Tensor& x) {
   return s.unet_extra.defined() ? torch::cat({x, s.unet_extra.to(x.scalar_type())}, 1) : x;
 }
 
+// A Union ControlNet's residuals at one model call, its images at `scales`.
+// Its transformer attends across the rows it is given, so each image runs
+// with its own rows (its CFG pair, as diffusers makes one image) and an image
+// does not depend on its batch.
+std::vector<torch::Tensor> union_call(SubSampling& s, const ActiveControl& c, const torch::Tensor& x,
+                                      const torch::Tensor& t, const std::vector<double>& scales) {
+  UnetRunner& u = s.unet;
+  const torch::Tensor cond = torch::stack(c.conds);  // [K, rows, 3, H, W]
+  if (s.b == 1) return c.net->union_residuals(x, t, u.text_context(), u.pooled(), u.time_ids(), cond, c.types, scales);
+  std::vector<std::vector<torch::Tensor>> parts;
+  std::vector<std::int64_t> order;
+  for (std::int64_t i = 0; i < s.b; ++i) {
+    std::vector<std::int64_t> rows{i};
+    if (s.eb.cfg_on) rows.push_back(s.b + i);
+    const torch::Tensor r = torch::tensor(rows, torch::TensorOptions().dtype(torch::kInt64).device(x.device()));
+    parts.push_back(c.net->union_residuals(x.index_select(0, r), t.index_select(0, r), u.text_context().index_select(0, r),
+                                           u.pooled().index_select(0, r), u.time_ids().index_select(0, r),
+                                           cond.index_select(1, r), c.types, scales));
+    order.insert(order.end(), rows.begin(), rows.end());
+  }
+  const torch::Tensor where = torch::tensor(order, torch::TensorOptions().dtype(torch::kInt64).device(x.device()));
+  std::vector<torch::Tensor> out;
+  for (size_t k = 0; k < parts.front().size(); ++k) {
+    std::vector<torch::Tensor> pieces;
+    for (const auto& p : parts) pieces.push_back(p[k]);
+    const torch::Tensor cat = torch::cat(pieces);
+    out.push_back(torch::empty_like(cat).index_copy_(0, where, cat));
+  }
+  return out;
+}
+
 // The UNet call of model call `s.call` with the residuals of every ControlNet
 // whose window holds it: diffusers' controlnet_keep[i] = 1 - (i / n < start or
-// (i + 1) / n > end) over the pass's n model calls. A ControlNet outside its
-// window adds zeros in diffusers; here it is not run (the same sum).
+// (i + 1) / n > end) over the pass's n model calls. A ControlNet of one image
+// outside its window adds zeros in diffusers; here it is not run (the same
+// sum). A Union ControlNet's call of several images runs at every call, each
+// image at strength * keep: diffusers scales its images inside then, and its
+// residuals are not zero with every image at 0.
 torch::Tensor controlled_unet_call(SubSampling& s, const torch::Tensor& x, const torch::Tensor& t) {
   const double i = s.call++, n = s.calls;
   std::vector<torch::Tensor> residuals;
   for (const ActiveControl& c : s.controls) {
-    if (i / n < c.start || (i + 1) / n > c.end) continue;
-    add_residuals(residuals, c.net->residuals(x, t, s.unet.text_context(), s.unet.pooled(), s.unet.time_ids(), c.cond,
-                                              c.strength));
+    std::vector<double> scales;
+    bool any = false;
+    for (size_t j = 0; j < c.conds.size(); ++j) {
+      const bool keep = !(i / n < c.start[j] || (i + 1) / n > c.end[j]);
+      scales.push_back(keep ? c.strength[j] : 0.0);
+      any |= keep;
+    }
+    if (!any && c.conds.size() == 1) continue;
+    add_residuals(residuals, c.types.empty() ? c.net->residuals(x, t, s.unet.text_context(), s.unet.pooled(),
+                                                                 s.unet.time_ids(), c.conds[0], c.strength[0])
+                                             : union_call(s, c, x, t, scales));
   }
   return s.unet(unet_input(s, x), t, residuals);
 }
@@ -1018,7 +1065,13 @@ void bind_controls(SubSampling& s, const SamplerPlan& plan, int width, int heigh
     torch::Tensor cond = torch::cat(images);
     if (s.eb.cfg_on) cond = torch::cat({cond, cond});
     const ControlNetUse& c = p0.controlnets[k];
-    s.controls.push_back({s.eb.controlnets[k].get(), cond, c.strength, c.start, c.end});
+    if (!c.same_call || s.controls.empty()) s.controls.push_back({s.eb.controlnets[k].get(), {}, {}, {}, {}, {}});
+    ActiveControl& a = s.controls.back();
+    a.conds.push_back(cond);
+    if (!c.type.empty()) a.types.push_back(a.net->config().union_types.at(c.type));  // checked on the text stage
+    a.strength.push_back(c.strength);
+    a.start.push_back(c.start);
+    a.end.push_back(c.end);
   }
 }
 

@@ -16,6 +16,13 @@ original-layout .safetensors file (bare and under "control_model."). Then:
     diffusers stretches it with PIL LANCZOS), and one ControlNet with a LoRA (kohya_unet at 0.8,
     fused into the reference's UNet and text encoders by reference.lora_reference);
   - the ControlNet acts: with vs without it, PSNR < 30 dB (ours and the reference);
+  - a Union ControlNet (the fixture's union/, ProMax's 8 types): its folder and its diffusers-keys file
+    export the same controlnet.ts (the folder's export checks the trace against diffusers' own
+    forward with 1, 2 and 3 images); `generate --control-type` vs StableDiffusionXLControlNetUnionPipeline
+    at PSNR >= UNION_MIN_PSNR (65 dB) with one type (canny, 0.8) and with two types in one call
+    (canny 0.7 over 0.0-0.6 and depth 0.5 over 0.3-1.0: diffusers' control_mode list, scaled inside);
+    a type on a plain ControlNet, a Union ControlNet without a type and a type it lacks are refused by
+    generate (exit 2) and by validate at their JSON pointers, with the batch file's "images" rules;
   - the fixture's bad files (SD 1.x ControlNets, a T2I-Adapter, a Control-LoRA, a ControlLLLite, a
     LoRA, a whole checkpoint, a Union ControlNet, truncated, pickle, a missing tensor): exit code 1, a
     message naming what is wrong, no output folder and no temporary folder left.
@@ -43,6 +50,8 @@ EXPORT = Path(__file__).resolve().parents[2] / "scripts" / "export_sdxl.py"
 PROMPT, NEGATIVE, SEED, CFG, STEPS, W, H = "comic panel, a lighthouse on a cliff", "blurry", 13, 5.0, 8, 256, 256
 I2I_STRENGTH = 0.6
 ACTS_MAX_PSNR = 30.0
+UNION_MIN_PSNR = 65.0  # issue 61's bar for the Union ControlNet's images
+UNION_TYPES = {"canny": 3, "depth": 1}
 LAYOUTS = (("folder", "diffusers", False), ("keys", "diffusers-keys.safetensors", True),
            ("original", "original.safetensors", True), ("original-prefixed", "original-prefixed.safetensors", True))
 
@@ -90,6 +99,12 @@ def make_controlnets(work: Path, diffusers: str) -> dict[str, dict[str, Path]]:
                  if single else []), "--out", str(out), "--force", "--dtype", "fp32", "--device", "cpu",
                  "--check", "quick" if layout == "folder" else "none"], f"export --controlnet {name} {layout}")
             exports[name][layout] = out
+    for layout, src, single in (("folder", "union", False), ("keys", "union.safetensors", True)):
+        out = work / f"export-union-{layout}"
+        run([sys.executable, str(EXPORT), "--controlnet", str(work / "cn-a" / src),
+             *(["--config", str(work / "cn-a" / "union")] if single else []), "--out", str(out), "--force", "--dtype",
+             "fp32", "--device", "cpu", "--check", "quick" if layout == "folder" else "none"], f"export union {layout}")
+        exports.setdefault("union", {})[layout] = out
     return exports
 
 
@@ -98,6 +113,9 @@ def export_rows(exports: dict, model: Path) -> list[dict]:
     rows = []
     control = json.loads((model / "model.json").read_text())["unet"]["control"]
     for name, by_layout in exports.items():
+        if name == "union":
+            rows.append(union_export_row(by_layout, control))
+            continue
         ref = torch.jit.load(str(by_layout["folder"] / "controlnet.ts"))
         meta = json.loads((by_layout["folder"] / "model.json").read_text())["controlnet"]
         gen = torch.Generator().manual_seed(3)
@@ -121,9 +139,27 @@ def export_rows(exports: dict, model: Path) -> list[dict]:
     return rows
 
 
+def union_export_row(by_layout: dict[str, Path], control: dict) -> dict:
+    """The Union ControlNet's file export equals its folder's, bit for bit, on two images in one call;
+    its residual layout is the model's and model.json lists ProMax's types."""
+    meta = json.loads((by_layout["folder"] / "model.json").read_text())["controlnet"]
+    gen = torch.Generator().manual_seed(4)
+    inp = (torch.randn(2, 4, 32, 40, generator=gen), torch.tensor([999.0, 999.0]),
+           torch.randn(2, 77, meta["context_dim"], generator=gen), torch.randn(2, meta["pooled_dim"], generator=gen),
+           torch.tensor([[256.0, 320, 0, 0, 256, 320]] * 2), torch.rand(2, 2, 3, 256, 320, generator=gen),
+           torch.zeros(2, 8).index_fill_(1, torch.tensor([1, 3]), 1.0), torch.tensor([3, 1]), torch.tensor([0.7, 0.5]))
+    want, got = (torch.jit.load(str(by_layout[k] / "controlnet.ts"))(*inp) for k in ("folder", "keys"))
+    d = max(float((x - y).abs().max()) for x, y in zip(want, got))
+    same = all(meta[k] == control[k] for k in ("residuals", "channels", "downscales"))
+    types = meta.get("union", {}).get("types", {})
+    ok = d == 0 and same and types.get("tile") == 6 and types.get("repaint") == 7 and types.get("canny") == 3
+    return {"case": "union: keys == folder", "what": f"max |diff| of outputs ({d:.3g}), layout, {len(types)} type names",
+            "value": d, "ok": ok}
+
+
 BAD = {"sd1.safetensors": "SD 1.x ControlNet", "sd1-folder": "SD 1.x ControlNet", "t2i-adapter.safetensors": "T2I-Adapter",
        "control-lora.safetensors": "Control-LoRA", "lllite.safetensors": "ControlLLLite", "lora.safetensors": "a LoRA",
-       "checkpoint.safetensors": "a whole checkpoint", "union.safetensors": "not supported yet",
+       "checkpoint.safetensors": "a whole checkpoint", "union.safetensors": "missing",
        "truncated.safetensors": "truncated", "pickle.safetensors": "a pickle", "missing-tensor.safetensors": "1 missing"}
 
 
@@ -143,6 +179,56 @@ def refused_rows(work: Path) -> list[dict]:
     return rows
 
 
+def union_refused_rows(a, work: Path, exports: dict, images: dict[str, Path]) -> list[dict]:
+    """The new keys' hostile cases: generate's flags (exit 2 before the model loads) and validate's
+    problems at their JSON pointers (validate = run: the same rules)."""
+    plain, union = str(exports["cn-a"]["folder"]), str(exports["union"]["folder"])
+    lines, circles = str(images["lines"]), str(images["circles"])
+    rows = []
+    base = [a.binary, "generate", "--model", a.model, "--prompt", PROMPT, "--steps", "2", "--out",
+            str(work / "refused.png")]
+    for tag, extra, words in (
+            ("type on a plain ControlNet", ["--controlnet", plain, "--control-image", lines, "--control-type", "canny"],
+             "is no Union ControlNet"),
+            ("union without a type", ["--controlnet", union, "--control-image", lines], "needs the control type"),
+            ("a type the union lacks", ["--controlnet", union, "--control-image", lines, "--control-type", "sketch"],
+             "has no such control type"),
+            ("two images, plain ControlNet", ["--controlnet", plain, "--control-image", lines, "--control-image",
+                                              circles], "only a Union ControlNet")):
+        r = subprocess.run(base + extra, capture_output=True, text=True)
+        message = (r.stderr.strip().splitlines() or [""])[-1]
+        rows.append({"case": f"generate refuses: {tag}", "what": message[-76:], "value": float(r.returncode),
+                     "ok": r.returncode == 2 and words in message})
+    cn = lambda **kw: {"id": f"t{len(tasks)}", "prompt": PROMPT, "controlnets": [kw]}  # noqa: E731
+    tasks: list = []
+    for kw in ({"model": plain, "image": lines, "type": "canny"}, {"model": union, "image": lines},
+               {"model": union, "image": lines, "type": "sketch"},
+               {"model": union, "images": [{"image": lines, "type": "canny"}, {"image": circles, "type": "sketch"}]},
+               {"model": union, "images": [{"image": lines, "type": "canny"}]},
+               {"model": union, "image": lines, "images": [{"image": lines, "type": "canny"},
+                                                           {"image": circles, "type": "depth"}]},
+               {"model": union, "images": [{"image": lines, "type": "canny"}, {"image": circles}]},
+               {"model": union, "images": [{"image": lines, "type": "canny"}, {"image": circles, "type": "depth"}]}):
+        tasks.append(cn(**kw))
+    batch = work / "union-validate.json"
+    batch.write_text(json.dumps({"version": 1, "defaults": {"steps": 2, "width": W, "height": H}, "tasks": tasks}))
+    r = subprocess.run([a.binary, "validate", str(batch), "--model", a.model], capture_output=True, text=True)
+    want = (("/tasks/0/controlnets/0/type", "is no Union ControlNet"), ("/tasks/1/controlnets/0/type", "is missing"),
+            ("/tasks/2/controlnets/0/type", "no such control type"),
+            ("/tasks/3/controlnets/0/images/1/type", "no such control type"),
+            ("/tasks/4/controlnets/0/images", "2 or more"), ("/tasks/5/controlnets/0/image", "goes with"),
+            ("/tasks/6/controlnets/0/images/1/type", "is missing"))
+    out = r.stdout + r.stderr
+    for pointer, words in want:
+        hit = [ln for ln in out.splitlines() if pointer + ":" in ln and words in ln]
+        rows.append({"case": f"validate: {pointer.removeprefix('/tasks/')}", "what": (hit or ["(not reported)"])[0][-76:],
+                     "value": float(r.returncode), "ok": r.returncode == 2 and bool(hit)})
+    clean = "/tasks/7" not in out
+    rows.append({"case": "validate: two types in one call", "what": "no problem reported for /tasks/7",
+                 "value": float(clean), "ok": clean})
+    return rows
+
+
 class Reference:
     """diffusers' ControlNet pipelines on the tiny model's components (fp32, CPU, Euler)."""
 
@@ -158,7 +244,12 @@ class Reference:
         self.t2i = StableDiffusionXLControlNetPipeline(**parts, controlnet=self.cns["cn-a"], add_watermarker=False)
         self.i2i = StableDiffusionXLControlNetImg2ImgPipeline(**parts, controlnet=self.cns["cn-a"],
                                                               add_watermarker=False)
-        for p in (self.t2i, self.i2i):
+        from diffusers import ControlNetUnionModel, StableDiffusionXLControlNetUnionPipeline
+
+        union = ControlNetUnionModel.from_pretrained(str(Path(exports_src["cn-a"]).parent / "union"), dtype=torch.float32,
+                                                     local_files_only=True, low_cpu_mem_usage=False).eval()
+        self.union = StableDiffusionXLControlNetUnionPipeline(**parts, controlnet=union, add_watermarker=False)
+        for p in (self.t2i, self.i2i, self.union):
             p.set_progress_bar_config(disable=True)
         with torch.inference_mode():
             self.embeds = a1111_embeds(self.pipe, PROMPT, NEGATIVE, True)
@@ -196,6 +287,19 @@ class Reference:
                            **args)
         return out.images[0], cap["latents"].float().numpy()
 
+    def control_union(self, images: list[Path], types: list[str], scales: list[float], starts: list[float],
+                      ends: list[float]):
+        """StableDiffusionXLControlNetUnionPipeline: one call of the Union ControlNet with every image."""
+        cap, kw = self._common()
+        one = len(images) == 1
+        with torch.inference_mode():
+            out = self.union(**kw, control_image=[Image.open(p).convert("RGB") for p in images],
+                             control_mode=[UNION_TYPES[t] for t in types],
+                             controlnet_conditioning_scale=scales[0] if one else scales,
+                             control_guidance_start=starts[0] if one else starts,
+                             control_guidance_end=ends[0] if one else ends)
+        return out.images[0], cap["latents"].float().numpy()
+
     def control_with_lora(self, lora: tuple[str, float], **kw):
         """control() with a LoRA fused into the shared UNet and text encoders (and the prompt
         embeddings made again), then every weight put back."""
@@ -228,7 +332,7 @@ def _multi(nets):
 
 def cases(exports: dict, images: dict[str, Path], init_png: Path, lora: Path) -> list[dict]:
     """The generate cases: ours' extra arguments and the reference's call."""
-    a, b = (str(exports[n]["folder"]) for n in ("cn-a", "cn-b"))
+    a, b, u = (str(exports[n]["folder"]) for n in ("cn-a", "cn-b", "union"))
     one = lambda img, s: ["--controlnet", a, "--control-image", str(img), "--control-strength", str(s)]  # noqa: E731
     return [
         dict(tag="lora", ours=[*one(images["lines"], 0.8), "--lora", f"{lora}:0.8"],
@@ -247,6 +351,15 @@ def cases(exports: dict, images: dict[str, Path], init_png: Path, lora: Path) ->
              ref=dict(nets=["cn-a"], images=[images["lines"]], scales=[0.8], starts=[0.0], ends=[1.0]), init=True),
         dict(tag="resized-200x320", ours=one(images["lines-200x320"], 0.8),
              ref=dict(nets=["cn-a"], images=[images["lines-200x320"]], scales=[0.8], starts=[0.0], ends=[1.0])),
+        dict(tag="union-one", union=True, ours=["--controlnet", u, "--control-image", str(images["lines"]),
+                                                "--control-type", "canny", "--control-strength", "0.8"],
+             ref=dict(images=[images["lines"]], types=["canny"], scales=[0.8], starts=[0.0], ends=[1.0])),
+        dict(tag="union-two", union=True,
+             ours=["--controlnet", u, "--control-image", str(images["lines"]), "--control-type", "canny",
+                   "--control-strength", "0.7", "--control-end", "0.6", "--control-image", str(images["circles"]),
+                   "--control-type", "depth", "--control-strength", "0.5", "--control-start", "0.3"],
+             ref=dict(images=[images["lines"], images["circles"]], types=["canny", "depth"], scales=[0.7, 0.5],
+                      starts=[0.0, 0.3], ends=[0.6, 1.0])),
     ]
 
 
@@ -258,7 +371,7 @@ def ours_image(a, work: Path, tag: str, extra: list[str]) -> tuple[Path, Path]:
 
 
 def image_rows(a, work: Path, exports: dict, images: dict[str, Path], lora: Path) -> list[dict]:
-    ref = Reference(a.diffusers, {n: work / n / "diffusers" for n in exports})
+    ref = Reference(a.diffusers, {n: work / n / "diffusers" for n in exports if n != "union"})
     plain_img, _ = ref.plain()
     init_png = work / "init-ref.png"  # the img2img start: the reference's image without ControlNet
     plain_img.save(init_png)
@@ -267,7 +380,7 @@ def image_rows(a, work: Path, exports: dict, images: dict[str, Path], lora: Path
     for c in cases(exports, images, init_png, lora):
         init = init_lat if c.get("init") else None
         img, lat = (ref.control_with_lora(c["lora"], **c["ref"], init_latents=init) if c.get("lora")
-                    else ref.control(**c["ref"], init_latents=init))
+                    else ref.control_union(**c["ref"]) if c.get("union") else ref.control(**c["ref"], init_latents=init))
         img.save(work / f"{c['tag']}-ref.png")
         np.save(work / f"{c['tag']}-ref.npy", lat)
         refs[c["tag"]] = (work / f"{c['tag']}-ref.png", lat)
@@ -278,7 +391,8 @@ def image_rows(a, work: Path, exports: dict, images: dict[str, Path], lora: Path
     plain_png, _ = ours_image(a, work, "plain", [])
     for c in cases(exports, images, init_png, lora):
         png, lat = ours_image(a, work, c["tag"], c["ours"])
-        rows.append(image_row(c["tag"], png, lat, *refs[c["tag"]], a.min_psnr))
+        rows.append(image_row(c["tag"], png, lat, *refs[c["tag"]],
+                              max(a.min_psnr, UNION_MIN_PSNR) if c.get("union") else a.min_psnr))
     p = psnr(load_rgb(str(work / "one-sdxl.png")), load_rgb(str(plain_png)))
     rows.append({"case": "ours: ControlNet acts", "what": "PSNR dB of sdxl-batch with vs without the ControlNet",
                  "value": p, "ok": p < ACTS_MAX_PSNR})
@@ -296,6 +410,7 @@ def main() -> int:
     exports = make_controlnets(work, a.diffusers)
     rows = export_rows(exports, Path(a.model)) + refused_rows(work)
     images = control_images(work)
+    rows += union_refused_rows(a, work, exports, images)
     rows += image_rows(a, work, exports, images, loras / "kohya_unet.safetensors")
     failed = not all(r["ok"] for r in rows)
     return finish(rows, [("case", "case", "<34"), ("what", "what", "<76"), ("value", "value", ">10.3g")],

@@ -12,7 +12,9 @@ on the tiny model).
 DIR gets: diffusers/ (save_pretrained, safetensors), diffusers-keys.safetensors (the same state
 dict as one file), original.safetensors (the original ldm layout: input_blocks.*, zero_convs.*,
 input_hint_block.*, middle_block_out.*, label_emb.*), original-prefixed.safetensors (the
-same under "control_model.") and bad/: files the export must refuse (write_bad_files). The original files are checked by converting them back with
+same under "control_model."), union/ and union.safetensors (a tiny Union ControlNet, diffusers'
+ControlNetUnionModel with ProMax's 8 control types, as a folder and as one diffusers-keys file: build_union)
+and bad/: files the export must refuse (write_bad_files). The original files are checked by converting them back with
 diffusers' convert_controlnet_checkpoint (plus label_emb -> add_embedding from diffusers' own
 table, which that function leaves out for SDXL): every tensor must come back bit for bit.
 """
@@ -49,6 +51,35 @@ def build(diffusers_dir: Path, seed: int, std_scale: float = 1.0):
             std = (std / 10 if name.endswith("bias") else std) * std_scale
             p.data = torch.randn(p.shape, generator=gen) * std
     return cn
+
+
+# The union part of the tiny Union ControlNet: its transformer as wide as the conditioning embedding
+# (block_out_channels[0], as xinsir's 320 is SDXL's), ProMax's 8 types.
+UNION = dict(num_control_type=8, num_trans_head=4, num_trans_layer=1)
+
+
+def build_union(diffusers_dir: Path, seed: int):
+    """ControlNetUnionModel of the tiny UNet's architecture, the UNet's encoder copied (as from_unet does),
+    the rest seeded: the zero-initialised parts (ZERO_PARTS and spatial_ch_projs) re-drawn as build's."""
+    from diffusers import ControlNetUnionModel, UNet2DConditionModel
+
+    unet = UNet2DConditionModel.from_pretrained(str(diffusers_dir / "unet"), dtype=torch.float32,
+                                                local_files_only=True, low_cpu_mem_usage=False)
+    with torch.device("meta"):
+        cfg = dict(ControlNetUnionModel.from_unet(unet, load_weights_from_unet=False).config)
+    width = unet.config.block_out_channels[0]
+    cfg = {k: v for k, v in cfg.items() if not k.startswith("_")}
+    cfg.update(UNION, num_trans_channel=width, num_proj_channel=width)
+    torch.manual_seed(seed)
+    cn = ControlNetUnionModel.from_config(cfg)
+    for part in ("conv_in", "time_proj", "time_embedding", "down_blocks", "mid_block"):
+        getattr(cn, part).load_state_dict(getattr(unet, part).state_dict(), strict=False)
+    gen = torch.Generator().manual_seed(seed + 1000)
+    for name, p in cn.named_parameters():
+        if name.startswith(ZERO_PARTS + ("spatial_ch_projs.",)):
+            std = COND_OUT_STD if name.startswith(("controlnet_cond_embedding.", "spatial_ch_projs.")) else RESIDUAL_STD
+            p.data = torch.randn(p.shape, generator=gen) * (std / 10 if name.endswith("bias") else std)
+    return cn.eval().requires_grad_(False)
 
 
 def original_key(k: str, unet_cfg: dict) -> str:
@@ -144,6 +175,10 @@ def write(diffusers_dir: Path, out: Path, seed: int, name: str, std_scale: float
     save_file(orig, str(out / "original.safetensors"), metadata={"name": name})
     save_file({"control_model." + k: v for k, v in orig.items()}, str(out / "original-prefixed.safetensors"))
     write_bad_files(sd, orig, out / "diffusers", out / "bad")
+    union = build_union(diffusers_dir, seed + 50)
+    union.save_pretrained(str(out / "union"), safe_serialization=True)
+    save_file({k: v.detach().contiguous() for k, v in union.state_dict().items()}, str(out / "union.safetensors"),
+              metadata={"name": name + "-union"})
     diffs = {f: max_diff(sd, read_back(load_file(str(out / f)), dict(cn.config)))
              for f in ("original.safetensors", "original-prefixed.safetensors")}
     return {"name": name, "seed": seed, "tensors": len(sd), "parameters": sum(v.numel() for v in sd.values()),

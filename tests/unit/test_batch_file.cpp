@@ -471,7 +471,7 @@ TEST(GenerationParams, ControlNetUnitsAsTheA1111Extension) {
   sdxl::GenerationParams p;
   p.prompt = "a cat";
   p.seed = 1;
-  p.controlnets = {{"/cn/openpose-sdxl", "/p/a.png", 0.8, 0.0, 1.0}, {"/cn/depth", "/p/b.png", 0.5, 0.25, 0.75}};
+  p.controlnets = {{"/cn/openpose-sdxl", "/p/a.png", 0.8, 0.0, 1.0, "", false}, {"/cn/depth", "/p/b.png", 0.5, 0.25, 0.75, "", false}};
   sdxl::ImageSources src;
   src.model_name = "m";
   src.controlnets = {{"openpose-sdxl", "2b69fca4"}, {"depth", ""}};

@@ -341,7 +341,7 @@ TEST(Manifest, KeepsEverySettingTheResumeCheckCompares) {
   p.hires.denoise = 0.4;
   p.loras.push_back({"ink", "/l/ink.safetensors", 0.8});
   p.vae = "/vaes/fp16-fix";
-  p.controlnets.push_back({"/cn/pose", "/poses/p01.png", 0.8, 0.1, 0.9});
+  p.controlnets.push_back({"/cn/pose", "/poses/p01.png", 0.8, 0.1, 0.9, "", false});
   sdxl::Manifest(path).append(e);
   const auto back = sdxl::Manifest(path).find("panel", 0);
   ASSERT_TRUE(back.has_value());

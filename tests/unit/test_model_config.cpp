@@ -423,6 +423,34 @@ TEST(ModelConfig, ControlNetFolder) {
   EXPECT_THROW(sdxl::parse_controlnet_config(c.dump(), "/c", "/c/model.json", false), sdxl::ModelError);
 }
 
+// controlnet.union: the type names and indices; a type is refused by name where
+// the model lacks it (ProMax's tile on the 6-type model), on a plain ControlNet,
+// and missing on a Union ControlNet.
+TEST(ModelConfig, UnionControlNetTypes) {
+  nlohmann::json c = nlohmann::json::parse(R"({
+    "format_version": 1, "kind": "controlnet", "name": "union", "dtype": "fp16", "export_device": "cuda",
+    "controlnet": {"file": "controlnet.ts", "in_channels": 4, "context_dim": 64, "pooled_dim": 32,
+                   "cond_channels": 3, "downscale": 8, "residuals": 1, "channels": [8, 8], "downscales": [1, 1]}})");
+  const auto plain = sdxl::parse_controlnet_config(c.dump(), "/p", "/p/model.json", false);
+  EXPECT_FALSE(plain.is_union());
+  EXPECT_EQ(sdxl::control_type_problem(plain, ""), "");
+  EXPECT_NE(sdxl::control_type_problem(plain, "canny").find("is no Union ControlNet"), std::string::npos);
+  c["controlnet"]["union"] = {{"num_control_type", 6},
+                              {"types", {{"openpose", 0}, {"depth", 1}, {"canny", 3}, {"lineart", 3}}}};
+  const auto cn = sdxl::parse_controlnet_config(c.dump(), "/u", "/u/model.json", false);
+  EXPECT_TRUE(cn.is_union());
+  EXPECT_EQ(cn.union_types.at("lineart"), 3);
+  EXPECT_EQ(sdxl::control_type_problem(cn, "depth"), "");
+  const std::string tile = sdxl::control_type_problem(cn, "tile");
+  EXPECT_NE(tile.find("'tile': Union ControlNet '/u' has no such control type (it has canny, depth, lineart, openpose)"),
+            std::string::npos) << tile;
+  EXPECT_NE(sdxl::control_type_problem(cn, "").find("needs the control type"), std::string::npos);
+  c["controlnet"]["union"]["types"]["tile"] = 6;  // an index past num_control_type
+  EXPECT_THROW(sdxl::parse_controlnet_config(c.dump(), "/u", "/u/model.json", false), sdxl::ModelError);
+  c["controlnet"]["union"]["types"] = nlohmann::json::object();
+  EXPECT_THROW(sdxl::parse_controlnet_config(c.dump(), "/u", "/u/model.json", false), sdxl::ModelError);
+}
+
 TEST(ModelConfig, IpAdapterFolder) {
   nlohmann::json c = nlohmann::json::parse(R"({
     "format_version": 1, "kind": "ip_adapter", "name": "ip-adapter-plus_sdxl_vit-h", "variant": "plus",

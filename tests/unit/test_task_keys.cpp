@@ -38,7 +38,7 @@ GenerationParams all_set() {
   p.hires.scale = 1.5;
   p.hires.steps = 5;
   p.loras.push_back({"hero", "/l/hero.safetensors", 0.8});
-  p.controlnets.push_back({"/cn/pose", "/in/pose.png", 0.9, 0.0, 0.8});
+  p.controlnets.push_back({"/cn/pose", "/in/pose.png", 0.9, 0.0, 0.8, "", false});
   p.ip_adapter.model = "/ip";
   p.ip_adapter.images = {"/in/ref.png"};
   p.upscale.model = "Lanczos";
@@ -98,6 +98,28 @@ TEST(TaskKeys, TheManifestKeepsEveryRecordedKey) {
   EXPECT_TRUE(same_settings(p, back)) << j.dump();
   EXPECT_EQ(back.notes, "panel 3");
   EXPECT_EQ(j.at("mask").at("padding"), 40);
+}
+
+// A Union ControlNet's types and its call of two images come back from the
+// manifest (a rerun with other types makes the image again); a plain
+// ControlNet's record has neither field.
+TEST(TaskKeys, TheManifestKeepsUnionControlTypes) {
+  GenerationParams p = all_set();
+  p.controlnets.push_back({"/cn/union", "/in/a.png", 0.7, 0.0, 1.0, "openpose", false});
+  p.controlnets.push_back({"/cn/union", "/in/b.png", 0.5, 0.2, 1.0, "depth", true});
+  const nlohmann::json j = params_to_manifest(p);
+  EXPECT_FALSE(j.at("controlnets").at(0).contains("type"));
+  EXPECT_FALSE(j.at("controlnets").at(0).contains("same_call"));
+  GenerationParams back;
+  params_from_manifest(nlohmann::json::parse(j.dump()), back);
+  back.seed = p.seed;
+  EXPECT_TRUE(same_settings(p, back)) << j.dump();
+  ASSERT_EQ(back.controlnets.size(), 3u);
+  EXPECT_EQ(back.controlnets[2].type, "depth");
+  EXPECT_TRUE(back.controlnets[2].same_call);
+  GenerationParams other = p;
+  other.controlnets[2].type = "canny";
+  EXPECT_FALSE(same_settings(p, other));
 }
 
 TEST(TaskKeys, OnlySplittingKeysSplitABatch) {
