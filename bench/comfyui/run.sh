@@ -26,6 +26,9 @@
 # write-up for bench/results/), comfy-*.json, the reports, the server logs.
 # Knobs: W1_PANELS (16), MIXED (8), FINISH (12), BEST_BATCH (8), COMFY_FAST_FLAGS ("--fast --highvram"),
 # STAGES ("w1 w2"), DEADLINE_S (540), RUN_TIMEOUT (300 s a sdxl-batch run).
+# The AOTInductor UNet's rows (its export alone takes 5-7 minutes: a call of its own, then one for
+# the rows, ComfyUI's rows kept from the first calls):
+#   SDXL_MODEL_NAME=full-aoti SDXL_EXPORT_ARGS=--aoti SKIP_COMFY=1 RUN_PREFIX=aoti- OUT=$OUT bash bench/comfyui/run.sh
 # DRY=1: a CPU dry run of this script (bench/comfyui/dry_run.sh sets it up): the tiny model for
 # sdxl-batch, a full-size random checkpoint for ComfyUI (--cpu), SIZE 256, STEPS 2.
 set -euo pipefail
@@ -34,13 +37,13 @@ T_START=$(date +%s)
 DEADLINE_S=${DEADLINE_S:-540}
 W1_PANELS=${W1_PANELS:-16} MIXED=${MIXED:-8} FINISH=${FINISH:-12} BEST_BATCH=${BEST_BATCH:-8}
 COMFY_FAST_FLAGS=${COMFY_FAST_FLAGS:---fast --highvram}
-STAGES=${STAGES:-w1 w2}
+STAGES=${STAGES:-w1 w2} SKIP_COMFY=${SKIP_COMFY:-} RUN_PREFIX=${RUN_PREFIX:-}
 export RUN_TIMEOUT=${RUN_TIMEOUT:-300}
 if [ -n "${DRY:-}" ]; then  # bench/comfyui/dry_run.sh: everything on the CPU, small
   OUT=${OUT:?} WORK=${WORK:?} SDXL=${SDXL:?} MODEL=${MODEL:?}
   SIZE=${SIZE:-256} STEPS=${STEPS:-2}
   export RUN_DEVICE=cpu
-  COMFY_DEVICE_FLAGS=--cpu
+  COMFY_DEVICE_FLAGS=${COMFY_DEVICE_FLAGS:---cpu}
   mkdir -p "$OUT" "$WORK"
 else
   export SDXL_SAVE_DIFFUSERS=1
@@ -113,8 +116,9 @@ comfy() {
     --out "$OUT/comfy-$label.json" --flags "$COMFY_DEVICE_FLAGS $flags" --warmup "$WORK/wl/w1.comfy.json" \
     --deadline $(( T_START + DEADLINE_S )) "$@" 2>&1 | tee -a "$OUT/summary.txt" || note "comfy $label: exit $?"
 }
-stage() {  # stage NAME: run it unless done or out of time
-  [ -f "$WORK/stage58-$1.done" ] && { note "stage $1: done by an earlier call"; return 1; }
+TAG=${SDXL_MODEL_NAME:-full}${DRY:+-dry}
+stage() {  # stage NAME: run it unless done (by this model's calls) or out of time
+  [ -f "$WORK/stage58-$TAG-$1.done" ] && { note "stage $1: done by an earlier call"; return 1; }
   [ "$(left)" -gt 30 ] || { note "stage $1: not started, $(left) s left (call again on the warm machine)"; return 1; }
   note "stage $1: $(left) s left"
 }
@@ -123,19 +127,21 @@ for s in $STAGES; do
   case $s in
     w1)
       stage w1 || continue
-      mem_run readme-w1 "$WORK/wl/w1.json"
-      mem_run best-w1 "$WORK/wl/w1.json" $R "$BEST_BATCH"
-      comfy defaults-w1 "" w1=$WORK/wl/w1.comfy.json
-      comfy fast-w1 "$COMFY_FAST_FLAGS" w1=$WORK/wl/w1.comfy.json "w1-batch$BEST_BATCH=$WORK/wl/w1-batch.comfy.json"
-      touch "$WORK/stage58-w1.done" ;;
+      mem_run "${RUN_PREFIX}readme-w1" "$WORK/wl/w1.json"
+      mem_run "${RUN_PREFIX}best-w1" "$WORK/wl/w1.json" $R "$BEST_BATCH"
+      [ -n "$SKIP_COMFY" ] || comfy defaults-w1 "" w1=$WORK/wl/w1.comfy.json
+      [ -n "$SKIP_COMFY" ] || comfy fast-w1 "$COMFY_FAST_FLAGS" w1=$WORK/wl/w1.comfy.json \
+        "w1-batch$BEST_BATCH=$WORK/wl/w1-batch.comfy.json"
+      touch "$WORK/stage58-$TAG-w1.done" ;;
     w2)
       stage w2 || continue
-      mem_run readme-mixed "$WORK/wl/mixed.json"
-      mem_run best-mixed "$WORK/wl/mixed.json" $R "$BEST_BATCH"
-      mem_run readme-finish "$WORK/wl/finish.json"
-      mem_run best-finish "$WORK/wl/finish.json" $R "$BEST_BATCH"
-      comfy fast-w2 "$COMFY_FAST_FLAGS" mixed=$WORK/wl/mixed.comfy.json finish=$WORK/wl/finish.comfy.json
-      touch "$WORK/stage58-w2.done" ;;
+      mem_run "${RUN_PREFIX}readme-mixed" "$WORK/wl/mixed.json"
+      mem_run "${RUN_PREFIX}best-mixed" "$WORK/wl/mixed.json" $R "$BEST_BATCH"
+      mem_run "${RUN_PREFIX}readme-finish" "$WORK/wl/finish.json"
+      mem_run "${RUN_PREFIX}best-finish" "$WORK/wl/finish.json" $R "$BEST_BATCH"
+      [ -n "$SKIP_COMFY" ] || comfy fast-w2 "$COMFY_FAST_FLAGS" mixed=$WORK/wl/mixed.comfy.json \
+        finish=$WORK/wl/finish.comfy.json
+      touch "$WORK/stage58-$TAG-w2.done" ;;
     *) note "unknown stage $s (w1, w2)" ;;
   esac
 done

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import subprocess
 from pathlib import Path
 
@@ -39,22 +40,24 @@ def samples(path: Path) -> list[float]:
 
 
 def sdxl_rows(work: Path) -> list[dict]:
+    """Runs named [PREFIX]readme-W or [PREFIX]best-W (run.sh's RUN_PREFIX, e.g. aoti-)."""
     rows = []
-    for kind in ("readme", "best"):
-        for wl in WORKLOADS:
-            rep = work / f"{kind}-{wl}" / "report.json"
-            if not rep.exists():
-                continue
-            r = json.loads(rep.read_text())
-            util, mem = samples(work / f"{kind}-{wl}.util"), samples(work / f"{kind}-{wl}.mem")
-            sizes = sorted({b["size"] for b in r.get("batches", [])})
-            rows.append({"tool": "sdxl-batch", "config": kind, "workload": wl, "images": r["images_done"],
-                         "failed": r.get("images_failed", 0), "images_per_hour": r["images_per_hour"],
-                         "busy": sum(1 for u in util if u > 0) / len(util) if util else None,
-                         "peak_used_gib": max(mem) / 1024 if mem else None,
-                         "own_peak": f"allocated {r['memory']['peak_allocated_bytes'] / 2**30:.2f}, reserved "
-                                     f"{r['memory']['peak_reserved_bytes'] / 2**30:.2f} GiB",
-                         "note": f"load {r['load_s']:.1f} s; batch sizes {sizes}"})
+    for rep in sorted(work.glob("*/report.json")):
+        m = re.fullmatch(r"(.*?)(readme|best)-(w1|mixed|finish)", rep.parent.name)
+        if not m:
+            continue
+        prefix, kind, wl = m.groups()
+        name = rep.parent.name
+        r = json.loads(rep.read_text())
+        util, mem = samples(work / f"{name}.util"), samples(work / f"{name}.mem")
+        sizes = sorted({b["size"] for b in r.get("batches", [])})
+        rows.append({"tool": "sdxl-batch", "config": prefix + kind, "kind": kind, "workload": wl, "images": r["images_done"],
+                     "failed": r.get("images_failed", 0), "images_per_hour": r["images_per_hour"],
+                     "busy": sum(1 for u in util if u > 0) / len(util) if util else None,
+                     "peak_used_gib": max(mem) / 1024 if mem else None,
+                     "own_peak": f"allocated {r['memory']['peak_allocated_bytes'] / 2**30:.2f}, reserved "
+                                 f"{r['memory']['peak_reserved_bytes'] / 2**30:.2f} GiB",
+                     "note": f"load {r['load_s']:.1f} s; batch sizes {sizes}"})
     return rows
 
 
@@ -122,7 +125,7 @@ def main() -> int:
             if "skipped" in r:
                 lines.append(f"| {wl} | {r['tool']} | {r['config']} | skipped ({r['skipped']}) | | | | | | |")
                 continue
-            ratio, goal = "", GOALS.get((r["config"], wl)) if r["tool"] == "sdxl-batch" else None
+            ratio, goal = "", GOALS.get((r["kind"], wl)) if r["tool"] == "sdxl-batch" else None
             if comfy_best and r["tool"] == "sdxl-batch":
                 x = r["images_per_hour"] / comfy_best
                 ratio = f"{x:.2f}×" + (f" ({goal}×: {'met' if x >= goal else 'missed'})" if goal else "")
@@ -156,11 +159,13 @@ RRDBNet (.pth) for ComfyUI; the same tensors exported for sdxl-batch. Rates excl
 
 {chr(10).join('- ' + v for v in verdicts) or '- no sdxl-batch row has a ComfyUI row to compare with'}
 
-Same picture? {psnr}. ComfyUI draws its initial noise on the CPU (`torch.manual_seed(seed)`,
-`torch.randn` of the latent's shape) and samples with its own sigma schedule ("normal"); sdxl-batch
-draws its noise its own way (docs/scheduling-and-memory.md#determinism) with A1111's Euler
-schedule, so the same seed gives a different start and a different picture: the comparison is of
-cost, not of pixels (random weights: the pixels mean nothing either way).
+Same picture? {psnr}. No, and not up to noise alone: ComfyUI draws the initial noise in float32
+(its empty latent's dtype) from torch's CPU generator seeded with the seed; sdxl-batch draws it from
+the same generator in the model's dtype, fp16, which torch's CPU sampler fills by another algorithm
+(uncorrelated: correlation -0.003 for seed 5000 at 1×4×128×128, checked on the CPU). The Euler
+schedules differ too: sdxl-batch follows diffusers' EulerDiscreteScheduler with SDXL's "leading"
+spacing (A1111's Automatic: timesteps 946 … 1 at 28 steps), ComfyUI's "normal" scheduler starts at
+999. So this compares cost, not pixels (random weights: the pixels mean nothing either way).
 """
     (a.out / "comfy58.md").write_text(doc)
     print(table)
