@@ -50,7 +50,8 @@ done
   --diffusers "$D/full-diffusers" --out "$WORK/cn-src" --seed 3 --std-scale 0.02 --diffusers-only
 if [ ! -f "$M/controlnets/pose/model.json" ]; then
   "$PY" -m reference.controlnet_fixture --diffusers "$FIX/tiny-diffusers" --out "$D/cn-tiny" --seed 3 --diffusers-only
-  "$PY" scripts/export_sdxl.py --controlnet "$D/cn-tiny/diffusers" --out "$M/controlnets/pose" --force
+  "$PY" scripts/export_sdxl.py --controlnet "$D/cn-tiny/diffusers" --dtype fp32 --check none --out "$M/controlnets/pose" \
+    --force
 fi
 # A small RRDBNet in Real-ESRGAN's layout for both (ComfyUI's .pth; sdxl-batch's export).
 if [ ! -f "$M/up/rrdbnet_x4/model.json" ]; then

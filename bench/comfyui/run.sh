@@ -62,10 +62,12 @@ if [ -z "${DRY:-}" ] && [ ! -d /tmp/comfy-site ]; then
   # Only the wheels whose module python3 lacks (its own torch, numpy, Pillow, ... stay).
   need=()
   for w in .comfy/whl/*.whl; do
-    mod=$(basename "$w" | cut -d- -f1 | tr 'A-Z' 'a-z'); mod=${mod/python_dotenv/dotenv}; mod=${mod/pydantic_settings/pydantic_settings}
+    mod=$(basename "$w" | cut -d- -f1 | tr 'A-Z' 'a-z'); mod=${mod/python_dotenv/dotenv}
     python3 -c "import $mod" 2>/dev/null || need+=("$w")
   done
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/comfy-site "${need[@]}"
+  mkdir -p /tmp/comfy-site
+  [ ${#need[@]} -eq 0 ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+    --target /tmp/comfy-site "${need[@]}"
   note "ComfyUI wheels installed: ${need[*]##*/}"
 fi
 COMFY_PY=/tmp/comfy-site${PYTHONPATH:+:$PYTHONPATH}
