@@ -5,7 +5,7 @@
 # sdxl-batch runs the tiny model; ComfyUI (--cpu, the diffusion model in bf16 to halve its memory)
 # runs a full-size random SDXL single file made here (ComfyUI recognises SDXL by its shapes, so
 # the tiny model is no checkpoint for it), with full-size rank-64 kohya LoRAs, a full-size random
-# ControlNet and a small RRDBNet (2 blocks, 16 features) for both. 256², 2 steps, W1 of 1 panel (ComfyUI batch 1),
+# ControlNet and a small RRDBNet (2 blocks, 16 features, growth 32) for both. 256², 2 steps, W1 of 1 panel (ComfyUI batch 1),
 # a mixed batch of 1 + 1, a finished night of 2. ComfyUI's wheels for this machine's python go to
 # /tmp/comfy-site-dry (pip, PyPI). Scratch: DRY_WORK (/tmp/comfy-dry); results: bench/tmp/comfy-dry.
 # About 15 minutes and 16 GB of memory on 2 cores.
@@ -43,7 +43,7 @@ mkdir -p "$M/lora" "$M/controlnets" "$M/up" "$B/models/loras"
 [ -f "$D/loras/full_b.safetensors" ] || "$PY" -m reference.make_test_loras --full --out "$D/loras"
 for f in full_a full_b; do
   ln -sf "$D/loras/$f.safetensors" "$B/models/loras/"
-  ln -sf "$FIX/loras/kohya_unet.safetensors" "$M/lora/$f.safetensors"
+  cp "$FIX/loras/kohya_unet.safetensors" "$M/lora/$f.safetensors"  # a copy: sdxl-batch follows no link out
 done
 # ControlNet: full-size (diffusers layout) for ComfyUI; the tiny model's, exported, for sdxl-batch.
 [ -f "$WORK/cn-src/diffusers/diffusion_pytorch_model.safetensors" ] || "$PY" -m reference.controlnet_fixture \
@@ -56,9 +56,9 @@ fi
 # A small RRDBNet in Real-ESRGAN's layout for both (ComfyUI's .pth; sdxl-batch's export).
 if [ ! -f "$M/up/rrdbnet_x4/model.json" ]; then
   "$PY" -c "import sys, torch; from reference.upscaler_fixtures import realesrgan
-torch.save({'params_ema': realesrgan(16, 8, 2, 3, torch.Generator().manual_seed(1))}, sys.argv[1])" "$WORK/rrdbnet_x4.pth"
+torch.save({'params_ema': realesrgan(16, 32, 2, 3, torch.Generator().manual_seed(1))}, sys.argv[1])" "$WORK/rrdbnet_x4.pth"
   "$PY" scripts/export_sdxl.py --upscaler "$WORK/rrdbnet_x4.pth" --out "$M/up" --force
 fi
 rm -f "$WORK"/stage58-*.done
-DRY=1 SDXL=$PWD/build/default/sdxl-batch MODEL=$FIX/tiny-model W1_PANELS=1 BEST_BATCH=1 MIXED=1 FINISH=2 \
+LORAS=$M/lora DRY=1 SDXL=$PWD/build/default/sdxl-batch MODEL=$FIX/tiny-model W1_PANELS=1 BEST_BATCH=1 MIXED=1 FINISH=2 \
   COMFY_DEVICE_FLAGS="--cpu --bf16-unet" COMFY_FAST_FLAGS="--fast" DEADLINE_S=3000 RUN_TIMEOUT=900 bash bench/comfyui/run.sh

@@ -75,14 +75,13 @@ note "ComfyUI $(cat "$WORK/comfy-src/COMMIT") ($(grep -o '"[0-9.]*"' "$WORK/comf
 
 # The same weights for both tools.
 M=$WORK/models58 B=$WORK/comfy-base
-mkdir -p "$M/controlnets" "$M/up" "$B/models/checkpoints" "$B/models/loras" "$B/models/controlnet" \
+mkdir -p "$M/controlnets" "$M/up" "$B/custom_nodes" "$B/models/checkpoints" "$B/models/loras" "$B/models/controlnet" \
   "$B/models/upscale_models" "$B/input" "$B/output"
 t0=$(date +%s)
 if [ -z "${DRY:-}" ]; then
   [ -f "$WORK/single/checkpoint.safetensors" ] || python3 -m reference.single_file_fixture \
     --from-diffusers "$WORK/full-diffusers" --out "$WORK/single" --dtype fp16 > "$OUT/single-file.log" 2>&1
   need_loras
-  ln -sfn "$WORK/loras" "$M/lora"
   for f in full_a full_b; do ln -sf "$WORK/loras/$f.safetensors" "$B/models/loras/"; done
   if [ ! -f "$M/controlnets/pose/model.json" ]; then
     python3 -m reference.controlnet_fixture --diffusers "$WORK/full-diffusers" --out "$WORK/cn-src" --seed 3 \
@@ -99,7 +98,8 @@ ln -sf "$WORK/single/checkpoint.safetensors" "$B/models/checkpoints/sdxl-random.
 ln -sf "$WORK/cn-src/diffusers/diffusion_pytorch_model.safetensors" "$B/models/controlnet/controlnet.safetensors"
 ln -sf "$WORK/rrdbnet_x4.pth" "$B/models/upscale_models/rrdbnet_x4.pth"
 note "assets (single file, LoRAs, ControlNet, upscaler; both layouts): $(( $(date +%s) - t0 )) s"
-python3 bench/comfyui/workloads.py --out "$WORK/wl" --models "$M" --size "$SIZE" --steps "$STEPS" \
+# sdxl-batch reads inputs only inside the folder they are named in (no link out): $WORK/loras itself.
+python3 bench/comfyui/workloads.py --out "$WORK/wl" --models "$M" --loras "${LORAS:-$WORK/loras}" --size "$SIZE" --steps "$STEPS" \
   --panels "$W1_PANELS" --mixed "$MIXED" --finish "$FINISH" --comfy-batch "$BEST_BATCH" | tee -a "$OUT/summary.txt"
 cp "$WORK"/wl/control/*.png "$B/input/" 2>/dev/null || true
 cp "$WORK"/wl/*.json "$OUT/" 2>/dev/null || true

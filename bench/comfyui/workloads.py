@@ -11,8 +11,8 @@ DIR gets, for each workload W in w1, mixed, finish: W.json (the batch file) and 
 to --comfy-batch: one prompt per that many panels) and control/*.png (the ControlNet images).
 
 --models DIR holds what both tools load, by these names:
-  sdxl-batch: lora/full_a.safetensors, lora/full_b.safetensors, controlnets/pose (export folder),
-              up/rrdbnet_x4 (export folder)
+  sdxl-batch: controlnets/pose (export folder), up/rrdbnet_x4 (export folder), and the LoRAs
+              full_a.safetensors and full_b.safetensors in --loras (default DIR/lora)
   ComfyUI:    the same LoRA files, controlnet.safetensors (diffusers layout), rrdbnet_x4.pth
 The ComfyUI side names them relative to its model folders (run by comfy_queue.py).
 
@@ -63,7 +63,7 @@ def mixed_tasks(n_sq: int, n_pt: int, size: int) -> list[dict]:
     return tasks
 
 
-def batch_file(tasks: list[dict], steps: int, models: Path, with_loras: bool) -> dict:
+def batch_file(tasks: list[dict], steps: int, models: Path, loras: Path | None) -> dict:
     out = []
     for t in tasks:
         o = {"id": t["id"], "prompt": t["prompt"] + (f" <lora:{t['lora'][0]}:{t['lora'][1]}>" if t.get("lora") else ""),
@@ -78,9 +78,9 @@ def batch_file(tasks: list[dict], steps: int, models: Path, with_loras: bool) ->
             o["controlnets"] = [{"model": str(models / "controlnets" / "pose"), "image": t["control"], "strength": 0.8}]
         out.append(o)
     b = {"version": 1, "defaults": {"negative": NEGATIVE, "steps": steps, "cfg": 7.0, "sampler": "Euler"}, "tasks": out}
-    if with_loras:
-        b["loras"] = {"a": {"path": str(models / "lora" / "full_a.safetensors"), "pin": True},
-                      "b": {"path": str(models / "lora" / "full_b.safetensors")}}
+    if loras:
+        b["loras"] = {"a": {"path": str(loras / "full_a.safetensors"), "pin": True},
+                      "b": {"path": str(loras / "full_b.safetensors")}}
     return b
 
 
@@ -152,6 +152,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--models", required=True, type=Path)
+    ap.add_argument("--loras", type=Path, help="sdxl-batch's LoRA folder (default: --models/lora)")
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=28)
     ap.add_argument("--panels", type=int, default=16, help="W1's panels")
@@ -177,8 +178,9 @@ def main() -> int:
         if i % 2 == 0:
             t["control"] = str(a.out / "control" / f"pose-{t['id']}.png")
     control_images(a.out / "control", finish)
-    for name, tasks, loras in (("w1", w1, False), ("mixed", mixed, True), ("finish", finish, True)):
-        (a.out / f"{name}.json").write_text(json.dumps(batch_file(tasks, a.steps, a.models, loras), indent=1))
+    loras = a.loras or a.models / "lora"
+    for name, tasks, lo in (("w1", w1, None), ("mixed", mixed, loras), ("finish", finish, loras)):
+        (a.out / f"{name}.json").write_text(json.dumps(batch_file(tasks, a.steps, a.models, lo), indent=1))
         (a.out / f"{name}.comfy.json").write_text(json.dumps([comfy_prompt(t, a.steps) for t in tasks]))
     batched = [comfy_prompt(dict(t, id=f"w1b-{i:02d}"), a.steps, a.comfy_batch) for i, t in enumerate(w1[::a.comfy_batch])]
     (a.out / "w1-batch.comfy.json").write_text(json.dumps(batched))
