@@ -5,7 +5,7 @@
 # sdxl-batch runs the tiny model; ComfyUI (--cpu, the diffusion model in bf16 to halve its memory)
 # runs a full-size random SDXL single file made here (ComfyUI recognises SDXL by its shapes, so
 # the tiny model is no checkpoint for it), with full-size rank-64 kohya LoRAs, a full-size random
-# ControlNet and a small RRDBNet (2 blocks, 16 features, growth 32) for both. 256², 2 steps, W1 of 1 panel (ComfyUI batch 1),
+# ControlNet and a small RRDBNet (2 blocks, 16 features, growth 32) for both. 128², 1 step, W1 of 1 panel (ComfyUI batch 1),
 # a mixed batch of 1 + 1, a finished night of 2. ComfyUI's wheels for this machine's python go to
 # /tmp/comfy-site-dry (pip, PyPI). Scratch: DRY_WORK (/tmp/comfy-dry); results: bench/tmp/comfy-dry.
 # About 15 minutes and 16 GB of memory on 2 cores.
@@ -60,5 +60,5 @@ torch.save({'params_ema': realesrgan(16, 32, 2, 3, torch.Generator().manual_seed
   "$PY" scripts/export_sdxl.py --upscaler "$WORK/rrdbnet_x4.pth" --out "$M/up" --force
 fi
 rm -f "$WORK"/stage58-*.done
-LORAS=$M/lora DRY=1 SDXL=$PWD/build/default/sdxl-batch MODEL=$FIX/tiny-model W1_PANELS=1 BEST_BATCH=1 MIXED=1 FINISH=2 \
+SIZE=128 STEPS=1 LORAS=$M/lora DRY=1 SDXL=$PWD/build/default/sdxl-batch MODEL=$FIX/tiny-model W1_PANELS=1 BEST_BATCH=1 MIXED=1 FINISH=2 \
   COMFY_DEVICE_FLAGS="--cpu --bf16-unet" COMFY_FAST_FLAGS="--fast" DEADLINE_S=3000 RUN_TIMEOUT=900 bash bench/comfyui/run.sh

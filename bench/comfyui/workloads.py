@@ -27,7 +27,7 @@ centre crop to 1080x1920, scaled like size), and a ControlNet on every second (s
 
 Hires steps: sdxl-batch runs int(hires steps x denoise) steps of the second pass (diffusers'
 img2img); ComfyUI's KSampler at denoise d runs exactly its steps on a stretched schedule (as
-A1111). Both run steps // 2 second-pass steps here.
+A1111). Both run max(1, steps // 2) second-pass steps here (sdxl-batch's hires steps twice that).
 """
 from __future__ import annotations
 
@@ -42,6 +42,11 @@ W1_PROMPTS = ["comic panel, a lighthouse keeper with a red scarf arrives on a st
               "comic panel, morning calm, the keeper drinks tea on the rocks, seagulls"]
 PRIOS = ["high", "mid", "low"]
 LORA_SETS = [None, ("a", 0.8), ("b", 0.8)]
+
+
+def hires_steps(steps: int) -> int:
+    """The second pass's steps in both tools: half the first pass's, at least one."""
+    return max(1, steps // 2)
 
 
 def scaled(v: int, size: int) -> int:
@@ -71,7 +76,7 @@ def batch_file(tasks: list[dict], steps: int, models: Path, loras: Path | None) 
         if "priority" in t:
             o["priority"] = t["priority"]
         if t.get("hires"):
-            o["hires"] = {"scale": 1.5, "upscaler": "Latent", "steps": steps, "denoise": 0.5}
+            o["hires"] = {"scale": 1.5, "upscaler": "Latent", "steps": 2 * hires_steps(steps), "denoise": 0.5}
         if t.get("frame"):
             o["upscale"] = {"model": str(models / "up" / "rrdbnet_x4"), "size": "{}x{}".format(*t["frame"]), "fit": "crop"}
         if t.get("control"):
@@ -113,7 +118,7 @@ def comfy_prompt(t: dict, steps: int, batch: int = 1) -> dict:
     if t.get("hires"):
         g["hires_up"] = {"class_type": "LatentUpscaleBy", "inputs": {"upscale_method": "bilinear", "scale_by": 1.5,
                                                                      "samples": latent}}
-        g["hires"] = {"class_type": "KSampler", "inputs": dict(sampler, steps=steps // 2, denoise=0.5,
+        g["hires"] = {"class_type": "KSampler", "inputs": dict(sampler, steps=hires_steps(steps), denoise=0.5,
                                                                latent_image=["hires_up", 0])}
         latent = ["hires", 0]
     g["decode"] = {"class_type": "VAEDecode", "inputs": {"samples": latent, "vae": ["ckpt", 2]}}
