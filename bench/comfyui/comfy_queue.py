@@ -18,8 +18,9 @@ Each RUN: all prompts queued at once (as a script over the API does), then the w
 first POST to the queue being empty; images = the prompts' EmptyLatentImage batch sizes; GPU busy
 = the share of nvidia-smi samples (100 ms) with utilisation > 0; peak GPU memory = the largest
 memory.used sample (the whole card: CUDA context, PyTorch's cache and all). A failed prompt is
-counted and its error kept. FILE.json is rewritten after each run (partial results survive a
-timeout). A RUN that would start after --deadline is skipped and says so.
+counted and its error kept; a run past --run-timeout (400 s) is stopped (the queue cleared, the
+prompt in flight interrupted) and its unfinished prompts counted. FILE.json is rewritten after
+each run (partial results survive a timeout). A RUN that would start after --deadline is skipped and says so.
 """
 from __future__ import annotations
 
@@ -133,6 +134,15 @@ def run_workload(base: str, name: str, prompts: list[dict], timeout_s: float) ->
         ids = queue(base, prompts)
         hist = drain(base, ids, timeout_s)
         wall = time.time() - t0
+    if len(hist) < len(ids):  # out of time: empty the queue so that the next run starts clean
+        http(base + "/queue", {"clear": True})
+        http(base + "/interrupt", {})
+        t1 = time.time()
+        while time.time() - t1 < 120:
+            q = http(base + "/queue")
+            if not q.get("queue_running") and not q.get("queue_pending"):
+                break
+            time.sleep(0.5)
     ok = [i for i in ids if hist.get(i, {}).get("status", {}).get("status_str") == "success"]
     images = sum(batch_size(p) for i, p in zip(ids, prompts) if i in ok)
     errors = [m for i in ids if i in hist and hist[i]["status"]["status_str"] == "error"

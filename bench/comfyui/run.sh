@@ -116,7 +116,7 @@ comfy() {
   local label=$1 flags=$2; shift 2
   PYTHONPATH=$COMFY_PY python3 bench/comfyui/comfy_queue.py --comfy "$WORK/comfy-src" --base "$B" \
     --out "$OUT/comfy-$label.json" --flags "$COMFY_DEVICE_FLAGS $flags" --warmup "$WORK/wl/w1.comfy.json" \
-    --deadline $(( T_START + DEADLINE_S )) "$@" 2>&1 | tee -a "$OUT/summary.txt" || note "comfy $label: exit $?"
+    --deadline $(( T_START + DEADLINE_S )) --run-timeout "$RUN_TIMEOUT" "$@" 2>&1 | tee -a "$OUT/summary.txt" || note "comfy $label: exit $?"
 }
 TAG=${SDXL_MODEL_NAME:-full}${DRY:+-dry}
 stage() {  # stage NAME: run it unless done (by this model's calls) or out of time
