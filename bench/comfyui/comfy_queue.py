@@ -101,7 +101,7 @@ def queue(base: str, prompts: list[dict]) -> list[str]:
     ids = []
     for p in prompts:
         try:
-            ids.append(http(base + "/prompt", {"prompt": p, "client_id": "sdxl-batch-bench"})["prompt_id"])
+            ids.append(http(base + "/prompt", {"prompt": p, "client_id": "sdxl-batch-bench"}, timeout=300)["prompt_id"])
         except urllib.error.HTTPError as e:  # refused at validation: the body names the node and input
             raise SystemExit(f"ComfyUI refused a prompt: {e.code} {e.read().decode()[:2000]}")
     return ids
@@ -115,7 +115,10 @@ def drain(base: str, ids: list[str], timeout_s: float) -> dict:
             break
         for i in ids:
             if i not in done:
-                h = http(f"{base}/history/{i}")
+                try:
+                    h = http(f"{base}/history/{i}")
+                except (urllib.error.URLError, ConnectionError, TimeoutError):
+                    continue  # a server busy in Python code (a LoRA patch on the CPU) answers late: ask again
                 if i in h and h[i].get("status", {}).get("completed") is not None:
                     st = h[i]["status"]
                     if st.get("status_str") in ("success", "error"):
@@ -135,11 +138,11 @@ def run_workload(base: str, name: str, prompts: list[dict], timeout_s: float) ->
         hist = drain(base, ids, timeout_s)
         wall = time.time() - t0
     if len(hist) < len(ids):  # out of time: empty the queue so that the next run starts clean
-        http(base + "/queue", {"clear": True})
-        http(base + "/interrupt", {})
+        http(base + "/queue", {"clear": True}, timeout=300)
+        http(base + "/interrupt", {}, timeout=300)
         t1 = time.time()
         while time.time() - t1 < 120:
-            q = http(base + "/queue")
+            q = http(base + "/queue", timeout=300)
             if not q.get("queue_running") and not q.get("queue_pending"):
                 break
             time.sleep(0.5)
