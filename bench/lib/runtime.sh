@@ -20,7 +20,7 @@ run() {
   local util="$WORK/$name.util"
   local upid; upid=$(busy_start "$util")
   local t0; t0=$(date +%s.%N)
-  timeout "${RUN_TIMEOUT:-400}" "$SDXL" --log-level "${RUN_LOG_LEVEL:-warn}" run "$batch" --model "$MODEL" --device cuda ${GPU:+--devices $GPU} \
+  timeout "${RUN_TIMEOUT:-400}" "$SDXL" --log-level "${RUN_LOG_LEVEL:-warn}" run "$batch" --model "$MODEL" --device "${RUN_DEVICE:-cuda}" ${GPU:+--devices $GPU} \
     --out "$WORK/$name" --no-progress "$@" \
     > "$WORK/$name.log" 2>&1 || echo "$name: exit $?" | tee -a "$OUT/summary.txt"
   local wall; wall=$(python3 -c "import time,sys; print(time.time()-float(sys.argv[1]))" "$t0")

@@ -403,6 +403,10 @@ struct RunOptions {
   double max_runtime_s = 0;              // stop taking new images after this long (0: no limit)
   int shard_index = 0, shard_count = 1;  // take share K of N of the tasks
   std::string lock_file{};               // also hold this lock (the output folder's own is always held)
+  // Measured memory and time shared between output folders (one device and model per file): read
+  // where the output folder's estimates.json lacks a figure, written back after the run. A fresh
+  // output folder then starts batching at once instead of running each new size alone first.
+  std::string estimates_file{};
   std::vector<std::string> wildcard_dirs{};
   int clip_skip = 0;                   // for tasks that set none (0: none)
   std::uint64_t vram_limit_bytes = 0;  // device memory budget (0: the card)

@@ -204,7 +204,7 @@ fs::path output_folder(const sdxl_batch::RunOptions& a, const BatchFile& batch) 
 // The lanes (one model copy per device, loaded on the lane's thread when there
 // is an image to make), run_batch, and the measured estimates saved whatever happens.
 RunResult run_on_lanes(const sdxl_batch::Session::Impl& s, const sdxl_batch::RunOptions& a, const BatchFile& batch,
-                       RunOptions& o, WorkEstimator& estimator, const fs::path& estimates_path) {
+                       RunOptions& o, WorkEstimator& estimator, const std::vector<fs::path>& estimates_paths) {
   const RuntimeOptions runtime = runtime_options(s.options, batch.embedding_dirs);
   const std::uint64_t vram_limit = a.vram_limit_bytes;
   std::vector<std::unique_ptr<GeneratorLane>> lanes;
@@ -221,10 +221,10 @@ RunResult run_on_lanes(const sdxl_batch::Session::Impl& s, const sdxl_batch::Run
   spdlog::info("batch {}: {} task(s) -> {}", batch.path.string(), batch.tasks.size(), o.out_dir.string());
   try {
     const RunResult r = run_batch(batch, o, lane_ptrs);
-    save_estimates(estimator, estimates_path);
+    for (const fs::path& path : estimates_paths) save_estimates(estimator, path);
     return r;
   } catch (...) {
-    save_estimates(estimator, estimates_path);
+    for (const fs::path& path : estimates_paths) save_estimates(estimator, path);
     throw;
   }
 }
@@ -237,10 +237,41 @@ struct PreparedRun {
   fs::path out_dir, estimates_path;
   WorkEstimator estimator;
   std::string why_no_estimates;  // when the estimator is empty
+  fs::path shared_estimates;     // run --estimates FILE, when the run writes its figures back there
 };
 
+// run --estimates FILE: figures measured into other output folders fill what this folder's
+// estimates.json lacks. A file that holds no estimates stops the run (it is never overwritten);
+// one of another device or model is left as it is, unused. Returns whether the run writes its
+// figures back to FILE (absent, or of this device and model).
+bool read_shared_estimates(const fs::path& file, const std::string& device_key, const std::string& model,
+                           WorkEstimator& est) {
+  const fs::path folder = file.has_parent_path() ? file.parent_path() : fs::path(".");
+  std::error_code ec;
+  if (!fs::is_directory(folder, ec))
+    throw UsageError("--estimates '" + file.string() + "': folder '" + folder.string() + "' does not exist");
+  if (fs::is_directory(file, ec)) throw UsageError("--estimates '" + file.string() + "' is a folder: name a file");
+  WorkEstimator shared(device_key, model);
+  std::string why;
+  switch (WorkEstimator::read(file, device_key, model, shared, &why)) {
+    case WorkEstimator::Saved::missing:
+      return true;
+    case WorkEstimator::Saved::invalid:
+      throw UsageError("--estimates: " + why.substr(0, why.rfind("; starting afresh")) +
+                       ": name a new file or one that sdxl-batch wrote");
+    case WorkEstimator::Saved::other_device_or_model:
+      spdlog::warn("--estimates: {}: not used, and left as it is", why);
+      return false;
+    case WorkEstimator::Saved::ok:
+      break;
+  }
+  est.fill_from(shared);
+  spdlog::info("--estimates: measured figures from {}", file.string());
+  return true;
+}
+
 // What was submitted, checked; the scheduler's options; the estimates earlier
-// runs measured in the output folder. Reads files only.
+// runs measured in the output folder (and in --estimates FILE). Reads files only.
 std::unique_ptr<PreparedRun> prepare_run(const sdxl_batch::Session::Impl& s, const sdxl_batch::RunOptions& a) {
   const ModelConfig& mc = s.config;
   auto p = std::make_unique<PreparedRun>();
@@ -277,6 +308,8 @@ std::unique_ptr<PreparedRun> prepare_run(const sdxl_batch::Session::Impl& s, con
                                  (mc.unet_precision.empty() ? "" : "/unet-" + mc.unet_precision);
   p->estimates_path = p->out_dir / "estimates.json";
   p->estimator = WorkEstimator::load(p->estimates_path, device_key, mc.name, &p->why_no_estimates);
+  if (!a.estimates_file.empty() && read_shared_estimates(a.estimates_file, device_key, mc.name, p->estimator))
+    p->shared_estimates = a.estimates_file;
   o.estimator = &p->estimator;
   return p;
 }
@@ -289,7 +322,9 @@ sdxl_batch::RunResult run_session(const sdxl_batch::Session::Impl& s, const sdxl
   if (ec) throw IoError("cannot create output folder '" + p->out_dir.string() + "': " + ec.message());
   const auto locks = take_locks(a.lock_file, p->out_dir, p->o);
   connect_sink(p->o, sink);
-  const RunResult r = run_on_lanes(s, a, p->batch, p->o, p->estimator, p->estimates_path);
+  std::vector<fs::path> estimates_paths{p->estimates_path};
+  if (!p->shared_estimates.empty()) estimates_paths.push_back(p->shared_estimates);
+  const RunResult r = run_on_lanes(s, a, p->batch, p->o, p->estimator, estimates_paths);
   return public_result(r, fs::canonical(p->out_dir));
 }
 

@@ -25,7 +25,7 @@ namespace sdxl::cli {
 
 struct RunArgs {
   ModelFlags model;
-  std::string batch_file, out_dir, lock_file, max_runtime, shard, vram_limit, timeout, aging = "15m", order = "queue";
+  std::string batch_file, out_dir, lock_file, estimates_file, max_runtime, shard, vram_limit, timeout, aging = "15m", order = "queue";
   std::string devices;
   std::vector<std::string> wildcard_dirs;
   bool force = false, skip_invalid = false, dry_run = false, no_progress = false, no_overlap = false;
@@ -48,6 +48,10 @@ CLI::App* add_run(CLI::App& app, std::shared_ptr<RunArgs>& args) {
   cmd->add_option("--shard", args->shard, "Take share K of N of the tasks: K/N (0 <= K < N), or auto / auto/N from a Slurm job array or a Kubernetes Indexed Job");
   cmd->add_option("--lock", args->lock_file,
                   "Also hold this lock file (e.g. one per machine for cron); the output folder's own lock is always held");
+  cmd->add_option("--estimates", args->estimates_file,
+                  "Measured memory and time per size shared between output folders (one device and model per "
+                  "file): read where the output folder has none, updated after the run, so a fresh folder "
+                  "batches at once instead of measuring each new size alone first");
   cmd->add_option("--wildcards-dir", args->wildcard_dirs,
                   "Folder of __name__ wildcard files (NAME.txt), searched before the batch's wildcards_dir (repeatable)")
       ->check(CLI::ExistingDirectory);
@@ -126,6 +130,7 @@ sdxl_batch::RunOptions run_options(const RunArgs& a) {
   o.max_runtime_s = a.max_runtime.empty() ? 0.0 : duration_flag("--max-runtime", a.max_runtime);
   if (!a.shard.empty()) std::tie(o.shard_index, o.shard_count) = sdxl_batch::parse_shard(a.shard);
   o.lock_file = a.lock_file;
+  o.estimates_file = a.estimates_file;
   o.wildcard_dirs = a.wildcard_dirs;
   o.clip_skip = a.clip_skip;
   o.vram_limit_bytes = a.vram_limit.empty() ? 0 : sdxl_batch::parse_size_bytes(a.vram_limit);
@@ -187,7 +192,8 @@ int print_plan(const std::string& batch_path, const sdxl_batch::Plan& plan) {
     std::printf("  estimates: none measured yet (%s); each new size runs alone first and is measured\n",
                 plan.why_no_estimates.c_str());
   else
-    std::printf("  estimates: measured by earlier runs into this folder (%s)\n", plan.estimates_device.c_str());
+    std::printf("  estimates: measured by earlier runs into this folder or the --estimates file (%s)\n",
+                plan.estimates_device.c_str());
   if (plan.vram_limit_bytes == 0)
     std::printf("  memory budget: not given (--vram-limit); batches are capped by --max-batch %d only\n",
                 plan.max_batch);

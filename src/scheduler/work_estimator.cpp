@@ -6,6 +6,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <stdexcept>
 
 #include "core/atomic_file.h"
 
@@ -179,20 +180,44 @@ std::string WorkEstimator::to_json() const {
 WorkEstimator WorkEstimator::load(const std::filesystem::path& path, const std::string& device,
                                   const std::string& model, std::string* why_not) {
   WorkEstimator e(device, model);
+  if (read(path, device, model, e, why_not) != Saved::ok) return WorkEstimator(device, model);
+  return e;
+}
+
+void WorkEstimator::fill_from(const WorkEstimator& other) {
+  for (const auto& [res, by_batch] : other.memory_)
+    for (const auto& [n, p] : by_batch) {
+      auto& m = memory_[res][n];
+      m = std::max(m, p);
+    }
+  for (const auto& [res, by_batch] : other.sample_memory_)
+    for (const auto& [n, p] : by_batch) {
+      auto& m = sample_memory_[res][n];
+      m = std::max(m, p);
+    }
+  for (const auto& [res, by_batch] : other.time_)
+    for (const auto& [n, v] : by_batch) time_[res].try_emplace(n, v);
+  for (const auto& [detector, counts] : other.detailer_) detailer_.try_emplace(detector, counts);
+}
+
+WorkEstimator::Saved WorkEstimator::read(const std::filesystem::path& path, const std::string& device,
+                                         const std::string& model, WorkEstimator& e, std::string* why_not) {
   std::ifstream in(path);
   if (!in) {
     if (why_not) *why_not = "no saved estimates at " + path.string();
-    return e;
+    return Saved::missing;
   }
   try {
     std::stringstream ss;
     ss << in.rdbuf();
     const auto j = nlohmann::json::parse(ss.str());
+    if (!j.is_object() || !j.contains("memory") || !j.contains("time"))
+      throw std::runtime_error("no \"memory\" and \"time\" figures");
     if (j.value("device", "") != device || j.value("model", "") != model) {
       if (why_not)
         *why_not = path.string() + " holds estimates for " + j.value("model", "?") + " on " + j.value("device", "?") +
                    ", not " + model + " on " + device;
-      return e;
+      return Saved::other_device_or_model;
     }
     for (const auto& m : j.at("memory"))
       e.observe_memory(m.at("width").get<int>(), m.at("height").get<int>(), m.at("batch").get<int>(),
@@ -214,9 +239,10 @@ WorkEstimator WorkEstimator::load(const std::filesystem::path& path, const std::
       }
   } catch (const std::exception& ex) {
     if (why_not) *why_not = path.string() + " is not a valid estimates file (" + ex.what() + "); starting afresh";
-    return WorkEstimator(device, model);
+    e = WorkEstimator(device, model);
+    return Saved::invalid;
   }
-  return e;
+  return Saved::ok;
 }
 
 void WorkEstimator::save(const std::filesystem::path& path) const { write_file_atomic(path, to_json()); }

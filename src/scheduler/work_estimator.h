@@ -23,9 +23,10 @@
 // from plain ones of the same size: every figure is per (width, height,
 // side_modules_key), saved as "controlnets", "ip_adapter", "upscaler" and "regions".
 //
-// Saved as JSON (estimates.json in the output folder) so the next run and
-// `--dry-run` start from this run's figures; keyed by device and model, since
-// figures from another GPU do not apply. torch-free, not thread-safe.
+// Saved as JSON (estimates.json in the output folder, and `run --estimates FILE`
+// when named) so the next run and `--dry-run` start from this run's figures, also
+// in a fresh output folder; keyed by device and model, since figures from
+// another GPU do not apply. torch-free, not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -95,6 +96,16 @@ class WorkEstimator {
   // unreadable or for another device/model (a warning says which).
   static WorkEstimator load(const std::filesystem::path& path, const std::string& device, const std::string& model,
                             std::string* why_not = nullptr);
+  // What a saved file holds for a device and model; read() adds its figures to `into` (a fresh
+  // estimator of that device and model) only when `ok`, and leaves it empty otherwise.
+  enum class Saved { missing, ok, other_device_or_model, invalid };
+  static Saved read(const std::filesystem::path& path, const std::string& device, const std::string& model,
+                    WorkEstimator& into, std::string* why_not = nullptr);
+  // Takes what this estimator lacks from `other` (figures of the same device and model measured
+  // elsewhere, e.g. `run --estimates FILE`): each (size, batch) memory and sampling peak becomes the
+  // larger of the two (a safety bound), and time per size and batch and detailer counts per detector
+  // folder come from `other` only where this has none. What this measured comes first.
+  void fill_from(const WorkEstimator& other);
   void save(const std::filesystem::path& path) const;  // atomic write; throws IoError
 
  private:

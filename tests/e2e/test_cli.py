@@ -368,6 +368,48 @@ class Runtime(unittest.TestCase):
         self.assertIn("measured by earlier runs", r.stdout)
         self.assertNotIn("unknown until", r.stdout)
 
+    def test_estimates_file_carries_measured_figures_to_a_fresh_folder(self):
+        """run --estimates FILE: a fresh output folder starts from figures measured into another one;
+        a file that holds no estimates is refused and left as it is, one of another device is unused
+        and left as it is."""
+        work = Path(ARGS.work) / "estimates-file"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        batch = work / "b.json"
+        batch.write_text(json.dumps({"version": 1, "defaults": {"steps": 1},
+                                     "tasks": [{"id": "a", "prompt": "a lighthouse", "seed": 3}]}))
+        shared = work / "sdxl-estimates.json"
+        r = sdxl("run", str(batch), "--model", ARGS.model, "--out", str(work / "first"), "--estimates", str(shared))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        est = json.loads(shared.read_text())
+        self.assertEqual(est["model"], meta_of(ARGS.model)["name"])
+        self.assertTrue(est["time"], "the run's measured time is written back")
+        r = sdxl("run", str(batch), "--model", ARGS.model, "--out", str(work / "fresh"), "--dry-run")
+        self.assertIn("none measured yet", r.stdout, "without the file a fresh folder knows nothing")
+        r = sdxl("run", str(batch), "--model", ARGS.model, "--out", str(work / "fresh"), "--dry-run",
+                 "--estimates", str(shared))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("measured by earlier runs", r.stdout)
+        notes = work / "notes.txt"
+        notes.write_text("shopping list\n")
+        r = sdxl("run", str(batch), "--model", ARGS.model, "--out", str(work / "bad"), "--estimates", str(notes))
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("notes.txt", r.stderr)
+        self.assertEqual(notes.read_text(), "shopping list\n", "never overwritten")
+        self.assertFalse((work / "bad").exists(), "refused before the output folder is made")
+        r = sdxl("run", str(batch), "--model", ARGS.model, "--out", str(work / "bad"),
+                 "--estimates", str(work / "no-such-folder" / "e.json"))
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("no-such-folder", r.stderr)
+        other = dict(est, device="cuda:0/fp16")
+        (work / "other.json").write_text(json.dumps(other))
+        before = (work / "other.json").read_text()
+        r = sdxl("run", str(batch), "--model", ARGS.model, "--out", str(work / "other"),
+                 "--estimates", str(work / "other.json"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("not used, and left as it is", r.stderr)
+        self.assertEqual((work / "other.json").read_text(), before)
+
     def test_batched_images_match_single_images_closely(self):
         batch = {"version": 1, "defaults": {"steps": 4},
                  "tasks": [{"id": "a", "prompt": "a red fox in the snow", "negative": "blurry", "seed": 5, "count": 2},

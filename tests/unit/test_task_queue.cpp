@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "batch/batch_file.h"
 #include "core/error.h"
@@ -264,6 +265,56 @@ TEST(WorkEstimator, ControlNetBatchesAreKeptApart) {
   EXPECT_EQ(back.peak_bytes(1024, 1024, 2, 1), e.peak_bytes(1024, 1024, 2, 1));
   EXPECT_EQ(back.peak_bytes(1024, 1024, 2), e.peak_bytes(1024, 1024, 2));
   std::filesystem::remove(path);
+}
+
+TEST(WorkEstimator, FiguresFromAnotherFolderFillOnlyTheGaps) {
+  // A fresh output folder with run --estimates FILE: the 1024x1024 peak measured elsewhere means no
+  // image runs alone to be measured; this folder's own figures come first.
+  sdxl::WorkEstimator shared("cuda/fp16", "sdxl");
+  shared.observe_memory(1024, 1024, 1, 4000, 400);
+  shared.observe_memory(832, 1216, 1, 3000);
+  shared.observe_time(1024, 1024, 1, 28, 28 * 0.05);
+  shared.observe_detailer_regions("face", 3);
+  sdxl::WorkEstimator fresh("cuda/fp16", "sdxl");
+  EXPECT_EQ(fresh.max_batch(1024, 1024, 8, 1ull << 40, 1.2), 1) << "unmeasured: a probe";
+  fresh.fill_from(shared);
+  EXPECT_EQ(fresh.max_batch(1024, 1024, 8, 1ull << 40, 1.2), 8) << "measured elsewhere: batches at once";
+  EXPECT_EQ(*fresh.peak_bytes(1024, 1024, 2), 4400u);
+  sdxl::WorkEstimator own("cuda/fp16", "sdxl");
+  own.observe_memory(832, 1216, 1, 3500);
+  own.observe_time(1024, 1024, 1, 28, 28 * 0.04);
+  own.observe_detailer_regions("face", 1);
+  own.fill_from(shared);
+  EXPECT_EQ(*own.peak_bytes(832, 1216, 1), 3500u) << "the larger peak of the two";
+  EXPECT_EQ(*own.peak_bytes(1024, 1024, 1), 4000u) << "a size only the other measured";
+  EXPECT_NEAR(own.seconds_per_image(1024, 1024, 1, 28)->seconds_per_image, 28 * 0.04, 1e-9) << "its own time first";
+  EXPECT_NEAR(*own.detailer_regions_per_image("face"), 1.0, 1e-9) << "its own detailer counts first";
+}
+
+TEST(WorkEstimator, ReadTellsMissingOtherAndInvalidFilesApart) {
+  const auto dir = std::filesystem::temp_directory_path() / ("sdxl_est_read_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  sdxl::WorkEstimator e("cuda/fp16", "sdxl");
+  e.observe_memory(1024, 1024, 1, 1000);
+  e.save(dir / "est.json");
+  using Saved = sdxl::WorkEstimator::Saved;
+  sdxl::WorkEstimator into("cuda/fp16", "sdxl");
+  EXPECT_EQ(sdxl::WorkEstimator::read(dir / "est.json", "cuda/fp16", "sdxl", into), Saved::ok);
+  EXPECT_EQ(into.peak_bytes(1024, 1024, 1), 1000u);
+  sdxl::WorkEstimator other("cuda/bf16", "sdxl");
+  EXPECT_EQ(sdxl::WorkEstimator::read(dir / "est.json", "cuda/bf16", "sdxl", other), Saved::other_device_or_model);
+  EXPECT_TRUE(other.empty());
+  sdxl::WorkEstimator none("cuda/fp16", "sdxl");
+  EXPECT_EQ(sdxl::WorkEstimator::read(dir / "absent.json", "cuda/fp16", "sdxl", none), Saved::missing);
+  for (const char* text : {"shopping list\n", "{\"device\": \"cuda/fp16\", \"model\": \"sdxl\"}", "[1, 2]"}) {
+    std::ofstream(dir / "bad.json") << text;
+    sdxl::WorkEstimator bad("cuda/fp16", "sdxl");
+    std::string why;
+    EXPECT_EQ(sdxl::WorkEstimator::read(dir / "bad.json", "cuda/fp16", "sdxl", bad, &why), Saved::invalid) << text;
+    EXPECT_TRUE(bad.empty());
+    EXPECT_NE(why.find("bad.json"), std::string::npos) << why;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Units, SizesAndDeadlines) {
