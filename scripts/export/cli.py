@@ -141,8 +141,8 @@ KINDS = (
     ("vae_only", "vae-only", "vae"),
     ("controlnet", "controlnet", "controlnet"),
     ("ip_adapter", "ip-adapter", "ip_adapter"),
-    ("tiny_ip_adapter", "tiny-ip-adapter", "tiny_adapters"),
-    ("tiny_controlnet", "tiny-controlnet", "tiny_adapters"),
+    ("tiny_ip_adapter", "tiny-ip-adapter", "ip_adapter"),  # its sources drawn first (tiny_adapters)
+    ("tiny_controlnet", "tiny-controlnet", "controlnet"),
     ("upscaler", "upscaler", "upscaler"),  # export_all(a): several files, one folder each under --out
     ("detector", "detector", "detector"),
 )
@@ -330,6 +330,9 @@ def check_inputs(a: argparse.Namespace) -> None:
         read_header(regular_file(Path(a.ip_adapter), "--ip-adapter"))
     if a.image_encoder:
         folder(Path(a.image_encoder), "--image-encoder")
+    for flag, diffusers_dir in (("--tiny-ip-adapter", a.tiny_ip_adapter), ("--tiny-controlnet", a.tiny_controlnet)):
+        if diffusers_dir:  # a diffusers SDXL folder (export_sdxl.py --tiny --save-diffusers DIR): its UNet's config
+            regular_file(Path(folder(Path(diffusers_dir), flag)) / "unet" / "config.json", flag)
     if a.fp8:
         regular_file(Path(a.fp8_prompts), "--fp8-prompts")
     if a.detector:
@@ -392,8 +395,13 @@ def main() -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the temp dir is removed on kill
+    job = Job(kind, dtype_name, DTYPES[dtype_name], a.device, out, tmp, t_start)
     try:
-        return export(a, Job(kind, dtype_name, DTYPES[dtype_name], a.device, out, tmp, t_start))
+        if a.tiny_ip_adapter or a.tiny_controlnet:
+            from .tiny_adapters import export_drawn
+
+            return export_drawn(a, job, export)
+        return export(a, job)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

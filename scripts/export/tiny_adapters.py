@@ -26,6 +26,7 @@ import json
 import tempfile
 from argparse import Namespace
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -229,14 +230,11 @@ def write_controlnet(diffusers_dir: Path, out: Path, seed: int, std_scale: float
     return cn
 
 
-def export(a: Namespace, job: Job) -> int:
-    """--tiny-ip-adapter / --tiny-controlnet DIFFUSERS_DIR: the sources (--source-only: written to --out, the
-    test fixtures' layout), else written to a temporary folder and exported as --ip-adapter (the plain
-    adapter) or --controlnet would, into --out."""
-    diffusers_dir = Path(a.tiny_ip_adapter or a.tiny_controlnet).resolve()
-    if not (diffusers_dir / "unet" / "config.json").is_file():
-        raise ExportError(f"{diffusers_dir}: no unet/config.json (a diffusers SDXL folder, e.g. export_sdxl.py "
-                          "--tiny --save-diffusers DIR)")
+def export_drawn(a: Namespace, job: Job, export: Callable[[Namespace, Job], int]) -> int:
+    """--tiny-ip-adapter / --tiny-controlnet DIFFUSERS_DIR: the sources drawn (--source-only: into --out, the
+    test fixtures' layout, and nothing exported), else into a temporary folder that `export` (the kind's,
+    ip_adapter's or controlnet's) reads as --ip-adapter (the plain adapter) or --controlnet."""
+    diffusers_dir = Path(a.tiny_ip_adapter or a.tiny_controlnet).resolve()  # cli.check_inputs checked it
     if a.source_only:
         info = write_sources(a, diffusers_dir, job.tmp)
         publish(job.tmp, job.out)
@@ -245,15 +243,11 @@ def export(a: Namespace, job: Job) -> int:
     with tempfile.TemporaryDirectory(prefix=".tiny-src-", dir=job.out.parent) as tmp:
         write_sources(a, diffusers_dir, Path(tmp))
         if a.tiny_ip_adapter:
-            from .ip_adapter import export as export_ip
-
             plain = Path(tmp) / "plain"
             a.ip_adapter, a.image_encoder = str(plain / "ip-adapter-plain.safetensors"), str(plain / "image_encoder")
-            return export_ip(a, job)
-        from .controlnet import export as export_cn
-
-        a.controlnet = str(Path(tmp) / "diffusers")
-        return export_cn(a, job)
+        else:
+            a.controlnet = str(Path(tmp) / "diffusers")
+        return export(a, job)
 
 
 def write_sources(a: Namespace, diffusers_dir: Path, out: Path) -> dict:
