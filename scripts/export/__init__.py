@@ -9,6 +9,9 @@ rules import-cycle and module-list). Nothing imports cli; no export kind imports
  the command
   cli                 the flags, their rules, the inputs checked before torch is imported, and the
                       dispatch to one export kind (cli.KINDS)
+ the tiny sources
+  tiny_adapters       --tiny-ip-adapter, --tiny-controlnet: a tiny random IP-Adapter or ControlNet drawn
+                      (the test fixtures' and the example's), then exported by ip_adapter or controlnet
  the export kinds, one module each with export(a, job) -> exit code
   sdxl                --tiny, --tiny-aoti, --random-full, --from DIR|FILE: a model folder
   vae                 --vae-only: a VAE folder

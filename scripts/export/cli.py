@@ -24,6 +24,11 @@ Sources (exactly one):
                   an SDXL IP-Adapter (one .safetensors file, the original layout) and its CLIP
                   vision encoder (a transformers folder) as an IP-Adapter folder
                   (scripts/export/ip_adapter.py)
+  --tiny-ip-adapter DIR, --tiny-controlnet DIR
+                  a tiny random plain IP-Adapter (with its tiny CLIP vision encoder) or ControlNet for the
+                  model whose diffusers folder DIR is (--tiny --save-diffusers DIR), seeded by --seed, as an
+                  IP-Adapter or ControlNet folder (scripts/export/tiny_adapters.py; the example batch's);
+                  --source-only writes the sources instead (the test fixtures')
   --detector FILE.pt
                   an Ultralytics YOLO detection or segmentation checkpoint (ADetailer's face_yolov8n.pt,
                   hand_yolov8n.pt, person_yolov8n-seg.pt ...) as a detector folder --out
@@ -136,6 +141,8 @@ KINDS = (
     ("vae_only", "vae-only", "vae"),
     ("controlnet", "controlnet", "controlnet"),
     ("ip_adapter", "ip-adapter", "ip_adapter"),
+    ("tiny_ip_adapter", "tiny-ip-adapter", "ip_adapter"),  # its sources drawn first (tiny_adapters)
+    ("tiny_controlnet", "tiny-controlnet", "controlnet"),
     ("upscaler", "upscaler", "upscaler"),  # export_all(a): several files, one folder each under --out
     ("detector", "detector", "detector"),
 )
@@ -169,6 +176,12 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--ip-adapter", metavar="FILE",
                      help="export one SDXL IP-Adapter (.safetensors: image_proj.*, ip_adapter.*; plain or plus) "
                           "and its --image-encoder as an IP-Adapter folder a task can name")
+    src.add_argument("--tiny-ip-adapter", metavar="DIFFUSERS_DIR",
+                     help="a tiny random plain IP-Adapter for the model of this diffusers folder (its unet/config.json; "
+                          "--tiny --save-diffusers DIR), exported as --ip-adapter would")
+    src.add_argument("--tiny-controlnet", metavar="DIFFUSERS_DIR",
+                     help="a tiny random ControlNet from the UNet of this diffusers folder (from_unet, the zero "
+                          "convolutions re-drawn), exported as --controlnet would")
     src.add_argument("--upscaler", nargs="+", metavar="FILE",
                      help="export upscaler models (.pth, .pt, .safetensors; the architectures spandrel recognises) "
                           "as upscaler folders --out/<file stem> a task's \"upscale\" can name")
@@ -192,6 +205,18 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--image-encoder", metavar="DIR",
                     help="with --ip-adapter: the CLIP vision encoder it was trained with, a transformers folder "
                          "(config.json + model.safetensors, CLIPVisionModelWithProjection)")
+    ap.add_argument("--source-only", action="store_true",
+                    help="with --tiny-ip-adapter / --tiny-controlnet: write the sources to --out (IP-Adapters: "
+                         "<variant>/ip-adapter-<variant>.safetensors + <variant>/image_encoder/; ControlNet: "
+                         "diffusers/) and export nothing; prints their info as JSON")
+    ap.add_argument("--ip-variants", nargs="+", choices=["plain", "plus"], default=["plain", "plus"],
+                    help="with --tiny-ip-adapter --source-only: which adapters to write (default both)")
+    ap.add_argument("--ip-size", choices=["tiny", "full"], default="tiny",
+                    help="with --tiny-ip-adapter --source-only: full writes the published adapters' encoder and "
+                         "Resampler shapes (the GPU benchmark)")
+    ap.add_argument("--std-scale", type=float, default=1.0,
+                    help="with --tiny-controlnet: scales the re-drawn weights' spread (full-size models: small, so "
+                         "fp16 stays finite)")
     ap.add_argument("--dtype", choices=DTYPE_NAMES)
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--out", required=True)
@@ -261,6 +286,11 @@ def check_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         ap.error("--vae-only needs --vae FILE|DIR")
     if a.detector and (a.aoti or a.fp8 or a.config or a.save_diffusers or a.device != "cpu" or a.dtype):
         ap.error("--detector goes with --out and --force only (it exports on cpu, in fp32)")
+    tiny_adapter = a.tiny_ip_adapter or a.tiny_controlnet
+    if a.source_only and not tiny_adapter:
+        ap.error("--source-only goes with --tiny-ip-adapter or --tiny-controlnet")
+    if tiny_adapter and (a.aoti or a.fp8 or a.config or a.save_diffusers):
+        ap.error("--tiny-ip-adapter / --tiny-controlnet go without --aoti, --fp8, --config and --save-diffusers")
     if bool(a.ip_adapter) != bool(a.image_encoder):
         ap.error("--ip-adapter FILE and --image-encoder DIR go together")
     if not 1 <= a.batch_max <= 64:
@@ -315,6 +345,9 @@ def check_inputs(a: argparse.Namespace) -> None:
         read_header(regular_file(Path(a.ip_adapter), "--ip-adapter"))
     if a.image_encoder:
         folder(Path(a.image_encoder), "--image-encoder")
+    for flag, diffusers_dir in (("--tiny-ip-adapter", a.tiny_ip_adapter), ("--tiny-controlnet", a.tiny_controlnet)):
+        if diffusers_dir:  # a diffusers SDXL folder (export_sdxl.py --tiny --save-diffusers DIR): its UNet's config
+            regular_file(Path(folder(Path(diffusers_dir), flag)) / "unet" / "config.json", flag)
     if a.fp8:
         regular_file(Path(a.fp8_prompts), "--fp8-prompts")
     if a.detector:
@@ -361,13 +394,14 @@ def main() -> int:
 
     from .common import DTYPES, Job
 
-    threads = a.threads if a.threads is not None else (1 if ((a.tiny or a.tiny_aoti) and a.device == "cpu") else 0)
+    tiny = a.tiny or a.tiny_aoti or a.tiny_controlnet or (a.tiny_ip_adapter and a.ip_size == "tiny")
+    threads = a.threads if a.threads is not None else (1 if (tiny and a.device == "cpu") else 0)
     if threads > 0:
         torch.set_num_threads(threads)
     t_start = time.time()
     kind, module = next((name, mod) for dest, name, mod in KINDS if getattr(a, dest))
     export = importlib.import_module(f".{module}", __package__).export
-    dtype_name = a.dtype or ("fp32" if kind in TINY_KINDS else "fp16")
+    dtype_name = a.dtype or ("fp32" if kind in TINY_KINDS + ("tiny-ip-adapter", "tiny-controlnet") else "fp16")
     if a.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: CUDA is not available")
     out = Path(a.out).resolve()
@@ -378,8 +412,13 @@ def main() -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the temp dir is removed on kill
+    job = Job(kind, dtype_name, DTYPES[dtype_name], a.device, out, tmp, t_start)
     try:
-        return export(a, Job(kind, dtype_name, DTYPES[dtype_name], a.device, out, tmp, t_start))
+        if a.tiny_ip_adapter or a.tiny_controlnet:
+            from .tiny_adapters import export_drawn
+
+            return export_drawn(a, job, export)
+        return export(a, job)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

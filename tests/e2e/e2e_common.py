@@ -30,6 +30,8 @@ OPTIONS = {
     "--diffusers": "the tiny model's diffusers copy",
     "--python": "the Python with torch and diffusers (for exports and fixtures)",
     "--loras": "the test LoRAs (reference.make_test_loras)",
+    "--example-ip-adapter": "the example batch's tiny IP-Adapter (fixture_example_adapters)",
+    "--example-controlnet": "the example batch's tiny ControlNet (fixture_example_adapters)",
 }
 
 

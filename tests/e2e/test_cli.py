@@ -21,8 +21,9 @@ class ExampleBatch(unittest.TestCase):
     """`run` on configs/example-batch.json makes every PNG with correct metadata. The file runs as
     shipped but for its two frame panels (768x1344, the rest is 256x256 on the tiny model), which
     sample FRAME_STEPS steps instead of the model's 8: those two were 86% of the run's sampling
-    (27 s); their size, frame and metadata are checked as before, and the other five tasks still
-    take the model's default steps."""
+    (27 s); their size, frame and metadata are checked as before, and the other tasks still
+    take the model's default steps. Its dialogue panel's IP-Adapter and ControlNet are the ones
+    scripts/run_example.sh exports (fixture_example_adapters); its pictures are the shipped ones."""
 
     FRAME_STEPS = 2
 
@@ -36,6 +37,18 @@ class ExampleBatch(unittest.TestCase):
         for task in frames:
             self.assertNotIn("steps", task)
             task["steps"] = self.FRAME_STEPS
+        configs = shipped.parent.resolve()
+        for character in batch["characters"].values():
+            character["reference"]["image"] = str(configs / character["reference"]["image"])
+        panels = [task for task in batch["tasks"] if "regions" in task]
+        self.assertEqual(len(panels), 1, "the example's dialogue panel")
+        panel = panels[0]
+        self.assertEqual(sorted(r["character"] for r in panel["regions"]), sorted(batch["characters"]))
+        self.assertEqual(panel["ip_adapter"]["model"], "../models/tiny-ip-adapter")  # what run_example.sh exports
+        panel["ip_adapter"]["model"] = str(Path(ARGS.example_ip_adapter).resolve())
+        (control,) = panel["controlnets"]
+        self.assertEqual(control["model"], "../models/tiny-controlnet")
+        control.update(model=str(Path(ARGS.example_controlnet).resolve()), image=str(configs / control["image"]))
         batch_path = Path(ARGS.work) / "example-batch.json"
         batch_path.write_text(json.dumps(batch))
         r = sdxl("run", str(batch_path), "--model", ARGS.model, "--out", str(out))
@@ -57,7 +70,16 @@ class ExampleBatch(unittest.TestCase):
                 self.assertEqual(lines[0], task["prompt"])
                 negative = task.get("negative", batch["defaults"]["negative"])
                 self.assertEqual(lines[1], f"Negative prompt: {negative}")
-                settings = dict(kv.split(": ", 1) for kv in lines[2].split(", "))
+                # A1111 quotes the values that hold ", " (ControlNet 0, IP-Adapter, Region N)
+                settings = {k.strip(): v for k, v in re.findall(r'([^:,"]+): ("[^"]*"|[^,]*)', lines[2])}
+                if "regions" in task:  # the dialogue panel: each character in its own box, one pose map
+                    self.assertEqual(settings["RP Active"], "True")
+                    self.assertEqual(settings["RP Base Ratios"], str(task["region_base"]))
+                    for n, region in enumerate(task["regions"], 1):
+                        self.assertIn(f"Character: {region['character']}, Reference: {region['character']}.png",
+                                      settings[f"Region {n}"])
+                    self.assertIn("Weight: 0.8", settings["ControlNet 0"])
+                    self.assertIn("Model: ip-adapter-plain", settings["IP-Adapter"])
                 self.assertEqual(settings["Steps"], str(task.get("steps", model["defaults"]["steps"])))
                 self.assertEqual(settings["Sampler"], "Euler")
                 self.assertEqual(settings["Schedule type"], "Automatic")
@@ -311,6 +333,8 @@ class Configs(unittest.TestCase):
                 continue  # needs LoRA files made at test time: tests/e2e/test_lora.py validates and runs it
             if "upscale" in json.loads(cfg.read_text()).get("defaults", {}):
                 continue  # needs an upscaler folder exported at test time: tests/parity/parity_frame.py validates it
+            if cfg.name == "example-batch.json":
+                continue  # names the IP-Adapter and ControlNet run_example.sh exports: ExampleBatch runs it with them
             r = sdxl("validate", str(cfg), "--model", ARGS.model)
             self.assertEqual(r.returncode, 0, f"{cfg}: {r.stdout}{r.stderr}")
 
@@ -606,4 +630,4 @@ class Tokens(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    sys.exit(main(__doc__, "--binary", "--model", "--work", "--source"))
+    sys.exit(main(__doc__, "--binary", "--model", "--work", "--source", "--example-ip-adapter", "--example-controlnet"))

@@ -307,6 +307,22 @@ class ModelFileRefusals(ExportCase):
                 self.refused(args, "a TorchScript archive", name)
                 self.assertFalse(self.marker.exists(), f"{' '.join(args)}: the archive's code ran")
 
+    def test_tiny_adapters_need_a_diffusers_folder_and_go_alone(self):
+        """--tiny-ip-adapter / --tiny-controlnet DIR read DIR/unet/config.json (refused by name before torch
+        loads); --source-only goes only with them, and they go without the model export's flags."""
+        no_unet = self.work / "folders" / "no-unet"
+        no_unet.mkdir(parents=True, exist_ok=True)
+        for flag in ("--tiny-ip-adapter", "--tiny-controlnet"):
+            with self.subTest(flag):
+                self.refused([flag, str(no_unet)], "no such file or folder", str(no_unet / "unet" / "config.json"))
+                self.refused([flag, str(self.fifo)], "not a folder", self.fifo.name)
+        for args, words in ((["--tiny", "--source-only"], "--source-only goes with --tiny-ip-adapter"),
+                            (["--tiny-controlnet", str(no_unet), "--aoti"], "go without --aoti")):
+            cmd = [ARGS.python, str(Path(ARGS.source) / "scripts" / "export_sdxl.py"), *args, "--out", str(self.out)]
+            r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=TIMEOUT)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(words, r.stderr)
+
     def test_zip_entries_that_expand_beyond_the_file_are_refused(self):
         self.refused(["--upscaler", str(self.models / "bomb.pth")], "expand to 671", "bomb.pth")
 

@@ -1,5 +1,6 @@
 """A tiny random SDXL ControlNet for the tests, in every layout export_sdxl.py --controlnet reads.
 
+export_sdxl.py --tiny-controlnet --source-only draws it (scripts/export/tiny_adapters.py):
 ControlNetModel.from_unet of the tiny model's UNet (its encoder copied, as training starts), with
 the zero-initialised parts (controlnet_down_blocks, controlnet_mid_block,
 controlnet_cond_embedding.conv_out) re-drawn from a seeded generator, small enough that the
@@ -29,28 +30,22 @@ import torch
 
 from reference.single_file_fixture import unet_key
 
-ZERO_PARTS = ("controlnet_down_blocks.", "controlnet_mid_block.", "controlnet_cond_embedding.conv_out.")
-# Standard deviation of the re-drawn zero-initialised weights (biases: a tenth of it).
-RESIDUAL_STD = 0.5
-COND_OUT_STD = 0.4
+EXPORT = Path(__file__).resolve().parents[2] / "scripts" / "export_sdxl.py"
 
 
-def build(diffusers_dir: Path, seed: int, std_scale: float = 1.0):
-    """from_unet of the UNet (seeded: the conditioning embedding is drawn at random), then
-    the zero-initialised parts re-drawn from a generator of `seed` (their spread times std_scale)."""
-    from diffusers import ControlNetModel, UNet2DConditionModel
+def build(diffusers_dir: Path, out: Path, seed: int, std_scale: float = 1.0):
+    """out/diffusers/ by the program (export_sdxl.py --tiny-controlnet --source-only: from_unet of the UNet,
+    the zero-initialised parts re-drawn from a generator of `seed`, their spread times std_scale), loaded."""
+    import subprocess
 
-    unet = UNet2DConditionModel.from_pretrained(str(diffusers_dir / "unet"), dtype=torch.float32,
-                                                local_files_only=True, low_cpu_mem_usage=False)
-    torch.manual_seed(seed)
-    cn = ControlNetModel.from_unet(unet).eval().requires_grad_(False)
-    gen = torch.Generator().manual_seed(seed + 1000)
-    for name, p in cn.named_parameters():
-        if name.startswith(ZERO_PARTS):
-            std = COND_OUT_STD if name.startswith("controlnet_cond_embedding.") else RESIDUAL_STD
-            std = (std / 10 if name.endswith("bias") else std) * std_scale
-            p.data = torch.randn(p.shape, generator=gen) * std
-    return cn
+    from diffusers import ControlNetModel
+
+    r = subprocess.run([sys.executable, str(EXPORT), "--tiny-controlnet", str(diffusers_dir), "--source-only",
+                        "--out", str(out), "--force", "--seed", str(seed), "--std-scale", repr(std_scale)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"export_sdxl.py --tiny-controlnet failed ({r.returncode}):\n{r.stderr[-4000:]}")
+    return ControlNetModel.from_pretrained(str(out / "diffusers"), low_cpu_mem_usage=False).eval().requires_grad_(False)
 
 
 # The union part of the tiny Union ControlNet: its transformer as wide as the conditioning embedding
@@ -163,9 +158,7 @@ def write(diffusers_dir: Path, out: Path, seed: int, name: str, std_scale: float
           diffusers_only: bool = False) -> dict:
     from safetensors.torch import load_file, save_file
 
-    cn = build(diffusers_dir, seed, std_scale)
-    out.mkdir(parents=True, exist_ok=True)
-    cn.save_pretrained(str(out / "diffusers"), safe_serialization=True)
+    cn = build(diffusers_dir, out, seed, std_scale)
     if diffusers_only:
         return {"name": name, "seed": seed, "parameters": sum(p.numel() for p in cn.parameters()),
                 "original_read_back_max_abs_diff": 0.0}
