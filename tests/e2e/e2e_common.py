@@ -55,6 +55,12 @@ def main(doc: str, *common: str, extra=None) -> int:
     return 0 if program.result.wasSuccessful() else 1
 
 
+def side_modules_option(ap) -> None:
+    """--side-modules DIR, optional: the ctest fixture side_modules' folder (a ControlNet and the IP-Adapters
+    exported once for several tests); without it a script makes its own."""
+    ap.add_argument("--side-modules", help="the ctest fixture side_modules' folder (default: export under --work)")
+
+
 def sdxl(*args, timeout: float = 600, env_extra: dict | None = None) -> subprocess.CompletedProcess:
     """The binary with these arguments, output captured, one intra-op thread."""
     return run([ARGS.binary, *args], timeout=timeout, env_extra=env_extra)

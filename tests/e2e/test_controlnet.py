@@ -8,6 +8,7 @@ made), the hires fix's second pass with the ControlNet, `validate`'s errors, and
 grouping errors.
 
     test_controlnet.py --binary B --model TINY --diffusers TINY_DIFFUSERS --python PY --source REPO --work DIR
+        [--side-modules DIR]   (ctest's fixture side_modules: the ControlNet's export, made once)
 """
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from e2e_common import ARGS, ENV, TestCase, export, main, parameters, pixels, python, read_report, run
+from e2e_common import (ARGS, ENV, TestCase, export, main, parameters, pixels, python, read_report, run,
+                        side_modules_option)
 from e2e_common import run_ok as sh
 from PIL import Image, ImageDraw
 
@@ -34,11 +36,14 @@ class ControlNetRuns(TestCase):
         cls.work = Path(ARGS.work)
         shutil.rmtree(cls.work, ignore_errors=True)
         (cls.work / "poses").mkdir(parents=True)
-        python("-m", "reference.controlnet_fixture", "--diffusers", ARGS.diffusers, "--out", cls.work / "cn-src",
-               "--diffusers-only", what="controlnet_fixture")
         cls.cn = cls.work / "cn" / "pose"
-        export("--controlnet", cls.work / "cn-src" / "diffusers", "--dtype", "fp32", "--device", "cpu", "--check", "none",
-               "--out", cls.cn, what="export --controlnet")
+        if ARGS.side_modules:  # the same ControlNet (controlnet_fixture's seed 21) exported once for several tests
+            shutil.copytree(Path(ARGS.side_modules) / "controlnet-export", cls.cn)
+        else:
+            python("-m", "reference.controlnet_fixture", "--diffusers", ARGS.diffusers, "--out", cls.work / "cn-src",
+                   "--diffusers-only", what="controlnet_fixture")
+            export("--controlnet", cls.work / "cn-src" / "diffusers", "--dtype", "fp32", "--device", "cpu", "--check",
+                   "none", "--out", cls.cn, what="export --controlnet")
         for i in range(3):  # stick figures, the last one of another aspect ratio
             size = (256, 256) if i < 2 else (192, 320)
             im = Image.new("RGB", size)
@@ -157,4 +162,5 @@ class ControlNetRuns(TestCase):
 
 
 if __name__ == "__main__":
-    sys.exit(main(__doc__, "--binary", "--model", "--diffusers", "--python", "--source", "--work"))
+    sys.exit(main(__doc__, "--binary", "--model", "--diffusers", "--python", "--source", "--work",
+                  extra=side_modules_option))

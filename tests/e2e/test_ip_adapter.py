@@ -8,6 +8,7 @@ errors; the hires fix and img2img with an adapter; a model exported before IP-Ad
 refused; the CLI's flag errors.
 
     test_ip_adapter.py --binary B --model TINY --diffusers TINY_DIFFUSERS --python PY --source REPO --work DIR
+        [--side-modules DIR]   (ctest's fixture side_modules: the plus adapter's export, made once)
 """
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from e2e_common import ARGS, ENV, TestCase, export, main, parameters, pixels, python, read_report, run
+from e2e_common import (ARGS, ENV, TestCase, export, main, parameters, pixels, python, read_report, run,
+                        side_modules_option)
 from e2e_common import run_ok as sh
 from PIL import Image
 
@@ -42,13 +44,16 @@ class IpAdapterRuns(TestCase):
         cls.work = Path(ARGS.work)
         shutil.rmtree(cls.work, ignore_errors=True)
         (cls.work / "refs").mkdir(parents=True)
-        src = cls.work / "ip-src"
-        python("-m", "reference.ip_adapter_fixture", "--diffusers", ARGS.diffusers, "--out", src,
-               what="ip_adapter_fixture")
         cls.ip = cls.work / "ip" / "plus"
-        export("--ip-adapter", next((src / "plus").glob("*.safetensors")), "--image-encoder",
-               src / "plus" / "image_encoder", "--dtype", "fp32", "--device", "cpu", "--out", cls.ip,
-               what="export --ip-adapter")
+        if ARGS.side_modules:  # the same plus adapter (ip_adapter_fixture's seed 31) exported once for several tests
+            shutil.copytree(Path(ARGS.side_modules) / "ip-plus", cls.ip)
+        else:
+            src = cls.work / "ip-src"
+            python("-m", "reference.ip_adapter_fixture", "--diffusers", ARGS.diffusers, "--out", src,
+                   what="ip_adapter_fixture")
+            export("--ip-adapter", next((src / "plus").glob("*.safetensors")), "--image-encoder",
+                   src / "plus" / "image_encoder", "--dtype", "fp32", "--device", "cpu", "--out", cls.ip,
+                   what="export --ip-adapter")
         for i in range(3):
             reference_image(cls.work / "refs" / f"r{i}.png", 40 + i, (96, 64) if i != 2 else (64, 80))
 
@@ -194,4 +199,5 @@ class IpAdapterRuns(TestCase):
 
 
 if __name__ == "__main__":
-    sys.exit(main(__doc__, "--binary", "--model", "--diffusers", "--python", "--source", "--work"))
+    sys.exit(main(__doc__, "--binary", "--model", "--diffusers", "--python", "--source", "--work",
+                  extra=side_modules_option))

@@ -34,12 +34,14 @@ def parse_args(doc: str, extra=None, binary_required: bool = True) -> tuple[argp
     return a, work
 
 
-def parse_args_python_only(doc: str, python_only_help: str) -> tuple[argparse.Namespace, Path]:
-    """parse_args plus --loras DIR (existing reference.make_test_loras output) and --python-only
-    (then --binary may be left out)."""
+def parse_args_python_only(doc: str, python_only_help: str, more=None) -> tuple[argparse.Namespace, Path]:
+    """parse_args plus --loras DIR (existing reference.make_test_loras output), --python-only
+    (then --binary may be left out) and more(ap)'s options."""
     def extra(ap):
         ap.add_argument("--loras", help="existing reference.make_test_loras output (default: make them under --work)")
         ap.add_argument("--python-only", action="store_true", help=python_only_help)
+        if more:
+            more(ap)
 
     return parse_args(doc, extra, binary_required="--python-only" not in sys.argv)
 

@@ -28,6 +28,7 @@ original-layout .safetensors file (bare and under "control_model."). Then:
     message naming what is wrong, no output folder and no temporary folder left.
 
     PYTHONPATH=tests parity_controlnet.py --binary B --model TINY --diffusers TINY_DIFFUSERS --work DIR [--loras DIR]
+        [--side-modules DIR]   (ctest's fixture side_modules: cn-a and its folder's export, made once)
 """
 from __future__ import annotations
 
@@ -82,17 +83,25 @@ def control_images(work: Path) -> dict[str, Path]:
     return out
 
 
-def make_controlnets(work: Path, diffusers: str) -> dict[str, dict[str, Path]]:
-    """Two fixture ControlNets, cn-a exported from every layout, cn-b from its folder: {name: {layout: export dir}}."""
-    exports = {}
+def make_controlnets(work: Path, diffusers: str,
+                     shared: Path | None) -> tuple[dict[str, Path], dict[str, dict[str, Path]]]:
+    """Two fixture ControlNets, cn-a exported from every layout, cn-b from its folder:
+    ({name: fixture dir}, {name: {layout: export dir}}). shared: the ctest fixture side_modules' folder,
+    whose controlnet/ is cn-a (seed 21, every layout) and controlnet-export/ its folder's export."""
+    fixtures, exports = {}, {}
     for name, seed in (("cn-a", 21), ("cn-b", 22)):
-        fx = work / name
-        run([sys.executable, "-m", "reference.controlnet_fixture", "--diffusers", diffusers, "--out", str(fx),
-             "--seed", str(seed), "--name", name], f"reference.controlnet_fixture {name}")
-        exports[name] = {}
+        from_fixture = shared is not None and name == "cn-a"
+        fx = shared / "controlnet" if from_fixture else work / name
+        fixtures[name], exports[name] = fx, {}
+        if not from_fixture:
+            run([sys.executable, "-m", "reference.controlnet_fixture", "--diffusers", diffusers, "--out", str(fx),
+                 "--seed", str(seed), "--name", name], f"reference.controlnet_fixture {name}")
         for layout, src, single in LAYOUTS:
             if layout != "folder" and name != "cn-a":
                 continue  # cn-a proves every layout; cn-b (the second net of "two-windows") needs its folder only
+            if from_fixture and layout == "folder":  # exported with --check quick, as below
+                exports[name][layout] = shared / "controlnet-export"
+                continue
             out = work / f"export-{name}-{layout}"
             # The folder's export checks the trace against eager; the others must equal it bit for bit.
             run([sys.executable, str(EXPORT), "--controlnet", str(fx / src), *(["--config", str(fx / "diffusers")]
@@ -101,11 +110,11 @@ def make_controlnets(work: Path, diffusers: str) -> dict[str, dict[str, Path]]:
             exports[name][layout] = out
     for layout, src, single in (("folder", "union", False), ("keys", "union.safetensors", True)):
         out = work / f"export-union-{layout}"
-        run([sys.executable, str(EXPORT), "--controlnet", str(work / "cn-a" / src),
-             *(["--config", str(work / "cn-a" / "union")] if single else []), "--out", str(out), "--force", "--dtype",
+        run([sys.executable, str(EXPORT), "--controlnet", str(fixtures["cn-a"] / src),
+             *(["--config", str(fixtures["cn-a"] / "union")] if single else []), "--out", str(out), "--force", "--dtype",
              "fp32", "--device", "cpu", "--check", "quick" if layout == "folder" else "none"], f"export union {layout}")
         exports.setdefault("union", {})[layout] = out
-    return exports
+    return fixtures, exports
 
 
 def export_rows(exports: dict, model: Path) -> list[dict]:
@@ -163,10 +172,9 @@ BAD = {"sd1.safetensors": "SD 1.x ControlNet", "sd1-folder": "SD 1.x ControlNet"
        "truncated.safetensors": "truncated", "pickle.safetensors": "a pickle", "missing-tensor.safetensors": "1 missing"}
 
 
-def refused_rows(work: Path) -> list[dict]:
-    """The fixture's bad files: exit code 1, a message naming what the file is, nothing left behind."""
+def refused_rows(work: Path, fx: Path) -> list[dict]:
+    """The bad files of the fixture fx (cn-a): exit code 1, a message naming what the file is, nothing left behind."""
     rows = []
-    fx = work / "cn-a"
     for name, words in BAD.items():
         out = work / f"refused-{Path(name).stem}"
         config = ["--config", str(fx / "diffusers")] if name.endswith(".safetensors") else []
@@ -370,8 +378,9 @@ def ours_image(a, work: Path, tag: str, extra: list[str]) -> tuple[Path, Path]:
                                    *extra])
 
 
-def image_rows(a, work: Path, exports: dict, images: dict[str, Path], lora: Path) -> list[dict]:
-    ref = Reference(a.diffusers, {n: work / n / "diffusers" for n in exports if n != "union"})
+def image_rows(a, work: Path, fixtures: dict[str, Path], exports: dict, images: dict[str, Path],
+               lora: Path) -> list[dict]:
+    ref = Reference(a.diffusers, {n: fixtures[n] / "diffusers" for n in exports if n != "union"})
     plain_img, _ = ref.plain()
     init_png = work / "init-ref.png"  # the img2img start: the reference's image without ControlNet
     plain_img.save(init_png)
@@ -400,18 +409,21 @@ def image_rows(a, work: Path, exports: dict, images: dict[str, Path], lora: Path
 
 
 def main() -> int:
-    a, work = parse_args(__doc__, lambda ap: ap.add_argument(
-        "--loras", help="existing reference.make_test_loras output (default: make them under --work)"))
+    def extra(ap):
+        ap.add_argument("--loras", help="existing reference.make_test_loras output (default: make them under --work)")
+        ap.add_argument("--side-modules", help="the ctest fixture side_modules' folder (default: make cn-a under --work)")
+
+    a, work = parse_args(__doc__, extra)
     torch.set_num_threads(1)
     loras = Path(a.loras) if a.loras else work / "loras"
     if not a.loras:
         subprocess.run([sys.executable, "-m", "reference.make_test_loras", "--out", str(loras)], check=True,
                        capture_output=True)
-    exports = make_controlnets(work, a.diffusers)
-    rows = export_rows(exports, Path(a.model)) + refused_rows(work)
+    fixtures, exports = make_controlnets(work, a.diffusers, Path(a.side_modules) if a.side_modules else None)
+    rows = export_rows(exports, Path(a.model)) + refused_rows(work, fixtures["cn-a"])
     images = control_images(work)
     rows += union_refused_rows(a, work, exports, images)
-    rows += image_rows(a, work, exports, images, loras / "kohya_unet.safetensors")
+    rows += image_rows(a, work, fixtures, exports, images, loras / "kohya_unet.safetensors")
     failed = not all(r["ok"] for r in rows)
     return finish(rows, [("case", "case", "<34"), ("what", "what", "<76"), ("value", "value", ">10.3g")],
                   work / "parity_controlnet.json", failed,

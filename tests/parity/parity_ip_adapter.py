@@ -32,6 +32,7 @@ own tiny CLIP vision encoder, in the original single-file layout, and files the 
     of another size and aspect than the encoders' (32, 64): resize and centre crop are exercised.
 
     PYTHONPATH=tests parity_ip_adapter.py --binary B --model TINY --diffusers TINY_DIFFUSERS --work DIR [--loras DIR]
+        [--side-modules DIR]   (ctest's fixture side_modules: the adapters, the ControlNet and their exports)
     PYTHONPATH=tests parity_ip_adapter.py --python-only --model TINY --diffusers TINY_DIFFUSERS --work DIR
 """
 from __future__ import annotations
@@ -79,8 +80,16 @@ def reference_images(work: Path) -> dict[str, Path]:
     return out
 
 
-def make_adapters(work: Path, diffusers: str) -> tuple[Path, dict[str, Path]]:
-    """The fixture (work/fixture) and each variant exported: (fixture dir, {variant: export dir})."""
+def side_modules(a) -> Path | None:
+    """--side-modules as a Path (None: the script makes its adapters and ControlNet itself)."""
+    return Path(a.side_modules) if a.side_modules else None
+
+
+def make_adapters(work: Path, diffusers: str, shared: Path | None) -> tuple[Path, dict[str, Path]]:
+    """The fixture (work/fixture) and each variant exported: (fixture dir, {variant: export dir}).
+    shared: the ctest fixture side_modules' folder, which holds them (ip-adapter/, ip-plain/, ip-plus/)."""
+    if shared:
+        return shared / "ip-adapter", {v: shared / f"ip-{v}" for v in VARIANTS}
     fx = work / "fixture"
     run([sys.executable, "-m", "reference.ip_adapter_fixture", "--diffusers", diffusers, "--out", str(fx)],
         "reference.ip_adapter_fixture")
@@ -365,13 +374,17 @@ def python_rows(a, work: Path, refs: dict, images: dict[str, Path], exports: dic
 
 
 # --- sdxl-batch vs the reference ---------------------------------------------------------------------
-def make_controlnet(work: Path, diffusers: str) -> tuple[Path, Path, Path]:
-    """(the fixture ControlNet's diffusers folder, its export, a line-drawing control image)."""
-    src, out = work / "cn-src", work / "cn-export"
-    run([sys.executable, "-m", "reference.controlnet_fixture", "--diffusers", diffusers, "--out", str(src),
-         "--diffusers-only"], "reference.controlnet_fixture")
-    run([sys.executable, str(EXPORT), "--controlnet", str(src / "diffusers"), "--out", str(out), "--force", "--dtype",
-         "fp32", "--device", "cpu", "--check", "none", "--threads", "1"], "export --controlnet")
+def make_controlnet(work: Path, diffusers: str, shared: Path | None) -> tuple[Path, Path, Path]:
+    """(the fixture ControlNet's diffusers folder, its export, a line-drawing control image).
+    shared: the ctest fixture side_modules' folder, which holds both (controlnet/, controlnet-export/)."""
+    if shared:
+        src, out = shared / "controlnet", shared / "controlnet-export"
+    else:
+        src, out = work / "cn-src", work / "cn-export"
+        run([sys.executable, "-m", "reference.controlnet_fixture", "--diffusers", diffusers, "--out", str(src),
+             "--diffusers-only"], "reference.controlnet_fixture")
+        run([sys.executable, str(EXPORT), "--controlnet", str(src / "diffusers"), "--out", str(out), "--force",
+             "--dtype", "fp32", "--device", "cpu", "--check", "none", "--threads", "1"], "export --controlnet")
     rng = np.random.RandomState(5)
     im = Image.new("RGB", (W, H), "black")
     d = ImageDraw.Draw(im)
@@ -450,7 +463,7 @@ def references(a, work: Path, refs: dict, images: dict[str, Path], lora: Path, c
 def image_rows(a, work: Path, refs: dict, images: dict[str, Path], exports: dict[str, Path], lora: Path) -> list[dict]:
     """Every case as a task of ONE `sdxl-batch run` (one task per UNet call, so each image is the
     one `generate` makes), and one case through `generate`'s flags, against diffusers."""
-    cn_src, cn, control_png = make_controlnet(work, a.diffusers)
+    cn_src, cn, control_png = make_controlnet(work, a.diffusers, side_modules(a))
     ref = references(a, work, refs, images, lora, cn_src, control_png)
     p = psnr(load_rgb(str(ref["plain-1.0"][0])), load_rgb(str(ref["none"])))
     rows = [{"case": "reference: the adapter acts", "what": "PSNR dB of diffusers with (plain x1.0) vs without",
@@ -472,10 +485,12 @@ def image_rows(a, work: Path, refs: dict, images: dict[str, Path], exports: dict
 def main() -> int:
     a, work = parse_args_python_only(__doc__, "only the checks that need no sdxl-batch: the exports, the refusals, "
                                      "the CLIP preprocessing, and unet.ts forward_ip / forward_control_ip vs "
-                                     "diffusers' UNet")
+                                     "diffusers' UNet", lambda ap: ap.add_argument(
+                                         "--side-modules", help="the ctest fixture side_modules' folder (default: "
+                                         "make the adapters and the ControlNet under --work)"))
     torch.set_num_threads(1)
     images = reference_images(work)
-    fx, exports = make_adapters(work, a.diffusers)
+    fx, exports = make_adapters(work, a.diffusers, side_modules(a))
     rows = layout_rows(exports, Path(a.model)) + refused_rows(work, fx)
     refs = {v: Reference(a.diffusers, fx, v) for v in VARIANTS}
     rows += python_rows(a, work, refs, images, exports)
