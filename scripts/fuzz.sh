@@ -22,11 +22,11 @@ flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recov
 compile=("$CXX")
 if command -v ccache >/dev/null; then compile=(ccache "$CXX"); fi
 declare -A srcs=(
-  [batch_file]="src/batch/batch_file.cpp src/batch/generation_params.cpp src/batch/wildcards.cpp src/batch/story.cpp src/batch/priority.cpp src/batch/lora_ref.cpp src/batch/output_names.cpp src/batch/batch_strings.cpp src/batch/task_keys.cpp src/batch/json_fields.cpp src/batch/video_spec.cpp src/core/error.cpp src/core/units.cpp src/core/input_file.cpp src/core/json_shape.cpp src/core/input_text.cpp src/core/sha256.cpp"
+  [batch_file]="src/batch/batch_file.cpp src/batch/generation_params.cpp src/batch/wildcards.cpp src/batch/story.cpp src/batch/priority.cpp src/batch/lora_ref.cpp src/batch/output_names.cpp src/batch/batch_strings.cpp src/batch/regions.cpp src/batch/task_keys.cpp src/batch/json_fields.cpp src/batch/video_spec.cpp src/core/error.cpp src/core/units.cpp src/core/input_file.cpp src/core/json_shape.cpp src/core/input_text.cpp src/core/sha256.cpp"
   [clip_tokenizer]="src/text/clip_tokenizer.cpp src/text/unicode_data.cpp"
   [prompt_parser]="src/text/prompt_parser.cpp src/text/prompt_chunks.cpp src/text/prompt_schedule.cpp src/text/clip_tokenizer.cpp src/text/unicode_data.cpp"
   [safetensors]="src/lora/safetensors.cpp src/lora/lora_keys.cpp src/core/sha256.cpp src/core/input_file.cpp"
-  [report]="src/scheduler/night_report.cpp src/scheduler/output_folder.cpp src/report/report_html.cpp src/image/png_reader.cpp src/image/png_writer.cpp src/batch/manifest.cpp src/batch/generation_params.cpp src/batch/task_keys.cpp src/batch/lora_ref.cpp src/core/error.cpp src/core/input_file.cpp src/core/json_shape.cpp src/core/input_text.cpp src/core/atomic_file.cpp src/core/run_lock.cpp"
+  [report]="src/scheduler/night_report.cpp src/scheduler/output_folder.cpp src/report/report_html.cpp src/image/png_reader.cpp src/image/png_writer.cpp src/batch/manifest.cpp src/batch/generation_params.cpp src/batch/regions.cpp src/batch/task_keys.cpp src/batch/lora_ref.cpp src/core/error.cpp src/core/input_file.cpp src/core/json_shape.cpp src/core/input_text.cpp src/core/atomic_file.cpp src/core/run_lock.cpp"
 )
 # Libraries a target links beyond the sanitizers (the report target: zlib for PNGs, fmt for spdlog).
 declare -A libs=([report]="-lz -lfmt")

@@ -51,6 +51,10 @@ def build(diffusers_dir: Path, out: Path, seed: int, std_scale: float = 1.0):
 # The union part of the tiny Union ControlNet: its transformer as wide as the conditioning embedding
 # (block_out_channels[0], as xinsir's 320 is SDXL's), ProMax's 8 types.
 UNION = dict(num_control_type=8, num_trans_head=4, num_trans_layer=1)
+# Its zero-initialised parts, re-drawn with the spreads export_sdxl.py --tiny-controlnet gives the
+# plain ControlNet's (scripts/export/tiny_adapters.py; this fixture may not import scripts/).
+ZERO_PARTS = ("controlnet_down_blocks.", "controlnet_mid_block.", "controlnet_cond_embedding.conv_out.")
+RESIDUAL_STD, COND_OUT_STD = 0.5, 0.4
 
 
 def build_union(diffusers_dir: Path, seed: int):
