@@ -272,8 +272,9 @@ std::vector<TaskKey> task_own_keys() {
   };
 }
 
-// The image's settings, in the order the parser reads them (task and /defaults alike).
-std::vector<TaskKey> settings_keys() {
+// The image's settings, in the order the parser reads them (task and /defaults alike): first the
+// folders and modules it uses.
+std::vector<TaskKey> module_keys() {
   return {
       {.name = "vae", .type = kPath, .scope = kBoth, .part = kSettings, .default_text = "the model's", .a1111 = "VAE",
        .manifest = "/vae", .generate_flag = "--vae", .summary = "a VAE folder (export_sdxl.py --vae-only)",
@@ -293,6 +294,12 @@ std::vector<TaskKey> settings_keys() {
       {.name = "ip_adapter", .type = kObject, .scope = kBoth, .part = kSettings, .default_text = "none",
        .a1111 = "IP-Adapter", .manifest = "/ip_adapter", .split = kParts, .generate_flag = "--ip-adapter",
        .summary = "an IP-Adapter folder, its reference images and scale", .hooks = &kIpAdapterHooks},
+  };
+}
+
+// The image's text and sampling settings, read after the folders (task and /defaults alike).
+std::vector<TaskKey> settings_keys() {
+  return {
       {.name = "prompt", .type = kString, .scope = kTaskOnly, .part = kSettings, .default_text = "(required)",
        .a1111 = "(the first line)", .manifest = "/prompt", .generate_flag = "--prompt,-p",
        .summary = "the prompt (A1111 syntax: emphasis, BREAK, <lora:NAME:W>, embeddings, wildcards)",
@@ -396,7 +403,7 @@ std::vector<TaskKey> story_keys() {
 const std::vector<TaskKey>& task_keys() {
   static const std::vector<TaskKey> keys = [] {
     std::vector<TaskKey> all = task_own_keys();
-    for (auto part : {settings_keys(), story_keys()}) all.insert(all.end(), part.begin(), part.end());
+    for (auto part : {module_keys(), settings_keys(), story_keys()}) all.insert(all.end(), part.begin(), part.end());
     return all;
   }();
   return keys;
