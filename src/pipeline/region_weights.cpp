@@ -26,11 +26,11 @@ torch::Tensor mask_levels(const std::string& path) {
   return torch::from_blob(grey.data(), {1, 1, img.height, img.width}, torch::kUInt8).to(torch::kFloat32) / 255.0;
 }
 
-// Region r's coverage of each cell of a gh x gw grid, [gh * gw].
-torch::Tensor region_cover(const RegionUse& r, std::int64_t gh, std::int64_t gw) {
+// Region r's coverage of each cell of a gh x gw grid, [gh * gw]; `levels`: its mask's (mask_levels).
+torch::Tensor region_cover(const RegionUse& r, const torch::Tensor& levels, std::int64_t gh, std::int64_t gw) {
   if (!r.mask.empty()) {
     namespace F = torch::nn::functional;
-    return F::adaptive_avg_pool2d(mask_levels(r.mask), F::AdaptiveAvgPool2dFuncOptions({gh, gw})).reshape({-1});
+    return F::adaptive_avg_pool2d(levels, F::AdaptiveAvgPool2dFuncOptions({gh, gw})).reshape({-1});
   }
   const torch::Tensor cy = (torch::arange(gh, torch::kFloat64) + 0.5) / static_cast<double>(gh);
   const torch::Tensor cx = (torch::arange(gw, torch::kFloat64) + 0.5) / static_cast<double>(gw);
@@ -43,6 +43,8 @@ torch::Tensor region_cover(const RegionUse& r, std::int64_t gh, std::int64_t gw)
 
 std::vector<torch::Tensor> region_prompt_weights(const GenerationParams& p, const std::vector<int>& downscales,
                                                  std::int64_t latent_h, std::int64_t latent_w, std::int64_t prompts) {
+  std::vector<torch::Tensor> levels;  // each mask read once for every grid
+  for (const RegionUse& r : p.regions) levels.push_back(r.mask.empty() ? torch::Tensor() : mask_levels(r.mask));
   std::vector<torch::Tensor> out;
   for (const int d : downscales) {
     const std::int64_t gh = attention_grid_side(latent_h, d), gw = attention_grid_side(latent_w, d);
@@ -54,7 +56,7 @@ std::vector<torch::Tensor> region_prompt_weights(const GenerationParams& p, cons
     }
     torch::Tensor most = torch::zeros({gh * gw}, torch::kFloat32);
     for (size_t i = 0; i < p.regions.size(); ++i) {
-      const torch::Tensor m = region_cover(p.regions[i], gh, gw);
+      const torch::Tensor m = region_cover(p.regions[i], levels[i], gh, gw);
       w[static_cast<std::int64_t>(i) + 1] = m * p.regions[i].weight;
       most = torch::maximum(most, m);
     }

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "batch/batch_file.h"
+#include "test_support.h"
 #include "batch/regions.h"
 #include "batch/task_keys.h"
 #include "check/batch_check.h"
@@ -59,11 +60,7 @@ std::vector<sdxl::BatchProblem> parse(const std::string& text, sdxl::BatchFile* 
   return p;
 }
 
-std::string problem_at(const std::vector<sdxl::BatchProblem>& ps, const std::string& pointer) {
-  for (const auto& p : ps)
-    if (p.pointer == pointer) return p.message;
-  return "";
-}
+using sdxl::testing::problem_at;
 
 std::string all_problems(const std::vector<sdxl::BatchProblem>& ps) {
   std::string out;

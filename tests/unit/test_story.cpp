@@ -11,6 +11,7 @@
 #include <set>
 
 #include "batch/batch_file.h"
+#include "test_support.h"
 #include "batch/manifest.h"
 #include "batch/story.h"
 #include "batch/wildcards.h"
@@ -230,11 +231,7 @@ std::vector<sdxl::BatchProblem> story_problems(const std::string& text, sdxl::Ba
   return p;
 }
 
-std::string problem_at(const std::vector<sdxl::BatchProblem>& ps, const std::string& pointer) {
-  for (const auto& p : ps)
-    if (p.pointer == pointer) return p.message;
-  return "";
-}
+using sdxl::testing::problem_at;
 
 const char* kStoryHeader = R"("version": 1,
     "loras": {"hero": {"path": "l/hero.safetensors"}},

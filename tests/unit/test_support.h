@@ -1,5 +1,5 @@
 // What unit tests share: a fresh temporary folder removed afterwards, whole-file
-// reads and writes, and the message of what a call throws. Header-only; tests only.
+// reads and writes, the message of what a call throws, and a batch file's problem at a pointer. Header-only; tests only.
 #pragma once
 
 #include <unistd.h>
@@ -9,6 +9,9 @@
 #include <exception>
 #include <sstream>
 #include <string>
+#include <vector>
+
+#include "batch/batch_file.h"
 
 namespace sdxl::testing {
 
@@ -47,6 +50,13 @@ std::string error_of(F&& f) {
   } catch (const std::exception& e) {
     return e.what();
   }
+  return "";
+}
+
+// The message of the first problem at `pointer` ("" when none).
+inline std::string problem_at(const std::vector<BatchProblem>& ps, const std::string& pointer) {
+  for (const auto& p : ps)
+    if (p.pointer == pointer) return p.message;
   return "";
 }
 
